@@ -1,0 +1,76 @@
+"""Parsing manifests (YAML or JSON, one or several documents) into validated models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from persys.model.workload import WorkloadManifest
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be accepted; `problems` holds one `path: message` line each."""
+
+    def __init__(self, problems: list[str], source: str = "") -> None:
+        self.problems = problems
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(where + "; ".join(problems))
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+def format_validation_error(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        # Model-level validators report under the model's path; their message is the useful part.
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        problems.append(f"{_path(tuple(e['loc']))}: {msg}")
+    return problems
+
+
+def validate_manifest(doc: Any, source: str = "") -> WorkloadManifest:
+    if not isinstance(doc, dict):
+        raise ManifestError([f"(document): expected a mapping, got {type(doc).__name__}"], source)
+    try:
+        return WorkloadManifest.model_validate(doc)
+    except ValidationError as err:
+        raise ManifestError(format_validation_error(err), source) from None
+
+
+def parse_manifests(text: str, source: str = "") -> list[WorkloadManifest]:
+    """Parse every document in `text`; all must be valid or none is returned."""
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+                if d is not None]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ManifestError([f"(document): not valid YAML or JSON{where}"], source) from None
+    if not docs:
+        raise ManifestError(["(document): no manifest found"], source)
+    out: list[WorkloadManifest] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        try:
+            out.append(validate_manifest(doc))
+        except ManifestError as err:
+            prefix = f"document {i + 1}: " if len(docs) > 1 else ""
+            problems.extend(prefix + p for p in err.problems)
+    if problems:
+        raise ManifestError(problems, source)
+    return out

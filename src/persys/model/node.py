@@ -1,0 +1,63 @@
+"""Node: a machine running the agent, with the capabilities it really has."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, StrictStr
+
+from persys.model.base import Model
+
+
+class NodeStatus(StrEnum):
+    READY = "Ready"
+    NOT_READY = "NotReady"
+
+
+class Taint(Model):
+    key: StrictStr
+    value: StrictStr = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}"
+
+
+class RuntimeInfo(Model):
+    """One runtime the agent probed and found working (e.g. docker 20.10.24)."""
+
+    version: str = ""
+    features: list[str] = Field(default_factory=list)
+
+
+class Capabilities(Model):
+    runtimes: dict[str, RuntimeInfo] = Field(default_factory=dict)  # workload type -> info
+    storage_drivers: list[str] = Field(default_factory=list)
+    cpu_millicores: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+
+
+class NodeUsage(Model):
+    cpu_percent: float = 0.0
+    memory_used_mb: int = 0
+    disk_used_mb: int = 0
+    workloads: int = 0
+
+
+class Node(Model):
+    """Stored at `/persys/nodes/<id>`; rewritten only on registration and status transitions."""
+
+    id: StrictStr
+    address: str = ""
+    agent_version: str = ""
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    status: NodeStatus = NodeStatus.READY
+    status_reason: str = ""
+    cordoned: bool = False
+    registered_at: float = 0.0
+    last_heartbeat: float = 0.0
+    usage: NodeUsage = Field(default_factory=NodeUsage)

@@ -1,0 +1,58 @@
+"""Observed state: workload status, assignments and cluster events."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from persys.model.base import Model
+from persys.model.workload import DesiredState
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"  # not placed: the reason says why
+    SCHEDULED = "Scheduled"  # placed, waiting for the agent to report
+    RUNNING = "Running"
+    STOPPED = "Stopped"
+    FAILED = "Failed"
+    DELETING = "Deleting"
+
+
+class WorkloadUsage(Model):
+    cpu_percent: float = 0.0
+    memory_bytes: int = 0
+
+
+class WorkloadStatus(Model):
+    """Stored at `/persys/status/<workload id>`; written on transitions, not on every report."""
+
+    phase: Phase = Phase.PENDING
+    node_id: str = ""
+    reason: str = ""
+    message: str = ""
+    observed_revision: str = ""
+    runtime_id: str = ""
+    restarts: int = 0
+    updated_at: float = 0.0
+    placement: dict[str, Any] = Field(default_factory=dict)  # the placement decision's explanation
+    usage: WorkloadUsage = Field(default_factory=WorkloadUsage)
+
+
+class Assignment(Model):
+    """Stored at `/persys/assignments/<node>/<workload>`: the desired state one agent must apply.
+
+    `generation` fences stale copies: an agent only acts on the newest generation it has seen
+    for a workload.
+    """
+
+    workload_id: str
+    node_id: str
+    revision: str
+    generation: int
+    desired_state: DesiredState
+    cpu_millicores: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    created_at: float = 0.0

@@ -1,0 +1,201 @@
+"""Workload: what the user asks to run, as written in a manifest and stored by the scheduler."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+
+from persys.model.base import Model
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
+WorkloadType = Literal["container", "compose", "vm", "microvm", "process"]
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+
+
+class DesiredState(StrEnum):
+    RUNNING = "Running"
+    STOPPED = "Stopped"
+
+
+class RestartPolicy(StrEnum):
+    ALWAYS = "Always"
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+
+
+class Resources(Model):
+    cpu_millicores: NonNegInt = 100
+    memory_mb: NonNegInt = 64
+    disk_mb: NonNegInt = 0
+
+
+class Toleration(Model):
+    key: StrictStr = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: StrictStr = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class LabelConstraint(Model):
+    key: StrictStr
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[StrictStr] = Field(default_factory=list)
+
+
+class PortMapping(Model):
+    container_port: Annotated[StrictInt, Field(ge=1, le=65535)]
+    host_port: Annotated[StrictInt, Field(ge=0, le=65535)] = 0
+    host_ip: StrictStr = "127.0.0.1"
+    protocol: Literal["tcp", "udp"] = "tcp"
+
+
+class ContainerSpec(Model):
+    image: Annotated[StrictStr, Field(min_length=1)]
+    command: list[StrictStr] = Field(default_factory=list)
+    args: list[StrictStr] = Field(default_factory=list)
+    env: dict[str, StrictStr] = Field(default_factory=dict)
+    ports: list[PortMapping] = Field(default_factory=list)
+    working_dir: StrictStr = ""
+
+
+class ProcessSpec(Model):
+    command: Annotated[list[StrictStr], Field(min_length=1)]
+    env: dict[str, StrictStr] = Field(default_factory=dict)
+    working_dir: StrictStr = ""
+
+
+class ComposeSpec(Model):
+    inline: StrictStr | None = None
+    path: StrictStr | None = None
+    git_repo: StrictStr | None = None
+    git_ref: StrictStr = "HEAD"
+    env: dict[str, StrictStr] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ComposeSpec:
+        given = [s for s in (self.inline, self.path, self.git_repo) if s]
+        if len(given) != 1:
+            raise ValueError("exactly one of inline, path or gitRepo is required")
+        return self
+
+
+class CloudInit(Model):
+    user_data: StrictStr = ""
+    meta_data: StrictStr = ""
+    network_config: StrictStr = ""
+    vendor_data: StrictStr = ""
+
+
+class VMSpec(Model):
+    image: Annotated[StrictStr, Field(min_length=1)]
+    vcpus: Annotated[StrictInt, Field(ge=1)] = 1
+    memory_mb: Annotated[StrictInt, Field(ge=32)] = 256
+    kernel: StrictStr = ""
+    initrd: StrictStr = ""
+    cmdline: StrictStr = ""
+    networks: list[StrictStr] = Field(default_factory=list)
+    cloud_init: CloudInit | None = None
+
+
+class VolumeSpec(Model):
+    name: Annotated[StrictStr, Field(min_length=1)]
+    driver: Literal["local", "nfs", "ceph-rbd"] = "local"
+    size_mb: NonNegInt = 0
+    mount_path: Annotated[StrictStr, Field(min_length=1)]
+    read_only: StrictBool = False
+    retain: StrictBool = False
+
+
+class WorkloadSpec(Model):
+    type: WorkloadType
+    desired_state: DesiredState = DesiredState.RUNNING
+    restart_policy: RestartPolicy = RestartPolicy.ALWAYS
+    resources: Resources = Field(default_factory=Resources)
+    node_selector: dict[str, StrictStr] = Field(default_factory=dict)
+    constraints: list[LabelConstraint] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    volumes: list[VolumeSpec] = Field(default_factory=list)
+    container: ContainerSpec | None = None
+    process: ProcessSpec | None = None
+    compose: ComposeSpec | None = None
+    vm: VMSpec | None = None
+    microvm: VMSpec | None = None
+
+    @model_validator(mode="after")
+    def _type_spec_present(self) -> WorkloadSpec:
+        for t in WORKLOAD_TYPES:
+            present = getattr(self, t) is not None
+            if t == self.type and not present:
+                raise ValueError(f"type is {self.type!r} but spec.{self.type} is missing")
+            if t != self.type and present:
+                raise ValueError(f"spec.{t} is given but type is {self.type!r}")
+        return self
+
+    def spec_revision(self) -> str:
+        """A short content hash: equal specs give equal revisions, any change gives a new one."""
+        canonical = json.dumps(self.to_doc(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+class Metadata(Model):
+    name: StrictStr
+    labels: dict[str, StrictStr] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(
+                "must be a DNS label: lowercase letters, digits and '-', 1-63 characters, "
+                "starting and ending with a letter or digit"
+            )
+        return v
+
+
+class WorkloadManifest(Model):
+    """The document a user applies: `apiVersion: persys.dev/v1`, `kind: Workload`."""
+
+    api_version: Literal["persys.dev/v1"]
+    kind: Literal["Workload"]
+    metadata: Metadata
+    spec: WorkloadSpec
+
+
+class Workload(Model):
+    """The stored desired state of one workload (key `/persys/workloads/<id>`)."""
+
+    id: StrictStr
+    name: StrictStr
+    labels: dict[str, StrictStr] = Field(default_factory=dict)
+    spec: WorkloadSpec
+    revision: StrictStr
+    generation: StrictInt = 1
+    created_at: float
+    updated_at: float
+    deleting: StrictBool = False
+
+    @classmethod
+    def from_manifest(cls, m: WorkloadManifest, now: float) -> Workload:
+        return cls(
+            id=m.metadata.name,
+            name=m.metadata.name,
+            labels=dict(m.metadata.labels),
+            spec=m.spec,
+            revision=m.spec.spec_revision(),
+            created_at=now,
+            updated_at=now,
+        )
+
+    def to_manifest(self) -> WorkloadManifest:
+        return WorkloadManifest(
+            api_version="persys.dev/v1",
+            kind="Workload",
+            metadata=Metadata(name=self.name, labels=dict(self.labels)),
+            spec=self.spec,
+        )

@@ -1,0 +1,1 @@
+"""Cluster PKI and mutual TLS helpers."""

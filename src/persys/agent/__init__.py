@@ -1,0 +1,1 @@
+"""The compute agent: applies desired state to local runtimes, reports actual state."""

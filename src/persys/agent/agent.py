@@ -1,0 +1,411 @@
+"""The agent loop: register, heartbeat, receive desired state, reconcile locally, report.
+
+The agent never decides placement. It keeps what it was last told in a local database so
+that after a restart it adopts the workloads that still run instead of starting copies, and
+it removes nothing until the scheduler has sent a fresh desired state in normal mode: an
+agent that cannot reach its scheduler holds, it does not guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from persys import __version__
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.agent.host import UsageSampler, capacity
+from persys.agent.localstate import LocalState
+from persys.agent.runtimes.base import (
+    ObservedWorkload,
+    Runtime,
+    RuntimeFailure,
+    RuntimeState,
+    RuntimeWorkload,
+)
+from persys.model import DesiredState, RestartPolicy, Taint, WorkloadSpec
+from persys.security.grpc_tls import secure_channel
+from persys.security.pki import TLSFiles
+
+log = logging.getLogger(__name__)
+
+STATE_TO_PB = {
+    RuntimeState.RUNNING: pb.WORKLOAD_STATE_RUNNING,
+    RuntimeState.STOPPED: pb.WORKLOAD_STATE_STOPPED,
+    RuntimeState.FAILED: pb.WORKLOAD_STATE_FAILED,
+    RuntimeState.MISSING: pb.WORKLOAD_STATE_MISSING,
+}
+BACKOFF_CAP = 30.0
+
+
+@dataclass
+class AgentConfig:
+    node_id: str = field(default_factory=socket.gethostname)
+    scheduler: str = "127.0.0.1:7443"
+    tls: TLSFiles | None = None
+    state_dir: Path = Path("/var/lib/persys/agent")
+    address: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    # Capacity overrides (e.g. to reserve part of the host for the system); 0 = measure.
+    cpu_millicores: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    reconcile_interval: float = 2.0
+
+
+@dataclass
+class Desired:
+    revision: str
+    generation: int
+    desired_state: DesiredState
+    spec: WorkloadSpec
+
+
+@dataclass
+class Failure:
+    revision: str
+    code: str
+    message: str
+    terminal: bool
+    attempts: int = 1
+    next_try: float = 0.0
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime]) -> None:
+        self.config = config
+        self.all_runtimes = list(runtimes)
+        self.runtimes: dict[str, Runtime] = {}
+        self.capabilities: list[pb.RuntimeCapability] = []
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.local = LocalState(config.state_dir / "agent.db")
+        self.desired: dict[str, Desired] = {}
+        self.synced = False  # a desired snapshot arrived in normal mode since we started
+        self.mode = "normal"
+        self.failures: dict[str, Failure] = {}
+        self.restarts: dict[str, int] = {}
+        self.heartbeat_interval = 3.0
+        self.report_interval = 2.0
+        self.registered = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._sampler = UsageSampler(config.state_dir)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.AgentControlStub | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._load_local()
+
+    def _load_local(self) -> None:
+        for wid, rec in self.local.desired().items():
+            try:
+                spec = WorkloadSpec.model_validate_json(rec.spec_json)
+            except ValueError:
+                log.error("discarding unreadable local record for %s", wid)
+                continue
+            self.desired[wid] = Desired(rec.revision, rec.generation, DesiredState(rec.desired_state), spec)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.probe_runtimes()
+        target = self.config.scheduler
+        self._channel = (
+            secure_channel(target, self.config.tls) if self.config.tls else grpc.aio.insecure_channel(target)
+        )
+        self._stub = pb_grpc.AgentControlStub(self._channel)
+        self._tasks = [
+            asyncio.create_task(self._register_loop(), name="agent-register"),
+            asyncio.create_task(self._watch_loop(), name="agent-watch"),
+            asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"),
+            asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the agent only: workloads keep running and are adopted by the next agent."""
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for rt in self.all_runtimes:
+            with contextlib.suppress(Exception):
+                await rt.close()
+        if self._channel is not None:
+            await self._channel.close()
+        await asyncio.to_thread(self.local.close)
+
+    async def probe_runtimes(self) -> None:
+        """Advertise only the runtimes that really work on this host, right now."""
+        available: dict[str, Runtime] = {}
+        caps = []
+        for rt in self.all_runtimes:
+            p = await rt.probe()
+            if p.available:
+                available[rt.name] = rt
+                caps.append(
+                    pb.RuntimeCapability(workload_type=rt.name, version=p.version, features=p.features)
+                )
+            else:
+                log.info("runtime %s unavailable: %s", rt.name, p.reason)
+        self.runtimes = available
+        self.capabilities = caps
+
+    # ------------------------------------------------------------------ scheduler protocol
+
+    @property
+    def stub(self) -> pb_grpc.AgentControlStub:
+        assert self._stub is not None, "agent not started"
+        return self._stub
+
+    def _register_request(self) -> pb.RegisterNodeRequest:
+        c = self.config
+        cap = capacity(c.state_dir)
+        return pb.RegisterNodeRequest(
+            node_id=c.node_id,
+            address=c.address,
+            agent_version=__version__,
+            capabilities=pb.NodeCapabilities(
+                runtimes=self.capabilities,
+                storage_drivers=["local"],
+                cpu_millicores=c.cpu_millicores or cap.cpu_millicores,
+                memory_mb=c.memory_mb or cap.memory_mb,
+                disk_mb=c.disk_mb or cap.disk_mb,
+            ),
+            labels=c.labels,
+            taints=[pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in c.taints],
+        )
+
+    async def _register_loop(self) -> None:
+        delay = 0.2
+        while True:
+            if self.registered.is_set():
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                resp = await self.stub.RegisterNode(self._register_request(), timeout=10)
+                self.heartbeat_interval = resp.heartbeat_interval_seconds or self.heartbeat_interval
+                self.report_interval = resp.report_interval_seconds or self.report_interval
+                self.registered.set()
+                delay = 0.2
+                log.info("registered node %s with %s", self.config.node_id, self.config.scheduler)
+            except grpc.aio.AioRpcError as err:
+                log.warning("registration failed (%s); retrying in %.1fs", err.details(), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _heartbeat_loop(self) -> None:
+        await self.registered.wait()
+        while True:
+            cpu, mem, disk = self._sampler.sample()
+            try:
+                resp = await self.stub.Heartbeat(
+                    pb.HeartbeatRequest(
+                        node_id=self.config.node_id,
+                        usage=pb.NodeUsage(
+                            cpu_percent=cpu,
+                            memory_used_mb=mem,
+                            disk_used_mb=disk,
+                            workloads=len(self.desired),
+                        ),
+                    ),
+                    timeout=5,
+                )
+                self.mode = resp.mode or "normal"
+                if resp.reregister:
+                    self.registered.clear()
+            except grpc.aio.AioRpcError as err:
+                log.debug("heartbeat failed: %s", err.details())
+            await asyncio.sleep(self.heartbeat_interval)
+
+    async def _watch_loop(self) -> None:
+        delay = 0.2
+        while True:
+            await self.registered.wait()
+            try:
+                call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.config.node_id))
+                async for ds in call:
+                    delay = 0.2
+                    await self._accept_desired(ds)
+            except grpc.aio.AioRpcError as err:
+                log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _accept_desired(self, ds: pb.DesiredState) -> None:
+        self.mode = ds.mode or "normal"
+        incoming: dict[str, Desired] = {}
+        for a in ds.workloads:
+            try:
+                spec = WorkloadSpec.model_validate_json(a.spec_json)
+            except ValueError as err:
+                log.error("scheduler sent an unreadable spec for %s: %s", a.workload_id, err)
+                continue
+            incoming[a.workload_id] = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
+        if self.mode != "normal":
+            # Hold: accept updates but never treat an absence as "remove".
+            incoming = {**self.desired, **incoming}
+        else:
+            self.synced = True
+        for wid, d in incoming.items():
+            old = self.desired.get(wid)
+            if old is not None and old.generation > d.generation:
+                incoming[wid] = old  # fencing: never go back to an older generation
+        removed = set(self.desired) - set(incoming)
+        self.desired = incoming
+
+        def persist() -> None:
+            for wid in removed:
+                self.local.forget(wid)
+            for wid, d in incoming.items():
+                self.local.save_desired(wid, d.revision, d.generation, str(d.desired_state), d.spec.to_json())
+
+        await asyncio.to_thread(persist)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ local reconciliation
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.config.reconcile_interval)
+            self._wake.clear()
+            try:
+                observed = await self.reconcile_once()
+            except Exception:
+                log.exception("local reconcile failed")
+                continue
+            if self.registered.is_set():
+                try:
+                    await self._report(observed)
+                except grpc.aio.AioRpcError as err:
+                    log.debug("status report failed: %s", err.details())
+
+    async def _observe(self) -> dict[str, tuple[Runtime, ObservedWorkload]]:
+        seen: dict[str, tuple[Runtime, ObservedWorkload]] = {}
+        for rt in self.runtimes.values():
+            try:
+                for o in await rt.list():
+                    seen[o.workload_id] = (rt, o)
+            except RuntimeFailure as err:
+                log.warning("runtime %s could not list workloads: %s", rt.name, err)
+        return seen
+
+    async def reconcile_once(self) -> dict[str, tuple[Runtime, ObservedWorkload]]:
+        """Drive local runtimes toward the desired set; returns what is observed afterwards."""
+        observed = await self._observe()
+        acted = False
+        now = time.monotonic()
+        for wid, d in list(self.desired.items()):
+            rt = self.runtimes.get(d.spec.type)
+            if rt is None:
+                self.failures[wid] = Failure(
+                    d.revision, "RuntimeUnavailable", f"no working {d.spec.type} runtime on this node", True
+                )
+                continue
+            o = observed.get(wid, (rt, None))[1]
+            running = o is not None and o.state == RuntimeState.RUNNING
+            if d.desired_state == DesiredState.STOPPED:
+                if running:
+                    await rt.stop(wid)
+                    acted = True
+                continue
+            if running and o is not None and o.revision == d.revision:
+                f = self.failures.get(wid)
+                if f is not None and f.revision == d.revision and not f.terminal:
+                    self.failures.pop(wid, None)
+                continue
+            exited = (
+                o is not None and not running and o.revision == d.revision and o.state != RuntimeState.MISSING
+            )
+            if exited and o is not None:
+                policy = d.spec.restart_policy
+                if policy == RestartPolicy.NEVER or (policy == RestartPolicy.ON_FAILURE and o.exit_code == 0):
+                    continue
+            f = self.failures.get(wid)
+            if f is not None and f.revision == d.revision and (f.terminal or now < f.next_try):
+                continue
+            try:
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec))
+                acted = True
+                if exited:
+                    self.restarts[wid] = self.restarts.get(wid, 0) + 1
+                    # A crash loop backs off like any failure.
+                    attempts = (f.attempts + 1) if f and f.revision == d.revision else 1
+                    self.failures[wid] = Failure(
+                        d.revision, "Restarted", "", False, attempts, now + min(2.0**attempts, BACKOFF_CAP)
+                    )
+            except RuntimeFailure as err:
+                attempts = (f.attempts + 1) if f and f.revision == d.revision else 1
+                self.failures[wid] = Failure(
+                    d.revision,
+                    err.code,
+                    str(err.args[0] if err.args else err),
+                    err.terminal,
+                    attempts,
+                    now + min(2.0**attempts, BACKOFF_CAP),
+                )
+                log.warning("starting %s failed: %s", wid, err)
+        if self.synced and self.mode == "normal":
+            for wid, (rt, _o) in observed.items():
+                if wid not in self.desired:
+                    log.info("removing %s: no longer desired on this node", wid)
+                    await rt.remove(wid)
+                    self.failures.pop(wid, None)
+                    self.restarts.pop(wid, None)
+                    acted = True
+        return await self._observe() if acted else observed
+
+    async def _report(self, observed: dict[str, tuple[Runtime, ObservedWorkload]]) -> None:
+        reports = []
+        for wid, d in self.desired.items():
+            o = observed.get(wid, (None, None))[1]
+            f = self.failures.get(wid)
+            r = pb.WorkloadReport(
+                workload_id=wid, generation=d.generation, restarts=self.restarts.get(wid, 0)
+            )
+            if o is not None:
+                r.revision = o.revision
+                r.state = STATE_TO_PB[o.state]
+                r.runtime_id = o.runtime_id
+                r.message = o.message
+                r.cpu_percent = o.cpu_percent
+                r.memory_bytes = o.memory_bytes
+                if o.exit_code is not None:
+                    r.exit_code, r.has_exit_code = o.exit_code, True
+                if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:
+                    r.reason = "Stopped"
+            else:
+                r.revision = d.revision
+                r.state = pb.WORKLOAD_STATE_PENDING
+            if (
+                f is not None
+                and f.revision == d.revision
+                and f.code != "Restarted"
+                and (o is None or o.state != RuntimeState.RUNNING)
+            ):
+                r.state = pb.WORKLOAD_STATE_FAILED
+                r.reason, r.message, r.terminal = f.code, f.message, f.terminal
+            reports.append(r)
+        # Anything still running but no longer desired is listed too, so "complete" is honest.
+        for wid, (_rt, o) in observed.items():
+            if wid not in self.desired:
+                reports.append(
+                    pb.WorkloadReport(
+                        workload_id=wid,
+                        revision=o.revision,
+                        generation=o.generation,
+                        state=STATE_TO_PB[o.state],
+                        runtime_id=o.runtime_id,
+                    )
+                )
+        await self.stub.ReportStatus(
+            pb.ReportStatusRequest(node_id=self.config.node_id, workloads=reports, complete=True), timeout=10
+        )

@@ -1,0 +1,67 @@
+"""Host capacity and usage, read from /proc (cheap enough to sample every heartbeat)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _meminfo() -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            out[name] = int(rest.split()[0])  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+@dataclass(frozen=True)
+class Capacity:
+    cpu_millicores: int
+    memory_mb: int
+    disk_mb: int
+
+
+def capacity(state_dir: Path) -> Capacity:
+    mem = _meminfo().get("MemTotal", 0) // 1024
+    try:
+        disk = shutil.disk_usage(state_dir).total // (1024 * 1024)
+    except OSError:
+        disk = 0
+    return Capacity((os.cpu_count() or 1) * 1000, mem, disk)
+
+
+class UsageSampler:
+    """CPU % between two samples of /proc/stat, plus memory and disk in use."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._last: tuple[int, int] | None = None
+
+    def _cpu_times(self) -> tuple[int, int]:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return 0, 0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def sample(self) -> tuple[float, int, int]:
+        total, idle = self._cpu_times()
+        pct = 0.0
+        if self._last is not None and total > self._last[0]:
+            dt, di = total - self._last[0], idle - self._last[1]
+            pct = max(0.0, min(100.0, 100.0 * (dt - di) / dt))
+        self._last = (total, idle)
+        info = _meminfo()
+        mem_used = (info.get("MemTotal", 0) - info.get("MemAvailable", 0)) // 1024
+        try:
+            du = shutil.disk_usage(self.state_dir)
+            disk_used = du.used // (1024 * 1024)
+        except OSError:
+            disk_used = 0
+        return pct, mem_used, disk_used

@@ -1,0 +1,56 @@
+"""Where persysctl finds the cluster: `$PERSYS_CONFIG`, else `$PERSYS_HOME/config.yaml`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+def persys_home() -> Path:
+    return Path(os.environ.get("PERSYS_HOME") or Path.home() / ".persys")
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("PERSYS_CONFIG") or persys_home() / "config.yaml")
+
+
+@dataclass
+class ClientConfig:
+    server: str
+    ca: Path
+    cert: Path
+    key: Path
+
+    def save(self, path: Path | None = None) -> Path:
+        path = path or config_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"server": self.server, "ca": str(self.ca), "cert": str(self.cert), "key": str(self.key)}
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_client_config(path: Path | None = None, server: str | None = None) -> ClientConfig:
+    path = path or config_path()
+    if not path.exists():
+        raise ConfigError(
+            f"no cluster configured: {path} does not exist (start one with `persys dev`, "
+            "or set PERSYS_CONFIG)"
+        )
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        cfg = ClientConfig(
+            server=server or str(doc["server"]), ca=Path(doc["ca"]), cert=Path(doc["cert"]), key=Path(doc["key"])
+        )
+    except (KeyError, TypeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: invalid client configuration ({err})") from None
+    for f in (cfg.ca, cfg.cert, cfg.key):
+        if not f.exists():
+            raise ConfigError(f"{path}: certificate file {f} does not exist")
+    return cfg

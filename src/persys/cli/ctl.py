@@ -1,0 +1,373 @@
+"""persysctl: the Persys command-line client (talks to the REST gateway over mutual TLS)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from persys.cli.config import ConfigError, load_client_config
+from persys.model.manifest import ManifestError, parse_manifests
+
+app = typer.Typer(
+    name="persysctl",
+    help=(
+        "Control a Persys cluster.\n\n"
+        "Examples:\n\n"
+        "  persysctl apply -f examples/hello-process.yaml\n\n"
+        "  persysctl get workloads\n\n"
+        "  persysctl describe workload hello-process\n\n"
+        "  persysctl delete workload hello-process\n\n"
+        "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+OutputOpt = typer.Option("table", "--output", "-o", help="Output format: table, json or yaml.")
+ServerOpt = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file.")
+
+
+class CtlError(Exception):
+    """One clear line for the user; exit code 1."""
+
+
+def fail(message: str) -> NoReturn:
+    raise CtlError(message)
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class Api:
+    def __init__(self, server: str | None) -> None:
+        try:
+            cfg = load_client_config(server=server)
+        except ConfigError as e:
+            fail(str(e))
+        self.base = cfg.server.rstrip("/")
+        ctx = ssl.create_default_context(cafile=str(cfg.ca))
+        ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
+        self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0)
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            resp = self.http.request(method, path, **kw)
+        except httpx.ConnectError:
+            fail(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)")
+        except httpx.TimeoutException:
+            fail(f"the Persys gateway at {self.base} did not answer in time")
+        except httpx.HTTPError as e:
+            fail(f"request to {self.base} failed: {e}")
+        if resp.status_code >= 400:
+            try:
+                body = resp.json()
+                msg = body.get("error") or body.get("detail") or resp.text
+            except ValueError:
+                msg = resp.text or resp.reason_phrase
+            fail(str(msg))
+        return resp.json()
+
+
+# --------------------------------------------------------------------------- output helpers
+
+
+def emit(data: Any, output: str, table: Table | None = None) -> None:
+    if output == "json":
+        out.print_json(json.dumps(data))
+    elif output == "yaml":
+        out.print(yaml.safe_dump(data, sort_keys=False).rstrip(), markup=False, highlight=False)
+    elif output == "table" and table is not None:
+        out.print(table)
+    elif output != "table":
+        fail(f"unknown output format {output!r} (use table, json or yaml)")
+
+
+def _age(ts: float) -> str:
+    if not ts:
+        return "-"
+    s = max(0, int(time.time() - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def _workload_table(items: list[dict[str, Any]]) -> Table:
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NAME", "TYPE", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON"):
+        t.add_column(col, overflow="fold")
+    for w in items:
+        reason = w.get("reason", "") if w.get("phase") != "Running" else ""
+        t.add_row(w["name"], w["type"], w["phase"], w.get("node") or "-", w["revision"],
+                  str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)
+    return t
+
+
+def _node_table(items: list[dict[str, Any]]) -> Table:
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NAME", "STATUS", "RUNTIMES", "CPU (alloc/total)", "MEMORY MiB (alloc/total)", "WORKLOADS", "AGE"):
+        t.add_column(col, overflow="fold")
+    for n in items:
+        caps, alloc = n.get("capabilities", {}), n.get("allocated", {})
+        status = n["status"] + (",Cordoned" if n.get("cordoned") else "")
+        t.add_row(n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
+                  f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
+                  f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
+                  str(alloc.get("workloads", 0)), _age(n.get("registeredAt", 0)))
+    return t
+
+
+KINDS = {
+    "workload": "workloads", "workloads": "workloads", "wl": "workloads",
+    "node": "nodes", "nodes": "nodes", "no": "nodes",
+}
+
+
+def _kind(kind: str) -> str:
+    k = KINDS.get(kind.lower())
+    if k is None:
+        fail(f"unknown resource kind {kind!r} (use workloads or nodes)")
+    return k
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for f in files:
+        if str(f) == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            if not f.exists():
+                fail(f"{f}: no such file")
+            text, source = f.read_text(), str(f)
+        try:
+            # Validate locally first: the whole set is refused before anything is written.
+            for m in parse_manifests(text, source):
+                docs.append((source, m.model_dump(mode="json", by_alias=True, exclude_unset=True)))
+        except ManifestError as e:
+            fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
+    return docs
+
+
+@app.command()
+def apply(
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would change; write nothing."),
+    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Create or update workloads from manifests. Idempotent: applying twice changes nothing."""
+    docs = _read_manifest_files(files)
+    api = Api(server)
+    results = []
+    for _source, doc in docs:
+        r = api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
+        results.append(r)
+        if output == "text":
+            verb = "created" if r["created"] else ("configured" if r["changed"] else "unchanged")
+            out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
+    if output != "text":
+        emit(results, output)
+
+
+@app.command()
+def get(
+    kind: str = typer.Argument(..., help="workloads or nodes"),
+    name: str | None = typer.Argument(None, help="Only this one."),
+    node: str = typer.Option("", "--node", help="Workloads on this node only."),
+    output: str = OutputOpt,
+    server: str | None = ServerOpt,
+) -> None:
+    """List workloads or nodes."""
+    k = _kind(kind)
+    api = Api(server)
+    if name:
+        items = [api.request("GET", f"/v1/{k}/{name}")]
+    else:
+        items = api.request("GET", f"/v1/{k}", params={"node": node} if k == "workloads" and node else None)
+    table = _workload_table(items) if k == "workloads" else _node_table(items)
+    if output == "table" and not items:
+        out.print(f"No {k} found.")
+        return
+    emit(items, output, table)
+
+
+def _describe_workload(w: dict[str, Any]) -> str:
+    res = w["spec"].get("resources", {})
+    lines = [
+        f"Name:           {w['name']}",
+        f"Type:           {w['type']}",
+        f"Labels:         {', '.join(f'{k}={v}' for k, v in w['labels'].items()) or '-'}",
+        f"Desired state:  {w['desiredState']}",
+        f"Phase:          {w['phase']}",
+        f"Reason:         {w['reason'] or '-'}",
+        f"Node:           {w['node'] or '-'}",
+        f"Revision:       {w['revision']} (generation {w['generation']}, observed {w['observedRevision'] or '-'})",
+        f"Runtime id:     {w['runtimeId'] or '-'}",
+        f"Restarts:       {w['restarts']}",
+        f"Resources:      cpu {res.get('cpuMillicores', 0)}m, memory {res.get('memoryMb', 0)} MiB, "
+        f"disk {res.get('diskMb', 0)} MiB",
+        f"Usage:          cpu {w['usage'].get('cpuPercent', 0):.1f}%, "
+        f"memory {w['usage'].get('memoryBytes', 0) / 1048576:.1f} MiB",
+    ]
+    if w["message"]:
+        label = "Why pending:" if w["phase"] == "Pending" else "Message:"
+        lines.append(f"{label:<16}{w['message']}")
+    placement = w.get("placement") or {}
+    if placement.get("scores"):
+        lines.append("Placement:")
+        for s in placement["scores"][:5]:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in s.get("breakdown", {}).items())
+            lines.append(f"  {s.get('node_id', '?'):<20} {s.get('total', 0):6.1f}  [{parts}]")
+    return "\n".join(lines)
+
+
+def _describe_node(n: dict[str, Any]) -> str:
+    caps, alloc, usage = n.get("capabilities", {}), n.get("allocated", {}), n.get("usage", {})
+    taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in n.get("taints", []))
+    rts = ", ".join(
+        f"{k} {v.get('version', '')}".strip() + (f" [{', '.join(v['features'])}]" if v.get("features") else "")
+        for k, v in sorted(caps.get("runtimes", {}).items())
+    )
+    return "\n".join([
+        f"Name:           {n['id']}",
+        f"Status:         {n['status']} ({n.get('statusReason', '')})" + (" cordoned" if n.get("cordoned") else ""),
+        f"Address:        {n.get('address') or '-'}",
+        f"Agent version:  {n.get('agentVersion', '')}",
+        f"Runtimes:       {rts or '-'}",
+        f"Storage:        {', '.join(caps.get('storageDrivers', [])) or '-'}",
+        f"Labels:         {', '.join(f'{k}={v}' for k, v in n.get('labels', {}).items()) or '-'}",
+        f"Taints:         {taints or '-'}",
+        f"Capacity:       cpu {caps.get('cpuMillicores', 0)}m, memory {caps.get('memoryMb', 0)} MiB, "
+        f"disk {caps.get('diskMb', 0)} MiB",
+        f"Allocated:      cpu {alloc.get('cpuMillicores', 0)}m, memory {alloc.get('memoryMb', 0)} MiB, "
+        f"disk {alloc.get('diskMb', 0)} MiB",
+        f"Usage:          cpu {usage.get('cpuPercent', 0):.1f}%, memory {usage.get('memoryUsedMb', 0)} MiB",
+        f"Last heartbeat: {_age(n.get('lastHeartbeat', 0))} ago",
+        f"Workloads:      {', '.join(n.get('workloads', [])) or '-'}",
+    ])
+
+
+@app.command()
+def describe(
+    kind: str = typer.Argument(..., help="workload or node"),
+    name: str = typer.Argument(..., help="Its name."),
+    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Show one workload or node in detail, including why a workload is Pending."""
+    k = _kind(kind)
+    api = Api(server)
+    item = api.request("GET", f"/v1/{k}/{name}")
+    if output == "text":
+        text = _describe_workload(item) if k == "workloads" else _describe_node(item)
+        out.print(text, markup=False, highlight=False)
+        events = api.request("GET", "/v1/events", params={"limit": 10, "subject": f"{k[:-1]}/{name}"})
+        if events:
+            out.print("Events:", highlight=False)
+            for e in events:
+                out.print(f"  {_age(e['ts']):>5} ago  {e['kind']:<18} {e['message']}", markup=False,
+                          highlight=False)
+    else:
+        emit(item, output)
+
+
+@app.command()
+def delete(
+    kind: str | None = typer.Argument(None, help="workload"),
+    name: str | None = typer.Argument(None, help="Its name."),
+    files: list[Path] | None = typer.Option(None, "--filename", "-f", help="Delete what these manifests define."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the workload is gone from its node."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait with --wait."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Delete workloads. Idempotent: deleting what is gone is not an error."""
+    names: list[str] = []
+    if files:
+        names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
+    elif kind and name:
+        if _kind(kind) != "workloads":
+            fail("only workloads can be deleted")
+        names = [name]
+    else:
+        fail("give `workload NAME` or -f FILE")
+    api = Api(server)
+    for n in names:
+        r = api.request("DELETE", f"/v1/workloads/{n}")
+        if r["alreadyGone"]:
+            out.print(f"workload/{n} already gone", highlight=False)
+            continue
+        if not wait:
+            out.print(f"workload/{n} deletion requested", highlight=False)
+            continue
+        deadline = time.monotonic() + timeout
+        with err_console.status(f"deleting workload/{n} ..."):
+            while time.monotonic() < deadline:
+                try:
+                    api.request("GET", f"/v1/workloads/{n}")
+                except CtlError:
+                    break
+                time.sleep(0.25)
+            else:
+                fail(f"workload/{n} is still being deleted after {timeout:.0f}s (see `persysctl describe workload {n}`)")
+        out.print(f"workload/{n} deleted", highlight=False)
+
+
+@app.command()
+def events(
+    subject: str = typer.Option("", "--for", help="Only events about this subject, e.g. workload/web."),
+    limit: int = typer.Option(50, "--limit", help="How many, newest last."),
+    output: str = OutputOpt,
+    server: str | None = ServerOpt,
+) -> None:
+    """Show recent cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...)."""
+    items = Api(server).request("GET", "/v1/events", params={"limit": limit, "subject": subject})
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
+        t.add_column(col, overflow="fold")
+    for e in items:
+        t.add_row(_age(e["ts"]), e["kind"], e["subject"], e["message"])
+    emit(items, output, t)
+
+
+@app.command()
+def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
+    """Show the control plane's health and operating mode."""
+    h = Api(server).request("GET", "/v1/health")
+    t = Table(box=None, show_header=False, pad_edge=False)
+    for k, v in h.items():
+        t.add_row(k, str(v))
+    emit(h, output, t)
+
+
+def main() -> None:
+    try:
+        app()
+    except CtlError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # a bug must still end in one line, not a traceback
+        err_console.print(f"error: unexpected {type(e).__name__}: {e} (please report this)", markup=False,
+                          highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""`persys`: run the Persys servers (all-in-one dev cluster, scheduler, agent, gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import typer
+
+from persys.agent.agent import Agent, AgentConfig
+from persys.agent.runtimes.base import Runtime
+from persys.cli.config import ClientConfig, config_path, persys_home
+from persys.gateway.server import start_gateway
+from persys.model import Taint
+from persys.scheduler.core import SchedulerConfig
+from persys.scheduler.server import start_scheduler
+from persys.security.pki import ClusterCA, TLSFiles, standard_identities
+
+app = typer.Typer(
+    name="persys",
+    help=(
+        "Run Persys servers.\n\n"
+        "  persys dev         all-in-one cluster on embedded defaults (no servers needed)\n\n"
+        "  persys scheduler   a scheduler replica (etcd + Redis in production)\n\n"
+        "  persys agent       the node agent\n\n"
+        "  persys gateway     the REST gateway\n\n"
+        "  persys certs init  a cluster CA and certificates for the components"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+certs_app = typer.Typer(help="Manage the built-in cluster CA.", no_args_is_help=True)
+app.add_typer(certs_app, name="certs")
+
+log = logging.getLogger("persys")
+
+
+class ServerError(Exception):
+    pass
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    for noisy in ("aiodocker", "asyncio", "uvicorn.error", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ServerError(f"label {item!r} must look like key=value")
+        out[k] = v
+    return out
+
+
+def _parse_taints(items: list[str]) -> list[Taint]:
+    taints = []
+    for item in items:
+        kv, _, effect = item.partition(":")
+        k, _, v = kv.partition("=")
+        if not k or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ServerError(f"taint {item!r} must look like key=value:NoSchedule|PreferNoSchedule|NoExecute")
+        taints.append(Taint(key=k, value=v, effect=effect))  # type: ignore[arg-type]
+    return taints
+
+
+def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
+    files = TLSFiles(directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key")
+    for f in (files.ca, files.cert, files.key):
+        if not f.exists():
+            raise ServerError(f"{f} is missing (create certificates with `persys certs init --dir {directory}`)")
+    return files
+
+
+def default_runtimes(state_dir: Path) -> list[Runtime]:
+    from persys.agent.runtimes.docker import DockerRuntime
+    from persys.agent.runtimes.process import ProcessRuntime
+
+    return [DockerRuntime(), ProcessRuntime(state_dir / "runtimes")]
+
+
+async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    try:
+        await started()
+        await done.wait()
+    finally:
+        print("\nstopping ...", file=sys.stderr, flush=True)
+        await stop()
+
+
+def _run(coro: Callable[[], Awaitable[None]]) -> None:
+    try:
+        asyncio.run(coro())  # type: ignore[arg-type]
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------- persys dev
+
+
+@app.command()
+def dev(
+    data_dir: Path = typer.Option(None, "--data-dir", help="State directory (default $PERSYS_HOME/dev)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address the API listens on."),
+    port: int = typer.Option(8080, "--port", help="Gateway (REST API) port."),
+    scheduler_port: int = typer.Option(0, "--scheduler-port", help="Scheduler gRPC port (0 = any free port)."),
+    node_id: str = typer.Option("dev-node", "--node-id", help="Name of the local node."),
+    label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
+    node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run scheduler, agent and gateway in one process on the embedded store and event log.
+
+    State lives in --data-dir (SQLite), so a restart finds the same cluster. Ctrl-C stops the
+    control plane; running workloads are left alone and adopted again on the next start.
+    """
+    _setup_logging(verbose)
+    data = (data_dir or persys_home() / "dev").resolve()
+
+    async def main() -> None:
+        t0 = time.monotonic()
+        data.mkdir(parents=True, exist_ok=True)
+        if not _port_free(host, port):
+            raise ServerError(f"port {port} on {host} is in use (choose another with --port)")
+        ca = ClusterCA(data / "pki")
+        ca.ensure()
+        ids = standard_identities(ca, node_id, hosts=tuple(dict.fromkeys(("localhost", "127.0.0.1", host))))
+        sched_port = scheduler_port or _free_port(host)
+        target = f"{host}:{sched_port}"
+        parts: list[Callable[[], Awaitable[None]]] = []
+
+        async def started() -> None:
+            sched = await start_scheduler(
+                f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
+                SchedulerConfig(node_grace_seconds=node_grace),
+            )
+            parts.append(sched.stop)
+            agent = Agent(
+                AgentConfig(node_id=node_id, scheduler=target, tls=ids["agent"], state_dir=data / "agent",
+                            labels=_parse_labels(label)),
+                default_runtimes(data / "agent"),
+            )
+            await agent.start()
+            parts.append(agent.stop)
+            gw = await start_gateway(target, host, port, ids["gateway"])
+            parts.append(gw.stop)
+            cfg_path = ClientConfig(f"https://{host}:{gw.port}", ids["admin"].ca, ids["admin"].cert,
+                                    ids["admin"].key).save()
+            await asyncio.wait_for(agent.registered.wait(), timeout=30)
+            runtimes = ", ".join(sorted(agent.runtimes)) or "none"
+            print(
+                f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
+                f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json)\n"
+                f"  node:      {node_id} (runtimes: {runtimes})\n"
+                f"  state:     {data}\n"
+                f"  persysctl: configured in {cfg_path}\n"
+                f"Press Ctrl-C to stop.",
+                flush=True,
+            )
+
+        async def stop() -> None:
+            for part in reversed(parts):
+                with contextlib.suppress(Exception):
+                    await part()
+
+        await _until_signalled(started, stop)
+
+    _run(main)
+
+
+# --------------------------------------------------------------------------- separate servers
+
+
+@app.command()
+def scheduler(
+    listen: str = typer.Option("0.0.0.0:7443", "--listen", help="gRPC address."),
+    store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port] or sqlite:///path.db"),
+    events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
+    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key."),
+    node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run a scheduler replica."""
+    _setup_logging(verbose)
+
+    async def main() -> None:
+        tls = _tls_from_dir(tls_dir, "scheduler")
+        holder = []
+
+        async def started() -> None:
+            s = await start_scheduler(store, events, listen, tls, SchedulerConfig(node_grace_seconds=node_grace))
+            holder.append(s)
+            print(f"scheduler ready on port {s.port}", flush=True)
+
+        async def stop() -> None:
+            for s in holder:
+                await s.stop()
+
+        await _until_signalled(started, stop)
+
+    _run(main)
+
+
+@app.command()
+def agent(
+    scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
+    node_id: str = typer.Option(socket.gethostname(), "--node-id", help="This node's name."),
+    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt and node-<id>.crt/.key."),
+    state_dir: Path = typer.Option(Path("/var/lib/persys/agent"), "--state-dir"),
+    label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
+    taint: list[str] = typer.Option([], "--taint", help="Node taint key=value:Effect (repeatable)."),
+    cpu_millicores: int = typer.Option(0, "--cpu-millicores", help="Advertised CPU (0 = measure)."),
+    memory_mb: int = typer.Option(0, "--memory-mb", help="Advertised memory (0 = measure)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the node agent."""
+    _setup_logging(verbose)
+
+    async def main() -> None:
+        tls = _tls_from_dir(tls_dir, f"node-{node_id}")
+        a = Agent(
+            AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
+                        labels=_parse_labels(label), taints=_parse_taints(taint),
+                        cpu_millicores=cpu_millicores, memory_mb=memory_mb),
+            default_runtimes(state_dir),
+        )
+
+        async def started() -> None:
+            await a.start()
+            print(f"agent {node_id} started (runtimes: {', '.join(sorted(a.runtimes)) or 'none'})", flush=True)
+
+        await _until_signalled(started, a.stop)
+
+    _run(main)
+
+
+@app.command()
+def gateway(
+    scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
+    listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HTTPS address host:port."),
+    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, gateway.crt, gateway.key."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the REST gateway."""
+    _setup_logging(verbose)
+    host, _, port_s = listen.rpartition(":")
+
+    async def main() -> None:
+        tls = _tls_from_dir(tls_dir, "gateway")
+        if not port_s.isdigit():
+            raise ServerError(f"--listen {listen!r} must be host:port")
+        if not _port_free(host, int(port_s)):
+            raise ServerError(f"port {port_s} on {host} is in use")
+        holder = []
+
+        async def started() -> None:
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls)
+            holder.append(gw)
+            print(f"gateway ready on https://{host}:{gw.port}", flush=True)
+
+        async def stop() -> None:
+            for gw in holder:
+                await gw.stop()
+
+        await _until_signalled(started, stop)
+
+    _run(main)
+
+
+@certs_app.command("init")
+def certs_init(
+    directory: Path = typer.Option(..., "--dir", help="Where to write ca.crt/ca.key and the leaf certificates."),
+    node: list[str] = typer.Option([], "--node", help="Issue an agent certificate for this node (repeatable)."),
+    host: list[str] = typer.Option(["localhost", "127.0.0.1"], "--host", help="DNS name or IP the servers use."),
+) -> None:
+    """Create the cluster CA (once) and certificates for scheduler, gateway, admin and nodes. Idempotent."""
+    ca = ClusterCA(directory)
+    ca.ensure()
+    hosts = tuple(host)
+    issued = [ca.issue(n, n, hosts) for n in ("scheduler", "gateway", "admin")]
+    issued += [ca.issue(f"node-{n}", f"node:{n}", hosts) for n in node]
+    for f in issued:
+        print(f"{f.cert}")
+    print(f"CA: {ca.ca_cert_path}\npersysctl: point {config_path()} at admin.crt/admin.key")
+
+
+def main() -> None:
+    try:
+        app()
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

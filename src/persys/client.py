@@ -1,0 +1,75 @@
+"""An async client of the scheduler's AgentControl API (used by the gateway and tests)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.security.grpc_tls import secure_channel
+from persys.security.pki import TLSFiles
+
+
+class SchedulerError(Exception):
+    """A refused or failed call, with the gRPC status code name (e.g. NOT_FOUND)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class SchedulerClient:
+    def __init__(self, target: str, tls: TLSFiles, timeout: float = 10.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = secure_channel(target, tls)
+        self._stub = pb_grpc.AgentControlStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            details = err.details() or code.name
+            if code == grpc.StatusCode.UNAVAILABLE:
+                details = f"scheduler at {self.target} is unreachable: {details}"
+            raise SchedulerError(code.name, details) from None
+
+    async def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        resp = await self._call("ApplyWorkload", pb.ApplyWorkloadRequest(
+            manifest_json=json.dumps(manifest).encode(), dry_run=dry_run))
+        return {"id": resp.workload_id, "created": resp.created, "changed": resp.changed,
+                "workload": json.loads(resp.workload_json or b"{}")}
+
+    async def delete(self, workload_id: str) -> dict[str, Any]:
+        resp = await self._call("DeleteWorkload", pb.DeleteWorkloadRequest(workload_id=workload_id))
+        return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}
+
+    async def get_workload(self, workload_id: str) -> dict[str, Any]:
+        return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)  # type: ignore[no-any-return]
+
+    async def list_workloads(self, node_id: str = "") -> list[dict[str, Any]]:
+        resp = await self._call("ListWorkloads", pb.ListRequest(node_id=node_id))
+        return [json.loads(i) for i in resp.items]
+
+    async def get_node(self, node_id: str) -> dict[str, Any]:
+        return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)  # type: ignore[no-any-return]
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return [json.loads(i) for i in (await self._call("ListNodes", pb.ListRequest())).items]
+
+    async def events(self, limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
+        resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))
+        return [json.loads(i) for i in resp.items]
+
+    async def health(self) -> dict[str, Any]:
+        h = await self._call("Health", pb.HealthRequest())
+        return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
+                "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail}

@@ -1,0 +1,1 @@
+"""The REST gateway over the scheduler's gRPC API."""

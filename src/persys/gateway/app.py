@@ -1,0 +1,103 @@
+"""REST API (FastAPI). Serves its OpenAPI document and docs pages with no CDN.
+
+Every route maps one-to-one onto an AgentControl call; scheduler errors become HTTP errors
+with a JSON body `{"error": "...", "problems": [...]}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
+
+from persys import __version__
+from persys.client import SchedulerClient, SchedulerError
+
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "FAILED_PRECONDITION": 409,
+    "PERMISSION_DENIED": 403,
+    "UNAUTHENTICATED": 401,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+
+
+def create_app(client: SchedulerClient) -> FastAPI:
+    app = FastAPIOffline(
+        title="Persys API",
+        version=__version__,
+        description="Workloads, nodes and events of a Persys cluster.",
+    )
+
+    @app.exception_handler(SchedulerError)
+    async def _scheduler_error(_req: Request, err: SchedulerError) -> JSONResponse:
+        problems = err.message.split("; ") if err.code == "INVALID_ARGUMENT" else []
+        return JSONResponse({"error": err.message, "code": err.code, "problems": problems},
+                            status_code=HTTP_STATUS.get(err.code, 502))
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the gateway process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> JSONResponse:
+        """Readiness: the scheduler answers and is in normal mode."""
+        try:
+            h = await client.health()
+        except SchedulerError as err:
+            return JSONResponse({"ready": False, "error": err.message}, status_code=503)
+        ready = h["mode"] == "normal" and h["storeOk"]
+        return JSONResponse({"ready": ready, **h}, status_code=200 if ready else 503)
+
+    @app.get("/v1/health", tags=["health"])
+    async def health() -> dict[str, Any]:
+        return await client.health()
+
+    @app.post("/v1/workloads", tags=["workloads"])
+    async def apply_workload(request: Request, dryRun: bool = False) -> JSONResponse:
+        """Create or update a workload from a manifest (JSON, or YAML with a YAML content type)."""
+        body = await request.body()
+        try:
+            doc = yaml.safe_load(body) if body else None
+        except yaml.YAMLError:
+            return JSONResponse({"error": "(document): body is not valid JSON or YAML", "problems": []},
+                                status_code=400)
+        if not isinstance(doc, dict):
+            return JSONResponse({"error": "(document): expected one manifest object", "problems": []},
+                                status_code=400)
+        result = await client.apply(doc, dry_run=dryRun)
+        return JSONResponse(result, status_code=201 if result["created"] and not dryRun else 200)
+
+    @app.get("/v1/workloads", tags=["workloads"])
+    async def list_workloads(node: str = "") -> list[dict[str, Any]]:
+        return await client.list_workloads(node)
+
+    @app.get("/v1/workloads/{workload_id}", tags=["workloads"])
+    async def get_workload(workload_id: str) -> dict[str, Any]:
+        return await client.get_workload(workload_id)
+
+    @app.delete("/v1/workloads/{workload_id}", tags=["workloads"])
+    async def delete_workload(workload_id: str) -> dict[str, Any]:
+        return await client.delete(workload_id)
+
+    @app.get("/v1/nodes", tags=["nodes"])
+    async def list_nodes() -> list[dict[str, Any]]:
+        return await client.list_nodes()
+
+    @app.get("/v1/nodes/{node_id}", tags=["nodes"])
+    async def get_node(node_id: str) -> dict[str, Any]:
+        return await client.get_node(node_id)
+
+    @app.get("/v1/events", tags=["events"])
+    async def events(limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
+        return await client.events(limit, subject)
+
+    return app

@@ -1,0 +1,55 @@
+"""Serving the gateway over HTTPS with client-certificate verification (mutual TLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+
+import uvicorn
+
+from persys.client import SchedulerClient
+from persys.gateway.app import create_app
+from persys.security.pki import TLSFiles
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningGateway:
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+    client: SchedulerClient
+    port: int
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+        await self.client.close()
+
+
+async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles) -> RunningGateway:
+    client = SchedulerClient(scheduler_target, tls)
+    config = uvicorn.Config(
+        create_app(client),
+        host=host,
+        port=port,
+        ssl_certfile=str(tls.cert),
+        ssl_keyfile=str(tls.key),
+        ssl_ca_certs=str(tls.ca),
+        ssl_cert_reqs=ssl.CERT_REQUIRED,
+        log_level="warning",
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller owns signals
+    task = asyncio.create_task(server.serve(), name="gateway")
+    while not server.started:
+        if task.done():
+            await task  # re-raises the startup error (e.g. port in use)
+            raise OSError(f"gateway could not start on {host}:{port}")
+        await asyncio.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+    log.info("gateway listening on https://%s:%d", host, bound)
+    return RunningGateway(server, task, client, bound)

@@ -1,0 +1,1 @@
+"""The scheduler: durable desired state, placement and convergence. It decides; agents execute."""

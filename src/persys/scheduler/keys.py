@@ -1,0 +1,41 @@
+"""The durable key layout (etcd or the embedded store). Values are JSON documents.
+
+    /persys/cluster                          cluster marker: {"id", "created_at"}
+    /persys/workloads/<workload>             Workload: desired spec, revision, generation
+    /persys/status/<workload>                WorkloadStatus: phase, node, reason, placement
+    /persys/nodes/<node>                     Node: capabilities, labels, taints, Ready/NotReady
+    /persys/assignments/<node>/<workload>    Assignment: what one agent must run, fenced by generation
+
+Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
+(and events go to the event stream), so liveness traffic never writes to the store.
+"""
+
+from __future__ import annotations
+
+ROOT = "/persys/"
+CLUSTER = "/persys/cluster"
+WORKLOADS = "/persys/workloads/"
+STATUS = "/persys/status/"
+NODES = "/persys/nodes/"
+ASSIGNMENTS = "/persys/assignments/"
+
+
+def workload(workload_id: str) -> str:
+    return WORKLOADS + workload_id
+
+
+def status(workload_id: str) -> str:
+    return STATUS + workload_id
+
+
+def node(node_id: str) -> str:
+    return NODES + node_id
+
+
+def assignment(node_id: str, workload_id: str) -> str:
+    return f"{ASSIGNMENTS}{node_id}/{workload_id}"
+
+
+def parse_assignment(key: str) -> tuple[str, str]:
+    node_id, _, workload_id = key.removeprefix(ASSIGNMENTS).partition("/")
+    return node_id, workload_id

@@ -1,0 +1,58 @@
+"""Running a scheduler: open its store and event stream, serve AgentControl over mTLS."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import grpc
+
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.events import open_events
+from persys.events.base import EventBus
+from persys.scheduler.core import Scheduler, SchedulerConfig
+from persys.scheduler.service import AgentControlService
+from persys.security.grpc_tls import server_credentials
+from persys.security.pki import TLSFiles
+from persys.store import open_store
+from persys.store.base import StateStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningScheduler:
+    scheduler: Scheduler
+    server: grpc.aio.Server
+    port: int
+    store: StateStore
+    events: EventBus
+
+    async def stop(self, grace: float = 1.0) -> None:
+        await self.server.stop(grace)
+        await self.scheduler.stop()
+        await self.events.close()
+        await self.store.close()
+
+
+async def start_scheduler(
+    store_url: str,
+    events_url: str,
+    listen: str,
+    tls: TLSFiles,
+    config: SchedulerConfig | None = None,
+    store_tls: TLSFiles | None = None,
+) -> RunningScheduler:
+    store = open_store(store_url, tls=store_tls)
+    events = open_events(events_url)
+    scheduler = Scheduler(store, events, config)
+    await scheduler.start()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)
+    port = server.add_secure_port(listen, server_credentials(tls))
+    if port == 0:
+        await scheduler.stop()
+        raise OSError(f"cannot listen on {listen}")
+    await server.start()
+    log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, events_url)
+    return RunningScheduler(scheduler, server, port, store, events)

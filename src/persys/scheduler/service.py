@@ -1,0 +1,219 @@
+"""The AgentControl gRPC service: a thin translation between protobuf and the Scheduler.
+
+Authorization is by certificate identity: an agent (`node:<id>`) may only speak for its own
+node and cannot call the client operations; `gateway`, `admin` and `scheduler` may call all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from pydantic import ValidationError
+
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint
+from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
+from persys.scheduler.core import MutationRefused, NotFound, Scheduler, WorkloadReport
+from persys.security.grpc_tls import peer_identity
+from persys.store.base import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+CLIENT_IDENTITIES = {"gateway", "admin", "scheduler"}
+
+STATE_TO_PHASE = {
+    pb.WORKLOAD_STATE_PENDING: Phase.SCHEDULED,
+    pb.WORKLOAD_STATE_RUNNING: Phase.RUNNING,
+    pb.WORKLOAD_STATE_STOPPED: Phase.STOPPED,
+    pb.WORKLOAD_STATE_FAILED: Phase.FAILED,
+    pb.WORKLOAD_STATE_MISSING: Phase.SCHEDULED,
+}
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class AgentControlService(pb_grpc.AgentControlServicer):
+    def __init__(self, scheduler: Scheduler, require_identity: bool = True) -> None:
+        self.s = scheduler
+        self.require_identity = require_identity
+
+    # ---------------------------------------------------------------- authorization
+
+    async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
+        if not node_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
+        if self.require_identity:
+            who = peer_identity(context)
+            if who != f"node:{node_id}" and who not in CLIENT_IDENTITIES:
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"certificate {who or '(none)'} may not act for node {node_id}",
+                )
+
+    async def _as_client(self, context: grpc.aio.ServicerContext) -> None:
+        if self.require_identity:
+            who = peer_identity(context)
+            if who not in CLIENT_IDENTITIES:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"certificate {who or '(none)'} may not call client operations")
+
+    # ---------------------------------------------------------------- agent side
+
+    async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.RegisterNodeResponse:
+        await self._as_node(request.node_id, context)
+        caps = request.capabilities
+        node = Node(
+            id=request.node_id,
+            address=request.address,
+            agent_version=request.agent_version,
+            capabilities=Capabilities(
+                runtimes={r.workload_type: RuntimeInfo(version=r.version, features=list(r.features))
+                          for r in caps.runtimes},
+                storage_drivers=list(caps.storage_drivers),
+                cpu_millicores=caps.cpu_millicores,
+                memory_mb=caps.memory_mb,
+                disk_mb=caps.disk_mb,
+            ),
+            labels=dict(request.labels),
+            taints=[Taint(key=t.key, value=t.value, effect=t.effect or "NoSchedule") for t in request.taints],
+        )
+        try:
+            await self.s.register(node)
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        cfg = self.s.config
+        return pb.RegisterNodeResponse(
+            accepted=True,
+            heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
+            report_interval_seconds=cfg.report_interval_seconds,
+        )
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.HeartbeatResponse:
+        await self._as_node(request.node_id, context)
+        u = request.usage
+        known = self.s.heartbeat(
+            request.node_id,
+            NodeUsage(cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb,
+                      disk_used_mb=u.disk_used_mb, workloads=u.workloads),
+        )
+        return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
+
+    async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.ReportStatusResponse:
+        await self._as_node(request.node_id, context)
+        reports = [
+            WorkloadReport(
+                workload_id=r.workload_id, revision=r.revision, generation=r.generation,
+                phase=STATE_TO_PHASE.get(r.state, Phase.SCHEDULED), reason=r.reason, message=r.message,
+                terminal=r.terminal, runtime_id=r.runtime_id, restarts=r.restarts,
+                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes,
+            )
+            for r in request.workloads
+        ]
+        try:
+            await self.s.report(request.node_id, reports, request.complete)
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        return pb.ReportStatusResponse(accepted=True)
+
+    async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
+                               ) -> AsyncIterator[pb.DesiredState]:
+        await self._as_node(request.node_id, context)
+        async for assignments in self.s.desired_stream(request.node_id):
+            items = []
+            for a in assignments:
+                w = self.s.state.workloads.get(a.workload_id)
+                if w is None:
+                    continue
+                items.append(pb.AssignedWorkload(
+                    workload_id=a.workload_id, revision=a.revision, generation=a.generation,
+                    desired_state=str(a.desired_state), spec_json=w.value.spec.to_json(),
+                ))
+            yield pb.DesiredState(workloads=items, mode=self.s.mode, store_revision=self.s.state.revision)
+
+    # ---------------------------------------------------------------- client side
+
+    async def ApplyWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.ApplyWorkloadResponse:
+        await self._as_client(context)
+        try:
+            doc = json.loads(request.manifest_json)
+            manifest = validate_manifest(doc)
+        except json.JSONDecodeError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"(document): not valid JSON: {err}")
+        except ManifestError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
+        except ValidationError as err:  # pragma: no cover - validate_manifest converts these
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
+        try:
+            w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.ABORTED, str(err))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
+        return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
+                                        workload_json=_dumps(view))
+
+    async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.DeleteWorkloadResponse:
+        await self._as_client(context)
+        try:
+            deleted, gone = await self.s.delete(request.workload_id)
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.ABORTED, str(err))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
+
+    async def GetWorkload(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        try:
+            return pb.Document(json=_dumps(self.s.workload_view(request.id)))
+        except NotFound:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"workload {request.id!r} not found")
+        raise AssertionError("unreachable")
+
+    async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+        await self._as_client(context)
+        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_workload_views(request.node_id)])
+
+    async def GetNode(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        try:
+            return pb.Document(json=_dumps(self.s.node_view(request.id)))
+        except NotFound:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"node {request.id!r} not found")
+        raise AssertionError("unreachable")
+
+    async def ListNodes(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+        await self._as_client(context)
+        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_node_views()])
+
+    async def ListEvents(self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.DocumentList:
+        await self._as_client(context)
+        try:
+            events = await self.s.events.recent(limit=request.limit or 100, subject=request.subject or None)
+        except Exception as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event stream unavailable: {err}")
+        return pb.DocumentList(items=[
+            _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
+                    "message": e.message}) for e in events
+        ])
+
+    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
+        h = await self.s.health()
+        return pb.HealthResponse(
+            mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
+            nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
+        )

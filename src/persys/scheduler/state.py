@@ -1,0 +1,191 @@
+"""An in-memory mirror of the durable state, kept current by a store watch (an informer).
+
+Reads are served from memory; writes go to the store with compare-and-swap and are folded
+into the mirror as soon as they commit, so the writer sees its own writes at once. The watch
+later delivers the same revision again, which is ignored. Tombstones stop an older put from
+resurrecting a key that a newer delete removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from persys.model import Assignment, Node, Workload, WorkloadStatus
+from persys.scheduler import keys
+from persys.store.base import Compare, Delete, Put, StateStore, WatchEvent
+
+log = logging.getLogger(__name__)
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(slots=True)
+class Versioned(Generic[T]):
+    value: T
+    mod_revision: int
+
+
+Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment
+
+
+class ClusterState:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.workloads: dict[str, Versioned[Workload]] = {}
+        self.statuses: dict[str, Versioned[WorkloadStatus]] = {}
+        self.nodes: dict[str, Versioned[Node]] = {}
+        self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
+        self.placement_of: dict[str, str] = {}  # workload -> node
+        self.cluster_marker: dict[str, object] | None = None
+        self.revision = 0
+        self._tombstones: dict[str, int] = {}
+        self._revs: dict[str, int] = {}
+        self._listeners: list[Listener] = []
+        self._watch_task: asyncio.Task[None] | None = None
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    async def load(self) -> None:
+        kvs, rev = await self.store.range(keys.ROOT)
+        for kv in kvs:
+            self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
+        self.revision = rev
+
+    def start_following(self) -> None:
+        self._watch_task = asyncio.create_task(self._follow(), name="state-watch")
+
+    async def stop(self) -> None:
+        if self._watch_task:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for ev in self.store.watch(keys.ROOT, start_revision=self.revision + 1):
+                    self._apply_event(ev)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the store's watch resumes itself; this is a last resort
+                log.warning("state watch interrupted (%s); resuming from revision %d", err, self.revision)
+                await asyncio.sleep(1.0)
+
+    def _apply_event(self, ev: WatchEvent) -> None:
+        if ev.type == "put":
+            self._apply_put(ev.kv.key, ev.kv.value, ev.kv.mod_revision)
+        else:
+            self._apply_delete(ev.kv.key, ev.revision)
+        self.revision = max(self.revision, ev.revision)
+        # Older events can no longer arrive: drop tombstones the watch has passed.
+        if len(self._tombstones) > 1024:
+            self._tombstones = {k: r for k, r in self._tombstones.items() if r > self.revision}
+
+    # --- folding documents into the mirror ---
+
+    def _stale(self, key: str, rev: int) -> bool:
+        return rev <= self._revs.get(key, 0) or rev <= self._tombstones.get(key, 0)
+
+    def _apply_put(self, key: str, value: bytes, rev: int, notify: bool = True) -> None:
+        if self._stale(key, rev):
+            return
+        self._revs[key] = rev
+        self._tombstones.pop(key, None)
+        kind, ident = self._fold(key, value, rev)
+        if notify and kind:
+            self._notify(kind, ident)
+
+    def _apply_delete(self, key: str, rev: int) -> None:
+        if self._stale(key, rev):
+            return
+        self._revs.pop(key, None)
+        self._tombstones[key] = rev
+        kind, ident = self._unfold(key)
+        if kind:
+            self._notify(kind, ident)
+
+    def _fold(self, key: str, value: bytes, rev: int) -> tuple[str, str]:
+        try:
+            if key.startswith(keys.WORKLOADS):
+                w = Workload.model_validate_json(value)
+                self.workloads[w.id] = Versioned(w, rev)
+                return "workload", w.id
+            if key.startswith(keys.STATUS):
+                wid = key.removeprefix(keys.STATUS)
+                self.statuses[wid] = Versioned(WorkloadStatus.model_validate_json(value), rev)
+                return "status", wid
+            if key.startswith(keys.NODES):
+                n = Node.model_validate_json(value)
+                self.nodes[n.id] = Versioned(n, rev)
+                return "node", n.id
+            if key.startswith(keys.ASSIGNMENTS):
+                a = Assignment.model_validate_json(value)
+                self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
+                self.placement_of[a.workload_id] = a.node_id
+                return "assignment", f"{a.node_id}/{a.workload_id}"
+            if key == keys.CLUSTER:
+                self.cluster_marker = json.loads(value)
+                return "cluster", ""
+        except ValueError as err:
+            log.error("ignoring undecodable document at %s: %s", key, err)
+        return "", ""
+
+    def _unfold(self, key: str) -> tuple[str, str]:
+        if key.startswith(keys.WORKLOADS):
+            wid = key.removeprefix(keys.WORKLOADS)
+            self.workloads.pop(wid, None)
+            return "workload", wid
+        if key.startswith(keys.STATUS):
+            wid = key.removeprefix(keys.STATUS)
+            self.statuses.pop(wid, None)
+            return "status", wid
+        if key.startswith(keys.NODES):
+            nid = key.removeprefix(keys.NODES)
+            self.nodes.pop(nid, None)
+            return "node", nid
+        if key.startswith(keys.ASSIGNMENTS):
+            nid, wid = keys.parse_assignment(key)
+            per_node = self.assignments.get(nid, {})
+            per_node.pop(wid, None)
+            if not per_node:
+                self.assignments.pop(nid, None)
+            if self.placement_of.get(wid) == nid:
+                del self.placement_of[wid]
+            return "assignment", f"{nid}/{wid}"
+        if key == keys.CLUSTER:
+            self.cluster_marker = None
+            return "cluster", ""
+        return "", ""
+
+    def _notify(self, kind: str, ident: str) -> None:
+        for listener in self._listeners:
+            try:
+                listener(kind, ident)
+            except Exception:  # a listener bug must not stop the mirror
+                log.exception("state listener failed")
+
+    # --- writes ---
+
+    def rev_of(self, key: str) -> int:
+        """The mod revision the mirror holds for `key` (0 = absent), for compare-and-swap."""
+        return self._revs.get(key, 0)
+
+    async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> bool:
+        """Apply `ops` atomically if every compare holds; fold them into the mirror on success."""
+        rev = await self.store.txn(compares, ops)
+        if rev is None:
+            return False
+        for op in ops:
+            if isinstance(op, Put):
+                self._apply_put(op.key, op.value, rev)
+            else:
+                self._apply_delete(op.key, rev)
+        return True

@@ -129,12 +129,13 @@ class WorkloadSpec(Model):
 
     @model_validator(mode="after")
     def _type_spec_present(self) -> WorkloadSpec:
-        for t in WORKLOAD_TYPES:
-            present = getattr(self, t) is not None
-            if t == self.type and not present:
-                raise ValueError(f"type is {self.type!r} but spec.{self.type} is missing")
-            if t != self.type and present:
-                raise ValueError(f"spec.{t} is given but type is {self.type!r}")
+        problems = []
+        if getattr(self, self.type) is None:
+            problems.append(f"type is {self.type!r} but spec.{self.type} is missing")
+        problems += [f"spec.{t} is given but type is {self.type!r}"
+                     for t in WORKLOAD_TYPES if t != self.type and getattr(self, t) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def spec_revision(self) -> str:

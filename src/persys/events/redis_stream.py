@@ -1,0 +1,160 @@
+"""EventBus on a Redis Stream (XADD MAXLEN ~, XREVRANGE, blocking XREAD).
+
+Publishing is best effort: while Redis is down, publish() drops the event, counts it in
+`dropped`, logs once per outage and returns "". Subscribers retry and resume after the last
+id they delivered, so a tail survives a Redis restart (events dropped meanwhile are lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from persys.events.base import ClusterEvent, EventsUnavailable
+
+log = logging.getLogger(__name__)
+
+_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _decode(event_id: Any, data: dict[Any, Any]) -> ClusterEvent:
+    d = {_s(k): _s(v) for k, v in data.items()}
+    try:
+        fields = json.loads(d.get("fields", "{}"))
+    except ValueError:
+        fields = {}
+    return ClusterEvent(
+        kind=d.get("kind", ""),
+        subject=d.get("subject", ""),
+        message=d.get("message", ""),
+        reason=d.get("reason", ""),
+        fields={str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else {},
+        ts=float(d.get("ts", "0") or 0),
+        id=_s(event_id),
+    )
+
+
+class RedisEventBus:
+    def __init__(
+        self,
+        url: str,
+        *,
+        stream: str = "persys:events",
+        maxlen: int = 10_000,
+        timeout: float = 2.0,
+        block_ms: int = 1000,
+    ) -> None:
+        self.url = url
+        self.stream = stream
+        self.maxlen = maxlen
+        self.block_ms = block_ms
+        self.dropped = 0
+        self._outage = False
+        # No client-side retries: a publish during an outage should fail fast and be dropped.
+        common: dict[str, Any] = {
+            "protocol": 2,  # redis-py 8 defaults to RESP3; we parse RESP2 replies
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, **common)
+        # Blocking XREADs hold a connection; give them their own pool and a longer timeout.
+        self._sub_redis = aioredis.Redis.from_url(url, socket_timeout=timeout + block_ms / 1000, **common)
+
+    async def publish(self, event: ClusterEvent) -> str:
+        data = {
+            "kind": event.kind,
+            "subject": event.subject,
+            "message": event.message,
+            "reason": event.reason,
+            "fields": json.dumps(event.fields, separators=(",", ":")),
+            "ts": repr(event.ts),
+        }
+        try:
+            event_id = await self._redis.xadd(self.stream, data, maxlen=self.maxlen, approximate=True)  # type: ignore[arg-type]
+        except _DOWN as e:
+            self.dropped += 1
+            if not self._outage:
+                self._outage = True
+                log.warning("event bus: redis at %s unreachable, dropping events: %s", self.url, e)
+            return ""
+        except RedisError as e:
+            self.dropped += 1
+            log.warning("event bus: publish failed: %s", e)
+            return ""
+        if self._outage:
+            self._outage = False
+            log.info("event bus: redis at %s reachable again (%d dropped so far)", self.url, self.dropped)
+        return _s(event_id)
+
+    async def recent(self, limit: int = 100, subject: str | None = None) -> list[ClusterEvent]:
+        out: list[ClusterEvent] = []
+        upper = "+"
+        page = max(limit, 100) if subject is None else 500
+        try:
+            while len(out) < limit:
+                rows: Any = await self._redis.xrevrange(self.stream, max=upper, count=page)
+                for event_id, data in rows:
+                    ev = _decode(event_id, data)
+                    if subject is None or ev.subject == subject:
+                        out.append(ev)
+                        if len(out) >= limit:
+                            break
+                if len(rows) < page:
+                    break
+                upper = "(" + _s(rows[-1][0])  # exclusive bound: continue below the last id
+        except _DOWN as e:
+            raise EventsUnavailable(f"redis at {self.url} unreachable: {e}") from e
+        out.reverse()
+        return out
+
+    async def _last_id(self) -> str:
+        rows: Any = await self._sub_redis.xrevrange(self.stream, count=1)
+        return _s(rows[0][0]) if rows else "0-0"
+
+    async def subscribe(self, since_id: str | None = None) -> AsyncIterator[ClusterEvent]:
+        # Start from a concrete id rather than "$" so nothing published between two
+        # XREAD calls (or during a reconnect) is skipped.
+        cursor = since_id
+        backoff = 0.1
+        while True:
+            try:
+                if cursor is None:
+                    cursor = await self._last_id()
+                reply: Any = await self._sub_redis.xread(
+                    {self.stream: cursor}, block=self.block_ms, count=500
+                )
+                backoff = 0.1
+            except _DOWN as e:
+                log.debug("event subscribe: redis unreachable, retrying: %s", e)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for _stream, entries in reply or []:
+                for event_id, data in entries:
+                    ev = _decode(event_id, data)
+                    cursor = ev.id
+                    yield ev
+
+    async def healthy(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+        await self._sub_redis.aclose()

@@ -1,0 +1,210 @@
+"""The StateStore interface shared by every backend, plus small helpers.
+
+Revisions follow etcd's model: one store-wide counter, bumped once per successful write
+(a transaction with several ops produces a single revision).  Per key we keep the revision
+that created it, the revision of its last change and a version (number of puts since creation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    # For "delete", kv.value == b"" and kv.mod_revision == revision (the revision of the delete).
+    type: Literal["put", "delete"]
+    kv: KeyValue
+    revision: int
+
+
+class StoreError(Exception):
+    """Base class of every store failure."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached (or did not answer within the deadline)."""
+
+
+class CompactedError(StoreError):
+    """The requested revision is older than the retained history."""
+
+
+class LeaseNotFound(StoreError):
+    """The lease does not exist (never granted, revoked or expired)."""
+
+
+@dataclass(frozen=True)
+class Compare:
+    key: str
+    mod_revision: int  # 0 means "key must not exist"
+
+
+@dataclass(frozen=True)
+class Put:
+    key: str
+    value: bytes
+    lease: int = 0
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: str
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    ca: Path
+    cert: Path
+    key: Path
+    # Name to verify in the server certificate; needed when endpoints are IP literals
+    # whose certificate carries a DNS name.
+    server_name: str | None = None
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    async def get(self, key: str) -> KeyValue | None: ...
+
+    async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
+        """All keys starting with prefix, sorted by key, and the store revision of the read."""
+        ...
+
+    async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        """Returns the new revision. Raises LeaseNotFound for an unknown lease."""
+        ...
+
+    async def cas(self, key: str, value: bytes, expected_mod_revision: int, lease: int = 0) -> int | None:
+        """Put only if the key's mod_revision equals expected (0 = create-if-absent).
+
+        Returns the new revision, or None on conflict."""
+        ...
+
+    async def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
+        """True if a key was deleted; with expected_mod_revision only when it matches."""
+        ...
+
+    async def txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int | None:
+        """Apply ops atomically iff every compare holds. Returns the store revision after the
+        transaction, or None if a compare failed (nothing applied). A key may appear at most
+        once in ops."""
+        ...
+
+    async def grant_lease(self, ttl: float) -> int:
+        """New lease with ttl seconds. etcd rounds ttl up to whole seconds (and to its minimum)."""
+        ...
+
+    async def keep_alive(self, lease_id: int) -> float:
+        """One refresh; returns the remaining ttl. Raises LeaseNotFound if it expired."""
+        ...
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        """Revoke the lease and delete its keys. Raises LeaseNotFound if unknown."""
+        ...
+
+    def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+        """Every change under prefix, in revision order, from start_revision inclusive
+        (None = changes after the watch is established). Raises CompactedError if the
+        start revision is no longer in history."""
+        ...
+
+    async def current_revision(self) -> int: ...
+
+    async def status(self) -> dict[str, object]:
+        """backend, endpoint, revision (+ backend specifics). Raises StoreUnavailable."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def prefix_range_end(prefix: bytes) -> bytes:
+    """Smallest key greater than every key with this prefix (etcd's convention).
+
+    b"" (all keys) maps to b"\\0", which etcd reads as "to the end of the keyspace"."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+class LeaseKeeper:
+    """Keeps a lease alive from a background task, refreshing every ttl/3.
+
+    `lost` is set when the lease is gone (LeaseNotFound) or could not be refreshed for a
+    whole ttl (the store was unreachable, so the lease must be presumed expired).
+    Use as `async with LeaseKeeper(store, lease_id, ttl) as keeper:` or start()/stop().
+    """
+
+    def __init__(self, store: StateStore, lease_id: int, ttl: float) -> None:
+        self.store = store
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self.lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"lease-keeper-{self.lease_id}"
+            )
+
+    async def stop(self, revoke: bool = False) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if revoke and not self.lost.is_set():
+            with contextlib.suppress(StoreError):
+                await self.store.revoke_lease(self.lease_id)
+
+    async def __aenter__(self) -> LeaseKeeper:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        interval = max(self.ttl / 3, 0.05)
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                ttl = await self.store.keep_alive(self.lease_id)
+                last_ok = time.monotonic()
+                # The server may have rounded the ttl (etcd); follow what it reports.
+                if ttl > 0:
+                    interval = max(ttl / 3, 0.05)
+            except LeaseNotFound:
+                log.warning("lease %x lost", self.lease_id)
+                self.lost.set()
+                return
+            except StoreError as e:
+                if time.monotonic() - last_ok >= self.ttl:
+                    log.warning("lease %x presumed lost: %s", self.lease_id, e)
+                    self.lost.set()
+                    return
+                interval = max(self.ttl / 10, 0.05)  # retry sooner while the store is flaky

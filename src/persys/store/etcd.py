@@ -1,0 +1,320 @@
+"""StateStore on etcd v3 over gRPC (grpc.aio), using our own minimal protos in proto/etcd/.
+
+Notes on etcd semantics we rely on:
+* Lease TTLs are whole seconds: grant_lease() rounds up with math.ceil, and etcd itself raises
+  any TTL below its minimum (ceil(1.5 * election timeout), 2 s with default flags).
+* Lease expiry is detected by etcd's lessor loop (every ~500 ms), so keys go a bit after the TTL.
+* History is kept until someone compacts (etcdctl compact / --auto-compaction-*); watching from
+  a compacted revision raises CompactedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Literal, TypeVar
+
+import grpc
+import grpc.aio
+
+from persys._pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from persys._pb.etcd.mvccpb import kv_pb2
+from persys.store.base import (
+    CompactedError,
+    Compare,
+    Delete,
+    KeyValue,
+    LeaseNotFound,
+    Put,
+    StoreError,
+    StoreUnavailable,
+    TLSFiles,
+    WatchEvent,
+    prefix_range_end,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_UNAVAILABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_RANGE_PAGE = 1000
+
+_CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
+    # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    # Detect dead connections under long-lived watch streams (etcd's minimum is 5 s).
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+
+def _target(endpoints: Sequence[str]) -> str:
+    """gRPC target for one or several host:port endpoints.
+
+    Several endpoints become an `ipv4:`/`ipv6:` address list (pick_first fails over in order);
+    that resolver only accepts IP literals."""
+    if len(endpoints) == 1:
+        return endpoints[0]
+    hosts = [ep.rsplit(":", 1)[0].strip("[]") for ep in endpoints]
+    try:
+        versions = {ipaddress.ip_address(h).version for h in hosts}
+    except ValueError as e:
+        raise ValueError(f"multiple etcd endpoints must be IP literals: {endpoints}") from e
+    if len(versions) != 1:
+        raise ValueError(f"cannot mix IPv4 and IPv6 etcd endpoints: {endpoints}")
+    return f"ipv{versions.pop()}:" + ",".join(endpoints)
+
+
+def _kv(kv: kv_pb2.KeyValue) -> KeyValue:
+    return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+
+
+def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
+    code, details = e.code(), e.details() or ""
+    if code in _UNAVAILABLE:
+        return StoreUnavailable(f"etcd at {target} unavailable ({code.name}): {details}")
+    if "lease not found" in details:
+        return LeaseNotFound(details)
+    if "compacted" in details:
+        return CompactedError(details)
+    return StoreError(f"etcd error ({code.name}): {details}")
+
+
+class EtcdStore:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        tls: TLSFiles | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self.endpoints = list(endpoints)
+        self.target = _target(self.endpoints)
+        self.timeout = timeout
+        options = list(_CHANNEL_OPTIONS)
+        if tls is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=tls.ca.read_bytes(),
+                private_key=tls.key.read_bytes(),
+                certificate_chain=tls.cert.read_bytes(),
+            )
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            self._channel = grpc.aio.secure_channel(self.target, creds, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.target, options=options)
+        self._kv = rpc_pb2_grpc.KVStub(self._channel)
+        self._watch = rpc_pb2_grpc.WatchStub(self._channel)
+        self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
+        self._maint = rpc_pb2_grpc.MaintenanceStub(self._channel)
+        # One shared LeaseKeepAlive stream; the lock pairs each request with its response.
+        self._ka_call: grpc.aio.StreamStreamCall | None = None
+        self._ka_lock = asyncio.Lock()
+        self._closed = False
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], request: object) -> T:
+        if self._closed:
+            raise StoreUnavailable("etcd store is closed")
+        try:
+            return await fn(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise _map_error(e, self.target) from e
+
+    # ---- KV ---------------------------------------------------------------------------
+
+    async def get(self, key: str) -> KeyValue | None:
+        resp = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=key.encode()))
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
+        start = prefix.encode() or b"\0"
+        end = prefix_range_end(prefix.encode())
+        out: list[KeyValue] = []
+        revision = 0  # pages after the first read at the first page's revision: one snapshot
+        while True:
+            resp = await self._call(
+                self._kv.Range,
+                rpc_pb2.RangeRequest(key=start, range_end=end, limit=_RANGE_PAGE, revision=revision),
+            )
+            revision = revision or resp.header.revision
+            out.extend(_kv(kv) for kv in resp.kvs)
+            if not resp.more or not resp.kvs:
+                return out, revision
+            start = resp.kvs[-1].key + b"\0"
+
+    async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        resp = await self._call(self._kv.Put, rpc_pb2.PutRequest(key=key.encode(), value=value, lease=lease))
+        return int(resp.header.revision)
+
+    async def cas(self, key: str, value: bytes, expected_mod_revision: int, lease: int = 0) -> int | None:
+        return await self.txn([Compare(key, expected_mod_revision)], [Put(key, value, lease)])
+
+    async def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
+        if expected_mod_revision is None:
+            resp = await self._call(self._kv.DeleteRange, rpc_pb2.DeleteRangeRequest(key=key.encode()))
+            return resp.deleted > 0
+        tresp = await self._txn([Compare(key, expected_mod_revision)], [Delete(key)])
+        return tresp.succeeded and tresp.responses[0].response_delete_range.deleted > 0
+
+    async def _txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> rpc_pb2.TxnResponse:
+        req = rpc_pb2.TxnRequest(
+            compare=[
+                rpc_pb2.Compare(
+                    result=rpc_pb2.Compare.EQUAL,
+                    target=rpc_pb2.Compare.MOD,
+                    key=c.key.encode(),
+                    mod_revision=c.mod_revision,  # a missing key compares as mod_revision 0
+                )
+                for c in compares
+            ],
+            success=[
+                rpc_pb2.RequestOp(
+                    request_put=rpc_pb2.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease)
+                )
+                if isinstance(op, Put)
+                else rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=op.key.encode()))
+                for op in ops
+            ],
+        )
+        return await self._call(self._kv.Txn, req)
+
+    async def txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int | None:
+        resp = await self._txn(compares, ops)
+        return int(resp.header.revision) if resp.succeeded else None
+
+    async def current_revision(self) -> int:
+        # count_only on a single key: the cheapest linearizable read that returns a header.
+        resp = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=b"\0", count_only=True))
+        return int(resp.header.revision)
+
+    # ---- leases -----------------------------------------------------------------------
+
+    async def grant_lease(self, ttl: float) -> int:
+        if ttl <= 0:
+            raise ValueError("lease ttl must be > 0")
+        resp = await self._call(self._lease.LeaseGrant, rpc_pb2.LeaseGrantRequest(TTL=max(1, math.ceil(ttl))))
+        if resp.error:
+            raise StoreError(f"etcd lease grant failed: {resp.error}")
+        return int(resp.ID)
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        await self._call(self._lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=lease_id))
+
+    async def keep_alive(self, lease_id: int) -> float:
+        if self._closed:
+            raise StoreUnavailable("etcd store is closed")
+        async with self._ka_lock:
+            for attempt in range(2):  # a stale stream (e.g. after an etcd restart) gets one retry
+                if self._ka_call is None:
+                    self._ka_call = self._lease.LeaseKeepAlive()
+                call = self._ka_call
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
+                        resp = await call.read()
+                except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError) as e:
+                    call.cancel()
+                    self._ka_call = None
+                    if attempt == 0 and not isinstance(e, TimeoutError):
+                        continue
+                    if isinstance(e, grpc.aio.AioRpcError):
+                        raise _map_error(e, self.target) from e
+                    raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
+                if resp is grpc.aio.EOF:
+                    self._ka_call = None
+                    if attempt == 0:
+                        continue
+                    raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
+                assert isinstance(resp, rpc_pb2.LeaseKeepAliveResponse)
+                if resp.TTL <= 0:
+                    raise LeaseNotFound(f"lease {lease_id:x} not found")
+                return float(resp.TTL)
+        raise AssertionError("unreachable")
+
+    # ---- watch ------------------------------------------------------------------------
+
+    async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+        key = prefix.encode() or b"\0"
+        end = prefix_range_end(prefix.encode())
+        next_rev = start_revision if start_revision and start_revision > 0 else None
+        backoff = 0.1
+        outage_logged = False
+        while not self._closed:
+            call = self._watch.Watch()
+            try:
+                await call.write(
+                    rpc_pb2.WatchRequest(
+                        create_request=rpc_pb2.WatchCreateRequest(
+                            key=key, range_end=end, start_revision=next_rev or 0, progress_notify=True
+                        )
+                    )
+                )
+                while True:
+                    resp = await call.read()
+                    if resp is grpc.aio.EOF:
+                        break
+                    assert isinstance(resp, rpc_pb2.WatchResponse)
+                    if resp.compact_revision:
+                        raise CompactedError(
+                            f"revision {next_rev} has been compacted"
+                            f" (compact revision {resp.compact_revision})"
+                        )
+                    if resp.canceled:
+                        raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
+                    if resp.created:
+                        backoff, outage_logged = 0.1, False
+                        if next_rev is None:  # "from now": pin it so a reconnect misses nothing
+                            next_rev = resp.header.revision + 1
+                        continue
+                    for ev in resp.events:
+                        kind: Literal["put", "delete"] = "put" if ev.type == kv_pb2.Event.PUT else "delete"
+                        rev = ev.kv.mod_revision
+                        next_rev = rev + 1
+                        yield WatchEvent(kind, _kv(ev.kv), rev)
+            except grpc.aio.AioRpcError as e:
+                if self._closed or e.code() == grpc.StatusCode.CANCELLED:
+                    return
+                err = _map_error(e, self.target)
+                if not isinstance(err, StoreUnavailable):
+                    raise err from e
+                if not outage_logged:
+                    log.warning("etcd watch on %r interrupted, reconnecting: %s", prefix, err)
+                    outage_logged = True
+            finally:
+                call.cancel()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    # ---- misc -------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, object]:
+        resp = await self._call(self._maint.Status, rpc_pb2.StatusRequest())
+        return {
+            "backend": "etcd",
+            "endpoint": self.target,
+            "revision": int(resp.header.revision),
+            "version": resp.version,
+            "leader": int(resp.leader),
+            "member_id": int(resp.header.member_id),
+            "db_size": int(resp.dbSize),
+        }
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._ka_call is not None:
+            self._ka_call.cancel()
+            self._ka_call = None
+        with contextlib.suppress(Exception):
+            await self._channel.close()

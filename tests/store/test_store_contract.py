@@ -1,0 +1,479 @@
+"""One contract, every StateStore backend: SQLite (tmp file) and a real etcd server."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from persys.store import (
+    CompactedError,
+    Compare,
+    Delete,
+    LeaseKeeper,
+    LeaseNotFound,
+    Put,
+    StateStore,
+    StoreUnavailable,
+    TLSFiles,
+    WatchEvent,
+    open_store,
+)
+from persys.store.etcd import EtcdStore
+from persys.store.sqlite import SqliteStore
+from tests.fixtures_infra import EtcdServer, start_etcd
+
+SQLITE_HISTORY = 50  # small, so the compaction test needs few writes
+
+
+@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
+    s: StateStore
+    if backend == "sqlite":
+        s = SqliteStore(tmp_path / "state.db", history_limit=SQLITE_HISTORY)
+    else:
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        s = open_store(server.url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def p() -> str:
+    """A key prefix unique to the test (the etcd server is shared by the session)."""
+    return f"t/{uuid.uuid4().hex[:8]}/"
+
+
+async def poll(check: Callable[[], Awaitable[bool]], within: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def take(it: AsyncIterator[WatchEvent], n: int, within: float = 5.0) -> list[WatchEvent]:
+    out: list[WatchEvent] = []
+
+    async def run() -> None:
+        async for ev in it:
+            out.append(ev)
+            if len(out) == n:
+                return
+
+    try:
+        await asyncio.wait_for(run(), within)
+    except TimeoutError:
+        raise AssertionError(f"got {len(out)} of {n} events: {out}") from None
+    return out
+
+
+def summary(events: list[WatchEvent], p: str) -> list[tuple[str, str, int]]:
+    return [(e.type, e.kv.key.removeprefix(p), e.revision) for e in events]
+
+
+# ---- KV ------------------------------------------------------------------------------------
+
+
+async def test_get_put_range_delete(store: StateStore, p: str) -> None:
+    assert await store.get(p + "b") is None
+    r1 = await store.put(p + "b", b"1")
+    kv = await store.get(p + "b")
+    assert kv is not None
+    assert (kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease) == (b"1", r1, r1, 1, 0)
+
+    r2 = await store.put(p + "b", b"2")
+    assert r2 > r1
+    kv = await store.get(p + "b")
+    assert kv is not None and (kv.value, kv.create_revision, kv.mod_revision, kv.version) == (b"2", r1, r2, 2)
+
+    await store.put(p + "a", b"x")
+    r_last = await store.put(p + "c/d", b"y")
+    await store.put(p[:-1] + "0", b"outside")  # sorts right after the prefix range
+    kvs, rev = await store.range(p)
+    assert [k.key for k in kvs] == [p + "a", p + "b", p + "c/d"]
+    assert [k.value for k in kvs] == [b"x", b"2", b"y"]
+    assert rev >= r_last + 1 and rev == await store.current_revision()
+
+    assert await store.delete(p + "b") is True
+    rev_after_delete = await store.current_revision()
+    assert await store.delete(p + "b") is False
+    assert await store.current_revision() == rev_after_delete  # a no-op delete is not a write
+    assert await store.get(p + "b") is None
+
+    # Re-creating a deleted key starts a new generation.
+    r3 = await store.put(p + "b", b"3")
+    kv = await store.get(p + "b")
+    assert kv is not None and (kv.create_revision, kv.version) == (r3, 1)
+
+
+async def test_cas_conflicts(store: StateStore, p: str) -> None:
+    k = p + "k"
+    r1 = await store.cas(k, b"1", 0)
+    assert r1 is not None
+    assert await store.cas(k, b"again", 0) is None  # create-if-absent twice
+    r2 = await store.cas(k, b"2", r1)
+    assert r2 is not None and r2 > r1
+    assert await store.cas(k, b"stale", r1) is None  # stale revision
+    kv = await store.get(k)
+    assert kv is not None and kv.value == b"2" and kv.mod_revision == r2
+
+    assert await store.delete(k, expected_mod_revision=r1) is False
+    assert await store.get(k) is not None
+    assert await store.delete(k, expected_mod_revision=r2) is True
+    assert await store.get(k) is None
+
+
+async def test_txn_is_atomic(store: StateStore, p: str) -> None:
+    ra = await store.put(p + "a", b"a1")
+    await store.put(p + "c", b"c1")
+
+    rev = await store.txn(
+        [Compare(p + "a", ra), Compare(p + "b", 0)],
+        [Put(p + "a", b"a2"), Put(p + "b", b"b1"), Delete(p + "c")],
+    )
+    assert rev is not None
+    a, b = await store.get(p + "a"), await store.get(p + "b")
+    assert a is not None and b is not None
+    assert (a.value, a.mod_revision, b.value, b.mod_revision) == (b"a2", rev, b"b1", rev)
+    assert await store.get(p + "c") is None
+
+    # One stale compare: nothing is applied and the revision does not move.
+    before = await store.current_revision()
+    stale = [Compare(p + "b", rev), Compare(p + "a", ra)]
+    assert await store.txn(stale, [Put(p + "d", b"d"), Delete(p + "a")]) is None
+    assert await store.current_revision() == before
+    assert await store.get(p + "d") is None
+    assert await store.get(p + "a") is not None
+
+
+async def test_status_and_revision(store: StateStore, backend: str) -> None:
+    st = await store.status()
+    assert st["backend"] == backend
+    assert st["endpoint"]
+    assert st["revision"] == await store.current_revision()
+
+
+# ---- leases ----------------------------------------------------------------------------------
+
+
+async def test_lease_expiry_deletes_keys_and_is_watched(store: StateStore, p: str) -> None:
+    start = await store.current_revision() + 1
+    lease = await store.grant_lease(1)
+    await store.put(p + "l1", b"1", lease=lease)
+    await store.put(p + "l2", b"2", lease=lease)
+    await store.put(p + "keep", b"k")
+    kv = await store.get(p + "l1")
+    assert kv is not None and kv.lease == lease
+
+    async def gone() -> bool:
+        return await store.get(p + "l1") is None and await store.get(p + "l2") is None
+
+    await poll(gone, within=6, what="lease expiry")
+    assert await store.get(p + "keep") is not None
+    with pytest.raises(LeaseNotFound):
+        await store.keep_alive(lease)
+
+    events = await take(store.watch(p, start), 5)
+    assert [(t, k) for t, k, _ in summary(events, p)] == [
+        ("put", "l1"),
+        ("put", "l2"),
+        ("put", "keep"),
+        ("delete", "l1"),
+        ("delete", "l2"),
+    ]
+    assert events[3].revision == events[4].revision  # expiry deletes the lease's keys at once
+    assert events[3].kv.value == b"" and events[3].kv.mod_revision == events[3].revision
+
+
+async def test_keep_alive_extends_and_revoke_deletes(store: StateStore, p: str) -> None:
+    lease = await store.grant_lease(1)
+    await store.put(p + "k", b"v", lease=lease)
+    deadline = time.monotonic() + 2.2  # more than twice the ttl
+    while time.monotonic() < deadline:
+        assert await store.keep_alive(lease) >= 1
+        await asyncio.sleep(0.25)
+    assert await store.get(p + "k") is not None
+
+    await store.revoke_lease(lease)
+    assert await store.get(p + "k") is None
+    with pytest.raises(LeaseNotFound):
+        await store.keep_alive(lease)
+    with pytest.raises(LeaseNotFound):
+        await store.revoke_lease(lease)
+
+
+async def test_put_with_unknown_lease(store: StateStore, p: str) -> None:
+    lease = await store.grant_lease(5)
+    await store.revoke_lease(lease)
+    with pytest.raises(LeaseNotFound):
+        await store.put(p + "k", b"v", lease=lease)
+    assert await store.get(p + "k") is None
+
+
+async def test_lease_keeper(store: StateStore, p: str) -> None:
+    lease = await store.grant_lease(1)
+    await store.put(p + "k", b"v", lease=lease)
+    async with LeaseKeeper(store, lease, 1) as keeper:
+        await asyncio.sleep(1.6)  # outlive the ttl: only the keeper keeps the key alive
+        assert await store.get(p + "k") is not None
+        assert not keeper.lost.is_set()
+        await store.revoke_lease(lease)
+        await asyncio.wait_for(keeper.lost.wait(), 3)
+
+
+# ---- watch -----------------------------------------------------------------------------------
+
+
+async def test_watch_delivers_every_change_in_order(store: StateStore, p: str) -> None:
+    start = await store.current_revision() + 1
+    watch = store.watch(p, start)
+    collector = asyncio.create_task(take(watch, 7))
+    revs = [
+        await store.put(p + "a", b"1"),
+        await store.put(p + "b", b"1"),
+        await store.put(p + "a", b"2"),
+    ]
+    await store.delete(p + "a")
+    revs.append(await store.current_revision())
+    await store.put("elsewhere/" + p, b"not watched")
+    txn_rev = await store.txn([], [Put(p + "c", b"1"), Delete(p + "b")])
+    assert txn_rev is not None
+    revs.append(await store.put(p + "a", b"3"))
+    events = await collector
+    assert summary(events, p) == [
+        ("put", "a", revs[0]),
+        ("put", "b", revs[1]),
+        ("put", "a", revs[2]),
+        ("delete", "a", revs[3]),
+        ("put", "c", txn_rev),
+        ("delete", "b", txn_rev),
+        ("put", "a", revs[4]),
+    ]
+    assert events[2].kv.value == b"2" and events[2].kv.version == 2
+    assert events[6].kv.version == 1 and events[6].kv.create_revision == revs[4]
+
+
+async def test_watch_from_now(store: StateStore, p: str) -> None:
+    seen: list[WatchEvent] = []
+
+    async def run() -> None:
+        async for ev in store.watch(p):
+            seen.append(ev)
+
+    task = asyncio.create_task(run())
+    try:
+        # The watch is established asynchronously: probe until it sees something.
+        async def established() -> bool:
+            await store.put(p + "probe", b"")
+            return bool(seen)
+
+        await poll(established, what="watch to start")
+        before = len(seen)
+        r1 = await store.put(p + "x", b"1")
+        r2 = await store.put(p + "y", b"2")
+
+        async def got_both() -> bool:
+            return len(seen) >= before + 2
+
+        await poll(got_both, what="live events")
+        assert [(e.kv.key, e.revision) for e in seen[before:]] == [(p + "x", r1), (p + "y", r2)]
+        assert all(a.revision < b.revision for a, b in itertools.pairwise(seen))
+    finally:
+        task.cancel()
+
+
+async def test_watch_restart_from_revision(store: StateStore, p: str) -> None:
+    revs = [await store.put(p + f"k{i}", str(i).encode()) for i in range(5)]
+    # Replays revs[2].. then continues live.
+    it = store.watch(p, revs[2])
+    replayed = await take(it, 3)
+    assert [e.revision for e in replayed] == revs[2:]
+    live_rev = await store.put(p + "k5", b"5")
+    (live,) = await take(it, 1)
+    assert (live.kv.key, live.revision) == (p + "k5", live_rev)
+    await it.aclose()  # type: ignore[attr-defined]
+
+
+async def test_watch_compacted_revision(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest
+) -> None:
+    first = await store.put(p + "k", b"0")
+    if backend == "sqlite":
+        for i in range(SQLITE_HISTORY * 2):
+            await store.put(p + "k", str(i).encode())
+    else:
+        last = await store.put(p + "k", b"1")
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        server.etcdctl("compact", str(last))
+    with pytest.raises(CompactedError):
+        await take(store.watch(p, first), 1)
+    # Recent history is still there.
+    rev = await store.current_revision()
+    (ev,) = await take(store.watch(p, rev), 1)
+    assert ev.revision == rev
+
+
+# ---- backend specifics -----------------------------------------------------------------------
+
+
+async def test_sqlite_state_and_revision_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = open_store(f"sqlite://{path}")
+    r1 = await s.put("a", b"1")
+    lease = await s.grant_lease(60)
+    r2 = await s.put("b", b"2", lease=lease)
+    await s.close()
+
+    s = open_store(f"sqlite://{path}")
+    try:
+        assert await s.current_revision() == r2
+        kv = await s.get("b")
+        assert kv is not None and (kv.value, kv.mod_revision, kv.lease) == (b"2", r2, lease)
+        assert await s.keep_alive(lease) == 60
+        assert await s.put("a", b"3") == r2 + 1
+        events = await take(s.watch("", r1), 3)
+        assert [e.revision for e in events] == [r1, r2, r2 + 1]
+    finally:
+        await s.close()
+
+
+async def test_sqlite_memory_url() -> None:
+    s = open_store("sqlite://:memory:")
+    try:
+        assert await s.put("k", b"v") == 2
+        assert (await s.status())["endpoint"] == ":memory:"
+    finally:
+        await s.close()
+
+
+async def test_open_store_urls(tmp_path: Path) -> None:
+    s = open_store("etcd://127.0.0.1:1,127.0.0.1:2")
+    assert isinstance(s, EtcdStore) and s.target == "ipv4:127.0.0.1:1,127.0.0.1:2"
+    await s.close()
+    for bad in ("etcds://127.0.0.1:1", "mysql://x", "nourl", "etcd://host-a:1,host-b:2"):
+        with pytest.raises(ValueError):
+            open_store(bad)
+
+
+@pytest.mark.etcd
+async def test_etcd_watch_survives_restart_and_unavailable(etcd_server: EtcdServer, p: str) -> None:
+    store = open_store(etcd_server.url)
+    try:
+        start = await store.current_revision() + 1
+        it = store.watch(p, start)
+        r1 = await store.put(p + "a", b"1")
+        (first,) = await take(it, 1)
+        assert first.revision == r1
+
+        etcd_server.stop()
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="unavailable"):
+            await store.get(p + "a")
+        with pytest.raises(StoreUnavailable):
+            await store.put(p + "b", b"x")
+        with pytest.raises(StoreUnavailable):
+            await store.status()
+        assert time.monotonic() - t0 < 5, "calls should fail fast while etcd is down"
+
+        etcd_server.start()
+        assert etcd_server.pid is not None
+
+        async def writable() -> bool:
+            try:
+                await store.put(p + "b", b"2")
+                return True
+            except StoreUnavailable:
+                return False
+
+        await poll(writable, within=10, what="etcd to come back")
+        (after,) = await take(it, 1, within=10)
+        assert (after.type, after.kv.key, after.kv.value) == ("put", p + "b", b"2")
+        await it.aclose()  # type: ignore[attr-defined]
+    finally:
+        etcd_server.start()  # leave the shared server running even if the test failed
+        await store.close()
+
+
+def _make_pki(d: Path) -> dict[str, Path]:
+    """A throwaway CA, a server cert for 127.0.0.1 and a client cert (all EC P-256)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "persys-test-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    out = {"ca": d / "ca.pem"}
+    out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for name, usages in (
+        ("server", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+        ("client", [ExtendedKeyUsageOID.CLIENT_AUTH]),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )  # fmt: skip
+        out[f"{name}_cert"] = d / f"{name}.pem"
+        out[f"{name}_key"] = d / f"{name}-key.pem"
+        out[f"{name}_cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        out[f"{name}_key"].write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+    return out
+
+
+@pytest.mark.etcd
+async def test_etcd_mtls(tmp_path: Path) -> None:
+    pki = _make_pki(tmp_path)
+    server = start_etcd(tmp_path / "etcd", tls=(pki["ca"], pki["server_cert"], pki["server_key"]))
+    try:
+        assert server.url.startswith("etcds://")
+        store = open_store(server.url, tls=TLSFiles(pki["ca"], pki["client_cert"], pki["client_key"]))
+        try:
+            rev = await store.put("tls/k", b"v")
+            kv = await store.get("tls/k")
+            assert kv is not None and kv.mod_revision == rev
+            assert (await store.status())["backend"] == "etcd"
+        finally:
+            await store.close()
+        # Without TLS the server is not usable.
+        plain = EtcdStore([server.endpoint], timeout=1)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await plain.get("tls/k")
+        finally:
+            await plain.close()
+    finally:
+        server.stop()

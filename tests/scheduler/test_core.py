@@ -1,0 +1,203 @@
+"""The scheduler on the embedded store: apply, place, explain, report, delete, liveness, restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from persys.events.memory import MemoryEventBus
+from persys.model import Capabilities, Node, NodeStatus, NodeUsage, Phase, RuntimeInfo, Taint, parse_manifests
+from persys.scheduler import keys
+from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
+from persys.store import open_store
+
+
+def manifest(name: str, type_: str = "process", cpu: int = 100, mem: int = 64, extra: str = "") -> str:
+    body = {"process": "process: {command: [sleep, '60']}", "container": "container: {image: img}"}[type_]
+    return f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: {name}}}
+spec:
+  type: {type_}
+  resources: {{cpuMillicores: {cpu}, memoryMb: {mem}}}
+  {body}
+{extra}"""
+
+
+def node(node_id: str, cpu: int = 2000, mem: int = 2048, runtimes: tuple[str, ...] = ("process",),
+         taints: tuple[Taint, ...] = ()) -> Node:
+    return Node(
+        id=node_id,
+        capabilities=Capabilities(runtimes={r: RuntimeInfo(version="1") for r in runtimes},
+                                  cpu_millicores=cpu, memory_mb=mem, disk_mb=10_000),
+        taints=list(taints),
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def make(tmp_path: Path, clock: Clock) -> AsyncIterator[Callable[[], asyncio.Future[Scheduler]]]:
+    made: list[Scheduler] = []
+
+    async def factory() -> Scheduler:
+        s = Scheduler(open_store(f"sqlite:///{tmp_path / 'state.db'}"), MemoryEventBus(),
+                      SchedulerConfig(node_grace_seconds=10, monitor_interval_seconds=0.05), clock=clock)
+        await s.start()
+        made.append(s)
+        return s
+
+    yield factory  # type: ignore[misc]
+    for s in made:
+        await s.stop()
+        await s.store.close()
+
+
+async def settle(s: Scheduler, cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def test_pending_with_reason_then_placed_when_a_node_joins(make: Callable) -> None:
+    s = await make()
+    (m,) = parse_manifests(manifest("web"))
+    _, created, _ = await s.apply(m)
+    assert created
+    await settle(s, lambda: s.state.statuses["web"].value.reason == "Unschedulable")
+    assert "0/0 nodes" in s.workload_view("web")["message"]
+    await s.register(node("n1"))
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1")
+    v = s.workload_view("web")
+    assert v["phase"] == "Scheduled" and v["node"] == "n1"
+    assert v["placement"]["node_id"] == "n1"
+
+
+async def test_apply_is_idempotent_and_revision_tracks_spec(make: Callable) -> None:
+    s = await make()
+    (m,) = parse_manifests(manifest("web"))
+    w1, created, changed = await s.apply(m)
+    w2, created2, changed2 = await s.apply(m)
+    assert (created, changed, created2, changed2) == (True, True, False, False)
+    assert w1.revision == w2.revision
+    (m2,) = parse_manifests(manifest("web", mem=128))
+    w3, _, changed3 = await s.apply(m2)
+    assert changed3 and w3.revision != w1.revision and w3.generation == 2
+
+
+async def test_capacity_counts_requests_not_usage(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1", cpu=1000, mem=1024))
+    for i in range(3):
+        (m,) = parse_manifests(manifest(f"w{i}", cpu=400))
+        await s.apply(m)
+    await settle(s, lambda: len(s.state.assignments.get("n1", {})) == 2)
+    await settle(s, lambda: s.state.statuses["w2"].value.reason == "Unschedulable")
+    assert "insufficient cpu" in s.state.statuses["w2"].value.message
+
+
+async def test_explains_type_and_taint_refusals(make: Callable) -> None:
+    s = await make()
+    await s.register(node("tainted", runtimes=("container",), taints=(Taint(key="gpu", value="true"),)))
+    await s.register(node("proc-only"))
+    (m,) = parse_manifests(manifest("c1", type_="container"))
+    await s.apply(m)
+    await settle(s, lambda: s.state.statuses["c1"].value.reason == "Unschedulable")
+    msg = s.state.statuses["c1"].value.message
+    assert msg.startswith("0/2 nodes available:")
+    assert "gpu=true:NoSchedule" in msg and "no container runtime" in msg
+
+
+async def test_reports_drive_status_and_delete_waits_for_the_agent(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    (m,) = parse_manifests(manifest("web"))
+    w, _, _ = await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1")
+    run = WorkloadReport("web", w.revision, w.generation, Phase.RUNNING, runtime_id="123", memory_bytes=42)
+    await s.report("n1", [run], complete=True)
+    assert s.workload_view("web")["phase"] == "Running"
+    assert s.workload_view("web")["usage"]["memoryBytes"] == 42
+    await s.delete("web")
+    await settle(s, lambda: "web" not in s.state.placement_of)
+    assert s.state.statuses["web"].value.phase == Phase.DELETING  # agent still reports it
+    await s.report("n1", [], complete=True)  # agent removed it
+    await settle(s, lambda: "web" not in s.state.workloads)
+    assert await s.store.get(keys.workload("web")) is None
+    assert (await s.delete("web")) == (False, True)  # idempotent
+
+
+async def test_a_report_from_the_wrong_node_is_ignored(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    await s.register(node("n2", cpu=10))
+    (m,) = parse_manifests(manifest("web"))
+    w, _, _ = await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1")
+    await s.report("n2", [WorkloadReport("web", w.revision, 1, Phase.RUNNING)], complete=True)
+    assert s.workload_view("web")["phase"] == "Scheduled"
+
+
+async def test_node_goes_not_ready_without_heartbeats(make: Callable, clock: Clock) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    assert s.heartbeat("n1", NodeUsage())
+    clock.now += 11
+    await settle(s, lambda: s.state.nodes["n1"].value.status == NodeStatus.NOT_READY)
+    assert "no heartbeat" in s.state.nodes["n1"].value.status_reason
+    assert s.heartbeat("n1", NodeUsage())
+    await settle(s, lambda: s.state.nodes["n1"].value.status == NodeStatus.READY)
+    assert not s.heartbeat("ghost", NodeUsage())  # unknown nodes are told to register
+
+
+async def test_heartbeats_do_not_write_to_the_store(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    before = await s.store.current_revision()
+    for _ in range(50):
+        s.heartbeat("n1", NodeUsage(cpu_percent=5))
+    await asyncio.sleep(0.2)
+    assert await s.store.current_revision() == before
+
+
+async def test_restart_finds_the_same_state(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    (m,) = parse_manifests(manifest("web"))
+    await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1")
+    await s.stop()
+    s2 = await make()
+    assert s2.state.placement_of == {"web": "n1"}
+    assert s2.workload_view("web")["node"] == "n1"
+    assert s2.state.cluster_marker is not None
+
+
+async def test_desired_stream_follows_assignments(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    stream = s.desired_stream("n1")
+    assert await anext(stream) == []
+    (m,) = parse_manifests(manifest("web"))
+    await s.apply(m)
+    first = await asyncio.wait_for(anext(stream), 5)
+    while not first:
+        first = await asyncio.wait_for(anext(stream), 5)
+    assert [a.workload_id for a in first] == ["web"]

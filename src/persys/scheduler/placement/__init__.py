@@ -1,0 +1,58 @@
+"""Pure placement engine: snapshot + request -> decision + explanation.
+
+No I/O, no asyncio, no imports from other persys packages; the scheduler converts its model
+into :mod:`.snapshot` types and owns the :class:`Reservations` ledger.
+"""
+
+from .engine import (
+    DEFAULT_CONFIG,
+    Decision,
+    NodeScore,
+    PlacementConfig,
+    aggregate_rejections,
+    decide,
+    place_many,
+)
+from .filters import DEFAULT_FILTERS
+from .framework import Filter, PlacementContext, Scorer
+from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
+from .snapshot import (
+    LabelConstraint,
+    NodeInfo,
+    Reservation,
+    Reservations,
+    ReservationView,
+    ReservedOnNode,
+    Snapshot,
+    Taint,
+    Toleration,
+    WorkloadRequest,
+)
+from .status import Status
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "DEFAULT_FILTERS",
+    "DEFAULT_SCORERS",
+    "DEFAULT_WEIGHTS",
+    "Decision",
+    "Filter",
+    "LabelConstraint",
+    "NodeInfo",
+    "NodeScore",
+    "PlacementConfig",
+    "PlacementContext",
+    "Reservation",
+    "ReservationView",
+    "Reservations",
+    "ReservedOnNode",
+    "Scorer",
+    "Snapshot",
+    "Status",
+    "Taint",
+    "Toleration",
+    "WorkloadRequest",
+    "aggregate_rejections",
+    "decide",
+    "place_many",
+]

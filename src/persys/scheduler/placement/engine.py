@@ -1,0 +1,326 @@
+"""The placement engine: ``decide(snapshot, request, config) -> Decision``. Pure: no I/O, no clocks."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from types import MappingProxyType
+from typing import Any
+
+from .filters import DEFAULT_FILTERS
+from .framework import Filter, PlacementContext, Scorer
+from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
+from .snapshot import (
+    NodeInfo,
+    Reservation,
+    Reservations,
+    ReservationView,
+    ReservedOnNode,
+    Snapshot,
+    WorkloadRequest,
+    apply_reserved,
+    stable_hash,
+)
+from .status import Status, fmt_amount
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType(dict(DEFAULT_WEIGHTS)))
+    filters: tuple[Filter, ...] = DEFAULT_FILTERS
+    scorers: tuple[Scorer, ...] = DEFAULT_SCORERS
+    top_candidates: int = 3  # how many scored candidates a Decision keeps for its explanation
+    # Like kube-scheduler's percentageOfNodesToScore: stop filtering once this share of the
+    # cluster is feasible. None = adaptive (50% - nodes/125, at least 5%, at least 100 nodes);
+    # 100 = always evaluate every node. Pending decisions always evaluate every node.
+    percentage_of_nodes_to_score: int | None = None
+
+    def __post_init__(self) -> None:
+        names = {s.name for s in self.scorers}
+        unknown = set(self.weights) - names
+        if unknown:
+            raise ValueError(f"weights for unknown scorers: {sorted(unknown)}")
+        if any(w < 0 for w in self.weights.values()):
+            raise ValueError("scorer weights must be >= 0")
+        if self.top_candidates < 1:
+            raise ValueError("top_candidates must be >= 1")
+        pct = self.percentage_of_nodes_to_score
+        if pct is not None and not 0 < pct <= 100:
+            raise ValueError("percentage_of_nodes_to_score must be in (0, 100]")
+        object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
+        object.__setattr__(self, "filters", tuple(self.filters))
+        object.__setattr__(self, "scorers", tuple(self.scorers))
+
+    def weight(self, scorer: str) -> float:
+        # A scorer left out of ``weights`` is disabled rather than silently weighted 1.
+        return self.weights.get(scorer, 0.0)
+
+
+DEFAULT_CONFIG = PlacementConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    node_id: str
+    total: float  # weighted mean of scorer scores, in [0, 100]
+    breakdown: Mapping[str, float]  # each scorer's weighted contribution; they sum to ``total``
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "total": round(self.total, 3),
+            "breakdown": {k: round(v, 3) for k, v in self.breakdown.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    workload_id: str
+    node_id: str | None
+    scores: list[NodeScore]
+    rejections: dict[str, Status]
+    feasible: int  # feasible among the evaluated nodes
+    total: int
+    evaluated: int  # == total unless sampling stopped early (see percentage_of_nodes_to_score)
+
+    @property
+    def placed(self) -> bool:
+        return self.node_id is not None
+
+    def explain(self) -> str:
+        rejected = aggregate_rejections(self.rejections.values())
+        if self.node_id is None:
+            if self.total == 0:
+                return "0/0 nodes available: no nodes in snapshot"
+            return f"0/{self.total} nodes available: {rejected}"
+        tops = ", ".join(
+            f"{s.node_id}={s.total:.1f} [" + ", ".join(f"{k} {v:.1f}" for k, v in s.breakdown.items()) + "]"
+            for s in self.scores
+        )
+        sampled = f", {self.evaluated} evaluated" if self.evaluated < self.total else ""
+        text = f"placed on {self.node_id} ({self.feasible}/{self.total} nodes feasible{sampled})"
+        text += f": top candidates {tops}"
+        return f"{text}; rejected: {rejected}" if rejected else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload_id": self.workload_id,
+            "node_id": self.node_id,
+            "feasible": self.feasible,
+            "total": self.total,
+            "evaluated": self.evaluated,
+            "scores": [s.to_dict() for s in self.scores],
+            "rejections": {k: v.to_dict() for k, v in sorted(self.rejections.items())},
+            "explanation": self.explain(),
+        }
+
+
+def aggregate_rejections(statuses: Iterable[Status]) -> str:
+    """Kubernetes-style summary: ``30 insufficient memory (needs ..., best node has ... free), 12 ...``.
+
+    Grouped by (code, reason) so different taints stay separate lines; sorted by count desc then text.
+    """
+    groups: dict[tuple[str, str], list[Status]] = {}
+    for st in statuses:
+        groups.setdefault((st.code, st.reason), []).append(st)
+    parts: list[tuple[int, str]] = []
+    for (_, reason), members in groups.items():
+        text = reason
+        first = members[0]
+        if first.needed is not None:
+            best = max(m.available for m in members if m.available is not None)
+            text += (
+                f" (needs {fmt_amount(first.needed, first.unit)}, "
+                f"best node has {fmt_amount(max(best, 0), first.unit)} free)"
+            )
+        parts.append((len(members), text))
+    parts.sort(key=lambda p: (-p[0], p[1]))
+    return ", ".join(f"{n} {text}" for n, text in parts)
+
+
+_StaticFail = tuple[int, Status] | None
+
+
+def _static_failures(
+    snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest
+) -> tuple[_StaticFail, ...]:
+    """Per node (id order): None if it passes every static filter, else (index of the first
+    static filter that rejects it, that Status). Cached on the snapshot's shared static index,
+    so it is computed once per snapshot and request type, not once per decision."""
+    cache = snapshot._static.caches
+    key = ("static_failures", tuple(id(f) for f in static), request.type)
+    hit = cache.get(key)
+    if hit is None:
+        ctx = PlacementContext(snapshot, request)
+        rows: list[_StaticFail] = []
+        for node in snapshot._static.order:  # static facts never change with reservations
+            row: _StaticFail = None
+            for k, f in enumerate(static):
+                status = f.check(node, request, ctx)
+                if status is not None:
+                    row = (k, status)
+                    break
+            rows.append(row)
+        hit = cache[key] = tuple(rows)
+    result: tuple[_StaticFail, ...] = hit
+    return result
+
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+
+
+def feasible_nodes_to_find(total: int, percentage: int | None) -> int:
+    """How many feasible nodes end the search (kube-scheduler's numFeasibleNodesToFind)."""
+    if total < MIN_FEASIBLE_NODES_TO_FIND or percentage == 100:
+        return total
+    if percentage is None:
+        percentage = max(5, 50 - total // 125)
+    return max(MIN_FEASIBLE_NODES_TO_FIND, total * percentage // 100)
+
+
+def decide(
+    snapshot: Snapshot, request: WorkloadRequest, config: PlacementConfig = DEFAULT_CONFIG
+) -> Decision:
+    """Filter every node (first rejecting filter is its reason), score the feasible ones, pick one.
+
+    Pure and deterministic: the same snapshot, request and config give the same Decision whatever
+    the order of ``snapshot.nodes``. Reservations must already be applied to ``snapshot``.
+    """
+    ctx = PlacementContext(snapshot, request)
+    nodes = snapshot.effective
+    active = tuple(f for f in config.filters if f.applies(request, ctx))
+    static = tuple(f for f in active if f.static)
+    dynamic = tuple(f for f in active if not f.static)
+    failures = _static_failures(snapshot, static, request) if static else (None,) * len(nodes)
+    # For a node failing static filter k, only the dynamic filters placed before it in the chain
+    # can still be its (first) reason; the static verdict is reused from the cache.
+    before: list[tuple[Filter, ...]] = []
+    for f in static:
+        pos = active.index(f)
+        before.append(tuple(g for g in active[:pos] if not g.static))
+
+    rejections: dict[str, Status] = {}
+    feasible: list[int] = []
+    n = len(nodes)
+    to_find = feasible_nodes_to_find(n, config.percentage_of_nodes_to_score)
+    seed = stable_hash(request.id)
+    # When sampling, start at a per-workload offset in id order: deterministic, independent of
+    # the caller's node order, and different workloads look at different parts of the cluster.
+    start = seed % n if to_find < n else 0
+    evaluated = 0
+    for i in chain(range(start, n), range(start)):
+        node = nodes[i]
+        evaluated += 1
+        fail = failures[i]
+        if fail is not None:
+            status = fail[1]
+            for f in before[fail[0]]:
+                earlier = f.check(node, request, ctx)
+                if earlier is not None:
+                    status = earlier
+                    break
+            rejections[node.id] = status
+            continue
+        for f in dynamic:
+            rejected = f.check(node, request, ctx)
+            if rejected is not None:
+                rejections[node.id] = rejected
+                break
+        else:
+            feasible.append(i)
+            if len(feasible) >= to_find:
+                break
+
+    if not feasible:
+        return Decision(request.id, None, [], rejections, 0, n, evaluated)
+
+    # Weights are normalised so totals stay in [0, 100] whatever the configuration.
+    weighted = [(s, config.weight(s.name)) for s in config.scorers if config.weight(s.name) > 0]
+    weight_sum = sum(w for _, w in weighted)
+    per_node: list[tuple[Scorer, float]] = []
+    constants: dict[str, float] = {}
+    base = 0.0
+    for scorer, w in weighted:
+        norm = w / weight_sum
+        c = scorer.constant(request, ctx)
+        if c is None:
+            per_node.append((scorer, norm))
+        else:
+            constants[scorer.name] = norm * c
+            base += norm * c
+
+    totals: list[tuple[float, int]] = []
+    for i in feasible:
+        node = nodes[i]
+        total = base
+        for scorer, norm in per_node:
+            total += norm * scorer.score(node, request, ctx)
+        totals.append((total, i))
+
+    # Deterministic tie-break: score desc, then a per-workload stable hash (so ties spread across
+    # nodes instead of always favouring the lowest id): blake2b-64 of "{workload_id}/{node_id}"
+    # ascending, then node id. Only the pool of nodes scoring >= the k-th best pays for hashing.
+    k = config.top_candidates
+    if len(totals) > k:
+        threshold = heapq.nlargest(k, totals)[-1][0]
+        pool = [t for t in totals if t[0] >= threshold]
+    else:
+        pool = totals
+    wid = request.id
+    pool.sort(key=lambda t: (-t[0], stable_hash(f"{wid}/{nodes[t[1]].id}"), nodes[t[1]].id))
+
+    scores = []
+    for total, i in pool[:k]:
+        breakdown = dict(constants)
+        for scorer, norm in per_node:
+            breakdown[scorer.name] = norm * scorer.score(nodes[i], request, ctx)
+        ordered = {s.name: breakdown[s.name] for s, _ in weighted}
+        scores.append(NodeScore(nodes[i].id, total, ordered))
+    return Decision(request.id, nodes[pool[0][1]].id, scores, rejections, len(feasible), n, evaluated)
+
+
+def place_many(
+    snapshot: Snapshot,
+    requests: Sequence[WorkloadRequest],
+    ledger: Reservations,
+    config: PlacementConfig = DEFAULT_CONFIG,
+) -> list[Decision]:
+    """Place requests in order, reserving in ``ledger`` after each success.
+
+    ``snapshot`` is read through the ledger's current view (existing reservations count), and each
+    new reservation is folded into the next decision's view, so a burst never double-books a node.
+    The reservation id is the workload id; the scheduler releases it once the agent commits.
+    """
+    current = snapshot.with_reservations(ledger.view())
+    decisions: list[Decision] = []
+    for request in requests:
+        decision = decide(current, request, config)
+        decisions.append(decision)
+        if decision.node_id is None:
+            continue
+        ledger.reserve(
+            Reservation(
+                request.id,
+                decision.node_id,
+                request.cpu_millicores,
+                request.memory_mb,
+                request.disk_mb,
+                request.group,
+            )
+        )
+        # Incremental overlay: rebuild only the chosen node rather than the whole view.
+        base = current.base_node(decision.node_id)
+        assert base is not None
+        updated: NodeInfo = apply_reserved(base, ledger.on_node(decision.node_id))
+        current = current._with_node(updated, _view_of(ledger, current, decision.node_id))
+    return decisions
+
+
+def _view_of(ledger: Reservations, current: Snapshot, node_id: str) -> ReservationView:
+    # Keep ``Snapshot.reservations`` consistent with the effective nodes without copying the whole
+    # ledger on every placement: update only the changed node's entry.
+    by_node: dict[str, ReservedOnNode] = dict(current.reservations.by_node)
+    by_node[node_id] = ledger.on_node(node_id)
+    return ReservationView(MappingProxyType(by_node))

@@ -1,0 +1,203 @@
+"""Default filters, in evaluation order. The first filter that rejects a node is its reason."""
+
+from __future__ import annotations
+
+from .framework import Filter, PlacementContext
+from .snapshot import NodeInfo, WorkloadRequest
+from .status import Status
+
+
+class NodeReady:
+    name = "node_ready"
+    static = True
+    _status = Status("node_not_ready", "node not ready", name)
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return True
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        return None if node.ready else self._status
+
+
+class NodeSchedulable:
+    name = "node_schedulable"
+    static = True
+    _status = Status("node_unschedulable", "node cordoned or draining", name)
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return True
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        return None if node.schedulable else self._status
+
+
+class NodeAffinity:
+    """Pinned node (an existing node-local volume lives there) and placement exclusions."""
+
+    name = "node_affinity"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return request.pinned_node is not None or bool(request.excluded_nodes)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        if request.pinned_node is not None and node.id != request.pinned_node:
+            return Status("volume_node_conflict", f"node-local volume is on {request.pinned_node}", self.name)
+        if node.id in request.excluded_nodes:
+            return Status("excluded", "excluded by placement policy", self.name)
+        return None
+
+
+class TaintToleration:
+    """NoSchedule/NoExecute taints must be tolerated; PreferNoSchedule only costs score."""
+
+    name = "taint_toleration"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return ctx.snapshot._static.has_hard_taints
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        if not node.taints:
+            return None
+        for taint in sorted(node.taints, key=str):  # sorted: the reported taint must not depend on order
+            if taint.effect == "PreferNoSchedule":
+                continue
+            if not any(t.tolerates(taint) for t in request.tolerations):
+                return Status("untolerated_taint", f"untolerated taint {taint}", self.name)
+        return None
+
+
+class RuntimeSupported:
+    name = "runtime"
+    static = True
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return True
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        if request.type in node.runtimes:
+            return None
+        return Status("runtime_unsupported", f"no {request.type} runtime", self.name)
+
+
+class RuntimeFeatures:
+    name = "runtime_features"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return bool(request.required_features)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        missing = request.required_features - node.runtime_features
+        if not missing:
+            return None
+        return Status(
+            "missing_runtime_feature", f"missing runtime feature {','.join(sorted(missing))}", self.name
+        )
+
+
+class StorageDrivers:
+    name = "storage_drivers"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return bool(request.volume_drivers)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        missing = request.volume_drivers - node.storage_drivers
+        if not missing:
+            return None
+        return Status("storage_driver_missing", f"no {','.join(sorted(missing))} storage driver", self.name)
+
+
+class NodeSelector:
+    name = "node_selector"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return bool(request.node_selector)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        labels = node.labels
+        for key in sorted(request.node_selector):
+            want = request.node_selector[key]
+            if labels.get(key) != want:
+                return Status("node_selector_mismatch", f"node selector {key}={want} not matched", self.name)
+        return None
+
+
+class LabelConstraints:
+    name = "label_constraints"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return bool(request.constraints)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        for c in request.constraints:
+            if not c.matches(node.labels):
+                return Status("label_constraint", f"constraint {c} not satisfied", self.name)
+        return None
+
+
+# Fit filters compare requests against committed + reserved requests, never observed usage:
+# usage fluctuates, and a decision must be reproducible from the snapshot alone.
+
+
+class CpuFit:
+    name = "cpu_fit"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return request.cpu_millicores > 0
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        free = node.cpu_millicores - node.committed_cpu
+        if request.cpu_millicores <= free:
+            return None
+        return Status("insufficient_cpu", "insufficient cpu", self.name, request.cpu_millicores, free, "cpu")
+
+
+class MemoryFit:
+    name = "memory_fit"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return request.memory_mb > 0
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        free = node.memory_mb - node.committed_memory_mb
+        if request.memory_mb <= free:
+            return None
+        return Status("insufficient_memory", "insufficient memory", self.name, request.memory_mb, free, "MiB")
+
+
+class DiskFit:
+    name = "disk_fit"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return request.disk_mb > 0
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        free = node.disk_mb - node.committed_disk_mb
+        if request.disk_mb <= free:
+            return None
+        return Status("insufficient_disk", "insufficient disk", self.name, request.disk_mb, free, "MiB")
+
+
+DEFAULT_FILTERS: tuple[Filter, ...] = (
+    NodeReady(),
+    NodeSchedulable(),
+    NodeAffinity(),
+    TaintToleration(),
+    RuntimeSupported(),
+    RuntimeFeatures(),
+    StorageDrivers(),
+    NodeSelector(),
+    LabelConstraints(),
+    CpuFit(),
+    MemoryFit(),
+    DiskFit(),
+)

@@ -1,0 +1,51 @@
+"""Plugin interfaces: one small class per filter or score step (kube-scheduler framework style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .snapshot import NodeInfo, Snapshot, WorkloadRequest
+from .status import Status
+
+
+@dataclass(slots=True)
+class PlacementContext:
+    """Per-decision state shared by plugins.
+
+    ``scratch`` lets a plugin precompute request-wide data once (in ``applies``/``constant``)
+    instead of once per node.
+    """
+
+    snapshot: Snapshot
+    request: WorkloadRequest
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Filter(Protocol):
+    name: str
+    # True when the verdict depends only on the node and request.type: the engine then evaluates
+    # it once per snapshot and request type instead of once per decision.
+    static: bool
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        """False when this filter cannot reject any node for this request (skipped entirely)."""
+        ...
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        """None if the node passes, else the rejection."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    name: str
+
+    def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
+        """A score shared by every node for this request, or None to score node by node."""
+        ...
+
+    def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
+        """Score in [0, 100]; higher is better."""
+        ...

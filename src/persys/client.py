@@ -53,14 +53,14 @@ class SchedulerClient:
         return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}
 
     async def get_workload(self, workload_id: str) -> dict[str, Any]:
-        return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)  # type: ignore[no-any-return]
+        return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)
 
     async def list_workloads(self, node_id: str = "") -> list[dict[str, Any]]:
         resp = await self._call("ListWorkloads", pb.ListRequest(node_id=node_id))
         return [json.loads(i) for i in resp.items]
 
     async def get_node(self, node_id: str) -> dict[str, Any]:
-        return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)  # type: ignore[no-any-return]
+        return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         return [json.loads(i) for i in (await self._call("ListNodes", pb.ListRequest())).items]

@@ -43,7 +43,7 @@ def test_revision_changes_with_spec_only() -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (("cpuMillicores: 250", "cpuMillicores: lots"), "spec.resources.cpuMillicores: Input should be a valid integer"),
+        (("cpuMillicores: 250", "cpuMillicores: lots"), "spec.resources.cpuMillicores: Input should be a valid int"),
         (("memoryMb: 128", "memoryMb: 128, gpus: 1"), "spec.resources.gpus: unknown field"),
         (("image: persys/busybox:latest, ", ""), "spec.container.image: required field is missing"),
         (("type: container", "type: mainframe"), "spec.type: Input should be"),

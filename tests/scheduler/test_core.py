@@ -68,8 +68,8 @@ async def make(tmp_path: Path, clock: Clock) -> AsyncIterator[Callable[[], async
         await s.store.close()
 
 
-async def settle(s: Scheduler, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def settle(s: Scheduler, cond: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while not cond():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached")

@@ -324,7 +324,8 @@ def delete(
                     break
                 time.sleep(0.25)
             else:
-                fail(f"workload/{n} is still being deleted after {timeout:.0f}s (see `persysctl describe workload {n}`)")
+                fail(f"workload/{n} is still being deleted after {timeout:.0f}s "
+                     f"(see `persysctl describe workload {n}`)")
         out.print(f"workload/{n} deleted", highlight=False)
 
 

@@ -104,11 +104,13 @@ def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
     return files
 
 
-def default_runtimes(state_dir: Path) -> list[Runtime]:
+def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.process import ProcessRuntime
 
-    return [DockerRuntime(), ProcessRuntime(state_dir / "runtimes")]
+    # Containers carry their node's name, so agents sharing one engine (tests, several
+    # nodes on one host) never adopt or remove each other's containers.
+    return [DockerRuntime(extra_labels={"persys.node": node_id}), ProcessRuntime(state_dir / "runtimes")]
 
 
 async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
@@ -175,7 +177,7 @@ def dev(
             agent = Agent(
                 AgentConfig(node_id=node_id, scheduler=target, tls=ids["agent"], state_dir=data / "agent",
                             labels=_parse_labels(label)),
-                default_runtimes(data / "agent"),
+                default_runtimes(data / "agent", node_id),
             )
             await agent.start()
             parts.append(agent.stop)
@@ -259,7 +261,7 @@ def agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb),
-            default_runtimes(state_dir),
+            default_runtimes(state_dir, node_id),
         )
 
         async def started() -> None:

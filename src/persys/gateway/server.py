@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import uvicorn
@@ -14,6 +16,14 @@ from persys.gateway.app import create_app
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the process that embeds it owns Ctrl-C."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @dataclass
@@ -42,8 +52,7 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         log_level="warning",
         lifespan="off",
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller owns signals
+    server = _QuietServer(config)
     task = asyncio.create_task(server.serve(), name="gateway")
     while not server.started:
         if task.done():

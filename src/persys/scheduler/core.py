@@ -331,7 +331,9 @@ class Scheduler:
                     phase=Phase.PENDING, reason="Unschedulable", message=reason,
                     placement=decision.to_dict(), updated_at=now,
                 )
-                await self.state.commit([Compare(keys.workload(w.id), wrev)], [Put(keys.status(w.id), status.to_json())])
+                await self.state.commit(
+                    [Compare(keys.workload(w.id), wrev)], [Put(keys.status(w.id), status.to_json())]
+                )
                 self.emit("WorkloadPending", f"workload/{w.id}", reason, "Unschedulable")
             return
         node_id = decision.node_id

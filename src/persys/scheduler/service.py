@@ -83,8 +83,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 disk_mb=caps.disk_mb,
             ),
             labels=dict(request.labels),
-            taints=[Taint(key=t.key, value=t.value, effect=t.effect or "NoSchedule") for t in request.taints],
         )
+        try:
+            node.taints = [Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
+                           for t in request.taints]
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
         try:
             await self.s.register(node)
         except StoreUnavailable as err:

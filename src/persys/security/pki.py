@@ -28,6 +28,9 @@ class TLSFiles:
     ca: Path
     cert: Path
     key: Path
+    # Name to verify in the peer's certificate when dialing an IP literal whose certificate
+    # carries a DNS name (None: the address itself).
+    server_name: str | None = None
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()

@@ -13,8 +13,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
+
+from persys.security.pki import TLSFiles as TLSFiles  # re-exported: one TLS triple everywhere
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +70,6 @@ class Put:
 @dataclass(frozen=True)
 class Delete:
     key: str
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    ca: Path
-    cert: Path
-    key: Path
-    # Name to verify in the server certificate; needed when endpoints are IP literals
-    # whose certificate carries a DNS name.
-    server_name: str | None = None
 
 
 @runtime_checkable

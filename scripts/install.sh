@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install Persys into ./.venv (idempotent). With --test, also the Debian packages and Python
+# tools the test suite needs (etcd, Redis, Docker engine, busybox for local images).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if ((${#missing[@]})); then
+    echo "==> apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+  apt_install python3 python3-venv python3-dev
+  PY=python3
+fi
+
+if ((want_test)); then
+  apt_install etcd-server etcd-client redis-server docker.io containerd runc tini busybox-static iptables procps
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "==> creating .venv"
+  "$PY" -m venv .venv
+fi
+extra=""
+((want_test)) && extra="[test]"
+echo "==> pip install -e .${extra}"
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | grep -v -i -E "^(WARNING|  )" || true
+.venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' || { echo "install failed: generated protobuf modules missing" >&2; exit 1; }

@@ -1,0 +1,356 @@
+"""Docker runtime: one container per workload, driven through the Engine API (aiodocker).
+
+Containers are found again by name (`persys-<id>`) and labels, never by in-memory state, so a
+restarted agent adopts what is already running instead of starting a second copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+import aiodocker
+from aiodocker.exceptions import DockerError
+
+from persys.agent.runtimes.base import (
+    ObservedWorkload,
+    Probe,
+    RuntimeFailure,
+    RuntimeState,
+    RuntimeWorkload,
+)
+from persys.model.workload import ContainerSpec
+
+LABEL_WORKLOAD = "persys.workload"
+LABEL_REVISION = "persys.revision"
+LABEL_GENERATION = "persys.generation"
+LABEL_MANAGED = "persys.managed"
+NAME_PREFIX = "persys-"
+MIN_MEMORY_MB = 6  # the engine refuses smaller limits; reject early with a clear reason
+
+_FRACTION_RE = re.compile(r"\.(\d+)")
+
+
+def container_name(workload_id: str) -> str:
+    return f"{NAME_PREFIX}{workload_id}"
+
+
+def _parse_docker_time(value: str | None) -> float:
+    """Docker timestamps carry nanoseconds and 'Z'; `0001-01-01T00:00:00Z` means never."""
+    if not value or value.startswith("0001-"):
+        return 0.0
+    value = _FRACTION_RE.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), value, count=1)
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _cpu_percent(stats: dict[str, Any]) -> float:
+    cpu = stats.get("cpu_stats") or {}
+    pre = stats.get("precpu_stats") or {}
+    cpu_delta = (cpu.get("cpu_usage") or {}).get("total_usage", 0) - (pre.get("cpu_usage") or {}).get("total_usage", 0)
+    sys_delta = cpu.get("system_cpu_usage", 0) - pre.get("system_cpu_usage", 0)
+    online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
+    if cpu_delta <= 0 or sys_delta <= 0:
+        return 0.0
+    return round(cpu_delta / sys_delta * online * 100.0, 3)
+
+
+def _memory_bytes(stats: dict[str, Any]) -> int:
+    mem = stats.get("memory_stats") or {}
+    usage = int(mem.get("usage") or 0)
+    detail = mem.get("stats") or {}
+    # Same as `docker stats`: page cache that can be dropped is not the workload's memory.
+    cache = int(detail.get("total_inactive_file", detail.get("inactive_file", 0)) or 0)
+    return usage - cache if usage > cache else usage
+
+
+class DockerRuntime:
+    """Runs `type: container` workloads on the local Docker engine."""
+
+    name = "container"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        stop_timeout: int = 3,
+        stats_timeout: float = 5.0,
+        extra_labels: dict[str, str] | None = None,
+    ) -> None:
+        self._url = url
+        self._stop_timeout = stop_timeout
+        self._stats_timeout = stats_timeout
+        self._extra_labels = dict(extra_labels or {})
+        self._client: aiodocker.Docker | None = None
+        self._lock = asyncio.Lock()  # serialises start/stop/remove so adoption checks are not racy
+
+    # The aiohttp session must be created inside a running loop, so connect lazily.
+    def _docker(self) -> aiodocker.Docker:
+        if self._client is None:
+            self._client = aiodocker.Docker(url=self._url)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def probe(self) -> Probe:
+        try:
+            version = await asyncio.wait_for(self._docker().version(), timeout=5)
+            info = await asyncio.wait_for(self._docker().system.info(), timeout=5)
+        except Exception as exc:  # any failure means "not usable", probe must never raise
+            return Probe(available=False, reason=f"docker engine not reachable: {exc}")
+        features = ["init", f"api:{version.get('ApiVersion', '')}"]
+        if info.get("CgroupVersion"):
+            features.append(f"cgroups:v{info['CgroupVersion']}")
+        return Probe(available=True, version=str(version.get("Version", "")), features=tuple(features))
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def _show(self, workload_id: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = await self._docker()._query_json(
+                f"containers/{container_name(workload_id)}/json", method="GET"
+            )
+        except DockerError as exc:
+            if exc.status == 404:
+                return None
+            raise RuntimeFailure(f"inspect {workload_id}: {exc.message}") from exc
+        except OSError as exc:
+            raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
+        # A foreign container squatting on our name is not ours to manage or adopt.
+        if (data.get("Config") or {}).get("Labels", {}).get(LABEL_MANAGED) != "true":
+            return None
+        return data
+
+    @staticmethod
+    def _observe(data: dict[str, Any]) -> ObservedWorkload:
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        st = data.get("State") or {}
+        status = st.get("Status", "")
+        exit_code: int | None = None
+        message = st.get("Error") or ""
+        if status in ("running", "restarting", "paused"):
+            state = RuntimeState.RUNNING
+            if status != "running":
+                message = message or status
+        elif status == "created":
+            state = RuntimeState.STOPPED
+            message = message or "created, not started"
+        else:  # exited, dead, removing
+            exit_code = int(st.get("ExitCode", 0))
+            oom = bool(st.get("OOMKilled"))
+            # 143/137 = SIGTERM/SIGKILL through tini: what `stop` (ours or an operator's) produces.
+            # The engine does not expose who stopped it, so treat these as stopped, not failed.
+            stopped = exit_code in (0, 143, 137) and not oom
+            state = RuntimeState.STOPPED if stopped else RuntimeState.FAILED
+            if not message:
+                message = "OOMKilled" if oom else f"exited with code {exit_code}"
+        try:
+            generation = int(labels.get(LABEL_GENERATION, "0"))
+        except ValueError:
+            generation = 0
+        return ObservedWorkload(
+            workload_id=labels.get(LABEL_WORKLOAD, ""),
+            revision=labels.get(LABEL_REVISION, ""),
+            generation=generation,
+            state=state,
+            runtime_id=str(data.get("Id", "")),
+            message=message,
+            exit_code=exit_code,
+            started_at=_parse_docker_time(st.get("StartedAt")),
+        )
+
+    async def _add_stats(self, obs: ObservedWorkload) -> None:
+        try:
+            # stream=False makes the engine take two samples, so precpu_stats is filled in.
+            samples = await asyncio.wait_for(
+                self._docker().containers.container(obs.runtime_id).stats(stream=False),
+                timeout=self._stats_timeout,
+            )
+        except (DockerError, TimeoutError, OSError):
+            return  # usage is best-effort; the state is what matters
+        if samples:
+            obs.cpu_percent = _cpu_percent(samples[-1])
+            obs.memory_bytes = _memory_bytes(samples[-1])
+
+    async def inspect(self, workload_id: str) -> ObservedWorkload | None:
+        data = await self._show(workload_id)
+        if data is None:
+            return None
+        obs = self._observe(data)
+        if obs.state is RuntimeState.RUNNING:
+            await self._add_stats(obs)
+        return obs
+
+    async def list(self) -> list[ObservedWorkload]:
+        filters = {"label": [f"{LABEL_MANAGED}=true", *(f"{k}={v}" for k, v in self._extra_labels.items())]}
+        try:
+            summaries = await self._docker().containers.list(all=True, filters=json.dumps(filters))
+            # The summary lacks exit codes; a full inspect per container is cheap on a local socket.
+            details = await asyncio.gather(*(c.show() for c in summaries), return_exceptions=True)
+        except (DockerError, OSError) as exc:
+            raise RuntimeFailure(f"list containers: {exc}") from exc
+        out = []
+        for d in details:
+            if isinstance(d, dict):  # a container removed between list and show is simply gone
+                obs = self._observe(d)
+                if obs.workload_id:
+                    out.append(obs)
+        return out
+
+    async def logs(self, workload_id: str, tail: int = 100) -> str:
+        data = await self._show(workload_id)
+        if data is None:
+            return ""
+        try:
+            lines = await self._docker().containers.container(data["Id"]).log(stdout=True, stderr=True, tail=tail)
+        except DockerError as exc:
+            raise RuntimeFailure(f"logs {workload_id}: {exc.message}") from exc
+        return "".join(lines)
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _config(self, w: RuntimeWorkload, c: ContainerSpec) -> dict[str, Any]:
+        res = w.spec.resources
+        if res.memory_mb and res.memory_mb < MIN_MEMORY_MB:
+            raise RuntimeFailure(
+                f"memory_mb={res.memory_mb} is below Docker's minimum of {MIN_MEMORY_MB}",
+                code="InvalidSpec",
+                terminal=True,
+            )
+        labels = {
+            **self._extra_labels,
+            LABEL_WORKLOAD: w.workload_id,
+            LABEL_REVISION: w.revision,
+            LABEL_GENERATION: str(w.generation),
+            LABEL_MANAGED: "true",
+        }
+        config: dict[str, Any] = {
+            "Image": c.image,
+            "Env": [f"{k}={v}" for k, v in c.env.items()],
+            "Labels": labels,
+        }
+        if c.command:
+            # `command` replaces the image's whole entrypoint+cmd; an empty Entrypoint clears it.
+            config["Entrypoint"] = []
+            config["Cmd"] = [*c.command, *c.args]
+        elif c.args:
+            config["Cmd"] = list(c.args)  # keep the image entrypoint, replace only its arguments
+        if c.working_dir:
+            config["WorkingDir"] = c.working_dir
+        exposed: dict[str, dict[str, Any]] = {}
+        bindings: dict[str, list[dict[str, str]]] = {}
+        for p in c.ports:
+            key = f"{p.container_port}/{p.protocol}"
+            exposed[key] = {}
+            bindings.setdefault(key, []).append(
+                {"HostIp": p.host_ip, "HostPort": str(p.host_port) if p.host_port else ""}
+            )
+        if exposed:
+            config["ExposedPorts"] = exposed
+        host: dict[str, Any] = {
+            "Init": True,  # tini as PID 1: signals reach the command and zombies get reaped
+            "RestartPolicy": {"Name": "no"},  # the agent owns restarts and their backoff
+            "PortBindings": bindings,
+        }
+        if res.cpu_millicores:
+            host["NanoCpus"] = res.cpu_millicores * 1_000_000
+        if res.memory_mb:
+            host["Memory"] = res.memory_mb * 1024 * 1024
+            host["MemorySwap"] = res.memory_mb * 1024 * 1024  # no swap beyond the limit
+        config["HostConfig"] = host
+        return config
+
+    async def _image_present(self, image: str) -> None:
+        try:
+            await self._docker().images.inspect(image)
+        except DockerError as exc:
+            if exc.status == 404:
+                # No pulling: nodes may have no registry access, and a pull is an operator decision.
+                raise RuntimeFailure(
+                    f"image {image!r} is not present on this node", code="ImageNotFound", terminal=True
+                ) from exc
+            raise RuntimeFailure(f"inspect image {image}: {exc.message}") from exc
+
+    async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
+        c = w.spec.container
+        if w.spec.type != "container" or c is None:
+            raise RuntimeFailure(f"workload type {w.spec.type!r} is not a container", code="InvalidSpec", terminal=True)
+        config = self._config(w, c)
+        async with self._lock:
+            existing = await self._show(w.workload_id)
+            if existing is not None:
+                obs = self._observe(existing)
+                if obs.revision == w.revision and obs.state is RuntimeState.RUNNING:
+                    return obs  # adopt: never restart a healthy container of the desired revision
+                await self._delete(existing["Id"])
+            await self._image_present(c.image)
+            return await self._create_and_start(w, config)
+
+    async def _create_and_start(self, w: RuntimeWorkload, config: dict[str, Any]) -> ObservedWorkload:
+        docker = self._docker()
+        try:
+            container = await docker.containers.create(config, name=container_name(w.workload_id))
+        except DockerError as exc:
+            if exc.status == 409:
+                # Someone else (another agent instance) created it meanwhile: adopt theirs.
+                data = await self._show(w.workload_id)
+                if data is not None:
+                    return self._observe(data)
+            code, terminal = ("InvalidSpec", True) if exc.status == 400 else ("RuntimeError", False)
+            if exc.status == 404:
+                code, terminal = "ImageNotFound", True
+            raise RuntimeFailure(f"create container: {exc.message}", code=code, terminal=terminal) from exc
+        try:
+            await container.start()
+        except DockerError as exc:
+            # A container that never started is useless; remove it so a retry starts clean.
+            await self._delete(container.id)
+            msg = exc.message
+            if "port is already allocated" in msg or "address already in use" in msg:
+                raise RuntimeFailure(f"start container: {msg}", code="PortConflict", terminal=True) from exc
+            if "executable file not found" in msg or "no such file or directory" in msg:
+                raise RuntimeFailure(f"start container: {msg}", code="InvalidSpec", terminal=True) from exc
+            raise RuntimeFailure(f"start container: {msg}") from exc
+        data = await container.show()
+        return self._observe(data)
+
+    async def _delete(self, container_id: str) -> None:
+        try:
+            container = self._docker().containers.container(container_id)
+            # Stop first with a short grace so the command sees SIGTERM; force-delete kills the rest.
+            try:
+                await container.stop(t=self._stop_timeout)
+            except DockerError as exc:
+                if exc.status not in (304, 404):
+                    raise
+            await container.delete(force=True, v=True)
+        except DockerError as exc:
+            # 404: already gone; 409: removal already in progress. Both mean "will be gone".
+            if exc.status not in (404, 409):
+                raise RuntimeFailure(f"remove container: {exc.message}") from exc
+
+    async def stop(self, workload_id: str) -> None:
+        async with self._lock:
+            data = await self._show(workload_id)
+            if data is None or not (data.get("State") or {}).get("Running"):
+                return
+            try:
+                # The stopped container stays, so its exit code and logs remain inspectable.
+                await self._docker().containers.container(data["Id"]).stop(t=self._stop_timeout)
+            except DockerError as exc:
+                if exc.status not in (304, 404):
+                    raise RuntimeFailure(f"stop container: {exc.message}") from exc
+
+    async def remove(self, workload_id: str) -> None:
+        async with self._lock:
+            data = await self._show(workload_id)
+            if data is not None:
+                await self._delete(data["Id"])

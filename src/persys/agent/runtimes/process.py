@@ -1,0 +1,447 @@
+"""Process runtime: a supervised host command (like Nomad's raw_exec), the runtime that works everywhere.
+
+Each workload is one process started in its own session/process group, with its output in
+`<state_dir>/process/<id>/stdout.log` and its identity in `meta.json` (pid, pgid and the kernel's
+start time of the pid, so a recycled pid is never mistaken for ours). The process outlives the
+agent on purpose: a restarted agent reads meta.json and adopts it instead of starting a duplicate.
+Limits use cgroup v1 when the hierarchy is writable; otherwise the command runs unlimited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from persys.agent.runtimes.base import (
+    ObservedWorkload,
+    Probe,
+    RuntimeFailure,
+    RuntimeState,
+    RuntimeWorkload,
+)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CFS_PERIOD_US = 100_000
+CGROUP_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Moves itself into the cgroups and then execs the command, so the command is limited from its
+# very first instruction. A shell wrapper instead of preexec_fn: preexec_fn is unsafe in a
+# threaded process (asyncio.to_thread workers), a tiny sh is not.
+_CGROUP_WRAPPER = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+@dataclass
+class ProcessMeta:
+    workload_id: str
+    revision: str
+    generation: int
+    command: list[str]
+    pid: int
+    pgid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: defends against pid reuse
+    started_at: float
+    cgroups: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    finished_at: float = 0.0
+    stopped_by_agent: bool = False
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, pgid, utime+stime ticks, start ticks) of a pid, or None if it does not exist."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may contain spaces and ')', so split after the last ')'.
+    rest = raw.rsplit(")", 1)[1].split()
+    # rest[0] is field 3 (state); field N is rest[N - 3].
+    return rest[0], int(rest[2]), int(rest[11]) + int(rest[12]), int(rest[19])
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, found via /proc since we may not be their parent."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        st = _proc_stat(int(entry.name))
+        if st is not None and st[1] == pgid and st[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ProcessRuntime:
+    """Runs `type: process` workloads as supervised host processes."""
+
+    name = "process"
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        *,
+        grace_seconds: float = 5.0,
+        cgroup_root: str | Path = "/sys/fs/cgroup",
+        cgroup_parent: str = "persys",
+        use_cgroups: bool | None = None,  # None: use them when writable
+    ) -> None:
+        self._dir = Path(state_dir) / "process"
+        self._grace = grace_seconds
+        self._cg_root = Path(cgroup_root)
+        self._cg_parent = cgroup_parent
+        self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
+        self._cpu_samples: dict[str, tuple[float, int]] = {}  # workload -> (monotonic, cpu ns)
+        self._lock = asyncio.Lock()
+
+    @property
+    def cgroups_enabled(self) -> bool:
+        return self._cgroups
+
+    # ---- cgroups -------------------------------------------------------------------------------
+
+    def _cgroups_writable(self) -> bool:
+        for ctl in ("cpu", "memory"):
+            base = self._cg_root / ctl
+            if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
+                return False
+            try:
+                (base / self._cg_parent).mkdir(exist_ok=True)
+            except OSError:
+                return False
+        return True
+
+    def _cg_dirs(self, workload_id: str) -> dict[str, Path]:
+        return {
+            ctl: self._cg_root / ctl / self._cg_parent / workload_id
+            for ctl in CGROUP_CONTROLLERS
+            if (self._cg_root / ctl / "cgroup.procs").exists()
+        }
+
+    def _setup_cgroups(self, w: RuntimeWorkload) -> list[str]:
+        res = w.spec.resources
+        dirs = self._cg_dirs(w.workload_id)
+        try:
+            for d in dirs.values():
+                d.mkdir(parents=True, exist_ok=True)
+            if "cpu" in dirs:
+                (dirs["cpu"] / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+                # 1000 millicores = one full period per period; the kernel minimum quota is 1 ms.
+                quota = max(1000, res.cpu_millicores * CFS_PERIOD_US // 1000) if res.cpu_millicores else -1
+                (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
+            if "memory" in dirs:
+                limit = res.memory_mb * 1024 * 1024 if res.memory_mb else -1
+                (dirs["memory"] / "memory.limit_in_bytes").write_text(str(limit))
+                # Without this the limit only bounds RAM and the rest spills to swap (if any).
+                with contextlib.suppress(OSError):
+                    (dirs["memory"] / "memory.memsw.limit_in_bytes").write_text(str(limit))
+        except OSError as exc:
+            raise RuntimeFailure(f"cgroup setup for {w.workload_id}: {exc}") from exc
+        return [str(d / "cgroup.procs") for d in dirs.values()]
+
+    def _cleanup_cgroups(self, workload_id: str) -> None:
+        for d in self._cg_dirs(workload_id).values():
+            with contextlib.suppress(OSError):  # busy (a straggler still inside) or already gone
+                d.rmdir()
+
+    def _cgroup_pids(self, workload_id: str) -> list[int]:
+        pids: set[int] = set()
+        for d in self._cg_dirs(workload_id).values():
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+        return sorted(pids)
+
+    # ---- state files ---------------------------------------------------------------------------
+
+    def _wdir(self, workload_id: str) -> Path:
+        if not workload_id or "/" in workload_id or workload_id in (".", ".."):
+            raise RuntimeFailure(f"invalid workload id {workload_id!r}", code="InvalidSpec", terminal=True)
+        return self._dir / workload_id
+
+    def _load(self, workload_id: str) -> ProcessMeta | None:
+        try:
+            doc = json.loads((self._wdir(workload_id) / "meta.json").read_text())
+            return ProcessMeta(**doc)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _save(self, meta: ProcessMeta) -> None:
+        d = self._wdir(meta.workload_id)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "meta.json.tmp"
+        tmp.write_text(json.dumps(asdict(meta)))
+        tmp.replace(d / "meta.json")  # atomic: a crash never leaves a half-written meta
+
+    # ---- liveness ------------------------------------------------------------------------------
+
+    def _alive(self, meta: ProcessMeta) -> bool:
+        child = self._children.get(meta.workload_id)
+        if child is not None and child.pid == meta.pid:
+            code = child.poll()  # reaps our own child, so its exit code is known
+            if code is None:
+                return True
+            if meta.exit_code is None:
+                meta.exit_code = code
+                meta.finished_at = meta.finished_at or time.time()
+                self._save(meta)
+            return False
+        st = _proc_stat(meta.pid)
+        return st is not None and st[3] == meta.start_ticks and st[0] != "Z"
+
+    def _observe(self, meta: ProcessMeta) -> ObservedWorkload:
+        obs = ObservedWorkload(
+            workload_id=meta.workload_id,
+            revision=meta.revision,
+            generation=meta.generation,
+            state=RuntimeState.RUNNING,
+            runtime_id=str(meta.pid),
+            started_at=meta.started_at,
+        )
+        if self._alive(meta):
+            return obs
+        obs.exit_code = meta.exit_code
+        if meta.stopped_by_agent:
+            obs.state = RuntimeState.STOPPED
+            obs.message = "stopped by agent"
+        elif meta.exit_code is None:
+            # Not our child (agent restarted meanwhile): it ended on its own, code unknown.
+            obs.state = RuntimeState.FAILED
+            obs.message = "process exited; exit code unknown"
+        elif meta.exit_code == 0:
+            obs.state = RuntimeState.STOPPED
+            obs.message = "exited with code 0"
+        else:
+            obs.state = RuntimeState.FAILED
+            obs.message = (
+                f"killed by signal {-meta.exit_code}" if meta.exit_code < 0 else f"exited with code {meta.exit_code}"
+            )
+        return obs
+
+    # ---- usage ---------------------------------------------------------------------------------
+
+    def _cpu_ns(self, meta: ProcessMeta) -> int:
+        dirs = self._cg_dirs(meta.workload_id)
+        if self._cgroups and "cpuacct" in dirs:
+            v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
+            if v is not None:
+                return v
+        ticks = 0
+        for pid in _group_members(meta.pgid):
+            st = _proc_stat(pid)
+            ticks += st[2] if st else 0
+        return ticks * 1_000_000_000 // _CLK_TCK
+
+    def _memory(self, meta: ProcessMeta) -> int:
+        dirs = self._cg_dirs(meta.workload_id)
+        if self._cgroups and "memory" in dirs:
+            v = _read_int(dirs["memory"] / "memory.usage_in_bytes")
+            if v is not None:
+                return v
+        total = 0
+        for pid in _group_members(meta.pgid):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        return total
+
+    async def _add_usage(self, meta: ProcessMeta, obs: ObservedWorkload) -> None:
+        obs.memory_bytes = self._memory(meta)
+        now, used = time.monotonic(), self._cpu_ns(meta)
+        prev = self._cpu_samples.get(meta.workload_id)
+        if prev is None or not 0.2 <= now - prev[0] <= 60:
+            # No recent sample to compare with: take a short second one.
+            prev = (now, used)
+            await asyncio.sleep(0.1)
+            now, used = time.monotonic(), self._cpu_ns(meta)
+        self._cpu_samples[meta.workload_id] = (now, used)
+        # 100% = one full core, the same convention as `docker stats`.
+        obs.cpu_percent = round(max(0, used - prev[1]) / ((now - prev[0]) * 1e9) * 100, 3)
+
+    # ---- Runtime API ---------------------------------------------------------------------------
+
+    async def probe(self) -> Probe:
+        try:
+            proc = await asyncio.to_thread(
+                subprocess.run, ["/bin/sh", "-c", "exit 0"], start_new_session=True, timeout=5, check=True
+            )
+            del proc
+            self._dir.mkdir(parents=True, exist_ok=True)
+        except Exception as exc:  # probe must never raise
+            return Probe(available=False, reason=f"cannot spawn processes: {exc}")
+        features = ("process-group", "cgroups:v1" if self._cgroups else "cgroups:none")
+        return Probe(available=True, version=f"linux-{platform.release()}", features=features)
+
+    async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
+        spec = w.spec.process
+        if w.spec.type != "process" or spec is None:
+            raise RuntimeFailure(f"workload type {w.spec.type!r} is not a process", code="InvalidSpec", terminal=True)
+        wdir = self._wdir(w.workload_id)
+        async with self._lock:
+            meta = self._load(w.workload_id)
+            if meta is not None and self._alive(meta):
+                if meta.revision == w.revision:
+                    return self._observe(meta)  # adopt: never restart the desired revision
+                await self._stop_locked(w.workload_id)
+            return self._spawn(w, wdir)
+
+    def _spawn(self, w: RuntimeWorkload, wdir: Path) -> ObservedWorkload:
+        spec = w.spec.process
+        assert spec is not None
+        env = {"PATH": DEFAULT_PATH, **spec.env}
+        wdir.mkdir(parents=True, exist_ok=True)
+        cwd = spec.working_dir or str(wdir)
+        if not Path(cwd).is_dir():
+            raise RuntimeFailure(f"working dir {cwd!r} does not exist", code="InvalidSpec", terminal=True)
+        exe = spec.command[0]
+        # Resolve here because with the cgroup wrapper a missing binary would only be an exit 127.
+        resolved = shutil.which(exe, path=env["PATH"]) if "/" not in exe else exe
+        if resolved is None or not os.access(Path(cwd, resolved), os.X_OK):
+            raise RuntimeFailure(f"command {exe!r} not found or not executable", code="InvalidSpec", terminal=True)
+        cg_procs = self._setup_cgroups(w) if self._cgroups else []
+        argv = list(spec.command)
+        if cg_procs:
+            argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_procs, "--", *argv]
+        with open(wdir / "stdout.log", "ab") as log:
+            log.write(f"--- persys: starting revision {w.revision} at {time.ctime()} ---\n".encode())
+            log.flush()
+            try:
+                child = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env=env,
+                    close_fds=True,
+                    start_new_session=True,  # own session + group: survives the agent, killable as a unit
+                )
+            except OSError as exc:
+                raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
+        st = _proc_stat(child.pid)
+        meta = ProcessMeta(
+            workload_id=w.workload_id,
+            revision=w.revision,
+            generation=w.generation,
+            command=list(spec.command),
+            pid=child.pid,
+            pgid=child.pid,
+            start_ticks=st[3] if st else 0,
+            started_at=time.time(),
+            cgroups=[str(Path(p).parent) for p in cg_procs],
+        )
+        self._children[w.workload_id] = child
+        self._cpu_samples.pop(w.workload_id, None)
+        self._save(meta)
+        return self._observe(meta)
+
+    def _signal_all(self, meta: ProcessMeta, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(meta.pgid, sig)
+        # Processes that left the group (setsid) are still caught by their cgroup.
+        for pid in self._cgroup_pids(meta.workload_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def _all_gone(self, meta: ProcessMeta) -> bool:
+        self._alive(meta)  # reaps our own child so it does not linger as a zombie
+        return not _group_members(meta.pgid) and not self._cgroup_pids(meta.workload_id)
+
+    async def _wait_gone(self, meta: ProcessMeta, within: float) -> bool:
+        deadline = time.monotonic() + within
+        while True:
+            if await asyncio.to_thread(self._all_gone, meta):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+
+    async def _stop_locked(self, workload_id: str) -> None:
+        meta = self._load(workload_id)
+        if meta is None:
+            return
+        # The pgid is only trusted while its leader is provably ours (pid + start time).
+        leader_ours = self._alive(meta)
+        if leader_ours or self._cgroup_pids(workload_id):
+            if leader_ours:
+                meta.stopped_by_agent = True
+                self._save(meta)
+            self._signal_all(meta, signal.SIGTERM)
+            if not await self._wait_gone(meta, self._grace):
+                self._signal_all(meta, signal.SIGKILL)
+                await self._wait_gone(meta, 2.0)
+        child = self._children.pop(workload_id, None)
+        if child is not None and child.pid == meta.pid:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = child.wait(timeout=0.5)
+                meta.exit_code = meta.exit_code if meta.exit_code is not None else code
+        meta.finished_at = meta.finished_at or time.time()
+        self._save(meta)
+        self._cleanup_cgroups(workload_id)
+
+    async def stop(self, workload_id: str) -> None:
+        async with self._lock:
+            await self._stop_locked(workload_id)
+
+    async def remove(self, workload_id: str) -> None:
+        async with self._lock:
+            await self._stop_locked(workload_id)
+            shutil.rmtree(self._wdir(workload_id), ignore_errors=True)
+            self._cpu_samples.pop(workload_id, None)
+
+    async def list(self) -> list[ObservedWorkload]:
+        if not self._dir.is_dir():
+            return []
+        out = []
+        for d in sorted(self._dir.iterdir()):
+            meta = self._load(d.name)
+            if meta is not None:
+                out.append(self._observe(meta))
+        return out
+
+    async def inspect(self, workload_id: str) -> ObservedWorkload | None:
+        meta = self._load(workload_id)
+        if meta is None:
+            return None
+        obs = self._observe(meta)
+        if obs.state is RuntimeState.RUNNING:
+            await self._add_usage(meta, obs)
+        return obs
+
+    async def logs(self, workload_id: str, tail: int = 100) -> str:
+        return await asyncio.to_thread(self._tail, self._wdir(workload_id) / "stdout.log", tail)
+
+    @staticmethod
+    def _tail(path: Path, lines: int) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                # The last 1 MiB is plenty for `tail` lines and bounds memory on huge logs.
+                f.seek(max(0, size - (1 << 20)))
+                data = f.read()
+        except FileNotFoundError:
+            return ""
+        text = data.decode(errors="replace")
+        kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
+        return "".join(kept)
+
+    async def close(self) -> None:
+        # Deliberately leaves processes running: they belong to the node, not to this agent process.
+        self._children.clear()

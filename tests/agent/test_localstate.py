@@ -1,0 +1,64 @@
+"""LocalState: the agent's SQLite memory of desired and applied workloads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from persys.agent.localstate import LocalState
+
+
+def test_roundtrip_update_and_forget(tmp_path: Path) -> None:
+    db = tmp_path / "agent" / "state.db"
+    st = LocalState(db)
+    spec = json.dumps({"type": "process", "process": {"command": ["sleep", "1"]}})
+    st.save_desired("web", "abc", 1, "Running", spec)
+    st.save_desired("job", "def", 3, "Stopped", "{}")
+    d = st.desired()
+    assert set(d) == {"web", "job"}
+    assert d["web"].revision == "abc" and d["web"].generation == 1
+    assert d["web"].desired_state == "Running" and json.loads(d["web"].spec_json) == json.loads(spec)
+
+    st.save_desired("web", "xyz", 2, "Stopped", "{}")  # upsert, not duplicate
+    d = st.desired()
+    assert len(d) == 2 and d["web"].revision == "xyz" and d["web"].generation == 2
+
+    st.save_desired("raw", "r", 1, "Running", b'{"a": 1}')  # Model.to_json() bytes are accepted
+    assert st.desired()["raw"].spec_json == '{"a": 1}'
+    st.forget("raw")
+
+    st.save_applied("web", "xyz", 2, "process", "1234")
+    assert st.applied()["web"].runtime_id == "1234"
+
+    st.forget("web")
+    st.forget("never-known")  # idempotent
+    assert set(st.desired()) == {"job"} and st.applied() == {}
+    st.close()
+
+
+def test_survives_restart(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    with LocalState(db) as st:
+        st.save_desired("web", "abc", 5, "Running", '{"x": 1}')
+        st.save_applied("web", "abc", 5, "container", "deadbeef")
+    with LocalState(db) as st2:  # a restarted agent
+        assert st2.desired()["web"].generation == 5
+        assert st2.applied()["web"].runtime_id == "deadbeef"
+
+
+def test_usable_from_threads(tmp_path: Path) -> None:
+    """The agent calls it through asyncio.to_thread, i.e. from varying worker threads."""
+    st = LocalState(tmp_path / "state.db")
+
+    def writer(i: int) -> None:
+        for j in range(20):
+            st.save_desired(f"w{i}-{j}", "r", j, "Running", "{}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(st.desired()) == 80
+    st.close()

@@ -1,0 +1,112 @@
+"""Processes for end-to-end tests: each Persys component runs as its own OS process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+class Proc:
+    """A child process whose output goes to a log file that tests can wait on."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log = log_dir / f"{name}.log"
+        self.env = {**os.environ, "GRPC_VERBOSITY": "ERROR", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        # wait_for() looks only at output of the current run.
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            out.write(f"---- start {' '.join(self.argv)}\n".encode())
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                         start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def text(self) -> str:
+        """Output of the current run."""
+        with self.log.open("rb") as f:
+            f.seek(self.offset)
+            return f.read().decode(errors="replace")
+
+    def wait_for(self, needle: str, timeout: float = 20.0) -> float:
+        t0 = time.monotonic()
+        while needle not in self.text():
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise AssertionError(f"{self.name} exited ({code}):\n{self.text()[-3000:]}")
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"{self.name}: {needle!r} not seen in {timeout}s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def persys(*args: str) -> list[str]:
+    return [str(BIN / "persys"), *args]
+
+
+def ctl(*args: str, env: dict[str, str], check: bool = True, stdin: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([str(BIN / "persysctl"), *args], capture_output=True, text=True, env={**os.environ, **env},
+                       timeout=60, input=stdin)
+    if check and p.returncode != 0:
+        raise AssertionError(f"persysctl {' '.join(args)} failed ({p.returncode}): {p.stdout}{p.stderr}")
+    return p
+
+
+def eventually(fn: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> tuple[T, float]:
+    """Poll `fn` until it returns something truthy; returns it and the seconds it took."""
+    t0 = time.monotonic()
+    last_err: Exception | None = None
+    while time.monotonic() - t0 < timeout:
+        try:
+            value = fn()
+            if value:
+                return value, time.monotonic() - t0
+        except Exception as err:  # transient while things start
+            last_err = err
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout}s (last error: {last_err})")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False

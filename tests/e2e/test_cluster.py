@@ -1,0 +1,184 @@
+"""The whole flow with every component a separate process: etcd, Redis, scheduler, agent and
+gateway talking gRPC/HTTPS over mutual TLS, driven by persysctl, running real containers and
+processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from tests.e2e.harness import REPO, Proc, ctl, eventually, persys, pid_alive
+from tests.fixtures_infra import EtcdServer, RedisServer, free_port, start_etcd, start_redis
+
+pytestmark = pytest.mark.e2e
+NODE = "e2e-node"
+
+
+@dataclass
+class Cluster:
+    tmp: Path
+    env: dict[str, str]
+    etcd: EtcdServer
+    redis: RedisServer
+    scheduler: Proc
+    agent: Proc
+    gateway: Proc
+    http_port: int
+
+    def get(self, name: str) -> dict:
+        return json.loads(ctl("get", "workloads", name, "-o", "json", env=self.env).stdout)[0]
+
+    def running(self, name: str) -> dict | None:
+        w = self.get(name)
+        return w if w["phase"] == "Running" else None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    etcd = start_etcd(tmp / "etcd")
+    redis = start_redis(tmp / "redis")
+    pki = tmp / "pki"
+    Proc("certs", persys("certs", "init", "--dir", str(pki), "--node", NODE), tmp).proc.wait(30)  # type: ignore[union-attr]
+    sched_port, gw_port = free_port(), free_port()
+    scheduler = Proc("scheduler", persys("scheduler", "--listen", f"127.0.0.1:{sched_port}", "--store", etcd.url,
+                                         "--events", redis.url, "--tls-dir", str(pki)), tmp)
+    scheduler.wait_for("scheduler ready")
+    agent = Proc("agent", persys("agent", "--scheduler", f"127.0.0.1:{sched_port}", "--node-id", NODE,
+                                 "--tls-dir", str(pki), "--state-dir", str(tmp / "agent")), tmp)
+    gateway = Proc("gateway", persys("gateway", "--scheduler", f"127.0.0.1:{sched_port}",
+                                     "--listen", f"127.0.0.1:{gw_port}", "--tls-dir", str(pki)), tmp)
+    gateway.wait_for("gateway ready")
+    agent.wait_for("agent e2e-node started")
+    cfg = tmp / "persysctl.yaml"
+    cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{gw_port}", "ca": str(pki / "ca.crt"),
+                                   "cert": str(pki / "admin.crt"), "key": str(pki / "admin.key")}))
+    c = Cluster(tmp, {"PERSYS_CONFIG": str(cfg)}, etcd, redis, scheduler, agent, gateway, free_port())
+    eventually(lambda: json.loads(ctl("get", "nodes", "-o", "json", env=c.env).stdout), what="node registered")
+    yield c
+    for p in (gateway, agent, scheduler):
+        p.stop()
+    # The agent leaves workloads running by design; remove whatever a failed test left behind.
+    client = docker.from_env()
+    for cont in client.containers.list(all=True, filters={"label": "persys.workload"}):
+        if cont.name in ("persys-hello-docker", "persys-hello-process"):
+            cont.remove(force=True)
+    etcd.stop()
+    redis.stop()
+
+
+def _docker_manifest(port: int) -> str:
+    text = (REPO / "examples/hello-docker.yaml").read_text()
+    return text.replace("hostPort: 18080", f"hostPort: {port}")
+
+
+def test_apply_reaches_running_on_the_node(cluster: Cluster) -> None:
+    ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env)
+    ctl("apply", "-f", "-", env=cluster.env, stdin=_docker_manifest(cluster.http_port))
+    _, t_proc = eventually(lambda: cluster.running("hello-process"), 10, "hello-process Running")
+    _, t_cont = eventually(lambda: cluster.running("hello-docker"), 10, "hello-docker Running")
+    print(f"apply-to-Running: process {t_proc:.2f}s, container {t_cont:.2f}s")
+    table = ctl("get", "workloads", env=cluster.env).stdout
+    for name in ("hello-process", "hello-docker"):
+        line = next(line for line in table.splitlines() if line.startswith(name))
+        assert "Running" in line and NODE in line
+    # The container really serves on its published port.
+    import urllib.request
+
+    body, _ = eventually(lambda: urllib.request.urlopen(f"http://127.0.0.1:{cluster.http_port}/", timeout=2).read(),
+                         10, "container serving")
+    assert body == b"hello from persys\n"
+    # Applying the same manifest again changes nothing.
+    again = ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env).stdout
+    assert "unchanged" in again
+
+
+def test_events_reach_redis_and_health_reports_it(cluster: Cluster) -> None:
+    events = json.loads(ctl("events", "-o", "json", env=cluster.env).stdout)
+    kinds = {e["kind"] for e in events}
+    assert {"NodeJoined", "WorkloadScheduled", "WorkloadRunning"} <= kinds
+    health = json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)
+    assert health["mode"] == "normal" and health["eventsOk"] and health["storeBackend"] == "etcd"
+
+
+def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
+    client = docker.from_env()
+    before_c = client.containers.get("persys-hello-docker")
+    before_started = before_c.attrs["State"]["StartedAt"]
+    before_pid = int(cluster.get("hello-process")["runtimeId"])
+    cluster.agent.stop()
+    assert pid_alive(before_pid), "the workload must outlive its agent"
+    cluster.agent.start()
+    cluster.agent.wait_for("agent e2e-node started")
+    time.sleep(3)  # several reconcile passes of the new agent
+    after = client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"})
+    assert [c.id for c in after] == [before_c.id], "no second container"
+    after_c = client.containers.get("persys-hello-docker")
+    assert after_c.attrs["State"]["StartedAt"] == before_started, "container was not restarted"
+    w = cluster.get("hello-process")
+    assert int(w["runtimeId"]) == before_pid and w["restarts"] == 0 and w["phase"] == "Running"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field_path"),
+    [
+        (("cpuMillicores: 250", "cpuMillicores: lots"), "spec.resources.cpuMillicores"),
+        (("memoryMb: 64", "memoryMb: 64\n    gpus: 1"), "spec.resources.gpus"),
+        (("    image: persys/busybox:latest\n", ""), "spec.container.image"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_written(cluster: Cluster, edit: tuple[str, str], field_path: str) -> None:
+    text = _docker_manifest(cluster.http_port).replace("name: hello-docker", "name: bad-one")
+    bad = text.replace(*edit)
+    assert bad != text
+    p = ctl("apply", "-f", "-", env=cluster.env, stdin=bad, check=False)
+    assert p.returncode != 0
+    assert field_path in p.stderr and "Traceback" not in p.stderr + p.stdout
+    assert len(p.stderr.strip().splitlines()) == 1
+    # The server refuses it too, when a client skips local validation.
+    doc = yaml.safe_load(bad)
+    import ssl
+    import urllib.request
+
+    cfg = yaml.safe_load(Path(cluster.env["PERSYS_CONFIG"]).read_text())
+    ctx = ssl.create_default_context(cafile=cfg["ca"])
+    ctx.load_cert_chain(cfg["cert"], cfg["key"])
+    req = urllib.request.Request(f"{cfg['server']}/v1/workloads", data=json.dumps(doc).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, context=ctx, timeout=10)
+    assert exc.value.code == 400 and field_path in exc.value.read().decode()
+    names = [w["name"] for w in json.loads(ctl("get", "workloads", "-o", "json", env=cluster.env).stdout)]
+    assert "bad-one" not in names
+
+
+def test_delete_stops_the_process_and_the_container(cluster: Cluster) -> None:
+    pid = int(cluster.get("hello-process")["runtimeId"])
+    ctl("delete", "workload", "hello-process", env=cluster.env)
+    ctl("delete", "-f", "-", env=cluster.env, stdin=_docker_manifest(cluster.http_port))
+    assert not pid_alive(pid)
+    client = docker.from_env()
+    assert client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
+    assert json.loads(ctl("get", "workloads", "-o", "json", env=cluster.env).stdout) == []
+    again = ctl("delete", "workload", "hello-process", env=cluster.env).stdout
+    assert "already gone" in again
+
+
+def test_scheduling_continues_when_redis_is_down(cluster: Cluster) -> None:
+    cluster.redis.stop()
+    try:
+        ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env)
+        eventually(lambda: cluster.running("hello-process"), 10, "Running without Redis")
+        health = json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)
+        assert health["eventsOk"] is False and "events" in health["detail"]
+    finally:
+        cluster.redis.start()
+    eventually(lambda: json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)["eventsOk"], 10, "events back")
+    ctl("delete", "workload", "hello-process", env=cluster.env)

@@ -1,0 +1,64 @@
+"""`persys dev`: the all-in-one cluster on embedded defaults, as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.e2e.harness import REPO, Proc, ctl, eventually, persys, pid_alive
+from tests.fixtures_infra import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def start_dev(home: Path, port: int) -> tuple[Proc, float]:
+    t0 = time.monotonic()
+    p = Proc("dev", persys("dev", "--port", str(port), "--node-id", "dev-e2e"), home,
+             env={"PERSYS_HOME": str(home)})
+    p.wait_for("Press Ctrl-C to stop.", timeout=30)
+    return p, time.monotonic() - t0
+
+
+def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
+    home, port, http_port = tmp_path / "home", free_port(), free_port()
+    home.mkdir()
+    env = {"PERSYS_HOME": str(home)}
+    dev, startup = start_dev(home, port)
+    reported = float(re.search(r"ready in ([0-9.]+)s", dev.text()).group(1))  # type: ignore[union-attr]
+    print(f"persys dev ready: {reported:.2f}s reported, {startup:.2f}s including interpreter start")
+    assert f"https://127.0.0.1:{port}" in dev.text()
+    assert "runtimes: container, process" in dev.text()
+    try:
+        ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=env)
+        manifest = (REPO / "examples/hello-docker.yaml").read_text().replace("18080", str(http_port))
+        ctl("apply", "-f", "-", env=env, stdin=manifest)
+        running = lambda name: (lambda w: w if w["phase"] == "Running" else None)(  # noqa: E731
+            json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0])
+        proc_w, t1 = eventually(lambda: running("hello-process"), 10, "hello-process Running")
+        cont_w, t2 = eventually(lambda: running("hello-docker"), 10, "hello-docker Running")
+        print(f"apply-to-Running under persys dev: process {t1:.2f}s, container {t2:.2f}s")
+        assert proc_w["node"] == cont_w["node"] == "dev-e2e"
+        pid = int(proc_w["runtimeId"])
+
+        # Ctrl-C stops the control plane cleanly; the restart finds the same state.
+        dev.stop(signal.SIGINT)
+        assert dev.proc is not None and dev.proc.returncode == 0, dev.text()[-2000:]
+        assert pid_alive(pid)
+        dev, _ = start_dev(home, port)
+        names = {w["name"]: w for w in json.loads(ctl("get", "workloads", "-o", "json", env=env).stdout)}
+        assert set(names) == {"hello-process", "hello-docker"}
+        w, _ = eventually(lambda: running("hello-process"), 10, "still Running after restart")
+        assert int(w["runtimeId"]) == pid and w["restarts"] == 0
+
+        ctl("delete", "workload", "hello-process", env=env)
+        ctl("delete", "workload", "hello-docker", env=env)
+        assert not pid_alive(pid)
+        assert docker.from_env().containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
+    finally:
+        dev.stop(signal.SIGINT)

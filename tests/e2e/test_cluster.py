@@ -182,3 +182,18 @@ def test_scheduling_continues_when_redis_is_down(cluster: Cluster) -> None:
         cluster.redis.start()
     eventually(lambda: json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)["eventsOk"], 10, "events back")
     ctl("delete", "workload", "hello-process", env=cluster.env)
+
+
+def test_usage_is_reported(cluster: Cluster) -> None:
+    ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env)
+    ctl("apply", "-f", "-", env=cluster.env, stdin=_docker_manifest(cluster.http_port))
+
+    def with_usage(name: str) -> dict | None:
+        view = cluster.get(name)
+        return view if view["usage"]["memoryBytes"] > 0 else None
+
+    for name in ("hello-process", "hello-docker"):
+        found, _ = eventually(lambda n=name: with_usage(n), 20, f"{name} memory usage reported")
+        assert found["phase"] == "Running"
+    ctl("delete", "workload", "hello-process", env=cluster.env)
+    ctl("delete", "workload", "hello-docker", env=cluster.env)

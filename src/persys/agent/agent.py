@@ -93,6 +93,8 @@ class Agent:
         self.mode = "normal"
         self.failures: dict[str, Failure] = {}
         self.restarts: dict[str, int] = {}
+        self.usage: dict[str, tuple[float, int]] = {}  # workload -> (cpu %, memory bytes), sampled
+        self.usage_interval = 5.0
         self.heartbeat_interval = 3.0
         self.report_interval = 2.0
         self.registered = asyncio.Event()
@@ -126,6 +128,7 @@ class Agent:
             asyncio.create_task(self._watch_loop(), name="agent-watch"),
             asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"),
             asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
+            asyncio.create_task(self._usage_loop(), name="agent-usage"),
         ]
 
     async def stop(self) -> None:
@@ -288,6 +291,24 @@ class Agent:
                 except grpc.aio.AioRpcError as err:
                     log.debug("status report failed: %s", err.details())
 
+    async def _usage_loop(self) -> None:
+        """Sample per-workload usage apart from reconciliation: Docker's stats call alone
+        takes about a second, which must not slow convergence."""
+        while True:
+            await asyncio.sleep(self.usage_interval)
+            sampled: dict[str, tuple[float, int]] = {}
+            for wid, d in list(self.desired.items()):
+                rt = self.runtimes.get(d.spec.type)
+                if rt is None:
+                    continue
+                try:
+                    o = await rt.inspect(wid)
+                except RuntimeFailure:
+                    continue
+                if o is not None and o.state == RuntimeState.RUNNING:
+                    sampled[wid] = (o.cpu_percent, o.memory_bytes)
+            self.usage = sampled
+
     async def _observe(self) -> dict[str, tuple[Runtime, ObservedWorkload]]:
         seen: dict[str, tuple[Runtime, ObservedWorkload]] = {}
         for rt in self.runtimes.values():
@@ -376,8 +397,7 @@ class Agent:
                 r.state = STATE_TO_PB[o.state]
                 r.runtime_id = o.runtime_id
                 r.message = o.message
-                r.cpu_percent = o.cpu_percent
-                r.memory_bytes = o.memory_bytes
+                r.cpu_percent, r.memory_bytes = self.usage.get(wid, (o.cpu_percent, o.memory_bytes))
                 if o.exit_code is not None:
                     r.exit_code, r.has_exit_code = o.exit_code, True
                 if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:

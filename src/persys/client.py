@@ -48,6 +48,14 @@ class SchedulerClient:
         return {"id": resp.workload_id, "created": resp.created, "changed": resp.changed,
                 "workload": json.loads(resp.workload_json or b"{}")}
 
+    async def plan(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        resp = await self._call("PlanWorkload", pb.ApplyWorkloadRequest(manifest_json=json.dumps(manifest).encode()))
+        return json.loads(resp.json)
+
+    async def explain(self, workload_id: str, node_id: str = "") -> dict[str, Any]:
+        resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id))
+        return json.loads(resp.json)
+
     async def delete(self, workload_id: str) -> dict[str, Any]:
         resp = await self._call("DeleteWorkload", pb.DeleteWorkloadRequest(workload_id=workload_id))
         return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}

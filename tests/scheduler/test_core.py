@@ -13,6 +13,7 @@ from persys.model import Capabilities, Node, NodeStatus, NodeUsage, Phase, Runti
 from persys.scheduler import keys
 from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
 from persys.store import open_store
+from persys.store.base import Delete, Put
 
 
 def manifest(name: str, type_: str = "process", cpu: int = 100, mem: int = 64, extra: str = "") -> str:
@@ -32,7 +33,7 @@ def node(node_id: str, cpu: int = 2000, mem: int = 2048, runtimes: tuple[str, ..
          taints: tuple[Taint, ...] = ()) -> Node:
     return Node(
         id=node_id,
-        capabilities=Capabilities(runtimes={r: RuntimeInfo(version="1") for r in runtimes},
+        capabilities=Capabilities(runtimes={r: RuntimeInfo(version="1") for r in runtimes}, storage_drivers=["local"],
                                   cpu_millicores=cpu, memory_mb=mem, disk_mb=10_000),
         taints=list(taints),
     )
@@ -70,7 +71,14 @@ async def make(tmp_path: Path, clock: Clock) -> AsyncIterator[Callable[[], async
 
 async def settle(s: Scheduler, cond: Callable[[], bool], within: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + within
-    while not cond():
+
+    def holds() -> bool:
+        try:
+            return cond()
+        except KeyError:  # the document does not exist yet
+            return False
+
+    while not holds():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached")
         await asyncio.sleep(0.01)
@@ -201,3 +209,82 @@ async def test_desired_stream_follows_assignments(make: Callable) -> None:
     while not first:
         first = await asyncio.wait_for(anext(stream), 5)
     assert [a.workload_id for a in first] == ["web"]
+
+
+def zoned(node_id: str, zone: str) -> Node:
+    n = node(node_id)
+    n.labels = {"zone": zone}
+    return n
+
+
+async def test_replicas_spread_across_zones_and_scale(make: Callable) -> None:
+    s = await make()
+    for nid, zone in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")):
+        await s.register(zoned(nid, zone))
+    (m,) = parse_manifests(manifest("web", extra="  replicas: 3\n  spreadBy: zone\n"))
+    await s.apply(m)
+    await settle(s, lambda: all(i in s.state.placement_of for i in ("web", "web.1", "web.2")))
+    zones = {s.state.nodes[s.state.placement_of[i]].value.labels["zone"] for i in ("web", "web.1", "web.2")}
+    assert zones == {"a", "b", "c"}
+    view = s.workload_view("web")
+    assert view["replicas"] == 3 and view["ready"] == "0/3" and len(view["instances"]) == 3
+    # Scale down: the surplus replica's assignment and status go away; replica 0 stays put.
+    first = s.state.placement_of["web"]
+    (m1,) = parse_manifests(manifest("web", extra="  replicas: 1\n  spreadBy: zone\n"))
+    await s.apply(m1)
+    await settle(s, lambda: set(s.state.instances.get("web", ())) == {"web"})
+    assert s.state.placement_of["web"] == first
+
+
+async def test_avoid_nodes_is_respected(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    await s.register(node("n2", cpu=100))
+    (m,) = parse_manifests(manifest("web", cpu=50, extra="  avoidNodes: [n1]\n"))
+    await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "n2")
+    (m2,) = parse_manifests(manifest("w2", extra="  avoidNodes: [n1, n2]\n"))
+    await s.apply(m2)
+    await settle(s, lambda: s.state.statuses["w2"].value.reason == "Unschedulable")
+    assert "excluded" in s.state.statuses["w2"].value.message
+
+
+async def test_node_local_volume_pins_the_instance(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    vol = "  volumes: [{name: data, driver: local, mountPath: /data}]\n"
+    (m,) = parse_manifests(manifest("db", extra=vol))
+    await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("db") == "n1")
+    assert s.state.statuses["db"].value.volume_node == "n1"
+    await s.register(node("n2", cpu=64_000, mem=64_000))  # far roomier: would win on scores
+    # Lose the assignment (as relocation would): the instance must go back to its volume.
+    await s.state.commit([], [Delete(keys.assignment("n1", "db"))])
+    await settle(s, lambda: s.state.placement_of.get("db") == "n1")
+    # With its volume's node gone unschedulable it waits, and says why.
+    cordoned = s.state.nodes["n1"].value.model_copy(update={"cordoned": True})
+    await s.state.commit([], [Put(keys.node("n1"), cordoned.to_json())])
+    await s.state.commit([], [Delete(keys.assignment("n1", "db"))])
+    await settle(s, lambda: s.state.statuses["db"].value.reason == "Unschedulable")
+    assert "n2" not in s.state.placement_of.values()
+
+
+async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callable) -> None:
+    s = await make()
+    await s.register(node("big"))
+    await s.register(node("gpu", taints=(Taint(key="gpu", value="true"),)))
+    await s.register(node("tiny", cpu=2000, mem=32))
+    (m,) = parse_manifests(manifest("web", mem=512))
+    before = await s.store.current_revision()
+    plan = s.plan(m)
+    assert [(inst, d.node_id) for inst, d in plan] == [("web", "big")]
+    assert "1 insufficient memory" in plan[0][1].explain() and "untolerated taint gpu=true" in plan[0][1].explain()
+    assert await s.store.current_revision() == before
+    assert len(s.placement.ledger) == 0
+    await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "big")
+    ex = s.explain("web", node_id="tiny")
+    assert ex["replicas"][0]["node"] == "big"
+    assert ex["replicas"][0]["explanation"].startswith("placed on big (1/3 nodes feasible)")
+    verdicts = {f["filter"]: f["passed"] for f in ex["node"]["filters"]}
+    assert verdicts["memory_fit"] is False and verdicts["taint_toleration"] is True

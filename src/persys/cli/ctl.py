@@ -33,7 +33,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(soft_wrap=True)
+# Piped output is not wrapped at 80 columns: scripts and logs want whole lines.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 250)
 err_console = Console(stderr=True, soft_wrap=True)
 
 OutputOpt = typer.Option("table", "--output", "-o", help="Output format: table, json or yaml.")
@@ -107,11 +108,13 @@ def _age(ts: float) -> str:
 
 def _workload_table(items: list[dict[str, Any]]) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NAME", "TYPE", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON"):
+    for col in ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON"):
         t.add_column(col, overflow="fold")
     for w in items:
         reason = w.get("reason", "") if w.get("phase") != "Running" else ""
-        t.add_row(w["name"], w["type"], w["phase"], w.get("node") or "-", w["revision"],
+        nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
+        node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
+        t.add_row(w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
                   str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)
     return t
 
@@ -231,10 +234,21 @@ def _describe_workload(w: dict[str, Any]) -> str:
     placement = w.get("placement") or {}
     if placement.get("scores"):
         lines.append("Placement:")
-        for s in placement["scores"][:5]:
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in s.get("breakdown", {}).items())
-            lines.append(f"  {s.get('node_id', '?'):<20} {s.get('total', 0):6.1f}  [{parts}]")
+        lines += _score_lines(placement)
+    if w.get("replicas", 1) > 1:
+        lines.append(f"Replicas:       {w['ready']} ready")
+        for i in w.get("instances", []):
+            why = f"  {i['reason']}" if i["phase"] != "Running" and i["reason"] else ""
+            lines.append(f"  {i['instance']:<24} {i['phase']:<10} {i['node'] or '-'}{why}")
     return "\n".join(lines)
+
+
+def _score_lines(decision: dict[str, Any]) -> list[str]:
+    lines = []
+    for s in decision.get("scores", [])[:5]:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in s.get("breakdown", {}).items())
+        lines.append(f"  {s.get('node_id', '?'):<20} {s.get('total', 0):6.1f}  [{parts}]")
+    return lines
 
 
 def _describe_node(n: dict[str, Any]) -> str:
@@ -285,6 +299,61 @@ def describe(
                           highlight=False)
     else:
         emit(item, output)
+
+
+@app.command()
+def plan(
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Dry run: show where workloads would be placed and why. Writes and reserves nothing."""
+    api = Api(server)
+    results = []
+    for _source, doc in _read_manifest_files(files):
+        r = api.request("POST", "/v1/plan", json=doc)
+        results.append(r)
+        if output != "text":
+            continue
+        for rep in r["replicas"]:
+            target = rep["node"] or "nowhere (would stay Pending)"
+            out.print(f"workload/{rep['instance']} -> {target}", highlight=False)
+            out.print(f"  {rep['explanation']}", markup=False, highlight=False)
+            out.print("\n".join(_score_lines(rep["decision"])), markup=False, highlight=False)
+    if output != "text":
+        emit(results, output)
+
+
+@app.command()
+def explain(
+    name: str = typer.Argument(..., help="Workload name."),
+    node: str = typer.Option("", "--node", help="Also show every filter's verdict and the scores for this node."),
+    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Explain why a workload went where it went, or why it went nowhere."""
+    r = Api(server).request("GET", f"/v1/workloads/{name}/explain", params={"node": node} if node else None)
+    if output != "text":
+        emit(r, output)
+        return
+    for rep in r["replicas"]:
+        where = rep["node"] or "no node"
+        out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
+        out.print(f"  {rep['explanation'] or 'not evaluated yet'}", markup=False, highlight=False)
+        lines = _score_lines(rep.get("decision") or {})
+        if lines:
+            out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)
+    ev = r.get("node")
+    if ev:
+        verdict = "feasible" if ev["feasible"] else "rejected"
+        out.print(f"node/{ev['node_id']}: {verdict}", highlight=False)
+        for f in ev["filters"]:
+            mark = "pass" if f["passed"] else "FAIL"
+            detail = "" if f["passed"] else f"  {f['message']}"
+            out.print(f"  {mark:<5}{f['filter']}{detail}", markup=False, highlight=False)
+        if ev["feasible"]:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in ev["breakdown"].items())
+            out.print(f"  score {ev['total']:.1f} [{parts}]", markup=False, highlight=False)
 
 
 @app.command()

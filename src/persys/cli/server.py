@@ -11,9 +11,11 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
+import yaml
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.base import Runtime
@@ -96,6 +98,49 @@ def _parse_taints(items: list[str]) -> list[Taint]:
     return taints
 
 
+@dataclass
+class DevNode:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    cpu_millicores: int = 0
+    memory_mb: int = 0
+
+
+def _dev_nodes(path: Path) -> list[DevNode]:
+    """Nodes for `persys dev --nodes FILE`: a YAML list of {name, labels, taints, cpuMillicores, memoryMb}."""
+    if not path.exists():
+        raise ServerError(f"{path}: no such file")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ServerError(f"{path}: not valid YAML ({e})") from None
+    items = doc.get("nodes") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise ServerError(f"{path}: expected a list of nodes (or a mapping with `nodes:`)")
+    out = []
+    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb"}
+    for i, item in enumerate(items):
+        where = f"{path}: nodes[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ServerError(f"{where}.name: required")
+        unknown = set(item) - known
+        if unknown:
+            raise ServerError(f"{where}.{sorted(unknown)[0]}: unknown field")
+        for num in ("cpuMillicores", "memoryMb"):
+            if not isinstance(item.get(num, 0), int) or item.get(num, 0) < 0:
+                raise ServerError(f"{where}.{num}: must be a non-negative integer")
+        labels = item.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise ServerError(f"{where}.labels: must be a mapping")
+        out.append(DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
+                           _parse_taints([str(t) for t in item.get("taints") or []]),
+                           item.get("cpuMillicores", 0), item.get("memoryMb", 0)))
+    if len({n.name for n in out}) != len(out):
+        raise ServerError(f"{path}: node names must be unique")
+    return out
+
+
 def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
     files = TLSFiles(directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key")
     for f in (files.ca, files.cert, files.key):
@@ -146,15 +191,22 @@ def dev(
     node_id: str = typer.Option("dev-node", "--node-id", help="Name of the local node."),
     label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
     node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
+                                    "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run scheduler, agent and gateway in one process on the embedded store and event log.
+    """Run scheduler, agent(s) and gateway in one process on the embedded store and event log.
 
     State lives in --data-dir (SQLite), so a restart finds the same cluster. Ctrl-C stops the
     control plane; running workloads are left alone and adopted again on the next start.
     """
     _setup_logging(verbose)
     data = (data_dir or persys_home() / "dev").resolve()
+    try:
+        node_specs = _dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, _parse_labels(label))]
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
 
     async def main() -> None:
         t0 = time.monotonic()
@@ -163,7 +215,8 @@ def dev(
             raise ServerError(f"port {port} on {host} is in use (choose another with --port)")
         ca = ClusterCA(data / "pki")
         ca.ensure()
-        ids = standard_identities(ca, node_id, hosts=tuple(dict.fromkeys(("localhost", "127.0.0.1", host))))
+        hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", host)))
+        ids = standard_identities(ca, node_specs[0].name, hosts=hosts)
         sched_port = scheduler_port or _free_port(host)
         target = f"{host}:{sched_port}"
         parts: list[Callable[[], Awaitable[None]]] = []
@@ -174,23 +227,34 @@ def dev(
                 SchedulerConfig(node_grace_seconds=node_grace),
             )
             parts.append(sched.stop)
-            agent = Agent(
-                AgentConfig(node_id=node_id, scheduler=target, tls=ids["agent"], state_dir=data / "agent",
-                            labels=_parse_labels(label)),
-                default_runtimes(data / "agent", node_id),
-            )
-            await agent.start()
-            parts.append(agent.stop)
+            agents = []
+            for spec in node_specs:
+                # One node keeps the historical state dir; more nodes get one each.
+                state = data / "agent" if len(node_specs) == 1 else data / "agents" / spec.name
+                agent = Agent(
+                    AgentConfig(node_id=spec.name, scheduler=target, state_dir=state,
+                                tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
+                                labels=spec.labels, taints=spec.taints,
+                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
+                    default_runtimes(state, spec.name),
+                )
+                await agent.start()
+                parts.append(agent.stop)
+                agents.append(agent)
             gw = await start_gateway(target, host, port, ids["gateway"])
             parts.append(gw.stop)
             cfg_path = ClientConfig(f"https://{host}:{gw.port}", ids["admin"].ca, ids["admin"].cert,
                                     ids["admin"].key).save()
-            await asyncio.wait_for(agent.registered.wait(), timeout=30)
-            runtimes = ", ".join(sorted(agent.runtimes)) or "none"
+            for agent in agents:
+                await asyncio.wait_for(agent.registered.wait(), timeout=30)
+            node_lines = "".join(
+                f"  node:      {a.config.node_id} (runtimes: {', '.join(sorted(a.runtimes)) or 'none'})\n"
+                for a in agents
+            )
             print(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
                 f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json)\n"
-                f"  node:      {node_id} (runtimes: {runtimes})\n"
+                f"{node_lines}"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"
                 f"Press Ctrl-C to stop.",

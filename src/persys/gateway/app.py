@@ -29,6 +29,17 @@ HTTP_STATUS = {
 }
 
 
+async def _manifest_body(request: Request) -> dict[str, Any] | JSONResponse:
+    body = await request.body()
+    try:
+        doc = yaml.safe_load(body) if body else None
+    except yaml.YAMLError:
+        return JSONResponse({"error": "(document): body is not valid JSON or YAML", "problems": []}, status_code=400)
+    if not isinstance(doc, dict):
+        return JSONResponse({"error": "(document): expected one manifest object", "problems": []}, status_code=400)
+    return doc
+
+
 def create_app(client: SchedulerClient) -> FastAPI:
     app = FastAPIOffline(
         title="Persys API",
@@ -64,17 +75,24 @@ def create_app(client: SchedulerClient) -> FastAPI:
     @app.post("/v1/workloads", tags=["workloads"])
     async def apply_workload(request: Request, dryRun: bool = False) -> JSONResponse:
         """Create or update a workload from a manifest (JSON, or YAML with a YAML content type)."""
-        body = await request.body()
-        try:
-            doc = yaml.safe_load(body) if body else None
-        except yaml.YAMLError:
-            return JSONResponse({"error": "(document): body is not valid JSON or YAML", "problems": []},
-                                status_code=400)
-        if not isinstance(doc, dict):
-            return JSONResponse({"error": "(document): expected one manifest object", "problems": []},
-                                status_code=400)
+        doc = await _manifest_body(request)
+        if isinstance(doc, JSONResponse):
+            return doc
         result = await client.apply(doc, dry_run=dryRun)
         return JSONResponse(result, status_code=201 if result["created"] and not dryRun else 200)
+
+    @app.post("/v1/plan", tags=["placement"])
+    async def plan(request: Request) -> JSONResponse:
+        """Dry run: where a manifest's replicas would be placed now, and why. Writes nothing."""
+        doc = await _manifest_body(request)
+        if isinstance(doc, JSONResponse):
+            return doc
+        return JSONResponse(await client.plan(doc))
+
+    @app.get("/v1/workloads/{workload_id}/explain", tags=["placement"])
+    async def explain(workload_id: str, node: str = "") -> dict[str, Any]:
+        """Why the workload is where it is (or Pending); with `node`, every filter's verdict there."""
+        return await client.explain(workload_id, node)
 
     @app.get("/v1/workloads", tags=["workloads"])
     async def list_workloads(node: str = "") -> list[dict[str, Any]]:

@@ -26,7 +26,8 @@ class WorkloadUsage(Model):
 
 
 class WorkloadStatus(Model):
-    """Stored at `/persys/status/<workload id>`; written on transitions, not on every report."""
+    """Stored at `/persys/status/<instance id>` (one per replica; replica 0's id is the workload's);
+    written on transitions, not on every report."""
 
     phase: Phase = Phase.PENDING
     node_id: str = ""
@@ -37,6 +38,8 @@ class WorkloadStatus(Model):
     restarts: int = 0
     updated_at: float = 0.0
     placement: dict[str, Any] = Field(default_factory=dict)  # the placement decision's explanation
+    # Node holding this instance's node-local volumes: later placements must return there.
+    volume_node: str = ""
     usage: WorkloadUsage = Field(default_factory=WorkloadUsage)
 
 

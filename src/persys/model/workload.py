@@ -114,12 +114,15 @@ class VolumeSpec(Model):
 
 class WorkloadSpec(Model):
     type: WorkloadType
+    replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1
     desired_state: DesiredState = DesiredState.RUNNING
     restart_policy: RestartPolicy = RestartPolicy.ALWAYS
     resources: Resources = Field(default_factory=Resources)
     node_selector: dict[str, StrictStr] = Field(default_factory=dict)
     constraints: list[LabelConstraint] = Field(default_factory=list)
     tolerations: list[Toleration] = Field(default_factory=list)
+    avoid_nodes: list[StrictStr] = Field(default_factory=list)  # placement exclusion
+    spread_by: StrictStr = ""  # a topology label (e.g. "zone") to spread replicas across
     volumes: list[VolumeSpec] = Field(default_factory=list)
     container: ContainerSpec | None = None
     process: ProcessSpec | None = None
@@ -142,6 +145,22 @@ class WorkloadSpec(Model):
         """A short content hash: equal specs give equal revisions, any change gives a new one."""
         canonical = json.dumps(self.to_doc(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def instance_id(workload_id: str, index: int) -> str:
+    """Replica `index` of a workload. Replica 0 carries the workload's own name, so scaling a
+    single-instance workload up never replaces the copy that runs; names cannot contain '.',
+    so instance ids never collide with workload ids."""
+    return workload_id if index == 0 else f"{workload_id}.{index}"
+
+
+def workload_of(instance: str) -> str:
+    return instance.partition(".")[0]
+
+
+def index_of(instance: str) -> int:
+    _, sep, idx = instance.partition(".")
+    return int(idx) if sep and idx.isdigit() else 0
 
 
 class Metadata(Model):

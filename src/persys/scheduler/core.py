@@ -29,12 +29,23 @@ from persys.model import (
     WorkloadStatus,
     WorkloadUsage,
 )
+from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
-from persys.scheduler.placement_adapter import PlacementService
+from persys.scheduler import placement as pl
+from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.state import ClusterState
 from persys.store.base import Compare, Delete, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
+TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
+
+
+def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
+    return [ops[i : i + size] for i in range(0, len(ops), size)]
+
+
+def _placement_doc(decision: pl.Decision) -> dict[str, Any]:
+    return {**decision.to_dict(), "explanation": decision.explain()}
 
 
 @dataclass
@@ -44,6 +55,8 @@ class SchedulerConfig:
     report_interval_seconds: float = 2.0
     pending_retry_seconds: float = 5.0
     monitor_interval_seconds: float = 1.0
+    batch_size: int = 512  # workloads reconciled (and placed in one engine pass) per batch
+    commit_concurrency: int = 256  # placement transactions in flight; etcd batches their fsyncs
 
 
 @dataclass
@@ -100,6 +113,9 @@ class Scheduler:
         self.usage: dict[str, WorkloadUsage] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
+        self._inflight: set[str] = set()  # instances whose placement is being committed
+        self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
+        self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
         self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -125,6 +141,8 @@ class Scheduler:
         ]
 
     async def stop(self) -> None:
+        if self._commit_tasks:
+            await asyncio.wait(set(self._commit_tasks), timeout=5)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -152,11 +170,11 @@ class Scheduler:
 
     def _on_change(self, kind: str, ident: str) -> None:
         if kind == "assignment":
-            node_id, _, wid = ident.partition("/")
+            node_id, _, instance = ident.partition("/")
             self._wake_node(node_id)
-            self._enqueue(wid)
+            self._enqueue(workload_of(instance))
         elif kind in ("workload", "status"):
-            self._enqueue(ident)
+            self._enqueue(workload_of(ident))
         elif kind == "node":
             self._wake_node(ident)
 
@@ -171,22 +189,34 @@ class Scheduler:
             self._queue.put_nowait(wid)
 
     def _enqueue_pending(self) -> None:
-        for wid, st in self.state.statuses.items():
-            if st.value.phase == Phase.PENDING:
-                self._enqueue(wid)
+        for wid in self.state.workloads:
+            for inst in self.state.instances.get(wid, ()):
+                st = self.state.statuses.get(inst)
+                if st is not None and st.value.phase == Phase.PENDING:
+                    self._enqueue(wid)
+                    break
 
     async def _worker(self) -> None:
+        """Drain the queue in batches: reconcile each workload, then place what needs a node
+        in one engine pass (reserving as it goes) and commit the placements concurrently."""
         while True:
-            wid = await self._queue.get()
-            self._queued.discard(wid)
-            try:
-                await self._reconcile(wid)
-            except StoreUnavailable as err:
-                log.warning("store unavailable while reconciling %s: %s", wid, err)
-                await asyncio.sleep(1.0)
-                self._enqueue(wid)
-            except Exception:
-                log.exception("reconcile of %s failed", wid)
+            batch = [await self._queue.get()]
+            while len(batch) < self.config.batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            for wid in batch:
+                self._queued.discard(wid)
+            needs: list[tuple[Workload, int, str]] = []
+            for wid in batch:
+                try:
+                    needs += await self._reconcile(wid)
+                except StoreUnavailable as err:
+                    log.warning("store unavailable while reconciling %s: %s", wid, err)
+                    await asyncio.sleep(1.0)
+                    self._enqueue(wid)
+                except Exception:
+                    log.exception("reconcile of %s failed", wid)
+            if needs:
+                await self._place(needs)
 
     async def _monitor(self) -> None:
         last_retry = self.clock()
@@ -214,12 +244,7 @@ class Scheduler:
             if current is None:
                 if dry_run:
                     return incoming, True, True
-                status = WorkloadStatus(phase=Phase.PENDING, reason="Scheduling", updated_at=now)
-                ok = await self.state.commit(
-                    [Compare(key, 0)],
-                    [Put(key, incoming.to_json()), Put(keys.status(incoming.id), status.to_json())],
-                )
-                if ok:
+                if await self.state.commit([Compare(key, 0)], [Put(key, incoming.to_json())]):
                     self.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self._refresh(key)
@@ -267,98 +292,182 @@ class Scheduler:
         if kv is not None:
             self.state._apply_put(kv.key, kv.value, kv.mod_revision)
 
+    def plan(self, manifest: WorkloadManifest) -> list[tuple[str, pl.Decision]]:
+        """Where the workload's replicas would go now, and why. Writes and reserves nothing."""
+        w = Workload.from_manifest(manifest, time.time())
+        current = self.state.workloads.get(w.id)
+        requests = []
+        for i in range(w.spec.replicas):
+            inst = instance_id(w.id, i)
+            st = self.state.statuses.get(inst)
+            pinned = st.value.volume_node if st and st.value.volume_node and current else None
+            requests.append(to_request(w, inst, pinned or None))
+        decisions = self.placement.plan(requests)
+        return [(r.id, d) for r, d in zip(requests, decisions, strict=True)]
+
+    def explain(self, wid: str, node_id: str = "") -> dict[str, Any]:
+        """The stored placement explanation of each replica; with `node_id`, every filter's
+        verdict and the score breakdown for that node as the cluster stands now."""
+        cur = self.state.workloads.get(wid)
+        if cur is None:
+            raise NotFound(wid)
+        w = cur.value
+        out: dict[str, Any] = {"workload": wid, "replicas": []}
+        for i in range(w.spec.replicas):
+            inst = instance_id(wid, i)
+            st = self.state.statuses.get(inst)
+            status = st.value if st else WorkloadStatus(reason="Scheduling")
+            out["replicas"].append({
+                "instance": inst, "phase": str(status.phase), "node": self.state.placement_of.get(inst, ""),
+                "explanation": status.placement.get("explanation", status.message),
+                "decision": status.placement,
+            })
+        if node_id:
+            if node_id not in self.state.nodes:
+                raise NotFound(f"node {node_id}")
+            ev = self.placement.evaluate(to_request(w, wid), node_id)
+            out["node"] = ev.to_dict() if ev else None
+        return out
+
     # ------------------------------------------------------------------ reconcile one workload
 
-    async def _reconcile(self, wid: str) -> None:
-        w = self.state.workloads.get(wid)
-        node_id = self.state.placement_of.get(wid)
-        if w is None:
-            await self._cleanup_orphans(wid, node_id)
-            return
-        if w.value.deleting:
-            await self._reconcile_deletion(w.value, w.mod_revision, node_id)
-            return
-        if node_id is None:
-            await self._place(w.value, w.mod_revision)
-            return
-        await self._sync_assignment(w.value, node_id)
+    async def _reconcile(self, wid: str) -> list[tuple[Workload, int, str]]:
+        """Converge one workload's instances; returns the instances that need a node."""
+        cur = self.state.workloads.get(wid)
+        existing = set(self.state.instances.get(wid, ()))
+        if cur is None:
+            await self._cleanup_orphans(existing)
+            return []
+        w, wrev = cur.value, cur.mod_revision
+        if w.deleting:
+            await self._reconcile_deletion(w, wrev, existing)
+            return []
+        wanted = {instance_id(wid, i) for i in range(w.spec.replicas)}
+        extra = existing - wanted
+        if extra:  # scaled down: withdraw the surplus replicas (agents remove them)
+            await self._cleanup_orphans(extra)
+        needs = []
+        for inst in sorted(wanted, key=index_of):
+            node_id = self.state.placement_of.get(inst)
+            if node_id is not None:
+                await self._sync_assignment(w, inst, node_id)
+            elif inst not in self._inflight:
+                needs.append((w, wrev, inst))
+        return needs
 
-    async def _cleanup_orphans(self, wid: str, node_id: str | None) -> None:
+    async def _cleanup_orphans(self, instances: set[str]) -> None:
         ops: list[Put | Delete] = []
-        if node_id is not None:
-            ops.append(Delete(keys.assignment(node_id, wid)))
-        if wid in self.state.statuses:
-            ops.append(Delete(keys.status(wid)))
-        if ops:
-            await self.state.commit([], ops)
+        for inst in instances:
+            node_id = self.state.placement_of.get(inst)
+            if node_id is not None:
+                ops.append(Delete(keys.assignment(node_id, inst)))
+            if inst in self.state.statuses:
+                ops.append(Delete(keys.status(inst)))
+        for chunk in _chunks(ops, TXN_MAX_OPS):
+            await self.state.commit([], chunk)
 
-    async def _reconcile_deletion(self, w: Workload, wrev: int, node_id: str | None) -> None:
-        st = self.state.statuses.get(w.id)
-        if node_id is not None:
-            # Withdraw the assignment: the agent stops and removes what is no longer desired.
-            status = (st.value if st else WorkloadStatus()).model_copy(
-                update={"phase": Phase.DELETING, "reason": "Deleting", "message": "", "updated_at": time.time()}
-            )
-            await self.state.commit(
-                [Compare(keys.workload(w.id), wrev)],
-                [Delete(keys.assignment(node_id, w.id)), Put(keys.status(w.id), status.to_json())],
-            )
+    async def _reconcile_deletion(self, w: Workload, wrev: int, instances: set[str]) -> None:
+        withdraw: list[Put | Delete] = []
+        waiting = False
+        now = time.time()
+        for inst in instances:
+            st = self.state.statuses.get(inst)
+            node_id = self.state.placement_of.get(inst)
+            if node_id is not None:
+                # Withdraw the assignment: the agent stops and removes what is no longer desired.
+                status = (st.value if st else WorkloadStatus()).model_copy(
+                    update={"phase": Phase.DELETING, "reason": "Deleting", "message": "", "updated_at": now}
+                )
+                withdraw += [Delete(keys.assignment(node_id, inst)), Put(keys.status(inst), status.to_json())]
+                waiting = True
+                continue
+            on_node = st.value.node_id if st else ""
+            live = self.live.get(on_node)
+            node = self.state.nodes.get(on_node)
+            if live is not None and node is not None and node.value.status == NodeStatus.READY and inst in live.present:
+                waiting = True  # the agent's next complete report without it re-enqueues us
+        if withdraw:
+            for chunk in _chunks(withdraw, TXN_MAX_OPS - 1):
+                await self.state.commit([Compare(keys.workload(w.id), wrev)], chunk)
             return
-        on_node = st.value.node_id if st else ""
-        live = self.live.get(on_node)
-        node = self.state.nodes.get(on_node)
-        still_there = (
-            live is not None and node is not None and node.value.status == NodeStatus.READY and w.id in live.present
-        )
-        if still_there:
-            return  # the agent's next complete report without it re-enqueues us
+        if waiting:
+            return
         ops: list[Put | Delete] = [Delete(keys.workload(w.id))]
-        if st is not None:
-            ops.append(Delete(keys.status(w.id)))
-        if await self.state.commit([Compare(keys.workload(w.id), wrev)], ops):
-            self.usage.pop(w.id, None)
+        ops += [Delete(keys.status(inst)) for inst in instances if inst in self.state.statuses]
+        if await self.state.commit([Compare(keys.workload(w.id), wrev)], ops[:TXN_MAX_OPS]):
+            for inst in instances:
+                self.usage.pop(inst, None)
+            if len(ops) > TXN_MAX_OPS:
+                await self._cleanup_orphans(instances)
             self.emit("WorkloadDeleted", f"workload/{w.id}", "removed from the cluster")
 
-    async def _place(self, w: Workload, wrev: int) -> None:
-        decision = self.placement.decide(w)
-        st = self.state.statuses.get(w.id)
-        now = time.time()
-        if decision.node_id is None:
-            reason = decision.explain()
-            prev = st.value if st else None
-            if prev is None or prev.phase != Phase.PENDING or prev.message != reason:
-                status = WorkloadStatus(
-                    phase=Phase.PENDING, reason="Unschedulable", message=reason,
-                    placement=decision.to_dict(), updated_at=now,
-                )
-                await self.state.commit(
-                    [Compare(keys.workload(w.id), wrev)], [Put(keys.status(w.id), status.to_json())]
-                )
-                self.emit("WorkloadPending", f"workload/{w.id}", reason, "Unschedulable")
-            return
-        node_id = decision.node_id
-        gen = w.generation
-        assignment = Assignment(
-            workload_id=w.id, node_id=node_id, revision=w.revision, generation=gen,
-            desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-            memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
-        )
-        status = WorkloadStatus(
-            phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=decision.explain(),
-            placement=decision.to_dict(), updated_at=now,
-        )
-        akey = keys.assignment(node_id, w.id)
-        ok = await self.state.commit(
-            [Compare(keys.workload(w.id), wrev), Compare(akey, 0)],
-            [Put(akey, assignment.to_json()), Put(keys.status(w.id), status.to_json())],
-        )
-        if ok:
-            self.emit("WorkloadScheduled", f"workload/{w.id}", decision.explain(), "Scheduled")
-        else:
-            self._enqueue(w.id)  # lost a race with a concurrent change: look again
+    async def _place(self, needs: list[tuple[Workload, int, str]]) -> None:
+        requests = []
+        for w, _wrev, inst in needs:
+            st = self.state.statuses.get(inst)
+            pinned = st.value.volume_node if st and st.value.volume_node else None
+            requests.append(to_request(w, inst, pinned))
+        decisions = self.placement.place(requests)
+        for (w, wrev, inst), decision in zip(needs, decisions, strict=True):
+            if decision.node_id is None:
+                await self._mark_pending(w, wrev, inst, decision)
+                continue
+            self._inflight.add(inst)
+            await self._commit_slots.acquire()
+            task = asyncio.create_task(self._commit_placement(w, wrev, inst, decision))
+            self._commit_tasks.add(task)
+            task.add_done_callback(self._commit_tasks.discard)
 
-    async def _sync_assignment(self, w: Workload, node_id: str) -> None:
-        cur = self.state.assignments.get(node_id, {}).get(w.id)
+    async def _mark_pending(self, w: Workload, wrev: int, inst: str, decision: pl.Decision) -> None:
+        reason = decision.explain()
+        st = self.state.statuses.get(inst)
+        prev = st.value if st else None
+        if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
+            return
+        status = WorkloadStatus(
+            phase=Phase.PENDING, reason="Unschedulable", message=reason, placement=_placement_doc(decision),
+            volume_node=prev.volume_node if prev else "", updated_at=time.time(),
+        )
+        await self.state.commit([Compare(keys.workload(w.id), wrev)], [Put(keys.status(inst), status.to_json())])
+        self.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {reason}" if inst != w.id else reason,
+                  "Unschedulable")
+
+    async def _commit_placement(self, w: Workload, wrev: int, inst: str, decision: pl.Decision) -> None:
+        node_id = decision.node_id
+        assert node_id is not None
+        try:
+            now = time.time()
+            st = self.state.statuses.get(inst)
+            assignment = Assignment(
+                workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
+                desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
+                memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
+            )
+            volume_node = (st.value.volume_node if st else "") or (node_id if has_local_volumes(w) else "")
+            status = WorkloadStatus(
+                phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=decision.explain(),
+                placement=_placement_doc(decision), volume_node=volume_node, updated_at=now,
+            )
+            akey = keys.assignment(node_id, inst)
+            ok = await self.state.commit(
+                [Compare(keys.workload(w.id), wrev), Compare(akey, 0)],
+                [Put(akey, assignment.to_json()), Put(keys.status(inst), status.to_json())],
+            )
+        except Exception as err:
+            ok = False
+            log.warning("committing placement of %s failed: %s", inst, err)
+        finally:
+            self._inflight.discard(inst)
+            self._commit_slots.release()
+        if ok:
+            self.emit("WorkloadScheduled", f"workload/{w.id}", f"{inst}: {decision.explain()}"
+                      if inst != w.id else decision.explain(), "Scheduled")
+        else:
+            self.placement.release(inst)
+            self._enqueue(w.id)  # lost a race with a concurrent change, or the store failed: look again
+
+    async def _sync_assignment(self, w: Workload, inst: str, node_id: str) -> None:
+        cur = self.state.assignments.get(node_id, {}).get(inst)
         if cur is None:
             return
         a = cur.value
@@ -371,7 +480,7 @@ class Scheduler:
                 "disk_mb": w.spec.resources.disk_mb,
             }
         )
-        akey = keys.assignment(node_id, w.id)
+        akey = keys.assignment(node_id, inst)
         if not await self.state.commit([Compare(akey, cur.mod_revision)], [Put(akey, updated.to_json())]):
             self._enqueue(w.id)
 
@@ -419,19 +528,43 @@ class Scheduler:
             gone = live.present - {r.workload_id for r in reports}
             live.present = {r.workload_id for r in reports}
             live.reported = True
-            for wid in gone:
-                self._enqueue(wid)
+            for inst in gone:
+                self._enqueue(workload_of(inst))
+        changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
             self.usage[r.workload_id] = WorkloadUsage(cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes)
-            await self._record_report(node_id, r)
+            change = self._status_change(node_id, r)
+            if change is not None:
+                changes.append(change)
+        # One transaction per batch of changes; each guarded by its status revision. If any guard
+        # fails, fall back to one transaction each so the others still land.
+        for chunk in [changes[i : i + TXN_MAX_OPS] for i in range(0, len(changes), TXN_MAX_OPS)]:
+            compares = [Compare(keys.status(inst), rev) for inst, rev, _, _ in chunk]
+            puts: list[Put | Delete] = [Put(keys.status(inst), new.to_json()) for inst, _, _, new in chunk]
+            if await self.state.commit(compares, puts):
+                landed = chunk
+            else:
+                landed = []
+                for inst, rev, prev, new in chunk:
+                    key = keys.status(inst)
+                    if await self.state.commit([Compare(key, rev)], [Put(key, new.to_json())]):
+                        landed.append((inst, rev, prev, new))
+            for inst, _, prev, new in landed:
+                if new.phase != prev.phase:
+                    kind = {Phase.RUNNING: "WorkloadRunning", Phase.FAILED: "WorkloadFailed",
+                            Phase.STOPPED: "WorkloadStopped"}.get(new.phase, "WorkloadStatus")
+                    wid = workload_of(inst)
+                    prefix = f"{inst}: " if inst != wid else ""
+                    self.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
+                              new.reason)
 
-    async def _record_report(self, node_id: str, r: WorkloadReport) -> None:
+    def _status_change(self, node_id: str, r: WorkloadReport) -> tuple[str, int, WorkloadStatus, WorkloadStatus] | None:
         st = self.state.statuses.get(r.workload_id)
-        w = self.state.workloads.get(r.workload_id)
+        w = self.state.workloads.get(workload_of(r.workload_id))
         if st is None or w is None or w.value.deleting:
-            return
+            return None
         prev = st.value
         if r.revision != w.value.revision and r.phase == Phase.RUNNING:
             phase, reason = Phase.SCHEDULED, "Updating"  # the old revision still runs
@@ -441,7 +574,7 @@ class Scheduler:
         if (prev.phase, prev.reason, prev.message, prev.observed_revision, prev.runtime_id, prev.restarts) == (
             phase, reason, message, r.revision, r.runtime_id, r.restarts
         ):
-            return
+            return None
         new = prev.model_copy(
             update={
                 "phase": phase, "reason": reason, "message": message, "node_id": node_id,
@@ -449,12 +582,7 @@ class Scheduler:
                 "updated_at": time.time(),
             }
         )
-        ok = await self.state.commit([Compare(keys.status(r.workload_id), st.mod_revision)],
-                                     [Put(keys.status(r.workload_id), new.to_json())])
-        if ok and phase != prev.phase:
-            kind = {Phase.RUNNING: "WorkloadRunning", Phase.FAILED: "WorkloadFailed",
-                    Phase.STOPPED: "WorkloadStopped"}.get(phase, "WorkloadStatus")
-            self.emit(kind, f"workload/{r.workload_id}", message or f"{phase} on {node_id}", reason)
+        return r.workload_id, st.mod_revision, prev, new
 
     async def desired_stream(self, node_id: str) -> AsyncIterator[list[Assignment]]:
         """Full desired state for `node_id`, again after every change to it."""
@@ -487,14 +615,37 @@ class Scheduler:
 
     # ------------------------------------------------------------------ views
 
+    def _instance_view(self, inst: str) -> dict[str, Any]:
+        st = self.state.statuses.get(inst)
+        status = st.value if st else WorkloadStatus(reason="Scheduling")
+        usage = self.usage.get(inst) if status.phase == Phase.RUNNING else None
+        return {
+            "instance": inst,
+            "node": self.state.placement_of.get(inst) or status.node_id,
+            "phase": str(status.phase),
+            "reason": status.reason,
+            "message": status.message,
+            "observedRevision": status.observed_revision,
+            "runtimeId": status.runtime_id,
+            "restarts": status.restarts,
+            "usage": (usage or WorkloadUsage()).to_doc(),
+            "placement": status.placement,
+            "updatedAt": status.updated_at,
+        }
+
     def workload_view(self, wid: str) -> dict[str, Any]:
         cur = self.state.workloads.get(wid)
         if cur is None:
             raise NotFound(wid)
         w = cur.value
-        st = self.state.statuses.get(wid)
-        status = st.value if st else WorkloadStatus()
-        usage = self.usage.get(wid) if status.phase == Phase.RUNNING else None
+        wanted = [instance_id(wid, i) for i in range(w.spec.replicas)]
+        extra = sorted(set(self.state.instances.get(wid, ())) - set(wanted), key=index_of)
+        instances = [self._instance_view(i) for i in wanted + extra]
+        first = instances[0]
+        # The workload shows its first replica that is not Running (the one worth looking at).
+        focus = next((i for i in instances if i["phase"] != "Running"), first)
+        running = sum(1 for i in instances[: len(wanted)] if i["phase"] == "Running")
+        phase = "Running" if running == len(wanted) else focus["phase"]
         return {
             "id": w.id,
             "name": w.name,
@@ -503,23 +654,30 @@ class Scheduler:
             "desiredState": "Deleted" if w.deleting else str(w.spec.desired_state),
             "revision": w.revision,
             "generation": w.generation,
-            "phase": str(status.phase),
-            "node": self.state.placement_of.get(wid) or status.node_id,
-            "reason": status.reason,
-            "message": status.message,
-            "observedRevision": status.observed_revision,
-            "runtimeId": status.runtime_id,
-            "restarts": status.restarts,
-            "usage": (usage or WorkloadUsage()).to_doc(),
-            "placement": status.placement,
+            "replicas": w.spec.replicas,
+            "ready": f"{running}/{len(wanted)}",
+            "phase": phase,
+            "node": first["node"],
+            "nodes": sorted({i["node"] for i in instances if i["node"]}),
+            "reason": focus["reason"],
+            "message": focus["message"],
+            "observedRevision": first["observedRevision"],
+            "runtimeId": first["runtimeId"],
+            "restarts": sum(i["restarts"] for i in instances),
+            "usage": {
+                "cpuPercent": round(sum(i["usage"]["cpuPercent"] for i in instances), 3),
+                "memoryBytes": sum(i["usage"]["memoryBytes"] for i in instances),
+            },
+            "placement": focus["placement"],
+            "instances": instances,
             "createdAt": w.created_at,
-            "updatedAt": max(w.updated_at, status.updated_at),
+            "updatedAt": max([w.updated_at] + [i["updatedAt"] for i in instances]),
             "spec": w.spec.to_doc(),
         }
 
     def list_workload_views(self, node_id: str = "") -> list[dict[str, Any]]:
         views = [self.workload_view(wid) for wid in sorted(self.state.workloads)]
-        return [v for v in views if not node_id or v["node"] == node_id]
+        return [v for v in views if not node_id or node_id in v["nodes"]]
 
     def node_view(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
@@ -537,7 +695,7 @@ class Scheduler:
             "diskMb": sum(a.disk_mb for a in assigned),
             "workloads": len(assigned),
         }
-        doc["workloads"] = sorted(a.workload_id for a in assigned)
+        doc["workloads"] = sorted(a.workload_id for a in assigned)  # instance ids
         return doc
 
     def list_node_views(self) -> list[dict[str, Any]]:

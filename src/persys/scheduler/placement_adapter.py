@@ -1,7 +1,12 @@
 """The edge between the durable model and the pure placement engine.
 
-Turns the state mirror into a placement `Snapshot` (rebuilt only when nodes or assignments
-changed) and a `Workload` into a `WorkloadRequest`.
+It owns the scheduler's reservation ledger and a *base* snapshot of the cluster. Rebuilding
+the base costs O(nodes), so it happens only when node facts change, an assignment disappears
+or changes, or the ledger has grown large; in between, every placement is a reservation in the
+ledger, which the engine overlays on the base. A reservation is taken at decision time and
+stays until the next rebuild folds it into committed capacity (by then its assignment is
+durable) or until its commit fails. Concurrent placements therefore never see stale capacity,
+and nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -9,16 +14,23 @@ from __future__ import annotations
 from collections import Counter
 
 from persys.model import NodeStatus, Workload
+from persys.model.workload import workload_of
 from persys.scheduler import placement as pl
 from persys.scheduler.state import ClusterState
 
 SERVICE_LABEL = "persys.dev/service"
+LEDGER_REBUILD_THRESHOLD = 2000
 
 
-def to_request(w: Workload) -> pl.WorkloadRequest:
+def service_of(w: Workload) -> str:
+    """Spread group: the service label, else the workload (so its replicas spread)."""
+    return w.labels.get(SERVICE_LABEL, "") or w.id
+
+
+def to_request(w: Workload, instance: str, pinned_node: str | None = None) -> pl.WorkloadRequest:
     spec = w.spec
     return pl.WorkloadRequest(
-        id=w.id,
+        id=instance,
         type=spec.type,
         cpu_millicores=spec.resources.cpu_millicores,
         memory_mb=spec.resources.memory_mb,
@@ -27,36 +39,69 @@ def to_request(w: Workload) -> pl.WorkloadRequest:
         constraints=tuple(pl.LabelConstraint(c.key, c.operator, tuple(c.values)) for c in spec.constraints),
         tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations),
         volume_drivers=frozenset(v.driver for v in spec.volumes),
-        service=w.labels.get(SERVICE_LABEL, ""),
+        pinned_node=pinned_node,
+        excluded_nodes=frozenset(spec.avoid_nodes),
+        service=service_of(w),
+        spread_label=spec.spread_by or None,
     )
+
+
+def has_local_volumes(w: Workload) -> bool:
+    return any(v.driver == "local" for v in w.spec.volumes)
 
 
 class PlacementService:
     def __init__(self, state: ClusterState, config: pl.PlacementConfig = pl.DEFAULT_CONFIG) -> None:
         self.state = state
         self.config = config
-        self._snapshot: pl.Snapshot | None = None
+        self.ledger = pl.Reservations()
+        self._fresh: set[str] = set()  # reserved, assignment not yet seen in the mirror
+        self._base: pl.Snapshot | None = None
+        self.rebuilds = 0
         state.subscribe(self._on_change)
 
-    def _on_change(self, kind: str, _ident: str) -> None:
-        if kind in ("node", "assignment"):
-            self._snapshot = None
+    # ------------------------------------------------------------------ base snapshot upkeep
 
-    def snapshot(self) -> pl.Snapshot:
-        if self._snapshot is None:
-            self._snapshot = self._build()
-        return self._snapshot
+    def _on_change(self, kind: str, ident: str) -> None:
+        if kind == "node":
+            self._base = None
+        elif kind == "assignment":
+            instance = ident.partition("/")[2]
+            if instance in self._fresh:
+                self._fresh.discard(instance)  # our own placement landing: the ledger covers it
+            else:
+                # Removed, changed, or written by someone else: only a rebuild is exact.
+                self._base = None
+
+    def release(self, instance: str) -> None:
+        """Drop a reservation whose commit failed."""
+        self.ledger.release(instance)
+        self._fresh.discard(instance)
+
+    def base(self) -> pl.Snapshot:
+        if self._base is None or len(self.ledger) > LEDGER_REBUILD_THRESHOLD:
+            self._rebuild()
+        assert self._base is not None
+        return self._base
+
+    def _rebuild(self) -> None:
+        # Reservations whose assignment is now durable become committed capacity.
+        for r in list(self.ledger):
+            if r.id not in self._fresh:
+                self.ledger.release(r.id)
+        self._base = self._build()
+        self.rebuilds += 1
 
     def _build(self) -> pl.Snapshot:
         nodes = []
-        workload_labels = self.state.workloads
+        workloads = self.state.workloads
         for node_id in sorted(self.state.nodes):
             n = self.state.nodes[node_id].value
             assigned = [a.value for a in self.state.assignments.get(node_id, {}).values()]
             services: Counter[str] = Counter()
             for a in assigned:
-                w = workload_labels.get(a.workload_id)
-                services[(w.value.labels.get(SERVICE_LABEL, "") if w else "") or a.workload_id] += 1
+                w = workloads.get(workload_of(a.workload_id))
+                services[service_of(w.value) if w else workload_of(a.workload_id)] += 1
             caps = n.capabilities
             nodes.append(
                 pl.NodeInfo(
@@ -82,5 +127,26 @@ class PlacementService:
             )
         return pl.Snapshot(tuple(nodes))
 
-    def decide(self, w: Workload) -> pl.Decision:
-        return pl.decide(self.snapshot(), to_request(w), self.config)
+    def snapshot(self) -> pl.Snapshot:
+        """The cluster as the next decision sees it: base plus in-flight reservations."""
+        return self.base().with_reservations(self.ledger.view())
+
+    # ------------------------------------------------------------------ decisions
+
+    def place(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
+        """Decide a batch in order, reserving capacity for each placed request."""
+        decisions = pl.place_many(self.base(), requests, self.ledger, self.config)
+        for d in decisions:
+            if d.node_id is not None:
+                self._fresh.add(d.workload_id)
+        return decisions
+
+    def plan(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
+        """Like `place` but on a scratch copy of the ledger: nothing is reserved."""
+        scratch = pl.Reservations()
+        for r in self.ledger:
+            scratch.reserve(r)
+        return pl.place_many(self.base(), requests, scratch, self.config)
+
+    def evaluate(self, request: pl.WorkloadRequest, node_id: str) -> pl.NodeEvaluation | None:
+        return pl.evaluate_node(self.snapshot(), request, node_id, self.config)

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint
+from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
+from persys.model.workload import workload_of
 from persys.scheduler.core import MutationRefused, NotFound, Scheduler, WorkloadReport
 from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable
@@ -135,7 +136,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         async for assignments in self.s.desired_stream(request.node_id):
             items = []
             for a in assignments:
-                w = self.s.state.workloads.get(a.workload_id)
+                w = self.s.state.workloads.get(workload_of(a.workload_id))
                 if w is None:
                     continue
                 items.append(pb.AssignedWorkload(
@@ -167,6 +168,38 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
         return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
                                         workload_json=_dumps(view))
+
+    async def _manifest(self, raw: bytes, context: grpc.aio.ServicerContext) -> WorkloadManifest:
+        try:
+            return validate_manifest(json.loads(raw))
+        except json.JSONDecodeError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"(document): not valid JSON: {err}")
+        except ManifestError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
+        raise AssertionError("unreachable")
+
+    async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.Document:
+        await self._as_client(context)
+        manifest = await self._manifest(request.manifest_json, context)
+        plan = self.s.plan(manifest)
+        doc = {
+            "workload": manifest.metadata.name,
+            "replicas": [
+                {"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}
+                for inst, d in plan
+            ],
+        }
+        return pb.Document(json=_dumps(doc))
+
+    async def ExplainWorkload(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.Document:
+        await self._as_client(context)
+        try:
+            return pb.Document(json=_dumps(self.s.explain(request.workload_id, request.node_id)))
+        except NotFound as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]!s} not found")
+        raise AssertionError("unreachable")
 
     async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext
                              ) -> pb.DeleteWorkloadResponse:

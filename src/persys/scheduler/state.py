@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from persys.model import Assignment, Node, Workload, WorkloadStatus
+from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.store.base import Compare, Delete, Put, StateStore, WatchEvent
 
@@ -42,7 +43,8 @@ class ClusterState:
         self.statuses: dict[str, Versioned[WorkloadStatus]] = {}
         self.nodes: dict[str, Versioned[Node]] = {}
         self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
-        self.placement_of: dict[str, str] = {}  # workload -> node
+        self.placement_of: dict[str, str] = {}  # instance -> node
+        self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
         self.cluster_marker: dict[str, object] | None = None
         self.revision = 0
         self._tombstones: dict[str, int] = {}
@@ -121,6 +123,7 @@ class ClusterState:
             if key.startswith(keys.STATUS):
                 wid = key.removeprefix(keys.STATUS)
                 self.statuses[wid] = Versioned(WorkloadStatus.model_validate_json(value), rev)
+                self.instances.setdefault(workload_of(wid), set()).add(wid)
                 return "status", wid
             if key.startswith(keys.NODES):
                 n = Node.model_validate_json(value)
@@ -130,6 +133,7 @@ class ClusterState:
                 a = Assignment.model_validate_json(value)
                 self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
                 self.placement_of[a.workload_id] = a.node_id
+                self.instances.setdefault(workload_of(a.workload_id), set()).add(a.workload_id)
                 return "assignment", f"{a.node_id}/{a.workload_id}"
             if key == keys.CLUSTER:
                 self.cluster_marker = json.loads(value)
@@ -146,6 +150,7 @@ class ClusterState:
         if key.startswith(keys.STATUS):
             wid = key.removeprefix(keys.STATUS)
             self.statuses.pop(wid, None)
+            self._unindex(wid)
             return "status", wid
         if key.startswith(keys.NODES):
             nid = key.removeprefix(keys.NODES)
@@ -159,11 +164,22 @@ class ClusterState:
                 self.assignments.pop(nid, None)
             if self.placement_of.get(wid) == nid:
                 del self.placement_of[wid]
+            self._unindex(wid)
             return "assignment", f"{nid}/{wid}"
         if key == keys.CLUSTER:
             self.cluster_marker = None
             return "cluster", ""
         return "", ""
+
+    def _unindex(self, instance: str) -> None:
+        if instance in self.statuses or instance in self.placement_of:
+            return
+        wid = workload_of(instance)
+        known = self.instances.get(wid)
+        if known is not None:
+            known.discard(instance)
+            if not known:
+                del self.instances[wid]
 
     def _notify(self, kind: str, ident: str) -> None:
         for listener in self._listeners:

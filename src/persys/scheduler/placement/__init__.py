@@ -13,6 +13,7 @@ from .engine import (
     decide,
     place_many,
 )
+from .evaluate import NodeEvaluation, evaluate_node
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
@@ -38,6 +39,7 @@ __all__ = [
     "Decision",
     "Filter",
     "LabelConstraint",
+    "NodeEvaluation",
     "NodeInfo",
     "NodeScore",
     "PlacementConfig",
@@ -54,5 +56,6 @@ __all__ = [
     "WorkloadRequest",
     "aggregate_rejections",
     "decide",
+    "evaluate_node",
     "place_many",
 ]

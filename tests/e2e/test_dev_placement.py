@@ -1,0 +1,68 @@
+"""`persysctl plan` and `explain` on a 3-node `persys dev` cluster: one roomy node, one tainted,
+one too small."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
+from tests.fixtures_infra import free_port
+
+pytestmark = pytest.mark.e2e
+
+HUGE = """
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {name: huge}
+spec:
+  type: process
+  resources: {cpuMillicores: 200, memoryMb: 6000}
+  process: {command: [sleep, "3600"]}
+"""
+
+
+def test_plan_and_explain(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PERSYS_HOME": str(home)}
+    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
+               tmp_path, env=env)
+    try:
+        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        # A dry run that fits on one node only; nothing is written.
+        out = ctl("plan", "-f", str(REPO / "examples/placement-demo.yaml"), env=env).stdout
+        assert "workload/placement-demo -> big" in out
+        assert ("placed on big (1/3 nodes feasible)" in out and "rejected: 1 insufficient memory (needs 512 MiB, "
+                "best node has 256 MiB free), 1 untolerated taint gpu=true:NoSchedule" in out), out
+        assert json.loads(ctl("get", "workloads", "-o", "json", env=env).stdout) == []
+
+        # One that fits nowhere: the aggregated reason, from plan, apply and explain alike.
+        expected = ("0/3 nodes available: 2 insufficient memory (needs 6000 MiB, best node has 4096 MiB free), "
+                    "1 untolerated taint gpu=true:NoSchedule")
+        assert expected in ctl("plan", "-f", "-", env=env, stdin=HUGE).stdout
+        ctl("apply", "-f", "-", env=env, stdin=HUGE)
+        view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
+            json.loads(ctl("get", "workloads", "huge", "-o", "json", env=env).stdout)[0]), 10, "huge Pending")
+        assert view["phase"] == "Pending" and view["message"] == expected
+        assert expected in ctl("describe", "workload", "huge", env=env).stdout
+        explained = ctl("explain", "huge", "--node", "gpu", env=env).stdout
+        assert expected in explained
+        assert "FAIL taint_toleration  untolerated taint gpu=true:NoSchedule" in explained
+        tiny = ctl("explain", "huge", "--node", "tiny", "-o", "json", env=env).stdout
+        verdicts = {f["filter"]: f for f in json.loads(tiny)["node"]["filters"]}
+        assert not verdicts["memory_fit"]["passed"] and verdicts["memory_fit"]["needed"] == 6000
+
+        # A placed workload explains where it went and the runners-up.
+        ctl("apply", "-f", str(REPO / "examples/placement-demo.yaml"), env=env)
+        eventually(lambda: json.loads(ctl("get", "workloads", "placement-demo", "-o", "json", env=env).stdout)[0]
+                   ["ready"] == "2/2", 15, "placement-demo 2/2 ready")
+        out = ctl("explain", "placement-demo", env=env).stdout
+        assert "workload/placement-demo: Running on big" in out and "top candidates" in out
+        ctl("delete", "workload", "placement-demo", env=env)
+        ctl("delete", "workload", "huge", env=env)
+    finally:
+        dev.stop(signal.SIGINT)

@@ -281,6 +281,8 @@ def scheduler(
     events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
     tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key."),
     node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
+                                       help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -291,7 +293,8 @@ def scheduler(
         holder = []
 
         async def started() -> None:
-            s = await start_scheduler(store, events, listen, tls, SchedulerConfig(node_grace_seconds=node_grace))
+            s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
+                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

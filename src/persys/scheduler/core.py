@@ -57,6 +57,11 @@ class SchedulerConfig:
     monitor_interval_seconds: float = 1.0
     batch_size: int = 512  # workloads reconciled (and placed in one engine pass) per batch
     commit_concurrency: int = 256  # placement transactions in flight; etcd batches their fsyncs
+    # Stop filtering once max(100, this % of nodes) feasible nodes are found (100 = score every
+    # node). Like kube-scheduler's percentageOfNodesToScore and Nomad's candidate limit: at 5,000
+    # nodes, 2% is about 4x faster per decision than kube's adaptive 10%. Pending decisions
+    # always evaluate every node, so refusals are always complete.
+    nodes_to_score_percent: int = 2
 
 
 @dataclass
@@ -108,7 +113,9 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.clock = clock
         self.state = ClusterState(store)
-        self.placement = PlacementService(self.state)
+        self.placement = PlacementService(
+            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
+        )
         self.live: dict[str, LiveNode] = {}
         self.usage: dict[str, WorkloadUsage] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()

@@ -71,6 +71,15 @@ async def test_publish_and_recent_order(bus: EventBus) -> None:
     assert [e.message for e in await bus.recent(limit=2)] == ["m3", "m4"]
 
 
+async def test_publish_many_keeps_order(bus: EventBus) -> None:
+    first = await bus.publish(ev(0))
+    ids = await bus.publish_many([ev(i) for i in range(1, 6)])
+    assert len(ids) == 5 and all(ids)
+    assert [parse_id(i) for i in [first, *ids]] == sorted({parse_id(i) for i in [first, *ids]})
+    assert [e.message for e in await bus.recent()] == [f"m{i}" for i in range(6)]
+    assert await bus.publish_many([]) == []
+
+
 async def test_recent_subject_filter(bus: EventBus) -> None:
     for i in range(10):
         await bus.publish(ev(i, subject="node/n1" if i % 3 == 0 else "workload/web"))
@@ -145,7 +154,8 @@ async def test_redis_down_drops_events_then_recovers(redis_server: RedisServer) 
         assert await bus.publish(ev(1)) == ""  # never raises to the caller
         assert await bus.publish(ev(2)) == ""
         assert time.monotonic() - t0 < 3, "publish must fail fast while redis is down"
-        assert bus.dropped == 2
+        assert await bus.publish_many([ev(8), ev(9)]) == ["", ""]
+        assert bus.dropped == 4
         assert await bus.healthy() is False
         with pytest.raises(EventsUnavailable):
             await bus.recent()

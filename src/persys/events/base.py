@@ -8,7 +8,7 @@ increase monotonically within a bus.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +32,10 @@ class EventsUnavailable(Exception):
 class EventBus(Protocol):
     async def publish(self, event: ClusterEvent) -> str:
         """Append the event; returns its id, or "" if it was dropped (backend down)."""
+        ...
+
+    async def publish_many(self, events: Sequence[ClusterEvent]) -> list[str]:
+        """Append several events in order in one round trip; ids as for `publish`."""
         ...
 
     async def recent(self, limit: int = 100, subject: str | None = None) -> list[ClusterEvent]:

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from persys.events.base import ClusterEvent, parse_id
 
@@ -35,6 +35,9 @@ class MemoryEventBus:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
         return ev.id
+
+    async def publish_many(self, events: Sequence[ClusterEvent]) -> list[str]:
+        return [await self.publish(e) for e in events]
 
     async def recent(self, limit: int = 100, subject: str | None = None) -> list[ClusterEvent]:
         out: list[ClusterEvent] = []

@@ -167,11 +167,13 @@ class Scheduler:
 
     async def _publisher(self) -> None:
         while True:
-            ev = await self._event_q.get()
+            batch = [await self._event_q.get()]
+            while len(batch) < 500 and not self._event_q.empty():
+                batch.append(self._event_q.get_nowait())
             try:
-                await self.events.publish(ev)
+                await self.events.publish_many(batch)
             except Exception as err:
-                log.debug("event dropped: %s", err)
+                log.debug("%d events dropped: %s", len(batch), err)
 
     # ------------------------------------------------------------------ change routing
 

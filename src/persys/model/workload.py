@@ -103,6 +103,18 @@ class VMSpec(Model):
     cloud_init: CloudInit | None = None
 
 
+class MicroVMSpec(Model):
+    """A lightweight VM booted straight from a kernel (Firecracker, or QEMU's `microvm` machine)."""
+
+    kernel: Annotated[StrictStr, Field(min_length=1)]  # uncompressed vmlinux (Firecracker) or bzImage
+    rootfs: StrictStr = ""  # a raw disk image used as the root drive (copied on write, never modified)
+    initrd: StrictStr = ""
+    cmdline: StrictStr = "console=ttyS0 reboot=k panic=1"
+    vcpus: Annotated[StrictInt, Field(ge=1, le=32)] = 1
+    memory_mb: Annotated[StrictInt, Field(ge=32)] = 128
+    hypervisor: Literal["auto", "firecracker", "qemu"] = "auto"  # auto: Firecracker if installed, else QEMU
+
+
 class VolumeSpec(Model):
     name: Annotated[StrictStr, Field(min_length=1)]
     driver: Literal["local", "nfs", "ceph-rbd"] = "local"
@@ -128,7 +140,7 @@ class WorkloadSpec(Model):
     process: ProcessSpec | None = None
     compose: ComposeSpec | None = None
     vm: VMSpec | None = None
-    microvm: VMSpec | None = None
+    microvm: MicroVMSpec | None = None
 
     @model_validator(mode="after")
     def _type_spec_present(self) -> WorkloadSpec:

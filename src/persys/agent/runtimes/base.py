@@ -40,6 +40,11 @@ class ObservedWorkload:
     started_at: float = 0
     cpu_percent: float = 0.0
     memory_bytes: int = 0
+    # Cumulative counters since the workload started (0 when the runtime cannot tell).
+    disk_read_bytes: int = 0
+    disk_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,17 @@ class SchedulerClient:
         resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))
         return [json.loads(i) for i in resp.items]
 
+    async def backup(self) -> dict[str, Any]:
+        return json.loads((await self._call("Backup", pb.BackupRequest())).json)
+
+    async def restore(self, backup: dict[str, Any] | None, force: bool = False) -> dict[str, Any]:
+        req = pb.RestoreRequest(backup_json=json.dumps(backup).encode() if backup else b"", force=force,
+                                latest_local=backup is None)
+        return json.loads((await self._call("Restore", req)).json)
+
+    async def recover(self) -> dict[str, Any]:
+        return json.loads((await self._call("Recover", pb.RecoverRequest(confirm_empty=True))).json)
+
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,

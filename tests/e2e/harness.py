@@ -110,3 +110,71 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+class Components:
+    """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
+
+    def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> None:
+        import yaml
+
+        from tests.fixtures_infra import free_port
+
+        self.tmp = tmp
+        self.pki = tmp / "pki"
+        node_args = [a for n in nodes for a in ("--node", n)]
+        subprocess.run(persys("certs", "init", "--dir", str(self.pki), *node_args), check=True, capture_output=True,
+                       timeout=60)
+        self.sched_port, self.gw_port = free_port(), free_port()
+        self.target = f"127.0.0.1:{self.sched_port}"
+        self.scheduler = Proc("scheduler", persys(
+            "scheduler", "--listen", self.target, "--store", store_url, "--events", events_url,
+            "--tls-dir", str(self.pki), "--data-dir", str(tmp / "scheduler"), *scheduler_args), tmp)
+        self.scheduler.wait_for("scheduler ready")
+        self.agents = {
+            n: Proc(f"agent-{n}", persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir",
+                                          str(self.pki), "--state-dir", str(tmp / f"agent-{n}"), *agent_args), tmp)
+            for n in nodes
+        }
+        self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen",
+                                              f"127.0.0.1:{self.gw_port}", "--tls-dir", str(self.pki)), tmp)
+        self.gateway.wait_for("gateway ready")
+        for n, a in self.agents.items():
+            a.wait_for(f"agent {n} started")
+        cfg = tmp / "persysctl.yaml"
+        cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{self.gw_port}", "ca": str(self.pki / "ca.crt"),
+                                       "cert": str(self.pki / "admin.crt"), "key": str(self.pki / "admin.key")}))
+        self.env = {"PERSYS_CONFIG": str(cfg)}
+
+    def ctl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return ctl(*args, env=self.env, check=check, stdin=stdin)
+
+    def workload(self, name: str) -> dict:  # type: ignore[type-arg]
+        import json
+
+        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)[0]  # type: ignore[no-any-return]
+
+    def health(self) -> dict:  # type: ignore[type-arg]
+        import json
+
+        return json.loads(self.ctl("health", "-o", "json").stdout)  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        for a in self.agents.values():
+            a.stop()
+        self.scheduler.stop()
+
+
+def process_manifest(name: str, cpu: int = 100, replicas: int = 1) -> str:
+    return f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: {name}}}
+spec:
+  type: process
+  replicas: {replicas}
+  resources: {{cpuMillicores: {cpu}, memoryMb: 16}}
+  process: {{command: ["sleep", "3600"]}}
+"""

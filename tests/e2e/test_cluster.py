@@ -49,7 +49,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> 
     Proc("certs", persys("certs", "init", "--dir", str(pki), "--node", NODE), tmp).proc.wait(30)  # type: ignore[union-attr]
     sched_port, gw_port = free_port(), free_port()
     scheduler = Proc("scheduler", persys("scheduler", "--listen", f"127.0.0.1:{sched_port}", "--store", etcd.url,
-                                         "--events", redis.url, "--tls-dir", str(pki)), tmp)
+                                         "--events", redis.url, "--tls-dir", str(pki),
+                                         "--data-dir", str(tmp / "scheduler")), tmp)
     scheduler.wait_for("scheduler ready")
     agent = Proc("agent", persys("agent", "--scheduler", f"127.0.0.1:{sched_port}", "--node-id", NODE,
                                  "--tls-dir", str(pki), "--state-dir", str(tmp / "agent")), tmp)

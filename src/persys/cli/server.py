@@ -224,7 +224,7 @@ def dev(
         async def started() -> None:
             sched = await start_scheduler(
                 f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
-                SchedulerConfig(node_grace_seconds=node_grace),
+                SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler"),
             )
             parts.append(sched.stop)
             agents = []
@@ -283,6 +283,8 @@ def scheduler(
     node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
                                        help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
+    data_dir: Path = typer.Option(Path("/var/lib/persys/scheduler"), "--data-dir",
+                                  help="Remembers the cluster id (to recognise a wiped store) and rolling backups."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -294,7 +296,7 @@ def scheduler(
 
         async def started() -> None:
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
-                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score))
+                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

@@ -118,4 +118,29 @@ def create_app(client: SchedulerClient) -> FastAPI:
     async def events(limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
         return await client.events(limit, subject)
 
+    @app.get("/v1/admin/backup", tags=["admin"])
+    async def backup() -> dict[str, Any]:
+        """Every durable key at one revision (format persys-backup/v1)."""
+        return await client.backup()
+
+    @app.post("/v1/admin/restore", tags=["admin"])
+    async def restore(request: Request, force: bool = False, latest: bool = False) -> JSONResponse:
+        """Write a backup (the body) back; or, with `latest`, the scheduler's own rolling backup."""
+        doc: dict[str, Any] | None = None
+        if not latest:
+            body = await request.body()
+            try:
+                parsed = yaml.safe_load(body) if body else None
+            except yaml.YAMLError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                return JSONResponse({"error": "the body must be a backup document", "problems": []}, status_code=400)
+            doc = parsed
+        return JSONResponse(await client.restore(doc, force=force))
+
+    @app.post("/v1/admin/recover", tags=["admin"])
+    async def recover() -> dict[str, Any]:
+        """Leave recovery mode accepting the state store's current contents."""
+        return await client.recover()
+
     return app

@@ -71,17 +71,33 @@ class ProcessSpec(Model):
 
 
 class ComposeSpec(Model):
+    """A Docker Compose application run as one workload; the source is exactly one of
+    `inline` YAML, a `path` on the node (a compose file or a directory holding one) or a `gitRepo`."""
+
     inline: StrictStr | None = None
     path: StrictStr | None = None
     git_repo: StrictStr | None = None
     git_ref: StrictStr = "HEAD"
+    # The compose file inside `gitRepo` or a `path` directory; empty: compose.yaml, docker-compose.yml, ...
+    file: StrictStr = ""
+    # Variables for `${VAR}` interpolation in the compose file (its env file), not container environment.
     env: dict[str, StrictStr] = Field(default_factory=dict)
+    # Named volumes (keys of the top-level `volumes:`) kept when the workload is deleted.
+    retain_volumes: list[StrictStr] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_source(self) -> ComposeSpec:
         given = [s for s in (self.inline, self.path, self.git_repo) if s]
         if len(given) != 1:
             raise ValueError("exactly one of inline, path or gitRepo is required")
+        if self.file:
+            if self.inline:
+                raise ValueError("file applies to path or gitRepo, not inline")
+            parts = self.file.replace("\\", "/").split("/")
+            if self.file.startswith("/") or ".." in parts:
+                raise ValueError("file must be a relative path inside the source")
+        if self.git_ref.startswith("-"):
+            raise ValueError("gitRef must not start with '-'")
         return self
 
 

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
@@ -32,12 +33,14 @@ from persys.model import (
 from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
+from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.state import ClusterState
 from persys.store.base import Compare, Delete, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
+BACKUP_FORMAT = "persys-backup/v1"
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
@@ -62,6 +65,11 @@ class SchedulerConfig:
     # nodes, 2% is about 4x faster per decision than kube's adaptive 10%. Pending decisions
     # always evaluate every node, so refusals are always complete.
     nodes_to_score_percent: int = 2
+    # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
+    # which disables recognising a wiped store after a restart of the scheduler itself).
+    data_dir: Path | None = None
+    health_interval_seconds: float = 1.0
+    backup_interval_seconds: float = 60.0
 
 
 @dataclass
@@ -93,7 +101,11 @@ class LiveNode:
 
 
 class MutationRefused(Exception):
-    """The control plane cannot accept a change right now (store unreachable, ...)."""
+    """The control plane cannot accept a change right now (concurrent writers, ...)."""
+
+
+class Frozen(MutationRefused):
+    """Refused because the control plane is degraded or in recovery."""
 
 
 class NotFound(KeyError):
@@ -127,15 +139,39 @@ class Scheduler:
         self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started_at = clock()
-        self.mode = "normal"
+        self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
+        self._last_backup = 0.0
+
+    @property
+    def mode(self) -> str:
+        return str(self.guard.mode)
+
+    def _require_normal(self) -> None:
+        if self.guard.mode == Mode.DEGRADED:
+            raise Frozen(f"control plane is degraded ({self.guard.reason}); changes are refused until the "
+                         "state store is back, running workloads keep running")
+        if self.guard.mode == Mode.RECOVERY:
+            raise Frozen(f"control plane is in recovery: {self.guard.reason}")
+
+    def _mode_changed(self, old: Mode, new: Mode, reason: str) -> None:
+        self.emit("ModeChanged", "cluster", f"{old} -> {new}" + (f": {reason}" if reason else ""), str(new))
+        for ev in self._node_changed.values():
+            ev.set()  # agents learn the mode at once (hold / resume)
+        if new == Mode.NORMAL:
+            # Heartbeats could not be judged while frozen: every node gets a fresh grace period.
+            now = self.clock()
+            self._started_at = now
+            for live in self.live.values():
+                live.last_heartbeat = max(live.last_heartbeat, now)
+            for wid in list(self.state.workloads):
+                self._enqueue(wid)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         await self.state.load()
-        if self.state.cluster_marker is None:
-            marker = json.dumps({"created_at": time.time()}).encode()
-            await self.state.commit([Compare(keys.CLUSTER, 0)], [Put(keys.CLUSTER, marker)])
+        has_state = bool(self.state.workloads or self.state.nodes or self.state.assignments)
+        await self.guard.establish(self.state.cluster_marker, has_state)
         self.state.subscribe(self._on_change)
         self.state.start_following()
         self._started_at = self.clock()
@@ -145,6 +181,7 @@ class Scheduler:
             asyncio.create_task(self._worker(), name="reconcile-worker"),
             asyncio.create_task(self._monitor(), name="node-monitor"),
             asyncio.create_task(self._publisher(), name="event-publisher"),
+            asyncio.create_task(self._health_loop(), name="mode-guard"),
         ]
 
     async def stop(self) -> None:
@@ -214,6 +251,10 @@ class Scheduler:
                 batch.append(self._queue.get_nowait())
             for wid in batch:
                 self._queued.discard(wid)
+            if self.guard.mode != Mode.NORMAL:
+                # Frozen: decide nothing. Everything is re-enqueued when the mode returns to normal.
+                await asyncio.sleep(0.2)
+                continue
             needs: list[tuple[Workload, int, str]] = []
             for wid in batch:
                 try:
@@ -227,10 +268,24 @@ class Scheduler:
             if needs:
                 await self._place(needs)
 
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_seconds)
+            try:
+                await self.guard.check()
+                if (self.guard.mode == Mode.NORMAL and self.config.data_dir is not None
+                        and time.monotonic() - self._last_backup >= self.config.backup_interval_seconds):
+                    self._last_backup = time.monotonic()
+                    await self._write_local_backup()
+            except Exception:
+                log.exception("health check failed")
+
     async def _monitor(self) -> None:
         last_retry = self.clock()
         while True:
             await asyncio.sleep(self.config.monitor_interval_seconds)
+            if self.guard.mode != Mode.NORMAL:
+                continue  # liveness cannot be judged or recorded while frozen
             try:
                 await self._check_nodes()
                 if self.clock() - last_retry >= self.config.pending_retry_seconds:
@@ -245,6 +300,8 @@ class Scheduler:
 
     async def apply(self, manifest: WorkloadManifest, dry_run: bool = False) -> tuple[Workload, bool, bool]:
         """Create or update a workload. Returns (workload, created, changed); idempotent."""
+        if not dry_run:
+            self._require_normal()
         now = time.time()
         incoming = Workload.from_manifest(manifest, now)
         key = keys.workload(incoming.id)
@@ -281,6 +338,7 @@ class Scheduler:
 
     async def delete(self, wid: str) -> tuple[bool, bool]:
         """Ask for a workload's removal. Returns (deleted, already_gone); idempotent."""
+        self._require_normal()
         key = keys.workload(wid)
         for _ in range(10):
             current = self.state.workloads.get(wid)
@@ -496,6 +554,7 @@ class Scheduler:
     # ------------------------------------------------------------------ agent API
 
     async def register(self, node: Node) -> None:
+        self._require_normal()
         now = time.time()
         key = keys.node(node.id)
         for _ in range(10):
@@ -539,6 +598,8 @@ class Scheduler:
             live.reported = True
             for inst in gone:
                 self._enqueue(workload_of(inst))
+        if self.guard.mode != Mode.NORMAL:
+            return  # frozen: statuses are not written; usage and presence above are still kept
         changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
@@ -621,6 +682,72 @@ class Scheduler:
                 self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
                 if alive:
                     self._enqueue_pending()
+
+    # ------------------------------------------------------------------ backup, restore, recover
+
+    async def backup(self) -> dict[str, Any]:
+        """Every durable key, read at one store revision."""
+        kvs, revision = await self.store.range(keys.ROOT)
+        return {
+            "format": BACKUP_FORMAT,
+            "createdAt": time.time(),
+            "revision": revision,
+            "clusterId": self.guard.cluster_id,
+            "items": [{"key": kv.key, "value": json.loads(kv.value)} for kv in kvs],
+        }
+
+    async def _write_local_backup(self) -> None:
+        assert self.config.data_dir is not None
+        doc = await self.backup()
+        if not any(i["key"] == keys.CLUSTER for i in doc["items"]):
+            return  # never overwrite a good backup with a wiped store's
+        target = self.config.data_dir / "backups" / "latest.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(target)  # atomic: a crash never leaves half a backup
+
+    def local_backup(self) -> dict[str, Any]:
+        path = self.config.data_dir / "backups" / "latest.json" if self.config.data_dir else None
+        if path is None or not path.exists():
+            raise NotFound("local backup (this scheduler has no data directory or has not written one yet)")
+        return json.loads(path.read_text())
+
+    async def restore(self, doc: dict[str, Any], force: bool = False) -> dict[str, Any]:
+        """Write a backup back into the store and resume. Only in recovery unless forced."""
+        if self.guard.mode == Mode.DEGRADED:
+            raise Frozen("cannot restore while the state store is unreachable")
+        if self.guard.mode != Mode.RECOVERY and not force:
+            raise MutationRefused("the control plane is not in recovery; restoring would overwrite live state "
+                                  "(use --force to do it anyway)")
+        if doc.get("format") != BACKUP_FORMAT or not isinstance(doc.get("items"), list):
+            raise ValueError(f"not a Persys backup (expected format {BACKUP_FORMAT!r})")
+        items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"]]
+        if any(not k.startswith(keys.ROOT) for k, _ in items):
+            raise ValueError(f"backup holds keys outside {keys.ROOT}")
+        marker = next((v for k, v in items if k == keys.CLUSTER), None)
+        if marker is None:
+            raise ValueError("backup holds no cluster marker")
+        # The marker goes last: a restore interrupted half-way is still recognised as incomplete.
+        ops: list[Put | Delete] = [Put(k, v) for k, v in items if k != keys.CLUSTER]
+        for chunk in _chunks(ops, TXN_MAX_OPS):
+            await self.store.txn([], chunk)
+        await self.store.put(keys.CLUSTER, marker)
+        self.guard.remember(str(json.loads(marker)["id"]))
+        await self.state.reset()
+        self.guard.set(Mode.NORMAL)
+        self.emit("Restored", "cluster", f"{len(items)} keys restored (backup of revision {doc.get('revision')})")
+        return {"restored": len(items), "clusterId": self.guard.cluster_id}
+
+    async def recover(self) -> dict[str, Any]:
+        """The operator confirms that the state store's empty state is the truth."""
+        if self.guard.mode != Mode.RECOVERY:
+            raise MutationRefused("the control plane is not in recovery; nothing to confirm")
+        marker = await self.guard.create_marker()
+        await self.state.reset()
+        self.guard.set(Mode.NORMAL)
+        self.emit("Recovered", "cluster", "operator confirmed the current state store contents")
+        return {"clusterId": marker["id"], "workloads": len(self.state.workloads)}
 
     # ------------------------------------------------------------------ views
 
@@ -720,6 +847,8 @@ class Scheduler:
         events_ok = await self.events.healthy()
         if not events_ok:
             detail = (detail + "; " if detail else "") + "events: backend unreachable, events are being dropped"
+        if self.guard.mode != Mode.NORMAL:
+            detail = (detail + "; " if detail else "") + self.guard.reason
         return {
             "mode": self.mode,
             "storeOk": store_ok,

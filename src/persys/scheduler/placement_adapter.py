@@ -63,7 +63,7 @@ class PlacementService:
     # ------------------------------------------------------------------ base snapshot upkeep
 
     def _on_change(self, kind: str, ident: str) -> None:
-        if kind == "node":
+        if kind in ("node", "reset"):
             self._base = None
         elif kind == "assignment":
             instance = ident.partition("/")[2]

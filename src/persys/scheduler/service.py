@@ -19,7 +19,7 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
-from persys.scheduler.core import MutationRefused, NotFound, Scheduler, WorkloadReport
+from persys.scheduler.core import Frozen, MutationRefused, NotFound, Scheduler, WorkloadReport
 from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable
 
@@ -92,6 +92,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
         try:
             await self.s.register(node)
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except StoreUnavailable as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         cfg = self.s.config
@@ -161,8 +163,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
         try:
             w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except MutationRefused as err:
-            await context.abort(grpc.StatusCode.ABORTED, str(err))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         except StoreUnavailable as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
@@ -206,8 +210,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         try:
             deleted, gone = await self.s.delete(request.workload_id)
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except MutationRefused as err:
-            await context.abort(grpc.StatusCode.ABORTED, str(err))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         except StoreUnavailable as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
@@ -247,6 +253,46 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
                     "message": e.message}) for e in events
         ])
+
+    async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        try:
+            return pb.Document(json=_dumps(await self.s.backup()))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        raise AssertionError("unreachable")
+
+    async def Restore(self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        try:
+            doc = self.s.local_backup() if request.latest_local else json.loads(request.backup_json)
+            if not isinstance(doc, dict):
+                raise ValueError("a backup is a JSON object")
+            return pb.Document(json=_dumps(await self.s.restore(doc, force=request.force)))
+        except NotFound as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
+        except (ValueError, KeyError, TypeError) as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid backup: {err}")
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        raise AssertionError("unreachable")
+
+    async def Recover(self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        if not request.confirm_empty:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "recovering accepts the store's current (empty) contents: confirm explicitly")
+        try:
+            return pb.Document(json=_dumps(await self.s.recover()))
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        raise AssertionError("unreachable")
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
         h = await self.s.health()

@@ -61,6 +61,23 @@ class ClusterState:
             self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
         self.revision = rev
 
+    async def reset(self) -> None:
+        """Forget everything and reload from the store (after a restore replaced it)."""
+        await self.stop()
+        self.workloads.clear()
+        self.statuses.clear()
+        self.nodes.clear()
+        self.assignments.clear()
+        self.placement_of.clear()
+        self.instances.clear()
+        self.cluster_marker = None
+        self._tombstones.clear()
+        self._revs.clear()
+        self.revision = 0
+        await self.load()
+        self.start_following()
+        self._notify("reset", "")
+
     def start_following(self) -> None:
         self._watch_task = asyncio.create_task(self._follow(), name="state-watch")
 

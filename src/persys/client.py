@@ -24,23 +24,36 @@ class SchedulerError(Exception):
 
 class SchedulerClient:
     def __init__(self, target: str, tls: TLSFiles, timeout: float = 10.0) -> None:
+        # `target` may list several replicas ("a:7443,b:7443"): every replica serves this API,
+        # so an unreachable one is skipped. All calls here are idempotent, so a retry is safe.
+        self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.target = target
         self.timeout = timeout
-        self._channel = secure_channel(target, tls)
-        self._stub = pb_grpc.AgentControlStub(self._channel)
+        self._channels = [secure_channel(t, tls) for t in self.targets]
+        self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
+        self._current = 0
 
     async def close(self) -> None:
-        await self._channel.close()
+        for c in self._channels:
+            await c.close()
 
     async def _call(self, method: str, request: Any) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as err:
-            code = err.code()
-            details = err.details() or code.name
-            if code == grpc.StatusCode.UNAVAILABLE:
-                details = f"scheduler at {self.target} is unreachable: {details}"
-            raise SchedulerError(code.name, details) from None
+        last: grpc.aio.AioRpcError | None = None
+        for attempt in range(len(self._stubs)):
+            i = (self._current + attempt) % len(self._stubs)
+            try:
+                resp = await getattr(self._stubs[i], method)(request, timeout=self.timeout)
+                self._current = i
+                return resp
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise SchedulerError(err.code().name, err.details() or err.code().name) from None
+                last = err
+        assert last is not None
+        details = last.details() or last.code().name
+        if last.code() == grpc.StatusCode.UNAVAILABLE and "degraded" not in details and "recovery" not in details:
+            details = f"scheduler at {self.target} is unreachable: {details}"
+        raise SchedulerError(last.code().name, details)
 
     async def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         resp = await self._call("ApplyWorkload", pb.ApplyWorkloadRequest(
@@ -91,4 +104,5 @@ class SchedulerClient:
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
-                "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail}
+                "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
+                "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at}

@@ -116,7 +116,7 @@ class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
-                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> None:
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1) -> None:
         import yaml
 
         from tests.fixtures_infra import free_port
@@ -126,12 +126,18 @@ class Components:
         node_args = [a for n in nodes for a in ("--node", n)]
         subprocess.run(persys("certs", "init", "--dir", str(self.pki), *node_args), check=True, capture_output=True,
                        timeout=60)
-        self.sched_port, self.gw_port = free_port(), free_port()
-        self.target = f"127.0.0.1:{self.sched_port}"
-        self.scheduler = Proc("scheduler", persys(
-            "scheduler", "--listen", self.target, "--store", store_url, "--events", events_url,
-            "--tls-dir", str(self.pki), "--data-dir", str(tmp / "scheduler"), *scheduler_args), tmp)
-        self.scheduler.wait_for("scheduler ready")
+        self.gw_port = free_port()
+        self.replica_targets = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
+        self.target = ",".join(self.replica_targets)
+        self.schedulers = [
+            Proc(f"scheduler-{i}", persys(
+                "scheduler", "--listen", t, "--store", store_url, "--events", events_url, "--replica-id", f"r{i}",
+                "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
+            for i, t in enumerate(self.replica_targets)
+        ]
+        for s in self.schedulers:
+            s.wait_for("scheduler ready")
+        self.scheduler = self.schedulers[0]
         self.agents = {
             n: Proc(f"agent-{n}", persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir",
                                           str(self.pki), "--state-dir", str(tmp / f"agent-{n}"), *agent_args), tmp)
@@ -164,7 +170,8 @@ class Components:
         self.gateway.stop()
         for a in self.agents.values():
             a.stop()
-        self.scheduler.stop()
+        for s in self.schedulers:
+            s.stop()
 
 
 def process_manifest(name: str, cpu: int = 100, replicas: int = 1) -> str:

@@ -101,6 +101,11 @@ class Agent:
         self._wake = asyncio.Event()
         self._sampler = UsageSampler(config.state_dir)
         self._channel: grpc.aio.Channel | None = None
+        # Scheduler replicas to try; a standby names the active one and we follow it.
+        self._targets = [t.strip() for t in config.scheduler.split(",") if t.strip()] or [config.scheduler]
+        self.target = self._targets[0]
+        self._channel_gen = 0
+        self._switch_lock = asyncio.Lock()
         self._stub: pb_grpc.AgentControlStub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._load_local()
@@ -118,11 +123,7 @@ class Agent:
 
     async def start(self) -> None:
         await self.probe_runtimes()
-        target = self.config.scheduler
-        self._channel = (
-            secure_channel(target, self.config.tls) if self.config.tls else grpc.aio.insecure_channel(target)
-        )
-        self._stub = pb_grpc.AgentControlStub(self._channel)
+        await self._connect(self._targets[0])
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="agent-register"),
             asyncio.create_task(self._watch_loop(), name="agent-watch"),
@@ -163,6 +164,44 @@ class Agent:
 
     # ------------------------------------------------------------------ scheduler protocol
 
+    async def _connect(self, target: str) -> None:
+        old = self._channel
+        self.target = target
+        self._channel = (
+            secure_channel(target, self.config.tls) if self.config.tls else grpc.aio.insecure_channel(target)
+        )
+        self._stub = pb_grpc.AgentControlStub(self._channel)
+        self._channel_gen += 1
+        if old is not None:
+            await old.close(grace=1.0)
+
+    async def _after_error(self, err: grpc.aio.AioRpcError, gen: int) -> None:
+        """Follow a standby's pointer to the active replica, or try the next known replica."""
+        code = err.code()
+        if code not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED):
+            return
+        async with self._switch_lock:
+            if gen != self._channel_gen:
+                return  # another loop already switched
+            leader = ""
+            for k, v in (err.trailing_metadata() or ()):
+                if k == "persys-leader":
+                    leader = str(v)
+            if leader and leader != self.target:
+                nxt = leader
+            elif code == grpc.StatusCode.FAILED_PRECONDITION:
+                return  # a standby that knows no active replica yet: ask again later
+            elif self.target not in self._targets:
+                nxt = self._targets[0]  # a redirect led to a replica that is gone: start over
+            elif len(self._targets) > 1:
+                nxt = self._targets[(self._targets.index(self.target) + 1) % len(self._targets)]
+            else:
+                return
+            log.info("switching scheduler %s -> %s (%s)", self.target, nxt, err.details())
+            await self._connect(nxt)
+            self.registered.clear()  # register with the replica we now talk to
+
     @property
     def stub(self) -> pb_grpc.AgentControlStub:
         assert self._stub is not None, "agent not started"
@@ -192,15 +231,17 @@ class Agent:
             if self.registered.is_set():
                 await asyncio.sleep(1.0)
                 continue
+            gen = self._channel_gen
             try:
                 resp = await self.stub.RegisterNode(self._register_request(), timeout=10)
                 self.heartbeat_interval = resp.heartbeat_interval_seconds or self.heartbeat_interval
                 self.report_interval = resp.report_interval_seconds or self.report_interval
                 self.registered.set()
                 delay = 0.2
-                log.info("registered node %s with %s", self.config.node_id, self.config.scheduler)
+                log.info("registered node %s with %s", self.config.node_id, self.target)
             except grpc.aio.AioRpcError as err:
                 log.warning("registration failed (%s); retrying in %.1fs", err.details(), delay)
+                await self._after_error(err, gen)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -208,6 +249,7 @@ class Agent:
         await self.registered.wait()
         while True:
             cpu, mem, disk = self._sampler.sample()
+            gen = self._channel_gen
             try:
                 resp = await self.stub.Heartbeat(
                     pb.HeartbeatRequest(
@@ -226,12 +268,14 @@ class Agent:
                     self.registered.clear()
             except grpc.aio.AioRpcError as err:
                 log.debug("heartbeat failed: %s", err.details())
+                await self._after_error(err, gen)
             await asyncio.sleep(self.heartbeat_interval)
 
     async def _watch_loop(self) -> None:
         delay = 0.2
         while True:
             await self.registered.wait()
+            gen = self._channel_gen
             try:
                 call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.config.node_id))
                 async for ds in call:
@@ -239,6 +283,7 @@ class Agent:
                     await self._accept_desired(ds)
             except grpc.aio.AioRpcError as err:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
+                await self._after_error(err, gen)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -286,10 +331,12 @@ class Agent:
                 log.exception("local reconcile failed")
                 continue
             if self.registered.is_set():
+                gen = self._channel_gen
                 try:
                     await self._report(observed)
                 except grpc.aio.AioRpcError as err:
                     log.debug("status report failed: %s", err.details())
+                    await self._after_error(err, gen)
 
     async def _usage_loop(self) -> None:
         """Sample per-workload usage apart from reconciliation: Docker's stats call alone

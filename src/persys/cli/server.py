@@ -150,12 +150,18 @@ def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
 
 
 def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
+    from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.process import ProcessRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
     # nodes on one host) never adopt or remove each other's containers.
-    return [DockerRuntime(extra_labels={"persys.node": node_id}), ProcessRuntime(state_dir / "runtimes")]
+    scope = {"persys.node": node_id}
+    return [
+        DockerRuntime(extra_labels=scope),
+        ComposeRuntime(state_dir / "runtimes", extra_labels=scope),
+        ProcessRuntime(state_dir / "runtimes"),
+    ]
 
 
 async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
@@ -224,7 +230,7 @@ def dev(
         async def started() -> None:
             sched = await start_scheduler(
                 f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
-                SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler"),
+                SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
             )
             parts.append(sched.stop)
             agents = []
@@ -285,6 +291,9 @@ def scheduler(
                                        help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
     data_dir: Path = typer.Option(Path("/var/lib/persys/scheduler"), "--data-dir",
                                   help="Remembers the cluster id (to recognise a wiped store) and rolling backups."),
+    replica_id: str = typer.Option("", "--replica-id", help="Unique name of this replica (default: random)."),
+    advertise: str = typer.Option("", "--advertise", help="host:port agents use to reach this replica "
+                                  "(default: --listen, or this host's name when listening on 0.0.0.0)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -295,8 +304,11 @@ def scheduler(
         holder = []
 
         async def started() -> None:
+            host, _, port = listen.rpartition(":")
+            adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
-                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir))
+                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
+                replica_id=replica_id, advertise=adv))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

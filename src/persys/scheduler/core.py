@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.guard import Mode, ModeGuard
+from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.state import ClusterState
 from persys.store.base import Compare, Delete, Put, StateStore, StoreUnavailable
@@ -69,6 +71,9 @@ class SchedulerConfig:
     # which disables recognising a wiped store after a restart of the scheduler itself).
     data_dir: Path | None = None
     health_interval_seconds: float = 1.0
+    replica_id: str = ""  # unique per replica (default: a random id)
+    advertise: str = ""  # address agents should use to reach this replica when it is active
+    leader_ttl_seconds: float = 2.0  # failover happens within about this long
     backup_interval_seconds: float = 60.0
 
 
@@ -112,6 +117,14 @@ class NotFound(KeyError):
     pass
 
 
+class NotActive(Exception):
+    """This replica is a standby; `leader` is the active replica's address ('' if unknown)."""
+
+    def __init__(self, leader: str) -> None:
+        super().__init__(f"this scheduler replica is a standby; the active one is {leader or 'not elected yet'}")
+        self.leader = leader
+
+
 class Scheduler:
     def __init__(
         self,
@@ -141,6 +154,54 @@ class Scheduler:
         self._started_at = clock()
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
         self._last_backup = 0.0
+        self.election = LeaderElection(
+            store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
+            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds,
+        )
+        self.state.fence = lambda: self.election.fence() if self.election.is_leader else None
+        self._active_tasks: list[asyncio.Task[Any]] = []
+        self.elected_at = 0.0  # monotonic time of the last election win (for failover timing)
+        self.elected_at_wall = 0.0
+
+    @property
+    def is_active(self) -> bool:
+        return self.election.is_leader
+
+    def leader_address(self) -> str:
+        return leader_address(self.state.leader)
+
+    def require_active(self) -> None:
+        if not self.is_active:
+            raise NotActive(self.leader_address())
+
+    async def _elected(self) -> None:
+        self.elected_at = self.clock()
+        self.elected_at_wall = time.time()
+        # Start from the durable truth: no reservations of an earlier term, fresh liveness.
+        for r in list(self.placement.ledger):
+            self.placement.release(r.id)
+        self.placement._base = None
+        now = self.clock()
+        self._started_at = now
+        for live in self.live.values():
+            live.last_heartbeat = now
+        for wid in list(self.state.workloads):
+            self._enqueue(wid)
+        self._active_tasks = [
+            asyncio.create_task(self._worker(), name="reconcile-worker"),
+            asyncio.create_task(self._monitor(), name="node-monitor"),
+        ]
+        self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
+
+    async def _deposed(self) -> None:
+        for t in self._active_tasks:
+            t.cancel()
+        for t in self._active_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._active_tasks = []
+        for ev in self._node_changed.values():
+            ev.set()  # agents' streams end and they look for the active replica
 
     @property
     def mode(self) -> str:
@@ -178,13 +239,15 @@ class Scheduler:
         for wid in list(self.state.workloads):
             self._enqueue(wid)
         self._tasks = [
-            asyncio.create_task(self._worker(), name="reconcile-worker"),
-            asyncio.create_task(self._monitor(), name="node-monitor"),
             asyncio.create_task(self._publisher(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
         ]
+        self.election.start()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.election.settled.wait(), timeout=self.config.leader_ttl_seconds * 3)
 
     async def stop(self) -> None:
+        await self.election.stop()  # steps down at once: a standby takes over without waiting
         if self._commit_tasks:
             await asyncio.wait(set(self._commit_tasks), timeout=5)
         for t in self._tasks:
@@ -310,7 +373,7 @@ class Scheduler:
             if current is None:
                 if dry_run:
                     return incoming, True, True
-                if await self.state.commit([Compare(key, 0)], [Put(key, incoming.to_json())]):
+                if await self.state.commit([Compare(key, 0)], [Put(key, incoming.to_json())], fenced=False):
                     self.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self._refresh(key)
@@ -330,7 +393,8 @@ class Scheduler:
             )
             if dry_run:
                 return updated, False, True
-            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())]):
+            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())],
+                                       fenced=False):
                 self.emit("WorkloadUpdated", f"workload/{old.id}", f"revision {updated.revision}")
                 return updated, False, True
             await self._refresh(key)
@@ -347,7 +411,8 @@ class Scheduler:
             if current.value.deleting:
                 return True, False
             marked = current.value.model_copy(update={"deleting": True, "updated_at": time.time()})
-            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, marked.to_json())]):
+            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, marked.to_json())],
+                                       fenced=False):
                 self.emit("WorkloadDeleting", f"workload/{wid}", "deletion requested")
                 return True, False
             await self._refresh(key)
@@ -554,6 +619,7 @@ class Scheduler:
     # ------------------------------------------------------------------ agent API
 
     async def register(self, node: Node) -> None:
+        self.require_active()
         self._require_normal()
         now = time.time()
         key = keys.node(node.id)
@@ -581,6 +647,7 @@ class Scheduler:
 
     def heartbeat(self, node_id: str, usage: NodeUsage) -> bool:
         """Record liveness in memory. False when the node is unknown and must register."""
+        self.require_active()
         if node_id not in self.state.nodes:
             return False
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
@@ -590,6 +657,7 @@ class Scheduler:
         return True
 
     async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
+        self.require_active()
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
         live.last_heartbeat = self.clock()
         if complete:
@@ -658,6 +726,7 @@ class Scheduler:
         """Full desired state for `node_id`, again after every change to it."""
         ev = self._node_changed.setdefault(node_id, asyncio.Event())
         while True:
+            self.require_active()  # a deposed replica ends the stream; the agent finds the new one
             ev.clear()
             yield [a.value for a in self.state.assignments.get(node_id, {}).values()]
             await ev.wait()
@@ -693,7 +762,8 @@ class Scheduler:
             "createdAt": time.time(),
             "revision": revision,
             "clusterId": self.guard.cluster_id,
-            "items": [{"key": kv.key, "value": json.loads(kv.value)} for kv in kvs],
+            # The leader key is leased and belongs to a live replica, not to the cluster's state.
+            "items": [{"key": kv.key, "value": json.loads(kv.value)} for kv in kvs if kv.key != keys.LEADER],
         }
 
     async def _write_local_backup(self) -> None:
@@ -722,7 +792,7 @@ class Scheduler:
                                   "(use --force to do it anyway)")
         if doc.get("format") != BACKUP_FORMAT or not isinstance(doc.get("items"), list):
             raise ValueError(f"not a Persys backup (expected format {BACKUP_FORMAT!r})")
-        items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"]]
+        items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"] if i["key"] != keys.LEADER]
         if any(not k.startswith(keys.ROOT) for k, _ in items):
             raise ValueError(f"backup holds keys outside {keys.ROOT}")
         marker = next((v for k, v in items if k == keys.CLUSTER), None)
@@ -850,6 +920,10 @@ class Scheduler:
         if self.guard.mode != Mode.NORMAL:
             detail = (detail + "; " if detail else "") + self.guard.reason
         return {
+            "replicaId": self.election.replica_id,
+            "active": self.is_active,
+            "leader": self.leader_address(),
+            "electedAt": self.elected_at_wall,
             "mode": self.mode,
             "storeOk": store_ok,
             "eventsOk": events_ok,

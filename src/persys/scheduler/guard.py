@@ -101,12 +101,19 @@ class ModeGuard:
     async def create_marker(self, cluster_id: str = "") -> dict[str, object]:
         marker: dict[str, object] = {"id": cluster_id or self.cluster_id or uuid.uuid4().hex,
                                      "created_at": time.time()}
-        await self.store.txn([Compare(keys.CLUSTER, 0)], [Put(keys.CLUSTER, json.dumps(marker).encode())])
+        created = await self.store.txn([Compare(keys.CLUSTER, 0)], [Put(keys.CLUSTER, json.dumps(marker).encode())])
+        if created is None:  # another replica created it first: join that cluster
+            kv = await self.store.get(keys.CLUSTER)
+            if kv is not None:
+                marker = json.loads(kv.value)
         self.remember(str(marker["id"]))
         return marker
 
     async def check(self) -> None:
         """One health probe of the store; moves between modes."""
+        # Read our own position first: writes landing while the probe runs must not make the
+        # store look as if it went backwards.
+        seen = self.mirror_revision()
         try:
             status = await self.store.status()
             kv = await self.store.get(keys.CLUSTER)
@@ -125,9 +132,9 @@ class ModeGuard:
                                     "frozen: restore a backup or confirm with `persysctl admin recover`")
         elif self.cluster_id and marker_id != self.cluster_id:
             self.set(Mode.RECOVERY, f"the state store now belongs to cluster {marker_id}, not {self.cluster_id}")
-        elif revision and revision < self.mirror_revision():
-            self.set(Mode.RECOVERY, f"the state store's revision went backwards ({revision} < "
-                                    f"{self.mirror_revision()}): it was replaced")
+        elif revision and revision < seen:
+            self.set(Mode.RECOVERY, f"the state store's revision went backwards ({revision} < {seen}): "
+                                    "it was replaced")
         else:
             if not self.cluster_id:
                 self.remember(marker_id)

@@ -1,6 +1,7 @@
 """The durable key layout (etcd or the embedded store). Values are JSON documents.
 
     /persys/cluster                          cluster marker: {"id", "created_at"}
+    /persys/leader                           the active scheduler replica (leased)
     /persys/workloads/<workload>             Workload: desired spec, revision, generation
     /persys/status/<workload>                WorkloadStatus: phase, node, reason, placement
     /persys/nodes/<node>                     Node: capabilities, labels, taints, Ready/NotReady
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 ROOT = "/persys/"
 CLUSTER = "/persys/cluster"
+LEADER = "/persys/leader"  # {"id", "address"} of the active replica, under its lease
 WORKLOADS = "/persys/workloads/"
 STATUS = "/persys/status/"
 NODES = "/persys/nodes/"

@@ -19,13 +19,14 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
-from persys.scheduler.core import Frozen, MutationRefused, NotFound, Scheduler, WorkloadReport
+from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
 from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 CLIENT_IDENTITIES = {"gateway", "admin", "scheduler"}
+LEADER_METADATA = "persys-leader"
 
 STATE_TO_PHASE = {
     pb.WORKLOAD_STATE_PENDING: Phase.SCHEDULED,
@@ -47,7 +48,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     # ---------------------------------------------------------------- authorization
 
+    async def _not_active(self, err: NotActive, context: grpc.aio.ServicerContext) -> None:
+        # Agents read the active replica's address from this trailer and reconnect there.
+        context.set_trailing_metadata(((LEADER_METADATA, err.leader),))
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+
     async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
+        if not self.s.is_active:
+            await self._not_active(NotActive(self.s.leader_address()), context)
         if not node_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
         if self.require_identity:
@@ -92,6 +100,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
         try:
             await self.s.register(node)
+        except NotActive as err:
+            await self._not_active(err, context)
         except Frozen as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except StoreUnavailable as err:
@@ -107,11 +117,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                         ) -> pb.HeartbeatResponse:
         await self._as_node(request.node_id, context)
         u = request.usage
-        known = self.s.heartbeat(
-            request.node_id,
-            NodeUsage(cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb,
-                      disk_used_mb=u.disk_used_mb, workloads=u.workloads),
-        )
+        try:
+            known = self.s.heartbeat(
+                request.node_id,
+                NodeUsage(cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb,
+                          disk_used_mb=u.disk_used_mb, workloads=u.workloads),
+            )
+        except NotActive as err:
+            await self._not_active(err, context)
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
 
     async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
@@ -128,6 +141,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         ]
         try:
             await self.s.report(request.node_id, reports, request.complete)
+        except NotActive as err:
+            await self._not_active(err, context)
         except StoreUnavailable as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.ReportStatusResponse(accepted=True)
@@ -135,7 +150,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                                ) -> AsyncIterator[pb.DesiredState]:
         await self._as_node(request.node_id, context)
-        async for assignments in self.s.desired_stream(request.node_id):
+        stream = self.s.desired_stream(request.node_id)
+        while True:
+            try:
+                assignments = await anext(stream)
+            except NotActive as err:
+                await self._not_active(err, context)
+                return
             items = []
             for a in assignments:
                 w = self.s.state.workloads.get(workload_of(a.workload_id))
@@ -299,4 +320,5 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return pb.HealthResponse(
             mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
+            replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
         )

@@ -46,6 +46,9 @@ class ClusterState:
         self.placement_of: dict[str, str] = {}  # instance -> node
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
         self.cluster_marker: dict[str, object] | None = None
+        self.leader: bytes | None = None  # value of the leader key
+        # Compares every fenced write must carry; None = this replica may not write (not active).
+        self.fence: Callable[[], list[Compare] | None] = lambda: []
         self.revision = 0
         self._tombstones: dict[str, int] = {}
         self._revs: dict[str, int] = {}
@@ -71,6 +74,7 @@ class ClusterState:
         self.placement_of.clear()
         self.instances.clear()
         self.cluster_marker = None
+        self.leader = None
         self._tombstones.clear()
         self._revs.clear()
         self.revision = 0
@@ -155,6 +159,9 @@ class ClusterState:
             if key == keys.CLUSTER:
                 self.cluster_marker = json.loads(value)
                 return "cluster", ""
+            if key == keys.LEADER:
+                self.leader = value
+                return "leader", ""
         except ValueError as err:
             log.error("ignoring undecodable document at %s: %s", key, err)
         return "", ""
@@ -186,6 +193,9 @@ class ClusterState:
         if key == keys.CLUSTER:
             self.cluster_marker = None
             return "cluster", ""
+        if key == keys.LEADER:
+            self.leader = None
+            return "leader", ""
         return "", ""
 
     def _unindex(self, instance: str) -> None:
@@ -211,8 +221,17 @@ class ClusterState:
         """The mod revision the mirror holds for `key` (0 = absent), for compare-and-swap."""
         return self._revs.get(key, 0)
 
-    async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> bool:
-        """Apply `ops` atomically if every compare holds; fold them into the mirror on success."""
+    async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete], fenced: bool = True) -> bool:
+        """Apply `ops` atomically if every compare holds; fold them into the mirror on success.
+
+        Fenced writes (the default: everything reconciliation does) also require this replica to
+        still hold the leadership it had when it decided; unfenced ones (a client's own CAS on a
+        workload) may come from any replica."""
+        if fenced:
+            fence = self.fence()
+            if fence is None:
+                return False
+            compares = [*fence, *compares]
         rev = await self.store.txn(compares, ops)
         if rev is None:
             return False

@@ -1,0 +1,141 @@
+"""Failover between scheduler replicas: one active replica, elected through a store lease.
+
+The winner holds `/persys/leader` under a lease it keeps alive. Every write the active replica
+makes while reconciling carries a compare on that key's revision (the fence), so a replica that
+lost its lease (paused, partitioned, slow) can no longer change anything even before it notices.
+Standbys keep their state mirror current through the same watch and serve the client API; agents
+are pointed at the active replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from persys.scheduler import keys
+from persys.store.base import Compare, LeaseKeeper, Put, StateStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElection:
+    def __init__(
+        self,
+        store: StateStore,
+        replica_id: str,
+        address: str,
+        on_elected: Callable[[], Awaitable[None]],
+        on_deposed: Callable[[], Awaitable[None]],
+        ttl: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.replica_id = replica_id
+        self.address = address
+        self.on_elected = on_elected
+        self.on_deposed = on_deposed
+        self.ttl = ttl
+        self.fence_revision = 0  # mod revision of our leader key while we lead; 0 otherwise
+        self._task: asyncio.Task[None] | None = None
+        self._lease = 0
+        # Set once the first campaign has an outcome (won, or someone else leads), so a starting
+        # replica can answer "am I active?" before serving.
+        self.settled = asyncio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.fence_revision > 0
+
+    def fence(self) -> list[Compare]:
+        """The compare every write of the active replica carries."""
+        return [Compare(keys.LEADER, self.fence_revision)] if self.fence_revision else []
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="leader-election")
+
+    async def stop(self) -> None:
+        lease = self._lease
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if lease:
+            # Step down at once so a standby need not wait for the lease to expire.
+            with contextlib.suppress(Exception):
+                await self.store.revoke_lease(lease)
+            self._lease = 0
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._campaign_once()
+            except asyncio.CancelledError:
+                raise
+            except StoreError as err:
+                log.warning("leader election: %s; retrying", err)
+            except Exception:
+                log.exception("leader election failed; retrying")
+            await asyncio.sleep(self.ttl / 4)
+
+    async def _campaign_once(self) -> None:
+        lease = await self.store.grant_lease(self.ttl)
+        self._lease = lease
+        keeper = LeaseKeeper(self.store, lease, self.ttl)
+        keeper.start()
+        try:
+            value = json.dumps({"id": self.replica_id, "address": self.address}).encode()
+            while not keeper.lost.is_set():
+                rev = await self.store.txn([Compare(keys.LEADER, 0)], [Put(keys.LEADER, value, lease)])
+                if rev is not None:
+                    await self._lead(rev, keeper)
+                    return
+                self.settled.set()
+                await self._wait_for_vacancy(keeper)
+        finally:
+            await keeper.stop()
+            self._lease = 0
+
+    async def _lead(self, revision: int, keeper: LeaseKeeper) -> None:
+        self.fence_revision = revision
+        log.info("replica %s is now the active scheduler (fence revision %d)", self.replica_id, revision)
+        try:
+            await self.on_elected()
+            self.settled.set()
+            await keeper.lost.wait()
+            log.warning("replica %s lost its leader lease", self.replica_id)
+        finally:
+            self.fence_revision = 0
+            await self.on_deposed()
+
+    async def _wait_for_vacancy(self, keeper: LeaseKeeper) -> None:
+        """Return when the leader key is gone (or our own lease was lost)."""
+        start = await self.store.current_revision() + 1
+        if await self.store.get(keys.LEADER) is None:
+            return
+        watch = self.store.watch(keys.LEADER, start_revision=start)
+        lost = asyncio.ensure_future(keeper.lost.wait())
+        try:
+            while True:
+                nxt = asyncio.ensure_future(anext(watch))
+                done, _ = await asyncio.wait({nxt, lost}, return_when=asyncio.FIRST_COMPLETED)
+                if lost in done:
+                    nxt.cancel()
+                    return
+                ev = nxt.result()
+                if ev.type == "delete" and ev.kv.key == keys.LEADER:
+                    return
+        finally:
+            lost.cancel()
+            with contextlib.suppress(Exception):
+                await watch.aclose()  # type: ignore[attr-defined]
+
+
+def leader_address(value: bytes | None) -> str:
+    if not value:
+        return ""
+    try:
+        return str(json.loads(value).get("address", ""))
+    except (ValueError, AttributeError):
+        return ""

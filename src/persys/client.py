@@ -90,6 +90,25 @@ class SchedulerClient:
         resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))
         return [json.loads(i) for i in resp.items]
 
+    async def _doc(self, method: str, request: Any) -> dict[str, Any]:
+        return json.loads((await self._call(method, request)).json)
+
+    async def cordon(self, node_id: str, on: bool) -> dict[str, Any]:
+        return await self._doc("CordonNode", pb.CordonRequest(node_id=node_id, cordon=on))
+
+    async def drain(self, node_id: str, deadline: float) -> dict[str, Any]:
+        return await self._doc("DrainNode", pb.DrainRequest(node_id=node_id, deadline_seconds=deadline))
+
+    async def drain_status(self, node_id: str) -> dict[str, Any]:
+        return await self._doc("DrainStatus", pb.GetRequest(id=node_id))
+
+    async def label(self, node_id: str, set_labels: dict[str, str], remove: list[str]) -> dict[str, Any]:
+        return await self._doc("LabelNode", pb.LabelRequest(node_id=node_id, set=set_labels, remove=remove))
+
+    async def taint(self, node_id: str, add: list[dict[str, str]], remove: list[str]) -> dict[str, Any]:
+        taints = [pb.Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "")) for t in add]
+        return await self._doc("TaintNode", pb.TaintRequest(node_id=node_id, add=taints, remove=remove))
+
     async def backup(self) -> dict[str, Any]:
         return json.loads((await self._call("Backup", pb.BackupRequest())).json)
 

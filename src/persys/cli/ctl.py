@@ -425,6 +425,105 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     emit(h, output, t)
 
 
+def _node_kind(kind: str) -> None:
+    if _kind(kind) != "nodes":
+        fail("only nodes can be labelled or tainted")
+
+
+@app.command()
+def cordon(node: str = typer.Argument(..., help="Node name."), server: str | None = ServerOpt) -> None:
+    """Stop placing new workloads on a node; what runs there keeps running."""
+    Api(server).request("POST", f"/v1/nodes/{node}/cordon")
+    out.print(f"node/{node} cordoned", highlight=False)
+
+
+@app.command()
+def uncordon(node: str = typer.Argument(..., help="Node name."), server: str | None = ServerOpt) -> None:
+    """Allow placements on a node again (also ends a drain)."""
+    Api(server).request("POST", f"/v1/nodes/{node}/uncordon")
+    out.print(f"node/{node} uncordoned", highlight=False)
+
+
+@app.command()
+def drain(
+    node: str = typer.Argument(..., help="Node name."),
+    deadline: float = typer.Option(300.0, "--deadline", help="Give up waiting after this many seconds."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Show progress until the drain is done."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Cordon a node and move its workloads elsewhere. Done only when nothing runs on the node any
+    more and everything moved runs elsewhere; workloads with node-local volumes block the drain."""
+    api = Api(server)
+    status = api.request("POST", f"/v1/nodes/{node}/drain", params={"deadline": deadline})
+    if not wait:
+        out.print(f"node/{node} draining", highlight=False)
+        return
+    end = time.monotonic() + deadline
+    with err_console.status(f"draining node/{node} ...") as spinner:
+        while not status["done"]:
+            if status["blocked"] and not status["remaining"] and not status["moving"]:
+                break
+            if time.monotonic() > end:
+                stuck = ", ".join(i["instance"] for i in status["remaining"] + status["moving"])
+                fail(f"node/{node} still has {len(status['remaining'])} on it and {len(status['moving'])} moving "
+                     f"after {deadline:.0f}s: {stuck}")
+            spinner.update(f"draining node/{node}: {len(status['remaining'])} still on the node, "
+                           f"{len(status['moving'])} moving, {len(status['blocked'])} blocked")
+            time.sleep(0.5)
+            status = api.request("GET", f"/v1/nodes/{node}/drain")
+    if status["blocked"]:
+        fail(f"node/{node} cannot be drained completely: " +
+             "; ".join(f"{b['instance']}: {b['reason']}" for b in status["blocked"]))
+    out.print(f"node/{node} drained", highlight=False)
+
+
+@app.command()
+def label(
+    kind: str = typer.Argument(..., help="node"),
+    node: str = typer.Argument(..., help="Node name."),
+    changes: list[str] = typer.Argument(..., help="key=value to set, key- to remove."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Set or remove operator labels on a node (merged over the agent's own labels)."""
+    _node_kind(kind)
+    set_labels: dict[str, str] = {}
+    remove: list[str] = []
+    for c in changes:
+        if c.endswith("-") and "=" not in c:
+            remove.append(c[:-1])
+        elif "=" in c and c.split("=", 1)[0]:
+            k, v = c.split("=", 1)
+            set_labels[k] = v
+        else:
+            fail(f"{c!r}: use key=value to set a label or key- to remove it")
+    Api(server).request("POST", f"/v1/nodes/{node}/labels", json={"set": set_labels, "remove": remove})
+    out.print(f"node/{node} labelled", highlight=False)
+
+
+@app.command()
+def taint(
+    kind: str = typer.Argument(..., help="node"),
+    node: str = typer.Argument(..., help="Node name."),
+    changes: list[str] = typer.Argument(..., help="key=value:Effect to add, key- or key:Effect- to remove."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Add or remove operator taints (effects: NoSchedule, PreferNoSchedule, NoExecute)."""
+    _node_kind(kind)
+    add: list[dict[str, str]] = []
+    remove: list[str] = []
+    for c in changes:
+        if c.endswith("-"):
+            remove.append(c[:-1])
+            continue
+        kv, _, effect = c.partition(":")
+        k, _, v = kv.partition("=")
+        if not k or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            fail(f"{c!r}: use key=value:NoSchedule|PreferNoSchedule|NoExecute, or key- to remove")
+        add.append({"key": k, "value": v, "effect": effect})
+    Api(server).request("POST", f"/v1/nodes/{node}/taints", json={"add": add, "remove": remove})
+    out.print(f"node/{node} tainted", highlight=False)
+
+
 admin_app = typer.Typer(help="Back up, restore and recover the control plane's state.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 

@@ -196,7 +196,7 @@ def dev(
     scheduler_port: int = typer.Option(0, "--scheduler-port", help="Scheduler gRPC port (0 = any free port)."),
     node_id: str = typer.Option("dev-node", "--node-id", help="Name of the local node."),
     label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
-    node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
                                     "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -286,7 +286,7 @@ def scheduler(
     store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port] or sqlite:///path.db"),
     events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
     tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key."),
-    node_grace: float = typer.Option(15.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
                                        help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
     data_dir: Path = typer.Option(Path("/var/lib/persys/scheduler"), "--data-dir",

@@ -114,6 +114,37 @@ def create_app(client: SchedulerClient) -> FastAPI:
     async def get_node(node_id: str) -> dict[str, Any]:
         return await client.get_node(node_id)
 
+    @app.post("/v1/nodes/{node_id}/cordon", tags=["nodes"])
+    async def cordon(node_id: str) -> dict[str, Any]:
+        """Stop placing new workloads on the node; what runs there stays."""
+        return await client.cordon(node_id, True)
+
+    @app.post("/v1/nodes/{node_id}/uncordon", tags=["nodes"])
+    async def uncordon(node_id: str) -> dict[str, Any]:
+        """Allow placements again (also ends a drain)."""
+        return await client.cordon(node_id, False)
+
+    @app.post("/v1/nodes/{node_id}/drain", tags=["nodes"])
+    async def drain(node_id: str, deadline: float = 0) -> dict[str, Any]:
+        """Cordon the node and move every instance elsewhere; returns the drain's progress."""
+        return await client.drain(node_id, deadline)
+
+    @app.get("/v1/nodes/{node_id}/drain", tags=["nodes"])
+    async def drain_status(node_id: str) -> dict[str, Any]:
+        """What still runs on a draining node, what is moving, and what cannot move."""
+        return await client.drain_status(node_id)
+
+    @app.post("/v1/nodes/{node_id}/labels", tags=["nodes"])
+    async def label(node_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Body: {"set": {"k": "v"}, "remove": ["k2"]}."""
+        return await client.label(node_id, {str(k): str(v) for k, v in (body.get("set") or {}).items()},
+                                  [str(k) for k in body.get("remove") or []])
+
+    @app.post("/v1/nodes/{node_id}/taints", tags=["nodes"])
+    async def taint(node_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Body: {"add": [{"key", "value", "effect"}], "remove": ["key" or "key:Effect"]}."""
+        return await client.taint(node_id, list(body.get("add") or []), [str(k) for k in body.get("remove") or []])
+
     @app.get("/v1/events", tags=["events"])
     async def events(limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
         return await client.events(limit, subject)

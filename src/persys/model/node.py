@@ -58,6 +58,18 @@ class Node(Model):
     status: NodeStatus = NodeStatus.READY
     status_reason: str = ""
     cordoned: bool = False
+    draining: bool = False
+    drain_deadline: float = 0.0  # wall-clock time; 0 = none
+    # Set by operators (persysctl label/taint); merged over what the agent reports.
+    admin_labels: dict[str, str] = Field(default_factory=dict)
+    admin_taints: list[Taint] = Field(default_factory=list)
+
+    def effective_labels(self) -> dict[str, str]:
+        return {**self.labels, **self.admin_labels}
+
+    def effective_taints(self) -> list[Taint]:
+        keys = {(t.key, t.effect) for t in self.admin_taints}
+        return [t for t in self.taints if (t.key, t.effect) not in keys] + list(self.admin_taints)
     registered_at: float = 0.0
     last_heartbeat: float = 0.0
     usage: NodeUsage = Field(default_factory=NodeUsage)

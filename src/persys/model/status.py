@@ -40,6 +40,9 @@ class WorkloadStatus(Model):
     placement: dict[str, Any] = Field(default_factory=dict)  # the placement decision's explanation
     # Node holding this instance's node-local volumes: later placements must return there.
     volume_node: str = ""
+    # The node this instance is being moved off (drain, node loss); it is placed again once
+    # that node no longer runs it (or is lost).
+    relocating_from: str = ""
     usage: WorkloadUsage = Field(default_factory=WorkloadUsage)
 
 

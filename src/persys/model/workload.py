@@ -6,8 +6,9 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
+import yaml
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 from persys.model.base import Model
@@ -102,21 +103,65 @@ class ComposeSpec(Model):
 
 
 class CloudInit(Model):
-    user_data: StrictStr = ""
-    meta_data: StrictStr = ""
-    network_config: StrictStr = ""
+    """A cloud-init NoCloud seed (an ISO9660 volume `cidata` attached to the VM as a cdrom).
+
+    meta-data always carries `instance-id` (workload id + revision, so a new revision runs the
+    per-instance modules again) and `local-hostname`; keys given in `metaData` override them.
+    """
+
+    user_data: StrictStr = ""  # written verbatim: `#cloud-config`, a script, or MIME multipart
+    meta_data: StrictStr = ""  # a YAML mapping
+    network_config: StrictStr = ""  # a YAML mapping (network config v1 or v2)
     vendor_data: StrictStr = ""
+
+    @field_validator("meta_data", "network_config")
+    @classmethod
+    def _yaml_mapping(cls, v: str) -> str:
+        if v.strip():
+            try:
+                doc = yaml.safe_load(v)
+            except yaml.YAMLError as exc:
+                raise ValueError(f"not valid YAML: {exc}") from exc
+            if not isinstance(doc, dict):
+                raise ValueError("must be a YAML mapping")
+        return v
 
 
 class VMSpec(Model):
+    """A full virtual machine (libvirt/QEMU) booting a copy-on-write overlay of a base image.
+
+    `image`, `kernel` and `initrd` name images registered on the node (`persys.agent.runtimes.images`)
+    or are absolute paths on the node. `networks` entries: `user` (QEMU user-mode NAT, no host setup),
+    `bridge:<host bridge>`, `network:<libvirt network>`, or a bare libvirt network name; none means
+    no NIC at all.
+    """
+
     image: Annotated[StrictStr, Field(min_length=1)]
-    vcpus: Annotated[StrictInt, Field(ge=1)] = 1
+    vcpus: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_mb: Annotated[StrictInt, Field(ge=32)] = 256
-    kernel: StrictStr = ""
+    kernel: StrictStr = ""  # direct kernel boot instead of the image's bootloader
     initrd: StrictStr = ""
     cmdline: StrictStr = ""
     networks: list[StrictStr] = Field(default_factory=list)
     cloud_init: CloudInit | None = None
+
+    _NETWORK_RE: ClassVar[re.Pattern[str]] = re.compile(
+        r"^(user|(bridge|network):[A-Za-z0-9_.:-]{1,64}|[A-Za-z0-9_.-]{1,64})$"
+    )
+
+    @field_validator("networks")
+    @classmethod
+    def _network_syntax(cls, v: list[str]) -> list[str]:
+        bad = [n for n in v if not cls._NETWORK_RE.match(n)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not `user`, `bridge:<name>`, `network:<name>` or a network name")
+        return v
+
+    @model_validator(mode="after")
+    def _kernel_for_initrd(self) -> VMSpec:
+        if (self.initrd or self.cmdline) and not self.kernel:
+            raise ValueError("initrd and cmdline need kernel (direct kernel boot)")
+        return self
 
 
 class MicroVMSpec(Model):
@@ -129,6 +174,8 @@ class MicroVMSpec(Model):
     vcpus: Annotated[StrictInt, Field(ge=1, le=32)] = 1
     memory_mb: Annotated[StrictInt, Field(ge=32)] = 128
     hypervisor: Literal["auto", "firecracker", "qemu"] = "auto"  # auto: Firecracker if installed, else QEMU
+    # Existing host tap devices, one virtio-net interface each (eth0, eth1, ... in the guest).
+    tap_devices: list[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")]] = Field(default_factory=list)
 
 
 class VolumeSpec(Model):

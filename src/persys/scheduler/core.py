@@ -26,6 +26,7 @@ from persys.model import (
     NodeStatus,
     NodeUsage,
     Phase,
+    Taint,
     Workload,
     WorkloadManifest,
     WorkloadStatus,
@@ -55,7 +56,7 @@ def _placement_doc(decision: pl.Decision) -> dict[str, Any]:
 
 @dataclass
 class SchedulerConfig:
-    node_grace_seconds: float = 15.0  # without heartbeats before a node is NotReady
+    node_grace_seconds: float = 10.0  # without heartbeats before a node is NotReady (3+ heartbeats)
     heartbeat_interval_seconds: float = 3.0
     report_interval_seconds: float = 2.0
     pending_retry_seconds: float = 5.0
@@ -146,6 +147,7 @@ class Scheduler:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._inflight: set[str] = set()  # instances whose placement is being committed
+        self._pending_dirty = False
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
@@ -286,6 +288,10 @@ class Scheduler:
             self._enqueue(workload_of(ident))
         elif kind == "node":
             self._wake_node(ident)
+            self._pending_dirty = True  # a node changed: Pending workloads may fit now
+            node = self.state.nodes.get(ident)
+            if node is not None and node.value.draining:
+                self._enqueue_node_workloads(ident)
 
     def _wake_node(self, node_id: str) -> None:
         ev = self._node_changed.get(node_id)
@@ -296,6 +302,10 @@ class Scheduler:
         if wid not in self._queued:
             self._queued.add(wid)
             self._queue.put_nowait(wid)
+
+    def _enqueue_node_workloads(self, node_id: str) -> None:
+        for inst in list(self.state.assignments.get(node_id, {})):
+            self._enqueue(workload_of(inst))
 
     def _enqueue_pending(self) -> None:
         for wid in self.state.workloads:
@@ -351,7 +361,9 @@ class Scheduler:
                 continue  # liveness cannot be judged or recorded while frozen
             try:
                 await self._check_nodes()
-                if self.clock() - last_retry >= self.config.pending_retry_seconds:
+                if self._pending_dirty or self.clock() - last_retry >= self.config.pending_retry_seconds:
+                    # Coalesced: a burst of node changes costs one pass over the workloads.
+                    self._pending_dirty = False
                     last_retry = self.clock()
                     self._enqueue_pending()
             except StoreUnavailable as err:
@@ -482,10 +494,59 @@ class Scheduler:
         for inst in sorted(wanted, key=index_of):
             node_id = self.state.placement_of.get(inst)
             if node_id is not None:
+                if await self._relocate_if_needed(w, wrev, inst, node_id):
+                    continue
                 await self._sync_assignment(w, inst, node_id)
-            elif inst not in self._inflight:
+            elif inst not in self._inflight and not self._still_on_old_node(inst):
                 needs.append((w, wrev, inst))
         return needs
+
+    async def _relocate_if_needed(self, w: Workload, wrev: int, inst: str, node_id: str) -> bool:
+        """Move an instance off a draining or lost node. True if it was withdrawn."""
+        node = self.state.nodes.get(node_id)
+        if node is None:
+            why = f"node {node_id} is gone"
+        elif node.value.draining:
+            why = f"node {node_id} is draining"
+        elif node.value.status == NodeStatus.NOT_READY:
+            why = f"node {node_id} is lost ({node.value.status_reason})"
+        else:
+            return False
+        st = self.state.statuses.get(inst)
+        prev = st.value if st else WorkloadStatus()
+        if has_local_volumes(w) and (prev.volume_node or node_id) == node_id:
+            # A node-local volume cannot follow: the instance stays (a drain reports it as
+            # blocking), and says why.
+            msg = f"{why}; not relocated: its node-local volume lives on {node_id}"
+            if prev.message != msg:
+                new = prev.model_copy(update={"reason": "NodeLost", "message": msg, "updated_at": time.time()})
+                await self.state.commit([Compare(keys.workload(w.id), wrev)], [Put(keys.status(inst), new.to_json())])
+                self.emit("RelocationBlocked", f"workload/{w.id}", f"{inst}: {msg}", "NodeLocalVolume")
+            return False
+        new = prev.model_copy(update={
+            "phase": Phase.PENDING, "reason": "Relocating", "message": f"{why}; moving it elsewhere",
+            "relocating_from": node_id, "updated_at": time.time(),
+        })
+        ok = await self.state.commit(
+            [Compare(keys.workload(w.id), wrev)],
+            [Delete(keys.assignment(node_id, inst)), Put(keys.status(inst), new.to_json())],
+        )
+        if ok:
+            self.emit("Relocating", f"workload/{w.id}", f"{inst}: {why}", "Relocating")
+        return ok
+
+    def _still_on_old_node(self, inst: str) -> bool:
+        """While a reachable node still runs an instance being moved off it, do not start a second
+        copy elsewhere: a single-instance workload must never run twice."""
+        st = self.state.statuses.get(inst)
+        old = st.value.relocating_from if st else ""
+        if not old:
+            return False
+        node = self.state.nodes.get(old)
+        live = self.live.get(old)
+        if node is None or node.value.status != NodeStatus.READY or live is None or not live.reported:
+            return False  # lost or gone: nothing to wait for
+        return inst in live.present
 
     async def _cleanup_orphans(self, instances: set[str]) -> None:
         ops: list[Put | Delete] = []
@@ -567,6 +628,7 @@ class Scheduler:
     async def _commit_placement(self, w: Workload, wrev: int, inst: str, decision: pl.Decision) -> None:
         node_id = decision.node_id
         assert node_id is not None
+        moved_from = ""
         try:
             now = time.time()
             st = self.state.statuses.get(inst)
@@ -576,9 +638,11 @@ class Scheduler:
                 memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
             )
             volume_node = (st.value.volume_node if st else "") or (node_id if has_local_volumes(w) else "")
+            moved_from = st.value.relocating_from if st else ""
             status = WorkloadStatus(
                 phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=decision.explain(),
-                placement=_placement_doc(decision), volume_node=volume_node, updated_at=now,
+                placement=_placement_doc(decision), volume_node=volume_node, relocating_from=moved_from,
+                updated_at=now,
             )
             akey = keys.assignment(node_id, inst)
             ok = await self.state.commit(
@@ -594,6 +658,8 @@ class Scheduler:
         if ok:
             self.emit("WorkloadScheduled", f"workload/{w.id}", f"{inst}: {decision.explain()}"
                       if inst != w.id else decision.explain(), "Scheduled")
+            if moved_from:
+                self.emit("Relocated", f"workload/{w.id}", f"{inst}: {moved_from} -> {node_id}", "Relocated")
         else:
             self.placement.release(inst)
             self._enqueue(w.id)  # lost a race with a concurrent change, or the store failed: look again
@@ -631,6 +697,10 @@ class Scheduler:
                     "status_reason": "Registered",
                     "registered_at": cur.value.registered_at if cur else now,
                     "cordoned": cur.value.cordoned if cur else False,
+                    "draining": cur.value.draining if cur else False,
+                    "drain_deadline": cur.value.drain_deadline if cur else 0.0,
+                    "admin_labels": cur.value.admin_labels if cur else {},
+                    "admin_taints": cur.value.admin_taints if cur else [],
                     "last_heartbeat": 0.0,
                 }
             )
@@ -718,6 +788,8 @@ class Scheduler:
                 "phase": phase, "reason": reason, "message": message, "node_id": node_id,
                 "observed_revision": r.revision, "runtime_id": r.runtime_id, "restarts": r.restarts,
                 "updated_at": time.time(),
+                # A moved instance has arrived once it runs on its new node.
+                "relocating_from": "" if phase == Phase.RUNNING else prev.relocating_from,
             }
         )
         return r.workload_id, st.mod_revision, prev, new
@@ -751,6 +823,97 @@ class Scheduler:
                 self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
                 if alive:
                     self._enqueue_pending()
+                else:
+                    self._enqueue_node_workloads(node_id)
+
+    # ------------------------------------------------------------------ node operations
+
+    async def update_node(self, node_id: str, change: Callable[[Node], Node]) -> Node:
+        """Apply an operator's change to a node document (compare-and-swap, any replica)."""
+        self._require_normal()
+        key = keys.node(node_id)
+        for _ in range(10):
+            cur = self.state.nodes.get(node_id)
+            if cur is None:
+                raise NotFound(f"node {node_id}")
+            updated = change(cur.value.model_copy(deep=True))
+            if updated == cur.value:
+                return updated
+            if await self.state.commit([Compare(key, cur.mod_revision)], [Put(key, updated.to_json())], fenced=False):
+                return updated
+            await self._refresh(key)
+        raise MutationRefused(f"node {node_id} is being changed concurrently; try again")
+
+    async def cordon(self, node_id: str, on: bool = True) -> Node:
+        def change(n: Node) -> Node:
+            n.cordoned = on
+            if not on:
+                n.draining, n.drain_deadline = False, 0.0
+            return n
+
+        node = await self.update_node(node_id, change)
+        self.emit("NodeCordoned" if on else "NodeUncordoned", f"node/{node_id}", "by an operator")
+        return node
+
+    async def drain(self, node_id: str, deadline_seconds: float) -> Node:
+        def change(n: Node) -> Node:
+            n.cordoned, n.draining = True, True
+            n.drain_deadline = time.time() + deadline_seconds if deadline_seconds > 0 else 0.0
+            return n
+
+        node = await self.update_node(node_id, change)
+        self.emit("NodeDraining", f"node/{node_id}", f"{len(self.state.assignments.get(node_id, {}))} instances "
+                  "to move")
+        return node
+
+    async def label(self, node_id: str, set_labels: dict[str, str], remove: list[str]) -> Node:
+        def change(n: Node) -> Node:
+            n.admin_labels = {k: v for k, v in {**n.admin_labels, **set_labels}.items() if k not in remove}
+            return n
+
+        return await self.update_node(node_id, change)
+
+    async def taint(self, node_id: str, add: list[Taint], remove: list[str]) -> Node:
+        """Add operator taints; `remove` holds keys or key:Effect to drop."""
+
+        def dropped(t: Taint) -> bool:
+            return t.key in remove or f"{t.key}:{t.effect}" in remove
+
+        def change(n: Node) -> Node:
+            kept = [t for t in n.admin_taints if not dropped(t) and (t.key, t.effect) not in
+                    {(a.key, a.effect) for a in add}]
+            n.admin_taints = kept + add
+            return n
+
+        return await self.update_node(node_id, change)
+
+    def drain_status(self, node_id: str) -> dict[str, Any]:
+        cur = self.state.nodes.get(node_id)
+        if cur is None:
+            raise NotFound(f"node {node_id}")
+        live = self.live.get(node_id)
+        on_node = set(self.state.assignments.get(node_id, {})) | (live.present if live else set())
+        on_node = {i for i in on_node if workload_of(i) in self.state.workloads}
+        blocked, remaining = [], []
+        for inst in sorted(on_node):
+            w = self.state.workloads[workload_of(inst)].value
+            st = self.state.statuses.get(inst)
+            if has_local_volumes(w) and inst in self.state.assignments.get(node_id, {}):
+                blocked.append({"instance": inst, "reason": f"its node-local volume lives on {node_id}"})
+            else:
+                remaining.append({"instance": inst, "phase": str(st.value.phase) if st else ""})
+        moving = []
+        for inst, st in self.state.statuses.items():
+            if st.value.relocating_from == node_id and inst not in on_node:
+                moving.append({"instance": inst, "phase": str(st.value.phase),
+                               "node": self.state.placement_of.get(inst, ""), "message": st.value.message})
+        n = cur.value
+        done = n.draining and not remaining and not moving and not blocked
+        return {
+            "node": node_id, "draining": n.draining, "cordoned": n.cordoned, "deadline": n.drain_deadline,
+            "remaining": remaining, "moving": sorted(moving, key=lambda m: m["instance"]), "blocked": blocked,
+            "done": done,
+        }
 
     # ------------------------------------------------------------------ backup, restore, recover
 
@@ -890,6 +1053,8 @@ class Scheduler:
         if cur is None:
             raise NotFound(node_id)
         doc = cur.value.to_doc()
+        doc["labels"] = cur.value.effective_labels()
+        doc["taints"] = [t.to_doc() for t in cur.value.effective_taints()]
         live = self.live.get(node_id)
         if live is not None:
             doc["lastHeartbeat"] = live.last_heartbeat_wall

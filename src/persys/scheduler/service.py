@@ -275,6 +275,51 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     "message": e.message}) for e in events
         ])
 
+    async def _node_op(self, context: grpc.aio.ServicerContext, node_id: str, op: Any) -> pb.Document:
+        await self._as_client(context)
+        try:
+            await op()
+            return pb.Document(json=_dumps(self.s.node_view(node_id)))
+        except NotFound as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        except ValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        raise AssertionError("unreachable")
+
+    async def CordonNode(self, request: pb.CordonRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        return await self._node_op(context, request.node_id, lambda: self.s.cordon(request.node_id, request.cordon))
+
+    async def DrainNode(self, request: pb.DrainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._node_op(context, request.node_id,
+                            lambda: self.s.drain(request.node_id, request.deadline_seconds))
+        return pb.Document(json=_dumps(self.s.drain_status(request.node_id)))
+
+    async def DrainStatus(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        try:
+            return pb.Document(json=_dumps(self.s.drain_status(request.id)))
+        except NotFound as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
+        raise AssertionError("unreachable")
+
+    async def LabelNode(self, request: pb.LabelRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        return await self._node_op(context, request.node_id,
+                                   lambda: self.s.label(request.node_id, dict(request.set), list(request.remove)))
+
+    async def TaintNode(self, request: pb.TaintRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        def add() -> list[Taint]:
+            return [Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
+                    for t in request.add]
+
+        return await self._node_op(context, request.node_id,
+                                   lambda: self.s.taint(request.node_id, add(), list(request.remove)))
+
     async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         await self._as_client(context)
         try:

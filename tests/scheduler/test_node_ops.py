@@ -1,0 +1,111 @@
+"""Cordon, labels, taints, drain and relocation off lost nodes, on the embedded store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from persys.events.memory import MemoryEventBus
+from persys.model import NodeUsage, Phase, Taint, parse_manifests
+from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
+from persys.store import open_store
+from tests.scheduler.test_core import Clock, manifest, node
+
+
+async def until(cond: Callable[[], object], within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            if cond():
+                return
+        except KeyError:
+            pass
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def s(tmp_path: Path) -> AsyncIterator[Scheduler]:
+    clock = Clock()
+    sched = Scheduler(open_store(f"sqlite:///{tmp_path / 'state.db'}"), MemoryEventBus(),
+                      SchedulerConfig(node_grace_seconds=10, monitor_interval_seconds=0.02), clock=clock)
+    sched.test_clock = clock  # type: ignore[attr-defined]
+    await sched.start()
+    yield sched
+    await sched.stop()
+    await sched.store.close()
+
+
+async def running(s: Scheduler, inst: str, node_id: str) -> None:
+    w = s.state.workloads[inst.partition(".")[0]].value
+    await s.report(node_id, [WorkloadReport(inst, w.revision, w.generation, Phase.RUNNING)], complete=False)
+
+
+async def test_cordon_keeps_new_work_away(s: Scheduler) -> None:
+    await s.register(node("n1"))
+    await s.cordon("n1")
+    await s.apply(parse_manifests(manifest("web"))[0])
+    await until(lambda: s.state.statuses["web"].value.reason == "Unschedulable")
+    assert "cordoned" in s.state.statuses["web"].value.message
+    await s.cordon("n1", on=False)
+    await until(lambda: s.state.placement_of.get("web") == "n1")
+
+
+async def test_operator_labels_and_taints_survive_reregistration(s: Scheduler) -> None:
+    await s.register(node("n1"))
+    await s.register(node("n2"))
+    await s.label("n1", {"disk": "ssd"}, [])
+    await s.taint("n2", [Taint(key="maint", value="yes", effect="NoSchedule")], [])
+    await s.register(node("n1"))  # the agent re-registers with its own labels: ours stay
+    assert s.state.nodes["n1"].value.effective_labels() == {"disk": "ssd"}
+    await s.apply(parse_manifests(manifest("web", extra="  nodeSelector: {disk: ssd}\n"))[0])
+    await until(lambda: s.state.placement_of.get("web") == "n1")
+    await s.label("n1", {}, ["disk"])
+    await s.apply(parse_manifests(manifest("db", extra="  nodeSelector: {disk: ssd}\n"))[0])
+    await until(lambda: s.state.statuses["db"].value.reason == "Unschedulable")
+    msg = s.state.statuses["db"].value.message
+    assert "untolerated taint maint=yes:NoSchedule" in msg and "node selector" in msg
+    await s.taint("n2", [], ["maint"])
+    assert s.state.nodes["n2"].value.effective_taints() == []
+
+
+async def test_drain_moves_work_only_after_the_node_stopped_it(s: Scheduler) -> None:
+    await s.register(node("n1"))
+    await s.apply(parse_manifests(manifest("web"))[0])
+    await until(lambda: s.state.placement_of.get("web") == "n1")
+    await running(s, "web", "n1")
+    await s.report("n1", [WorkloadReport("web", s.state.workloads["web"].value.revision, 1, Phase.RUNNING)],
+                   complete=True)
+    await s.register(node("n2"))
+    await s.drain("n1", 60)
+    await until(lambda: "web" not in s.state.placement_of)
+    status = s.drain_status("n1")
+    assert status["remaining"] == [{"instance": "web", "phase": "Pending"}] and not status["done"]
+    await asyncio.sleep(0.1)
+    assert "web" not in s.state.placement_of, "no second copy while n1 still runs it"
+    await s.report("n1", [], complete=True)  # the agent on n1 stopped it
+    await until(lambda: s.state.placement_of.get("web") == "n2")
+    assert s.drain_status("n1")["moving"][0]["node"] == "n2"
+    await running(s, "web", "n2")
+    await until(lambda: s.drain_status("n1")["done"])
+
+
+async def test_lost_node_work_moves_unless_pinned_by_a_local_volume(s: Scheduler) -> None:
+    await s.register(node("n1"))
+    await s.apply(parse_manifests(manifest("web"))[0])
+    vol = "  volumes: [{name: data, driver: local, mountPath: /data}]\n"
+    await s.apply(parse_manifests(manifest("db", extra=vol))[0])
+    await until(lambda: s.state.placement_of.get("web") == "n1" and s.state.placement_of.get("db") == "n1")
+    await s.register(node("n2"))
+    s.heartbeat("n2", NodeUsage())
+    clock = s.test_clock  # type: ignore[attr-defined]
+    clock.now += 11
+    s.heartbeat("n2", NodeUsage())  # n2 keeps heartbeating, n1 went silent
+    await until(lambda: s.state.placement_of.get("web") == "n2")
+    await until(lambda: "node-local volume" in s.state.statuses["db"].value.message)
+    assert s.state.placement_of["db"] == "n1"
+    kinds = [e.kind for e in await s.events.recent(50)]
+    assert "Relocating" in kinds and "RelocationBlocked" in kinds and "Relocated" in kinds

@@ -109,3 +109,19 @@ async def test_lost_node_work_moves_unless_pinned_by_a_local_volume(s: Scheduler
     assert s.state.placement_of["db"] == "n1"
     kinds = [e.kind for e in await s.events.recent(50)]
     assert "Relocating" in kinds and "RelocationBlocked" in kinds and "Relocated" in kinds
+
+
+async def test_drift_is_recorded_and_resolved(s: Scheduler) -> None:
+    await s.register(node("n1"))
+    await s.apply(parse_manifests(manifest("web"))[0])
+    await until(lambda: s.state.placement_of.get("web") == "n1")
+    rev = s.state.workloads["web"].value.revision
+    stopped = WorkloadReport("web", rev, 1, Phase.STOPPED)
+    orphan = WorkloadReport("ghost", "x", 1, Phase.RUNNING)
+    await s.report("n1", [stopped, orphan], complete=True)
+    drift = s.workload_view("web")["drift"]
+    assert drift[0]["kind"] == "unexpected-stop" and "restarts it" in drift[0]["action"]
+    await s.report("n1", [WorkloadReport("web", rev, 1, Phase.RUNNING)], complete=True)
+    assert s.workload_view("web")["drift"] == []
+    kinds = [(e.kind, e.reason) for e in await s.events.recent(50)]
+    assert ("DriftDetected", "orphan") in kinds and ("DriftResolved", "unexpected-stop") in kinds

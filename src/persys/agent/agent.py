@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 from collections.abc import Sequence
@@ -46,6 +47,11 @@ STATE_TO_PB = {
 BACKOFF_CAP = 30.0
 
 
+def _backoff(attempts: int) -> float:
+    """Exponential, capped, with +-20% jitter so a fleet of crash loops does not pulse in step."""
+    return min(2.0**attempts, BACKOFF_CAP) * random.uniform(0.8, 1.2)
+
+
 @dataclass
 class AgentConfig:
     node_id: str = field(default_factory=socket.gethostname)
@@ -60,6 +66,7 @@ class AgentConfig:
     memory_mb: int = 0
     disk_mb: int = 0
     reconcile_interval: float = 2.0
+    orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
 
 
 @dataclass
@@ -93,6 +100,8 @@ class Agent:
         self.mode = "normal"
         self.failures: dict[str, Failure] = {}
         self.restarts: dict[str, int] = {}
+        self._known: set[str] = set()  # every workload desired here since start (or in local state)
+        self._orphans: dict[str, float] = {}  # workload -> when first seen undesired and unknown
         self.usage: dict[str, tuple[float, int]] = {}  # workload -> (cpu %, memory bytes), sampled
         self.usage_interval = 5.0
         self.heartbeat_interval = 3.0
@@ -118,6 +127,7 @@ class Agent:
                 log.error("discarding unreadable local record for %s", wid)
                 continue
             self.desired[wid] = Desired(rec.revision, rec.generation, DesiredState(rec.desired_state), spec)
+            self._known.add(wid)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -308,6 +318,7 @@ class Agent:
                 incoming[wid] = old  # fencing: never go back to an older generation
         removed = set(self.desired) - set(incoming)
         self.desired = incoming
+        self._known.update(incoming)
 
         def persist() -> None:
             for wid in removed:
@@ -408,7 +419,7 @@ class Agent:
                     # A crash loop backs off like any failure.
                     attempts = (f.attempts + 1) if f and f.revision == d.revision else 1
                     self.failures[wid] = Failure(
-                        d.revision, "Restarted", "", False, attempts, now + min(2.0**attempts, BACKOFF_CAP)
+                        d.revision, "Restarted", "", False, attempts, now + _backoff(attempts)
                     )
             except RuntimeFailure as err:
                 attempts = (f.attempts + 1) if f and f.revision == d.revision else 1
@@ -418,17 +429,28 @@ class Agent:
                     str(err.args[0] if err.args else err),
                     err.terminal,
                     attempts,
-                    now + min(2.0**attempts, BACKOFF_CAP),
+                    now + _backoff(attempts),
                 )
                 log.warning("starting %s failed: %s", wid, err)
         if self.synced and self.mode == "normal":
             for wid, (rt, _o) in observed.items():
-                if wid not in self.desired:
+                if wid in self.desired:
+                    self._orphans.pop(wid, None)
+                    continue
+                if wid not in self._known:
+                    # Never desired here since we started: an orphan. Give the scheduler a grace
+                    # period to claim it (a restore in progress, a slow replica) before removing.
+                    first = self._orphans.setdefault(wid, now)
+                    if now - first < self.config.orphan_grace:
+                        continue
+                    log.warning("removing orphan %s: unknown to the scheduler for %.0fs", wid, now - first)
+                else:
                     log.info("removing %s: no longer desired on this node", wid)
-                    await rt.remove(wid)
-                    self.failures.pop(wid, None)
-                    self.restarts.pop(wid, None)
-                    acted = True
+                await rt.remove(wid)
+                self._orphans.pop(wid, None)
+                self.failures.pop(wid, None)
+                self.restarts.pop(wid, None)
+                acted = True
         return await self._observe() if acted else observed
 
     async def _report(self, observed: dict[str, tuple[Runtime, ObservedWorkload]]) -> None:

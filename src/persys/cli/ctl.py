@@ -231,6 +231,9 @@ def _describe_workload(w: dict[str, Any]) -> str:
     if w["message"]:
         label = "Why pending:" if w["phase"] == "Pending" else "Message:"
         lines.append(f"{label:<16}{w['message']}")
+    for d in w.get("drift", []):
+        lines.append(f"Drift:          {d['instance']}: {d['kind']}: {d['rule']}")
+        lines.append(f"  remediation:  {d['action']}")
     placement = w.get("placement") or {}
     if placement.get("scores"):
         lines.append("Placement:")

@@ -43,6 +43,9 @@ class WorkloadStatus(Model):
     # The node this instance is being moved off (drain, node loss); it is placed again once
     # that node no longer runs it (or is lost).
     relocating_from: str = ""
+    # Drift found between this instance's assignment and its agent's report: kind, the rule that
+    # matched, the remediation, and since when (empty when in sync).
+    drift: dict[str, Any] = Field(default_factory=dict)
     usage: WorkloadUsage = Field(default_factory=WorkloadUsage)
 
 

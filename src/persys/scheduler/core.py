@@ -26,6 +26,7 @@ from persys.model import (
     NodeStatus,
     NodeUsage,
     Phase,
+    RestartPolicy,
     Taint,
     Workload,
     WorkloadManifest,
@@ -35,6 +36,7 @@ from persys.model import (
 from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
+from persys.scheduler.drift import Drift, Reported, detect
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
@@ -148,6 +150,7 @@ class Scheduler:
         self._queued: set[str] = set()
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
+        self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
@@ -738,12 +741,13 @@ class Scheduler:
                 self._enqueue(workload_of(inst))
         if self.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
+        drifts = self._track_drift(node_id, reports, complete)
         changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
             self.usage[r.workload_id] = WorkloadUsage(cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes)
-            change = self._status_change(node_id, r)
+            change = self._status_change(node_id, r, drifts.get(r.workload_id))
             if change is not None:
                 changes.append(change)
         # One transaction per batch of changes; each guarded by its status revision. If any guard
@@ -768,7 +772,38 @@ class Scheduler:
                     self.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
                               new.reason)
 
-    def _status_change(self, node_id: str, r: WorkloadReport) -> tuple[str, int, WorkloadStatus, WorkloadStatus] | None:
+    def _track_drift(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> dict[str, dict[str, Any]]:
+        """Find drift on one node; publish what is new or resolved. Returns instance -> record."""
+        workloads = self.state.workloads
+
+        def policy(inst: str) -> RestartPolicy | None:
+            w = workloads.get(workload_of(inst))
+            return w.value.spec.restart_policy if w else None
+
+        found = detect(
+            node_id, {i: a.value for i, a in self.state.assignments.get(node_id, {}).items()},
+            [Reported(r.workload_id, r.revision, r.phase, r.terminal) for r in reports], complete,
+            self.state.placement_of.get, policy, time.time(),
+        )
+        known = self._drift.setdefault(node_id, {})
+        now_keys = {d.key(): d for d in found}
+        for k, d in now_keys.items():
+            if k not in known:
+                known[k] = (d, time.time())
+                self.emit("DriftDetected", f"workload/{workload_of(d.instance)}",
+                          f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind)
+                if d.kind == "missing":
+                    self._wake_node(node_id)  # remediation: send the desired state again
+        for k in [k for k in known if k not in now_keys]:
+            d, _ = known.pop(k)
+            self.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
+                      d.kind)
+        return {d.instance: {"kind": d.kind, "rule": d.rule, "action": d.action, "since": since}
+                for d, since in known.values()}
+
+    def _status_change(
+        self, node_id: str, r: WorkloadReport, drift: dict[str, Any] | None = None
+    ) -> tuple[str, int, WorkloadStatus, WorkloadStatus] | None:
         st = self.state.statuses.get(r.workload_id)
         w = self.state.workloads.get(workload_of(r.workload_id))
         if st is None or w is None or w.value.deleting:
@@ -779,9 +814,11 @@ class Scheduler:
         else:
             phase, reason = r.phase, r.reason
         message = r.message
-        if (prev.phase, prev.reason, prev.message, prev.observed_revision, prev.runtime_id, prev.restarts) == (
-            phase, reason, message, r.revision, r.runtime_id, r.restarts
-        ):
+        if r.terminal and message:
+            message += " (terminal: not retried until a new revision is applied)"
+        drift = drift or {}
+        if (prev.phase, prev.reason, prev.message, prev.observed_revision, prev.runtime_id, prev.restarts,
+                prev.drift) == (phase, reason, message, r.revision, r.runtime_id, r.restarts, drift):
             return None
         new = prev.model_copy(
             update={
@@ -790,6 +827,7 @@ class Scheduler:
                 "updated_at": time.time(),
                 # A moved instance has arrived once it runs on its new node.
                 "relocating_from": "" if phase == Phase.RUNNING else prev.relocating_from,
+                "drift": drift,
             }
         )
         return r.workload_id, st.mod_revision, prev, new
@@ -999,6 +1037,7 @@ class Scheduler:
             "restarts": status.restarts,
             "usage": (usage or WorkloadUsage()).to_doc(),
             "placement": status.placement,
+            "drift": status.drift,
             "updatedAt": status.updated_at,
         }
 
@@ -1038,6 +1077,7 @@ class Scheduler:
                 "memoryBytes": sum(i["usage"]["memoryBytes"] for i in instances),
             },
             "placement": focus["placement"],
+            "drift": [{"instance": i["instance"], **i["drift"]} for i in instances if i["drift"]],
             "instances": instances,
             "createdAt": w.created_at,
             "updatedAt": max([w.updated_at] + [i["updatedAt"] for i in instances]),

@@ -27,6 +27,7 @@ from persys.agent.host import UsageSampler, capacity
 from persys.agent.localstate import LocalState
 from persys.agent.runtimes.base import (
     ObservedWorkload,
+    Probe,
     Runtime,
     RuntimeFailure,
     RuntimeState,
@@ -67,6 +68,7 @@ class AgentConfig:
     disk_mb: int = 0
     reconcile_interval: float = 2.0
     orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
+    probe_interval: float = 30.0  # seconds between capability detections
 
 
 @dataclass
@@ -140,6 +142,7 @@ class Agent:
             asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"),
             asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
             asyncio.create_task(self._usage_loop(), name="agent-usage"),
+            asyncio.create_task(self._probe_loop(), name="agent-probe"),
         ]
 
     async def stop(self) -> None:
@@ -156,21 +159,39 @@ class Agent:
             await self._channel.close()
         await asyncio.to_thread(self.local.close)
 
-    async def probe_runtimes(self) -> None:
-        """Advertise only the runtimes that really work on this host, right now."""
+    async def probe_runtimes(self) -> bool:
+        """Advertise only the runtimes that really work on this host, right now.
+
+        Returns True when the advertised set changed (the node must register again)."""
         available: dict[str, Runtime] = {}
         caps = []
         for rt in self.all_runtimes:
-            p = await rt.probe()
+            try:
+                p = await asyncio.wait_for(rt.probe(), timeout=30)
+            except (TimeoutError, Exception) as err:  # a probe that hangs or breaks means "does not work"
+                p = Probe(False, reason=f"probe failed: {err!r}")
             if p.available:
                 available[rt.name] = rt
                 caps.append(
                     pb.RuntimeCapability(workload_type=rt.name, version=p.version, features=p.features)
                 )
-            else:
-                log.info("runtime %s unavailable: %s", rt.name, p.reason)
+            elif rt.name in self.runtimes or not self.capabilities:
+                log.warning("runtime %s unavailable: %s", rt.name, p.reason)
+        changed = [(c.workload_type, c.version, list(c.features)) for c in caps] != [
+            (c.workload_type, c.version, list(c.features)) for c in self.capabilities
+        ]
         self.runtimes = available
         self.capabilities = caps
+        return changed
+
+    async def _probe_loop(self) -> None:
+        """Re-run capability detection: a runtime that breaks is withdrawn (the scheduler stops
+        placing there), one that comes back is advertised again."""
+        while True:
+            await asyncio.sleep(self.config.probe_interval)
+            if await self.probe_runtimes():
+                log.warning("runtimes changed to: %s; registering again", ", ".join(sorted(self.runtimes)) or "none")
+                self.registered.clear()
 
     # ------------------------------------------------------------------ scheduler protocol
 

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh --test
 scripts/start-dockerd.sh
+scripts/start-libvirtd.sh
 examples/images/build-busybox.sh >/dev/null
 echo "==> lint"
 .venv/bin/ruff check src tests bench

@@ -196,5 +196,10 @@ def test_usage_is_reported(cluster: Cluster) -> None:
     for name in ("hello-process", "hello-docker"):
         found, _ = eventually(lambda n=name: with_usage(n), 20, f"{name} memory usage reported")
         assert found["phase"] == "Running"
+    top = json.loads(ctl("top", "-o", "json", env=cluster.env).stdout)
+    assert {r["name"] for r in top} == {"hello-process", "hello-docker"}
+    assert all(r["memoryBytes"] > 0 for r in top)
+    assert "hello from persys" in ctl("logs", "hello-process", env=cluster.env).stdout
+    assert "serving on 8080" in ctl("logs", "hello-docker", "--tail", "5", env=cluster.env).stdout
     ctl("delete", "workload", "hello-process", env=cluster.env)
     ctl("delete", "workload", "hello-docker", env=cluster.env)

@@ -69,6 +69,8 @@ class AgentConfig:
     reconcile_interval: float = 2.0
     orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
     probe_interval: float = 30.0  # seconds between capability detections
+    listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
+    advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
 
 
 @dataclass
@@ -104,7 +106,7 @@ class Agent:
         self.restarts: dict[str, int] = {}
         self._known: set[str] = set()  # every workload desired here since start (or in local state)
         self._orphans: dict[str, float] = {}  # workload -> when first seen undesired and unknown
-        self.usage: dict[str, tuple[float, int]] = {}  # workload -> (cpu %, memory bytes), sampled
+        self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
         self.heartbeat_interval = 3.0
         self.report_interval = 2.0
@@ -112,6 +114,7 @@ class Agent:
         self._wake = asyncio.Event()
         self._sampler = UsageSampler(config.state_dir)
         self._channel: grpc.aio.Channel | None = None
+        self._server: grpc.aio.Server | None = None
         # Scheduler replicas to try; a standby names the active one and we follow it.
         self._targets = [t.strip() for t in config.scheduler.split(",") if t.strip()] or [config.scheduler]
         self.target = self._targets[0]
@@ -135,6 +138,14 @@ class Agent:
 
     async def start(self) -> None:
         await self.probe_runtimes()
+        if self.config.listen and self.config.tls:
+            from persys.agent.service import serve
+
+            self._server, port = await serve(self, self.config.listen, self.config.tls)
+            host = self.config.advertise_host or self.config.listen.rpartition(":")[0]
+            if host in ("0.0.0.0", "[::]", ""):
+                host = socket.gethostname()
+            self.config.address = f"{host}:{port}"
         await self._connect(self._targets[0])
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="agent-register"),
@@ -157,6 +168,8 @@ class Agent:
                 await rt.close()
         if self._channel is not None:
             await self._channel.close()
+        if self._server is not None:
+            await self._server.stop(1.0)
         await asyncio.to_thread(self.local.close)
 
     async def probe_runtimes(self) -> bool:
@@ -375,7 +388,7 @@ class Agent:
         takes about a second, which must not slow convergence."""
         while True:
             await asyncio.sleep(self.usage_interval)
-            sampled: dict[str, tuple[float, int]] = {}
+            sampled: dict[str, ObservedWorkload] = {}
             for wid, d in list(self.desired.items()):
                 rt = self.runtimes.get(d.spec.type)
                 if rt is None:
@@ -385,7 +398,7 @@ class Agent:
                 except RuntimeFailure:
                     continue
                 if o is not None and o.state == RuntimeState.RUNNING:
-                    sampled[wid] = (o.cpu_percent, o.memory_bytes)
+                    sampled[wid] = o
             self.usage = sampled
 
     async def _observe(self) -> dict[str, tuple[Runtime, ObservedWorkload]]:
@@ -487,7 +500,10 @@ class Agent:
                 r.state = STATE_TO_PB[o.state]
                 r.runtime_id = o.runtime_id
                 r.message = o.message
-                r.cpu_percent, r.memory_bytes = self.usage.get(wid, (o.cpu_percent, o.memory_bytes))
+                u = self.usage.get(wid, o)
+                r.cpu_percent, r.memory_bytes = u.cpu_percent, u.memory_bytes
+                r.disk_read_bytes, r.disk_write_bytes = u.disk_read_bytes, u.disk_write_bytes
+                r.net_rx_bytes, r.net_tx_bytes = u.net_rx_bytes, u.net_tx_bytes
                 if o.exit_code is not None:
                     r.exit_code, r.has_exit_code = o.exit_code, True
                 if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:

@@ -428,6 +428,55 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     emit(h, output, t)
 
 
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(..., help="Workload name."),
+    instance: str = typer.Option("", "--instance", help="Replica instance (default: the first), e.g. web.1."),
+    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Show a workload's output: container logs, compose services, a VM's serial console, a process."""
+    r = Api(server).request("GET", f"/v1/workloads/{name}/logs", params={"instance": instance, "tail": tail})
+    sys.stdout.write(r["text"] if r["text"].endswith("\n") or not r["text"] else r["text"] + "\n")
+
+
+@app.command()
+def top(
+    kind: str = typer.Argument("workloads", help="workloads or nodes"),
+    output: str = OutputOpt,
+    server: str | None = ServerOpt,
+) -> None:
+    """Live resource usage as last reported by the agents (CPU, memory, disk and network I/O)."""
+    k = _kind(kind)
+    items = Api(server).request("GET", f"/v1/{k}")
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    if k == "workloads":
+        for col in ("NAME", "TYPE", "READY", "NODE", "CPU%", "MEMORY", "DISK READ", "DISK WRITE", "NET RX", "NET TX"):
+            t.add_column(col, justify="right" if col not in ("NAME", "TYPE", "NODE") else "left")
+        rows = [{"name": w["name"], "type": w["type"], "ready": w["ready"], "node": ",".join(w["nodes"]) or "-",
+                 **w["usage"]} for w in items]
+        for r in rows:
+            t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}", _bytes(r["memoryBytes"]),
+                      _bytes(r["diskReadBytes"]), _bytes(r["diskWriteBytes"]), _bytes(r["netRxBytes"]),
+                      _bytes(r["netTxBytes"]))
+    else:
+        for col in ("NAME", "STATUS", "CPU%", "MEMORY USED", "WORKLOADS"):
+            t.add_column(col)
+        rows = [{"name": n["id"], "status": n["status"], **n.get("usage", {})} for n in items]
+        for r in rows:
+            t.add_row(r["name"], r["status"], f"{r.get('cpuPercent', 0):.1f}", f"{r.get('memoryUsedMb', 0)} MiB",
+                      str(r.get("workloads", 0)))
+    emit(rows, output, t)
+
+
 def _node_kind(kind: str) -> None:
     if _kind(kind) != "nodes":
         fail("only nodes can be labelled or tainted")

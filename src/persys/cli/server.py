@@ -152,6 +152,8 @@ def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
 def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
+    from persys.agent.runtimes.libvirt_vm import LibvirtVMRuntime
+    from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
     from persys.agent.runtimes.process import ProcessRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
@@ -160,6 +162,8 @@ def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
     return [
         DockerRuntime(extra_labels=scope),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope),
+        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope),
+        MicroVMRuntime(state_dir / "runtimes"),
         ProcessRuntime(state_dir / "runtimes"),
     ]
 
@@ -238,7 +242,7 @@ def dev(
                 # One node keeps the historical state dir; more nodes get one each.
                 state = data / "agent" if len(node_specs) == 1 else data / "agents" / spec.name
                 agent = Agent(
-                    AgentConfig(node_id=spec.name, scheduler=target, state_dir=state,
+                    AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
@@ -331,6 +335,10 @@ def agent(
     taint: list[str] = typer.Option([], "--taint", help="Node taint key=value:Effect (repeatable)."),
     cpu_millicores: int = typer.Option(0, "--cpu-millicores", help="Advertised CPU (0 = measure)."),
     memory_mb: int = typer.Option(0, "--memory-mb", help="Advertised memory (0 = measure)."),
+    listen: str = typer.Option("0.0.0.0:0", "--listen", help="Where the agent serves logs to the control plane "
+                               "(mutual TLS); port 0 picks a free one."),
+    advertise_host: str = typer.Option("", "--advertise-host", help="Host the control plane dials (default: "
+                                       "the --listen host, or this host's name for 0.0.0.0)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -341,7 +349,8 @@ def agent(
         a = Agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
-                        cpu_millicores=cpu_millicores, memory_mb=memory_mb),
+                        cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
+                        advertise_host=advertise_host),
             default_runtimes(state_dir, node_id),
         )
 
@@ -391,12 +400,13 @@ def gateway(
 def certs_init(
     directory: Path = typer.Option(..., "--dir", help="Where to write ca.crt/ca.key and the leaf certificates."),
     node: list[str] = typer.Option([], "--node", help="Issue an agent certificate for this node (repeatable)."),
-    host: list[str] = typer.Option(["localhost", "127.0.0.1"], "--host", help="DNS name or IP the servers use."),
+    host: list[str] = typer.Option([], "--host", help="DNS name or IP the servers use (repeatable; "
+                                   "localhost, 127.0.0.1 and this host's name are always included)."),
 ) -> None:
     """Create the cluster CA (once) and certificates for scheduler, gateway, admin and nodes. Idempotent."""
     ca = ClusterCA(directory)
     ca.ensure()
-    hosts = tuple(host)
+    hosts = tuple(dict.fromkeys(["localhost", "127.0.0.1", socket.gethostname(), *host]))
     issued = [ca.issue(n, n, hosts) for n in ("scheduler", "gateway", "admin")]
     issued += [ca.issue(f"node-{n}", f"node:{n}", hosts) for n in node]
     for f in issued:

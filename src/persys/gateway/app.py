@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
 from persys import __version__
+from persys.agent.service import fetch_logs
 from persys.client import SchedulerClient, SchedulerError
+from persys.security.pki import TLSFiles
 
 HTTP_STATUS = {
     "INVALID_ARGUMENT": 400,
@@ -40,7 +43,7 @@ async def _manifest_body(request: Request) -> dict[str, Any] | JSONResponse:
     return doc
 
 
-def create_app(client: SchedulerClient) -> FastAPI:
+def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> FastAPI:
     app = FastAPIOffline(
         title="Persys API",
         version=__version__,
@@ -105,6 +108,29 @@ def create_app(client: SchedulerClient) -> FastAPI:
     @app.delete("/v1/workloads/{workload_id}", tags=["workloads"])
     async def delete_workload(workload_id: str) -> dict[str, Any]:
         return await client.delete(workload_id)
+
+    @app.get("/v1/workloads/{workload_id}/logs", tags=["workloads"])
+    async def logs(workload_id: str, instance: str = "", tail: int = 100) -> JSONResponse:
+        """The tail of an instance's output, fetched from its node's agent over mutual TLS."""
+        view = await client.get_workload(workload_id)
+        inst = instance or view["instances"][0]["instance"]
+        match = [i for i in view["instances"] if i["instance"] == inst]
+        if not match:
+            return JSONResponse({"error": f"{workload_id} has no instance {inst}", "problems": []}, status_code=404)
+        node_id = match[0]["node"]
+        if not node_id:
+            return JSONResponse({"error": f"{inst} is not placed on any node ({match[0]['reason']})",
+                                 "problems": []}, status_code=409)
+        node = await client.get_node(node_id)
+        if not node.get("address") or agent_tls is None:
+            return JSONResponse({"error": f"the agent on {node_id} serves no logs endpoint", "problems": []},
+                                status_code=501)
+        try:
+            text = await fetch_logs(node["address"], agent_tls, inst, max(1, min(tail, 10_000)))
+        except grpc.aio.AioRpcError as err:
+            code = 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502
+            return JSONResponse({"error": f"agent on {node_id}: {err.details()}", "problems": []}, status_code=code)
+        return JSONResponse({"instance": inst, "node": node_id, "text": text})
 
     @app.get("/v1/nodes", tags=["nodes"])
     async def list_nodes() -> list[dict[str, Any]]:

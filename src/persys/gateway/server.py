@@ -42,7 +42,7 @@ class RunningGateway:
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles) -> RunningGateway:
     client = SchedulerClient(scheduler_target, tls)
     config = uvicorn.Config(
-        create_app(client),
+        create_app(client, agent_tls=tls),
         host=host,
         port=port,
         ssl_certfile=str(tls.cert),

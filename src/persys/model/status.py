@@ -23,6 +23,10 @@ class Phase(StrEnum):
 class WorkloadUsage(Model):
     cpu_percent: float = 0.0
     memory_bytes: int = 0
+    disk_read_bytes: int = 0
+    disk_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 class WorkloadStatus(Model):

@@ -95,6 +95,10 @@ class WorkloadReport:
     restarts: int = 0
     cpu_percent: float = 0.0
     memory_bytes: int = 0
+    disk_read_bytes: int = 0
+    disk_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 @dataclass
@@ -746,7 +750,9 @@ class Scheduler:
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
-            self.usage[r.workload_id] = WorkloadUsage(cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes)
+            self.usage[r.workload_id] = WorkloadUsage(
+                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
+                disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes)
             change = self._status_change(node_id, r, drifts.get(r.workload_id))
             if change is not None:
                 changes.append(change)
@@ -1074,7 +1080,8 @@ class Scheduler:
             "restarts": sum(i["restarts"] for i in instances),
             "usage": {
                 "cpuPercent": round(sum(i["usage"]["cpuPercent"] for i in instances), 3),
-                "memoryBytes": sum(i["usage"]["memoryBytes"] for i in instances),
+                **{k: sum(i["usage"][k] for i in instances)
+                   for k in ("memoryBytes", "diskReadBytes", "diskWriteBytes", "netRxBytes", "netTxBytes")},
             },
             "placement": focus["placement"],
             "drift": [{"instance": i["instance"], **i["drift"]} for i in instances if i["drift"]],

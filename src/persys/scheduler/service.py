@@ -135,7 +135,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 workload_id=r.workload_id, revision=r.revision, generation=r.generation,
                 phase=STATE_TO_PHASE.get(r.state, Phase.SCHEDULED), reason=r.reason, message=r.message,
                 terminal=r.terminal, runtime_id=r.runtime_id, restarts=r.restarts,
-                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes,
+                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
+                disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes,
             )
             for r in request.workloads
         ]

@@ -1,0 +1,335 @@
+"""MicroVM runtime: `type: microvm` workloads as lightweight VMs behind a hypervisor backend.
+
+Each workload has `<state_dir>/microvm/<id>/` holding meta.json (revision, backend, VMHandle), the
+private disk copy, the console log and the VMM's sockets and logs. Like the process runtime, VMs
+outlive the agent on purpose: a restarted agent reads meta.json and adopts the running VMM.
+Shared caches (unpacked kernels, the accelerator probe) live in `<state_dir>/microvm-cache/`,
+outside the per-workload directories, so no workload name can collide with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
+from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
+from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
+from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_kernel
+from persys.agent.runtimes.microvm.qemu import QemuHypervisor
+from persys.agent.runtimes.microvm.supervise import tail_text
+from persys.model.workload import MicroVMSpec
+
+# Preference order for `hypervisor: auto`: Firecracker whenever it is installed.
+AUTO_ORDER = ("firecracker", "qemu")
+
+
+@dataclass
+class MicroVMMeta:
+    workload_id: str
+    revision: str
+    generation: int
+    hypervisor: str
+    handle: dict[str, Any]
+    stopped_by_agent: bool = False
+    exit_code: int | None = None
+    finished_at: float = 0.0
+
+
+class MicroVMRuntime:
+    """Runs `type: microvm` workloads with Firecracker or QEMU's `microvm` machine."""
+
+    name = "microvm"
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        *,
+        grace_seconds: float = 10.0,
+        hypervisors: Mapping[str, Hypervisor] | None = None,
+    ) -> None:
+        self._dir = Path(state_dir) / "microvm"
+        self._cache = Path(state_dir) / "microvm-cache"
+        self._grace = grace_seconds
+        self._hv: dict[str, Hypervisor] = dict(hypervisors) if hypervisors is not None else {
+            "firecracker": FirecrackerHypervisor(),
+            "qemu": QemuHypervisor(self._cache),
+        }
+        self._probes: dict[str, Probe] = {}
+        self._cpu_samples: dict[str, tuple[float, int]] = {}  # workload -> (monotonic, cpu ns)
+        self._lock = asyncio.Lock()
+
+    # ---- state files ---------------------------------------------------------------------------
+
+    def _wdir(self, workload_id: str) -> Path:
+        if not workload_id or "/" in workload_id or workload_id in (".", ".."):
+            raise RuntimeFailure(f"invalid workload id {workload_id!r}", code="InvalidSpec", terminal=True)
+        return self._dir / workload_id
+
+    def _load(self, workload_id: str) -> MicroVMMeta | None:
+        try:
+            doc = json.loads((self._wdir(workload_id) / "meta.json").read_text())
+            meta = MicroVMMeta(**doc)
+            VMHandle(**meta.handle)  # a meta whose handle does not parse is as good as none
+            return meta
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _save(self, meta: MicroVMMeta) -> None:
+        d = self._wdir(meta.workload_id)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "meta.json.tmp"
+        tmp.write_text(json.dumps(asdict(meta)))
+        tmp.replace(d / "meta.json")  # atomic: a crash never leaves a half-written meta
+
+    def _backend(self, meta: MicroVMMeta) -> Hypervisor:
+        hv = self._hv.get(meta.hypervisor)
+        if hv is None:
+            raise RuntimeFailure(f"{meta.workload_id} runs on unknown hypervisor {meta.hypervisor!r}")
+        return hv
+
+    # ---- backend selection ---------------------------------------------------------------------
+
+    async def _probe_backends(self) -> dict[str, Probe]:
+        if not self._probes:
+            for name, hv in self._hv.items():
+                self._probes[name] = await hv.probe()
+            fc, qemu = self._probes.get("firecracker"), self._probes.get("qemu")
+            # Firecracker is KVM-only. QEMU's accelerator check boots a guest under KVM and times it;
+            # when that failed although /dev/kvm opens, KVM only emulates (nested/PVM hosts, ~1000x
+            # slower than TCG) and Firecracker would not really work either.
+            if fc is not None and fc.available and qemu is not None and "kvm:unusable" in qemu.features:
+                self._probes["firecracker"] = Probe(
+                    available=False, version=fc.version,
+                    reason="KVM does not run guests at native speed here (QEMU's accelerator check failed)",
+                )
+        return self._probes
+
+    async def _choose(self, wanted: str) -> str:
+        probes = await self._probe_backends()
+        if wanted != "auto":
+            p = probes.get(wanted)
+            if p is None or not p.available:
+                why = p.reason if p is not None else "not configured"
+                raise RuntimeFailure(f"hypervisor {wanted} unavailable: {why}", code="HypervisorUnavailable",
+                                     terminal=True)
+            return wanted
+        for name in AUTO_ORDER:
+            if name in probes and probes[name].available:
+                return name
+        reasons = "; ".join(f"{n}: {p.reason}" for n, p in probes.items())
+        raise RuntimeFailure(f"no working hypervisor ({reasons})", code="HypervisorUnavailable", terminal=True)
+
+    # ---- observation ---------------------------------------------------------------------------
+
+    async def _observe(self, meta: MicroVMMeta) -> ObservedWorkload:
+        handle = VMHandle(**meta.handle)
+        obs = ObservedWorkload(
+            workload_id=meta.workload_id,
+            revision=meta.revision,
+            generation=meta.generation,
+            state=RuntimeState.RUNNING,
+            runtime_id=str(handle.vmm_pid),
+            started_at=handle.started_at,
+        )
+        hv = self._hv.get(meta.hypervisor)
+        if hv is None:  # list() and inspect() must not raise, whatever meta.json holds
+            obs.state, obs.message = RuntimeState.FAILED, f"unknown hypervisor {meta.hypervisor!r}"
+            return obs
+        status = await hv.inspect(handle)
+        if status.running:
+            obs.message = f"{meta.hypervisor}: {status.detail}" if status.detail else meta.hypervisor
+            return obs
+        if meta.exit_code is None and status.exit_code is not None:
+            meta.exit_code = status.exit_code
+            meta.finished_at = meta.finished_at or time.time()
+            self._save(meta)
+        obs.exit_code = meta.exit_code
+        if meta.stopped_by_agent:
+            obs.state, obs.message = RuntimeState.STOPPED, "stopped by agent"
+        elif meta.exit_code == 0:
+            # Firecracker and QEMU (-no-reboot) exit 0 when the guest powers off or reboots.
+            obs.state, obs.message = RuntimeState.STOPPED, "guest shut down"
+        elif meta.exit_code is None:
+            obs.state, obs.message = RuntimeState.FAILED, f"{meta.hypervisor} exited; exit status unknown"
+        else:
+            obs.state = RuntimeState.FAILED
+            last = tail_text(Path(handle.vmm_log), 3).strip()
+            obs.message = f"{meta.hypervisor} exited with code {meta.exit_code}" + (f": {last}" if last else "")
+        return obs
+
+    async def _add_usage(self, meta: MicroVMMeta, obs: ObservedWorkload) -> None:
+        hv, handle = self._backend(meta), VMHandle(**meta.handle)
+        m = await hv.metrics(handle)
+        now = time.monotonic()
+        prev = self._cpu_samples.get(meta.workload_id)
+        if prev is None or not 0.2 <= now - prev[0] <= 60:
+            # No recent sample to compare with: take a short second one.
+            prev = (now, m.cpu_ns)
+            await asyncio.sleep(0.1)
+            m = await hv.metrics(handle)
+            now = time.monotonic()
+        self._cpu_samples[meta.workload_id] = (now, m.cpu_ns)
+        # 100% = one full core, the same convention as `docker stats`.
+        obs.cpu_percent = round(max(0, m.cpu_ns - prev[1]) / ((now - prev[0]) * 1e9) * 100, 3)
+        obs.memory_bytes = m.memory_bytes
+        obs.disk_read_bytes, obs.disk_write_bytes = m.disk_read_bytes, m.disk_write_bytes
+        obs.net_rx_bytes, obs.net_tx_bytes = m.net_rx_bytes, m.net_tx_bytes
+
+    # ---- Runtime API ---------------------------------------------------------------------------
+
+    async def probe(self) -> Probe:
+        self._probes.clear()  # a probe is a fresh look: binaries may have been installed since
+        probes = await self._probe_backends()
+        working = [(n, p) for n, p in probes.items() if p.available]
+        if not working:
+            return Probe(available=False, reason="; ".join(f"{n}: {p.reason}" for n, p in probes.items()))
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return Probe(available=False, reason=f"state dir {self._dir}: {exc}")
+        features: list[str] = []
+        for n, p in working:
+            features += [f"hypervisor:{n}", *p.features]
+        return Probe(available=True, version=",".join(f"{n}-{p.version}" for n, p in working),
+                     features=tuple(features))
+
+    async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
+        spec = w.spec.microvm
+        if w.spec.type != "microvm" or spec is None:
+            raise RuntimeFailure(f"workload type {w.spec.type!r} is not a microvm", code="InvalidSpec", terminal=True)
+        wdir = self._wdir(w.workload_id)
+        async with self._lock:
+            meta = self._load(w.workload_id)
+            fresh_disk = True
+            if meta is not None:
+                obs = await self._observe(meta)
+                if obs.state is RuntimeState.RUNNING and meta.revision == w.revision:
+                    return obs  # adopt: never restart the desired revision
+                if obs.state is RuntimeState.RUNNING:
+                    await self._stop_locked(w.workload_id)
+                # A restart of the same revision keeps its disk, as a rebooted VM would.
+                fresh_disk = meta.revision != w.revision
+            return await self._boot(w, wdir, fresh_disk)
+
+    def _check_host_side(self, spec: MicroVMSpec, wdir: Path) -> tuple[Path, Path | None, Path | None]:
+        """(kernel, initrd, rootfs) after checking that they and the tap devices exist; makes `wdir`."""
+
+        def existing(value: str, what: str) -> Path | None:
+            if not value:
+                return None
+            p = Path(value)
+            if not p.is_absolute():
+                raise RuntimeFailure(f"{what} path {value!r} must be absolute", code="InvalidSpec", terminal=True)
+            if not p.is_file():
+                raise RuntimeFailure(f"{what} {value!r} does not exist", code="InvalidSpec", terminal=True)
+            return p
+
+        kernel = existing(spec.kernel, "kernel")
+        assert kernel is not None  # the model requires a kernel
+        for tap in spec.tap_devices:
+            if not Path("/sys/class/net", tap).exists():
+                # Not terminal: whatever sets up the host network may create the tap later.
+                raise RuntimeFailure(f"tap device {tap!r} does not exist", code="NetworkUnavailable")
+        wdir.mkdir(parents=True, exist_ok=True)
+        return kernel, existing(spec.initrd, "initrd"), existing(spec.rootfs, "rootfs")
+
+    async def _boot(self, w: RuntimeWorkload, wdir: Path, fresh_disk: bool) -> ObservedWorkload:
+        spec = w.spec.microvm
+        assert spec is not None
+        kernel, initrd, rootfs = self._check_host_side(spec, wdir)
+        backend_name = await self._choose(spec.hypervisor)
+        try:
+            elf = await asyncio.to_thread(ensure_elf_kernel, kernel, self._cache / "kernels")
+        except (KernelFormatError, OSError) as exc:
+            raise RuntimeFailure(f"kernel {spec.kernel}: {exc}", code="InvalidSpec", terminal=True) from exc
+        cfg = VMConfig(
+            vm_id=w.workload_id,
+            workdir=wdir,
+            kernel=elf,
+            cmdline=spec.cmdline,
+            vcpus=spec.vcpus,
+            memory_mb=spec.memory_mb,
+            initrd=initrd,
+            rootfs=rootfs,
+            tap_devices=tuple(spec.tap_devices),
+            fresh_disk=fresh_disk,
+        )
+        try:
+            handle = await self._hv[backend_name].start(cfg)
+        except HypervisorError as exc:
+            raise RuntimeFailure(f"{backend_name}: {exc}", code="VMStartFailed", terminal=exc.spec_error) from exc
+        except OSError as exc:
+            raise RuntimeFailure(f"{backend_name}: {exc}", code="VMStartFailed") from exc
+        meta = MicroVMMeta(w.workload_id, w.revision, w.generation, backend_name, asdict(handle))
+        self._cpu_samples.pop(w.workload_id, None)
+        self._save(meta)
+        return await self._observe(meta)
+
+    async def _stop_locked(self, workload_id: str) -> None:
+        meta = self._load(workload_id)
+        if meta is None:
+            return
+        handle = VMHandle(**meta.handle)
+        hv = self._backend(meta)
+        if (await hv.inspect(handle)).running:
+            meta.stopped_by_agent = True
+            self._save(meta)
+        await hv.stop(handle, self._grace)
+        status = await hv.inspect(handle)
+        meta.exit_code = meta.exit_code if meta.exit_code is not None else status.exit_code
+        meta.finished_at = meta.finished_at or time.time()
+        self._save(meta)
+
+    async def stop(self, workload_id: str) -> None:
+        async with self._lock:
+            await self._stop_locked(workload_id)
+
+    async def remove(self, workload_id: str) -> None:
+        async with self._lock:
+            meta = self._load(workload_id)
+            await self._stop_locked(workload_id)
+            if meta is not None:
+                for f in self._backend(meta).files(VMHandle(**meta.handle)):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+            shutil.rmtree(self._wdir(workload_id), ignore_errors=True)
+            self._cpu_samples.pop(workload_id, None)
+
+    async def list(self) -> list[ObservedWorkload]:
+        if not self._dir.is_dir():
+            return []
+        out = []
+        for d in sorted(self._dir.iterdir()):
+            meta = self._load(d.name)
+            if meta is not None:
+                out.append(await self._observe(meta))
+        return out
+
+    async def inspect(self, workload_id: str) -> ObservedWorkload | None:
+        meta = self._load(workload_id)
+        if meta is None:
+            return None
+        obs = await self._observe(meta)
+        if obs.state is RuntimeState.RUNNING:
+            await self._add_usage(meta, obs)
+        return obs
+
+    async def logs(self, workload_id: str, tail: int = 100) -> str:
+        """The tail of the guest's serial console."""
+        meta = self._load(workload_id)
+        path = (self._backend(meta).console_log(VMHandle(**meta.handle)) if meta is not None
+                else self._wdir(workload_id) / "console.log")
+        return await asyncio.to_thread(tail_text, path, tail)
+
+    async def close(self) -> None:
+        # Deliberately leaves VMs running: they belong to the node, not to this agent process.
+        for hv in self._hv.values():
+            await hv.close()

@@ -1,0 +1,300 @@
+"""Host-side plumbing shared by the hypervisor backends: supervised VMM processes, /proc usage, files.
+
+A VMM (QEMU or Firecracker) runs under a tiny `sh` wrapper that is the leader of its own session
+and process group. The wrapper exists only to write the VMM's exit status to a file: the agent may
+be restarted while the VM runs, and a later agent that adopted the VM could otherwise never tell a
+guest that powered off (exit 0, "Stopped") from a crashed VMM ("Failed").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from persys.agent.runtimes.microvm.hypervisor import HypervisorError, VMConfig, VMHandle
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# $1 is the exit-status file, the rest is the VMM's argv; the rename makes the status appear atomically.
+_EXIT_WRAPPER = 'f=$1; shift; "$@"; c=$?; echo $c > "$f.tmp" && mv "$f.tmp" "$f"; exit $c'
+
+# sun_path is 108 bytes including the NUL; leave room so deep state dirs still get a socket.
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    state: str
+    ppid: int
+    pgid: int
+    cpu_ticks: int  # utime + stime
+    start_ticks: int  # field 22: with the pid, identifies one process across pid reuse
+    rss_bytes: int
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may contain spaces and ')', so split after the last ')'; rest[N-3] is field N.
+    rest = raw.rsplit(")", 1)[1].split()
+    return ProcInfo(
+        state=rest[0],
+        ppid=int(rest[1]),
+        pgid=int(rest[2]),
+        cpu_ticks=int(rest[11]) + int(rest[12]),
+        start_ticks=int(rest[19]),
+        rss_bytes=int(rest[21]) * _PAGE,
+    )
+
+
+def is_alive(pid: int, start_ticks: int) -> bool:
+    """True while `pid` is still the very process we started (not a zombie, not a recycled pid)."""
+    info = proc_info(pid) if pid > 0 else None
+    return info is not None and info.start_ticks == start_ticks and info.state not in ("Z", "X")
+
+
+def children_of(pid: int) -> list[int]:
+    with contextlib.suppress(OSError, ValueError):  # needs CONFIG_PROC_CHILDREN; else scan /proc
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            info = proc_info(int(entry.name))
+            if info is not None and info.ppid == pid:
+                out.append(int(entry.name))
+    return out
+
+
+class VMMProcesses:
+    """Spawns VMMs under the exit-status wrapper and answers for them by handle.
+
+    Works the same for VMs this instance spawned and for VMs adopted from an earlier agent: every
+    check goes through /proc (pid + start time), the only difference being that wrappers we
+    spawned ourselves must also be reaped here.
+    """
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _reap(self) -> None:
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
+
+    async def launch(
+        self,
+        hypervisor: str,
+        cfg: VMConfig,
+        argv: list[str],
+        *,
+        api_socket: Path,
+        console_log: Path,
+        vmm_log: Path,
+        exit_file: Path,
+        disk: Path | None,
+        vmm_stdout: Path | None = None,
+    ) -> VMHandle:
+        """Starts `argv`; returns once the VMM process exists. stdout goes to `vmm_stdout` or the VMM log."""
+        child = self._spawn(argv, cfg.workdir, exit_file, vmm_stdout or vmm_log, vmm_log)
+        handle = VMHandle(
+            hypervisor=hypervisor,
+            vm_id=cfg.vm_id,
+            workdir=str(cfg.workdir),
+            wrapper_pid=child.pid,
+            wrapper_start_ticks=info.start_ticks if (info := proc_info(child.pid)) else 0,
+            vmm_pid=0,
+            vmm_start_ticks=0,
+            started_at=time.time(),
+            api_socket=str(api_socket),
+            console_log=str(console_log),
+            vmm_log=str(vmm_log),
+            disk=str(disk) if disk else "",
+            exit_file=str(exit_file),
+            taps=list(cfg.tap_devices),
+            tap_baseline={t: list(tap_counters(t)) for t in cfg.tap_devices},
+        )
+        # The VMM is the wrapper's only child; it appears as soon as the shell has forked.
+        deadline = time.monotonic() + 5.0
+        while True:
+            for kid in await asyncio.to_thread(children_of, child.pid):
+                info = proc_info(kid)
+                if info is not None:
+                    handle.vmm_pid, handle.vmm_start_ticks = kid, info.start_ticks
+                    return handle
+            if child.poll() is not None or time.monotonic() >= deadline:
+                raise HypervisorError(self.failure(handle, f"{Path(argv[0]).name} did not start"))
+            await asyncio.sleep(0.01)
+
+    def _spawn(
+        self, argv: list[str], cwd: Path, exit_file: Path, stdout: Path, stderr: Path
+    ) -> subprocess.Popen[bytes]:
+        exit_file.unlink(missing_ok=True)
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            try:
+                child = subprocess.Popen(
+                    ["/bin/sh", "-c", _EXIT_WRAPPER, "persys-vmm", str(exit_file), *argv],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=cwd,
+                    close_fds=True,
+                    start_new_session=True,  # own session + group: survives the agent, killable as a unit
+                )
+            except OSError as exc:
+                raise HypervisorError(f"spawn {argv[0]}: {exc}") from exc
+        self._children[child.pid] = child
+        return child
+
+    def alive(self, handle: VMHandle) -> bool:
+        self._reap()
+        return is_alive(handle.vmm_pid, handle.vmm_start_ticks)
+
+    def exit_code(self, handle: VMHandle) -> int | None:
+        return read_exit_code(Path(handle.exit_file)) if handle.exit_file else None
+
+    def failure(self, handle: VMHandle, what: str) -> str:
+        """`what` plus the VMM's last words, which usually name the real problem."""
+        code = self.exit_code(handle)
+        last = tail_text(Path(handle.vmm_log), 5).strip()
+        return f"{what}" + (f" (exit code {code})" if code is not None else "") + (f": {last}" if last else "")
+
+    async def wait_socket(self, handle: VMHandle, within: float) -> bool:
+        """Waits until the VMM created its API socket; False if it died first or time ran out."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if path_exists(handle.api_socket):
+                return True
+            if not self.alive(handle):
+                return False
+            await asyncio.sleep(0.02)
+        return path_exists(handle.api_socket)
+
+    async def wait_exit(self, handle: VMHandle, within: float) -> bool:
+        deadline = time.monotonic() + within
+        while True:
+            if not self.alive(handle) and not is_alive(handle.wrapper_pid, handle.wrapper_start_ticks):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+
+    async def kill(self, handle: VMHandle, *, grace: float) -> None:
+        """SIGTERM the whole group, SIGKILL whatever is left after `grace` seconds."""
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+            # The group id is only trusted while the VMM or the wrapper is provably ours: a pgid cannot
+            # be reused while a member lives, but after that it may name a stranger's group.
+            if not self.alive(handle) and not is_alive(handle.wrapper_pid, handle.wrapper_start_ticks):
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(handle.wrapper_pid, sig)
+            if self.alive(handle):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(handle.vmm_pid, sig)
+            if await self.wait_exit(handle, wait):
+                break
+        self._reap()
+
+    def usage(self, handle: VMHandle) -> tuple[int, int]:
+        """(cpu ns, resident bytes) of the VMM: its RSS includes the guest memory it touched."""
+        info = proc_info(handle.vmm_pid) if self.alive(handle) else None
+        if info is None:
+            return 0, 0
+        return info.cpu_ticks * 1_000_000_000 // _CLK_TCK, info.rss_bytes
+
+    def net(self, handle: VMHandle) -> tuple[int, int]:
+        rx = tx = 0
+        for tap in handle.taps:
+            now_rx, now_tx = tap_counters(tap)
+            base = handle.tap_baseline.get(tap, [0, 0])
+            # A tap re-created since boot restarts from 0: count from there.
+            rx += now_rx - base[0] if now_rx >= base[0] else now_rx
+            tx += now_tx - base[1] if now_tx >= base[1] else now_tx
+        return rx, tx
+
+    def forget(self) -> None:
+        """Drops the reaping duty for our children (agent shutdown): the VMs keep running."""
+        self._children.clear()
+
+
+def read_exit_code(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def socket_path(workdir: Path, name: str) -> Path:
+    """`workdir/name`, or a short path in the temp dir when that would not fit in sun_path."""
+    path = workdir / name
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"persys-vm-{digest}-{name}"
+
+
+def tail_text(path: Path, lines: int, max_bytes: int = 1 << 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))  # bounds memory on huge console logs
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    kept = data.decode(errors="replace").splitlines(keepends=True)[-lines:] if lines > 0 else []
+    return "".join(kept)
+
+
+def guest_mac(vm_id: str, index: int) -> str:
+    """A stable, locally administered unicast MAC per VM and interface."""
+    d = hashlib.sha256(f"{vm_id}/{index}".encode()).digest()
+    return "02:" + ":".join(f"{b:02x}" for b in d[:5])
+
+
+def path_exists(path: str | Path) -> bool:
+    return os.path.exists(path)
+
+
+def prepare_files(
+    console_log: Path, banner: str, *, remove: tuple[Path, ...] = (), touch: tuple[Path, ...] = ()
+) -> None:
+    """Clears stale files (an old socket makes a VMM refuse to start), creates the ones the VMM opens
+    but will not create, and marks the new boot in the console log."""
+    for p in (*remove, *touch):
+        p.unlink(missing_ok=True)
+    for p in touch:
+        p.touch()
+    with open(console_log, "ab") as con:
+        con.write(f"--- persys: {banner} at {time.ctime()} ---\n".encode())
+
+
+def tap_counters(tap: str) -> tuple[int, int]:
+    """(guest rx, guest tx) bytes of a tap: the host side's tx is what the guest received."""
+    base = Path("/sys/class/net") / tap / "statistics"
+    try:
+        return int((base / "tx_bytes").read_text()), int((base / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return 0, 0
+
+
+async def clone_file(src: Path, dst: Path) -> None:
+    """A private copy-on-write copy where the filesystem can reflink, else a sparse full copy."""
+    # --remove-destination: never write through into an old copy that may still be open elsewhere.
+    proc = await asyncio.create_subprocess_exec(
+        "cp", "--reflink=auto", "--sparse=always", "--remove-destination", str(src), str(dst),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise OSError(f"copy {src} -> {dst}: {err.decode(errors='replace').strip()}")

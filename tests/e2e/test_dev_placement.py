@@ -66,3 +66,35 @@ def test_plan_and_explain(tmp_path: Path) -> None:
         ctl("delete", "workload", "huge", env=env)
     finally:
         dev.stop(signal.SIGINT)
+
+
+KVM_VM = """
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {name: needs-kvm}
+spec:
+  type: vm
+  requiredFeatures: ["vm:accel:kvm"]
+  vm: {image: debian-base}
+"""
+
+
+def test_vm_is_tcg_here_and_kvm_cannot_be_required(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PERSYS_HOME": str(home)}
+    dev = Proc("dev", persys("dev", "--port", str(free_port())), tmp_path, env=env)
+    try:
+        dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+        node = json.loads(ctl("get", "nodes", "-o", "json", env=env).stdout)[0]
+        runtimes = node["capabilities"]["runtimes"]
+        if "vm" not in runtimes:
+            pytest.skip("libvirt is not running here: no vm runtime to check")
+        assert "accel:tcg" in runtimes["vm"]["features"] and "accel:kvm" not in runtimes["vm"]["features"]
+        ctl("apply", "-f", "-", env=env, stdin=KVM_VM)
+        view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
+            json.loads(ctl("get", "workloads", "needs-kvm", "-o", "json", env=env).stdout)[0]), 10, "Pending")
+        assert view["message"] == "0/1 nodes available: 1 missing runtime feature vm:accel:kvm"
+        ctl("delete", "workload", "needs-kvm", env=env)
+    finally:
+        dev.stop(signal.SIGINT)

@@ -197,6 +197,9 @@ class WorkloadSpec(Model):
     constraints: list[LabelConstraint] = Field(default_factory=list)
     tolerations: list[Toleration] = Field(default_factory=list)
     avoid_nodes: list[StrictStr] = Field(default_factory=list)  # placement exclusion
+    # Runtime features the node must advertise, as "<type>:<feature>", e.g. "vm:accel:kvm" to
+    # insist on hardware acceleration (see `persysctl describe node` for what nodes offer).
+    required_features: list[Annotated[StrictStr, Field(pattern=r"^[a-z]+:.+$")]] = Field(default_factory=list)
     spread_by: StrictStr = ""  # a topology label (e.g. "zone") to spread replicas across
     volumes: list[VolumeSpec] = Field(default_factory=list)
     container: ContainerSpec | None = None

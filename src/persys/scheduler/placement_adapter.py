@@ -41,6 +41,7 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None) -> pl
         volume_drivers=frozenset(v.driver for v in spec.volumes),
         pinned_node=pinned_node,
         excluded_nodes=frozenset(spec.avoid_nodes),
+        required_features=frozenset(spec.required_features),
         service=service_of(w),
         spread_label=spec.spread_by or None,
     )

@@ -1,0 +1,81 @@
+"""A VM (libvirt) and a microVM (QEMU microvm) on a `persys dev` cluster: both reach Running,
+`persysctl top` shows live CPU and memory for them, and `persysctl logs` reads their consoles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Proc, ctl, eventually, persys
+from tests.fixtures_infra import free_port
+from tests.microvm_fixtures import BOOT_MARKER, GuestImages, microvm_guest  # noqa: F401
+from tests.vm_fixtures import GUEST_READY, TestGuest, test_guest, vm_host  # noqa: F401
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vm]
+
+
+def test_vm_and_microvm_run_and_report_usage(test_guest: TestGuest, microvm_guest: GuestImages) -> None:  # noqa: F811
+    # Not under pytest's tmp dir (0700): QEMU runs as libvirt-qemu and must reach the VM's files.
+    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-e2e-vms-"))
+    home.chmod(0o755)
+    env = {"PERSYS_HOME": str(home)}
+    token = uuid.uuid4().hex[:8]
+    vm = f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: tiny-vm}}
+spec:
+  type: vm
+  resources: {{cpuMillicores: 1000, memoryMb: 256}}
+  vm:
+    image: {test_guest.base_disk}
+    kernel: {test_guest.kernel}
+    initrd: {test_guest.initrd}
+    cmdline: console=ttyS0
+    memoryMb: 256
+    cloudInit: {{userData: "#cloud-config\\n# token {token}\\n"}}
+"""
+    microvm = f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: tiny-microvm}}
+spec:
+  type: microvm
+  resources: {{cpuMillicores: 500, memoryMb: 160}}
+  microvm:
+    kernel: {microvm_guest.kernel}
+    initrd: {microvm_guest.initrd}
+    rootfs: {microvm_guest.rootfs}
+    cmdline: "console=ttyS0 quiet pci=off persys.marker={token}"
+    memoryMb: 128
+"""
+    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "vm-node"), home, env=env)
+    try:
+        dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+        ctl("apply", "-f", "-", env=env, stdin=vm)
+        ctl("apply", "-f", "-", env=env, stdin=microvm)
+
+        def usage() -> dict[str, dict] | None:  # type: ignore[type-arg]
+            rows = {r["name"]: r for r in json.loads(ctl("top", "-o", "json", env=env).stdout)}
+            ok = all(n in rows and rows[n]["ready"] == "1/1" and rows[n]["memoryBytes"] > 0
+                     and rows[n]["cpuPercent"] > 0 for n in ("tiny-vm", "tiny-microvm"))
+            return rows if ok else None
+
+        rows, took = eventually(usage, 90, "both running with usage reported")
+        print(f"VM and microVM running with live usage after {took:.1f}s: "
+              + ", ".join(f"{n} cpu {r['cpuPercent']:.1f}% mem {r['memoryBytes'] >> 20} MiB" for n, r in rows.items()))
+        eventually(lambda: GUEST_READY in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout, 60, "VM console")
+        assert token in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout  # the guest read its seed
+        eventually(lambda: f"{BOOT_MARKER} {token}" in ctl("logs", "tiny-microvm", env=env).stdout, 60,
+                   "microVM console")
+        ctl("delete", "workload", "tiny-vm", env=env)
+        ctl("delete", "workload", "tiny-microvm", env=env)
+    finally:
+        dev.stop(signal.SIGINT)
+        shutil.rmtree(home, ignore_errors=True)

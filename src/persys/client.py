@@ -69,6 +69,9 @@ class SchedulerClient:
         resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id))
         return json.loads(resp.json)
 
+    async def control(self, workload_id: str, action: str) -> dict[str, Any]:
+        return await self._doc("ControlWorkload", pb.ControlWorkloadRequest(workload_id=workload_id, action=action))
+
     async def delete(self, workload_id: str) -> dict[str, Any]:
         resp = await self._call("DeleteWorkload", pb.DeleteWorkloadRequest(workload_id=workload_id))
         return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}

@@ -203,3 +203,22 @@ def test_usage_is_reported(cluster: Cluster) -> None:
     assert "serving on 8080" in ctl("logs", "hello-docker", "--tail", "5", env=cluster.env).stdout
     ctl("delete", "workload", "hello-process", env=cluster.env)
     ctl("delete", "workload", "hello-docker", env=cluster.env)
+
+
+def test_stop_start_restart(cluster: Cluster) -> None:
+    ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env)
+    first, _ = eventually(lambda: cluster.running("hello-process"), 10, "Running")
+    pid = int(first["runtimeId"])
+    ctl("restart", "hello-process", env=cluster.env)
+    again, _ = eventually(lambda: (lambda w: w if w and int(w["runtimeId"]) != pid else None)(
+        cluster.running("hello-process")), 15, "Running as a fresh process")
+    assert not pid_alive(pid) and again["revision"].endswith("-1")
+    # Re-applying the unchanged manifest keeps the restarted revision: nothing is replaced.
+    assert "unchanged" in ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env).stdout
+    ctl("stop", "hello-process", env=cluster.env)
+    stopped, _ = eventually(lambda: (lambda w: w if w["phase"] == "Stopped" else None)(cluster.get("hello-process")),
+                            15, "Stopped")
+    assert not pid_alive(int(again["runtimeId"])) and stopped["desiredState"] == "Stopped"
+    ctl("start", "hello-process", env=cluster.env)
+    eventually(lambda: cluster.running("hello-process"), 15, "Running again")
+    ctl("delete", "workload", "hello-process", env=cluster.env)

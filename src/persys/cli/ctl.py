@@ -436,6 +436,29 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _control(name: str, action: str, server: str | None) -> None:
+    w = Api(server).request("POST", f"/v1/workloads/{name}/{action}")
+    out.print(f"workload/{name} {action} requested (revision {w['revision']})", highlight=False)
+
+
+@app.command()
+def start(name: str = typer.Argument(..., help="Workload name."), server: str | None = ServerOpt) -> None:
+    """Set a workload's desired state to Running."""
+    _control(name, "start", server)
+
+
+@app.command()
+def stop(name: str = typer.Argument(..., help="Workload name."), server: str | None = ServerOpt) -> None:
+    """Set a workload's desired state to Stopped: its instances stop but stay placed."""
+    _control(name, "stop", server)
+
+
+@app.command()
+def restart(name: str = typer.Argument(..., help="Workload name."), server: str | None = ServerOpt) -> None:
+    """Replace every instance of a workload with a fresh copy of the same spec."""
+    _control(name, "restart", server)
+
+
 @app.command()
 def logs(
     name: str = typer.Argument(..., help="Workload name."),

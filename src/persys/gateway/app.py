@@ -109,6 +109,14 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> Fa
     async def delete_workload(workload_id: str) -> dict[str, Any]:
         return await client.delete(workload_id)
 
+    @app.post("/v1/workloads/{workload_id}/{action}", tags=["workloads"])
+    async def control(workload_id: str, action: str) -> JSONResponse:
+        """`start`, `stop` or `restart` a workload without editing its manifest."""
+        if action not in ("start", "stop", "restart"):
+            return JSONResponse({"error": f"unknown action {action!r} (start, stop, restart)", "problems": []},
+                                status_code=404)
+        return JSONResponse(await client.control(workload_id, action))
+
     @app.get("/v1/workloads/{workload_id}/logs", tags=["workloads"])
     async def logs(workload_id: str, instance: str = "", tail: int = 100) -> JSONResponse:
         """The tail of an instance's output, fetched from its node's agent over mutual TLS."""

@@ -277,6 +277,13 @@ class Workload(Model):
     created_at: float
     updated_at: float
     deleting: StrictBool = False
+    # Bumped by `persysctl restart`: part of the revision, so agents replace what runs.
+    restart_epoch: StrictInt = 0
+
+    @staticmethod
+    def revision_of(spec: WorkloadSpec, restart_epoch: int) -> str:
+        base = spec.spec_revision()
+        return base if restart_epoch == 0 else f"{base}-{restart_epoch}"
 
     @classmethod
     def from_manifest(cls, m: WorkloadManifest, now: float) -> Workload:

@@ -398,14 +398,16 @@ class Scheduler:
                 await self._refresh(key)
                 continue
             old = current.value
-            if (old.revision == incoming.revision and old.labels == incoming.labels) and not old.deleting:
+            same_spec = old.spec.spec_revision() == incoming.revision
+            if same_spec and old.labels == incoming.labels and not old.deleting:
                 return old, False, False
+            revision = Workload.revision_of(incoming.spec, old.restart_epoch)
             updated = old.model_copy(
                 update={
                     "spec": incoming.spec,
                     "labels": incoming.labels,
-                    "revision": incoming.revision,
-                    "generation": old.generation + (1 if old.revision != incoming.revision else 0),
+                    "revision": revision,
+                    "generation": old.generation + (0 if same_spec else 1),
                     "updated_at": now,
                     "deleting": False,
                 }
@@ -418,6 +420,48 @@ class Scheduler:
                 return updated, False, True
             await self._refresh(key)
         raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
+
+    async def _change_workload(self, wid: str, change: Callable[[Workload], Workload], event: str) -> Workload:
+        self._require_normal()
+        key = keys.workload(wid)
+        for _ in range(10):
+            current = self.state.workloads.get(wid)
+            if current is None or current.value.deleting:
+                raise NotFound(wid)
+            updated = change(current.value.model_copy(deep=True))
+            if updated == current.value:
+                return updated
+            updated.updated_at = time.time()
+            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())],
+                                       fenced=False):
+                self.emit(event, f"workload/{wid}", f"revision {updated.revision}")
+                return updated
+            await self._refresh(key)
+        raise MutationRefused(f"workload {wid} is being changed concurrently; try again")
+
+    async def set_desired_state(self, wid: str, state: DesiredState) -> Workload:
+        """Start or stop a workload without editing its manifest."""
+
+        def change(w: Workload) -> Workload:
+            if w.spec.desired_state != state:
+                w.spec.desired_state = state
+                w.revision = Workload.revision_of(w.spec, w.restart_epoch)
+                w.generation += 1
+            return w
+
+        return await self._change_workload(wid, change, "WorkloadStarted" if state == DesiredState.RUNNING
+                                           else "WorkloadStopping")
+
+    async def restart(self, wid: str) -> Workload:
+        """Replace every instance with a fresh copy of the same spec (a new revision)."""
+
+        def change(w: Workload) -> Workload:
+            w.restart_epoch += 1
+            w.revision = Workload.revision_of(w.spec, w.restart_epoch)
+            w.generation += 1
+            return w
+
+        return await self._change_workload(wid, change, "WorkloadRestarting")
 
     async def delete(self, wid: str) -> tuple[bool, bool]:
         """Ask for a workload's removal. Returns (deleted, already_gone); idempotent."""

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.model import Capabilities, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
+from persys.model import Capabilities, DesiredState, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
@@ -225,6 +225,29 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return pb.Document(json=_dumps(self.s.explain(request.workload_id, request.node_id)))
         except NotFound as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]!s} not found")
+        raise AssertionError("unreachable")
+
+    async def ControlWorkload(self, request: pb.ControlWorkloadRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.Document:
+        await self._as_client(context)
+        actions = {
+            "start": lambda: self.s.set_desired_state(request.workload_id, DesiredState.RUNNING),
+            "stop": lambda: self.s.set_desired_state(request.workload_id, DesiredState.STOPPED),
+            "restart": lambda: self.s.restart(request.workload_id),
+        }
+        if request.action not in actions:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"action must be one of {', '.join(actions)}")
+        try:
+            await actions[request.action]()
+            return pb.Document(json=_dumps(self.s.workload_view(request.workload_id)))
+        except NotFound:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"workload {request.workload_id!r} not found")
+        except Frozen as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        except MutationRefused as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         raise AssertionError("unreachable")
 
     async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext

@@ -222,3 +222,37 @@ def test_stop_start_restart(cluster: Cluster) -> None:
     ctl("start", "hello-process", env=cluster.env)
     eventually(lambda: cluster.running("hello-process"), 15, "Running again")
     ctl("delete", "workload", "hello-process", env=cluster.env)
+
+
+def test_images_are_loaded_without_a_registry(cluster: Cluster, tmp_path: Path) -> None:
+    import shutil as sh
+    import tarfile
+
+    client = docker.from_env()
+    # A root filesystem tarball becomes a container image (docker import).
+    rootfs = tmp_path / "rootfs.tar"
+    with tarfile.open(rootfs, "w") as tar:
+        tar.add(sh.which("busybox") or "/bin/busybox", arcname="bin/busybox")
+        info = tarfile.TarInfo("bin/sh")
+        info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+        tar.addfile(info)
+    out = ctl("image", "load", "--kind", "rootfs", "--name", "persys/e2e-loaded:1", str(rootfs),
+              env=cluster.env).stdout
+    assert "imported" in out
+    assert client.images.get("persys/e2e-loaded:1")
+    # A `docker save` tarball is loaded as is.
+    saved = tmp_path / "saved.tar"
+    client.images.get("persys/e2e-loaded:1").tag("persys/e2e-saved", "1")
+    saved.write_bytes(b"".join(client.images.get("persys/e2e-saved:1").save(named="persys/e2e-saved:1")))
+    client.images.remove("persys/e2e-saved:1")
+    assert "persys/e2e-saved:1" in ctl("image", "load", str(saved), env=cluster.env).stdout
+    assert client.images.get("persys/e2e-saved:1")
+    # A VM disk goes into the node's image registry under its name.
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"\0" * 65536)
+    out = ctl("image", "load", "--kind", "disk", "--name", "tiny-disk", str(disk), env=cluster.env).stdout
+    assert "disk tiny-disk registered" in out
+    bad = ctl("image", "load", "--kind", "floppy", str(disk), env=cluster.env, check=False)
+    assert bad.returncode == 1 and "kind must be one of" in bad.stderr
+    for ref in ("persys/e2e-loaded:1", "persys/e2e-saved:1"):
+        client.images.remove(ref, force=True)

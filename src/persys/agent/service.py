@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
+from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.security.grpc_tls import peer_identity, secure_channel, server_credentials
 from persys.security.pki import TLSFiles
@@ -41,6 +47,30 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
         raise AssertionError("unreachable")
 
 
+    async def LoadImage(self, request_iterator: AsyncIterator[apb.ImageChunk], context: grpc.aio.ServicerContext
+                        ) -> apb.ImageResult:
+        who = peer_identity(context)
+        if who not in ALLOWED:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not load images")
+        spool = self.agent.config.state_dir / "incoming"
+        spool.mkdir(parents=True, exist_ok=True)
+        kind = name = ""
+        fd, tmp = tempfile.mkstemp(dir=spool)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                async for chunk in request_iterator:
+                    kind, name = kind or chunk.kind, name or chunk.name
+                    f.write(chunk.data)
+            try:
+                detail = await load_image(kind, name, Path(tmp), self.agent.config.state_dir / "runtimes")
+            except LoadError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            return apb.ImageResult(name=name, detail=detail)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
 async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server()
     apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(agent), server)
@@ -49,6 +79,19 @@ async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Serv
         raise OSError(f"agent cannot listen on {listen}")
     await server.start()
     return server, port
+
+
+async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: bytes) -> str:
+    """Stream an image to a node's agent (used by the gateway)."""
+    chunk = 1 << 20
+
+    async def chunks() -> AsyncIterator[apb.ImageChunk]:
+        for i in range(0, max(len(data), 1), chunk):
+            yield apb.ImageChunk(kind=kind, name=name, data=data[i : i + chunk])
+
+    async with secure_channel(address, tls) as channel:
+        resp = await apb_grpc.AgentServiceStub(channel).LoadImage(chunks(), timeout=600)
+    return str(resp.detail)
 
 
 async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int) -> str:

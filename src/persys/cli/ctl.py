@@ -500,6 +500,35 @@ def top(
     emit(rows, output, t)
 
 
+image_app = typer.Typer(help="Put images on nodes without a registry.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("load")
+def image_load(
+    file: Path = typer.Argument(..., help="The image file."),
+    kind: str = typer.Option("docker", "--kind", help="docker (a `docker save` tarball), rootfs (a filesystem "
+                             "tarball, imported as --name), disk, kernel or initrd (for VMs, registered as --name)."),
+    name: str = typer.Option("", "--name", help="Image name (rootfs: repo:tag; VM kinds: the registry name)."),
+    node: list[str] = typer.Option([], "--node", help="Only these nodes (default: every Ready node)."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Load an image onto nodes, e.g. `persysctl image load app.tar` or
+    `persysctl image load --kind disk --name debian-12 debian.qcow2`."""
+    if not file.is_file():
+        fail(f"{file}: no such file")
+    api = Api(server)
+    targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
+    if not targets:
+        fail("no Ready node to load the image onto")
+    data = file.read_bytes()
+    for n in targets:
+        with err_console.status(f"loading {file.name} ({_bytes(len(data))}) onto node/{n} ..."):
+            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=data,
+                            headers={"content-type": "application/octet-stream"})
+        out.print(f"node/{n}: {r['detail']}", highlight=False)
+
+
 def _node_kind(kind: str) -> None:
     if _kind(kind) != "nodes":
         fail("only nodes can be labelled or tainted")

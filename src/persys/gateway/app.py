@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
 from persys import __version__
-from persys.agent.service import fetch_logs
+from persys.agent.service import fetch_logs, send_image
 from persys.client import SchedulerClient, SchedulerError
 from persys.security.pki import TLSFiles
 
@@ -139,6 +139,21 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> Fa
             code = 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502
             return JSONResponse({"error": f"agent on {node_id}: {err.details()}", "problems": []}, status_code=code)
         return JSONResponse({"instance": inst, "node": node_id, "text": text})
+
+    @app.post("/v1/nodes/{node_id}/images", tags=["nodes"])
+    async def load_image(node_id: str, request: Request, kind: str = "docker", name: str = "") -> JSONResponse:
+        """Put an image on a node (the body is the file): kind docker (a `docker save` tarball), rootfs
+        (a filesystem tarball imported as `name`), or disk / kernel / initrd for VMs (registered as `name`)."""
+        node = await client.get_node(node_id)
+        if not node.get("address") or agent_tls is None:
+            return JSONResponse({"error": f"the agent on {node_id} serves no image endpoint", "problems": []},
+                                status_code=501)
+        try:
+            detail = await send_image(node["address"], agent_tls, kind, name, await request.body())
+        except grpc.aio.AioRpcError as err:
+            code = 400 if err.code() == grpc.StatusCode.INVALID_ARGUMENT else 502
+            return JSONResponse({"error": f"agent on {node_id}: {err.details()}", "problems": []}, status_code=code)
+        return JSONResponse({"node": node_id, "detail": detail})
 
     @app.get("/v1/nodes", tags=["nodes"])
     async def list_nodes() -> list[dict[str, Any]]:

@@ -51,6 +51,8 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         ssl_cert_reqs=ssl.CERT_REQUIRED,
         log_level="warning",
         lifespan="off",
+        # Idle keep-alive clients must not hold a shutdown forever.
+        timeout_graceful_shutdown=3,
     )
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(), name="gateway")

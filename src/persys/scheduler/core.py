@@ -46,14 +46,25 @@ from persys.store.base import Compare, Delete, Put, StateStore, StoreUnavailable
 log = logging.getLogger(__name__)
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
 BACKUP_FORMAT = "persys-backup/v1"
+PLACE_CHUNK = 32  # placements decided between two yields to the event loop
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
     return [ops[i : i + size] for i in range(0, len(ops), size)]
 
 
-def _placement_doc(decision: pl.Decision) -> dict[str, Any]:
-    return {**decision.to_dict(), "explanation": decision.explain()}
+def _placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
+    """What a status keeps of a decision: the explanation and the top candidates' scores. The
+    per-node rejections are summarised in the explanation, never stored one by one: at thousands
+    of nodes they would make every status document tens of kilobytes."""
+    return {
+        "node_id": decision.node_id,
+        "feasible": decision.feasible,
+        "total": decision.total,
+        "evaluated": decision.evaluated,
+        "scores": [s.to_dict() for s in decision.scores],
+        "explanation": explanation,
+    }
 
 
 @dataclass
@@ -63,7 +74,7 @@ class SchedulerConfig:
     report_interval_seconds: float = 2.0
     pending_retry_seconds: float = 5.0
     monitor_interval_seconds: float = 1.0
-    batch_size: int = 512  # workloads reconciled (and placed in one engine pass) per batch
+    batch_size: int = 256  # workloads reconciled per batch
     commit_concurrency: int = 256  # placement transactions in flight; etcd batches their fsyncs
     # Stop filtering once max(100, this % of nodes) feasible nodes are found (100 = score every
     # node). Like kube-scheduler's percentageOfNodesToScore and Nomad's candidate limit: at 5,000
@@ -651,7 +662,10 @@ class Scheduler:
             st = self.state.statuses.get(inst)
             pinned = st.value.volume_node if st and st.value.volume_node else None
             requests.append(to_request(w, inst, pinned))
-        decisions = self.placement.place(requests)
+        decisions: list[pl.Decision] = []
+        for i in range(0, len(requests), PLACE_CHUNK):
+            decisions += self.placement.place(requests[i : i + PLACE_CHUNK])
+            await asyncio.sleep(0)  # let heartbeats and lease keep-alives in between engine passes
         for (w, wrev, inst), decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
                 await self._mark_pending(w, wrev, inst, decision)
@@ -669,7 +683,7 @@ class Scheduler:
         if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
             return
         status = WorkloadStatus(
-            phase=Phase.PENDING, reason="Unschedulable", message=reason, placement=_placement_doc(decision),
+            phase=Phase.PENDING, reason="Unschedulable", message=reason, placement=_placement_doc(decision, reason),
             volume_node=prev.volume_node if prev else "", updated_at=time.time(),
         )
         await self.state.commit([Compare(keys.workload(w.id), wrev)], [Put(keys.status(inst), status.to_json())])
@@ -679,7 +693,7 @@ class Scheduler:
     async def _commit_placement(self, w: Workload, wrev: int, inst: str, decision: pl.Decision) -> None:
         node_id = decision.node_id
         assert node_id is not None
-        moved_from = ""
+        moved_from = explanation = ""
         try:
             now = time.time()
             st = self.state.statuses.get(inst)
@@ -690,9 +704,10 @@ class Scheduler:
             )
             volume_node = (st.value.volume_node if st else "") or (node_id if has_local_volumes(w) else "")
             moved_from = st.value.relocating_from if st else ""
+            explanation = decision.explain()
             status = WorkloadStatus(
-                phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=decision.explain(),
-                placement=_placement_doc(decision), volume_node=volume_node, relocating_from=moved_from,
+                phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=explanation,
+                placement=_placement_doc(decision, explanation), volume_node=volume_node, relocating_from=moved_from,
                 updated_at=now,
             )
             akey = keys.assignment(node_id, inst)
@@ -707,8 +722,8 @@ class Scheduler:
             self._inflight.discard(inst)
             self._commit_slots.release()
         if ok:
-            self.emit("WorkloadScheduled", f"workload/{w.id}", f"{inst}: {decision.explain()}"
-                      if inst != w.id else decision.explain(), "Scheduled")
+            self.emit("WorkloadScheduled", f"workload/{w.id}", f"{inst}: {explanation}" if inst != w.id
+                      else explanation, "Scheduled")
             if moved_from:
                 self.emit("Relocated", f"workload/{w.id}", f"{inst}: {moved_from} -> {node_id}", "Relocated")
         else:

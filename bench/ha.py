@@ -13,7 +13,6 @@ period is the floor of node-loss detection, shown next to the measured time.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import signal
 import statistics
@@ -25,43 +24,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from persys.client import SchedulerClient, SchedulerError  # noqa: E402
-from persys.security.pki import TLSFiles  # noqa: E402
-from tests.e2e.harness import Components, eventually, process_manifest  # noqa: E402
+from tests.e2e.harness import Components, active_replica, eventually, process_manifest  # noqa: E402
 from tests.fixtures_infra import start_etcd  # noqa: E402
 
 GRACE_DEFAULT = 10.0
-
-
-def active(c: Components) -> dict | None:  # type: ignore[type-arg]
-    async def ask() -> dict | None:  # type: ignore[type-arg]
-        tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")
-        for t in c.replica_targets:
-            client = SchedulerClient(t, tls, timeout=1)
-            try:
-                h = await client.health()
-                if h["active"]:
-                    return h
-            except SchedulerError:
-                pass
-            finally:
-                await client.close()
-        return None
-
-    return asyncio.run(ask())
 
 
 def failover_once(tmp: Path) -> tuple[float, float]:
     etcd = start_etcd(tmp / "etcd")
     c = Components(tmp, etcd.url, replicas=2, nodes=("n1",))
     try:
-        leader, _ = eventually(lambda: active(c), 15, "an active replica")
+        leader, _ = eventually(lambda: active_replica(c), 15, "an active replica")
         victim = c.schedulers[int(str(leader["replicaId"])[1:])]
         victim.stop(signal.SIGKILL)
         killed = time.time()
         c.ctl("apply", "-f", "-", stdin=process_manifest("probe"))
         new, _ = eventually(lambda: (lambda h: h if h and h["replicaId"] != leader["replicaId"] else None)(
-            active(c)), 30, "standby elected")
+            active_replica(c)), 30, "standby elected")
         eventually(lambda: c.workload("probe")["phase"] in ("Scheduled", "Running"), 30, "probe placed")
         placed = time.time()
         return float(new["electedAt"]) - killed, placed - killed

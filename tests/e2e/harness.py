@@ -185,3 +185,27 @@ spec:
   resources: {{cpuMillicores: {cpu}, memoryMb: 16}}
   process: {{command: ["sleep", "3600"]}}
 """
+
+
+def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
+    """Ask every scheduler replica directly; the health of the one that says it is active."""
+    import asyncio
+
+    from persys.client import SchedulerClient, SchedulerError
+    from persys.security.pki import TLSFiles
+
+    async def ask() -> dict | None:  # type: ignore[type-arg]
+        tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")
+        for target in c.replica_targets:
+            client = SchedulerClient(target, tls, timeout=2)
+            try:
+                h = await client.health()
+                if h["active"]:
+                    return h
+            except SchedulerError:
+                pass
+            finally:
+                await client.close()
+        return None
+
+    return asyncio.run(ask())

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from persys.client import SchedulerClient, SchedulerError
 from persys.scheduler import keys
-from persys.security.pki import TLSFiles
 from persys.store import open_store
-from tests.e2e.harness import Components, eventually
+from tests.e2e.harness import Components, active_replica, eventually
 from tests.fixtures_infra import start_etcd
 
 pytestmark = pytest.mark.e2e
@@ -50,26 +48,6 @@ async def placements(store_url: str) -> tuple[dict[str, list[str]], int]:
         node, inst = keys.parse_assignment(kv.key)
         where.setdefault(inst, []).append(node)
     return where, len(workloads)
-
-
-def active_replica(c: Components) -> dict[str, object] | None:
-    """Ask every replica directly; the one that says it is active."""
-
-    async def ask() -> dict[str, object] | None:
-        tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")
-        for target in c.replica_targets:
-            client = SchedulerClient(target, tls, timeout=2)
-            try:
-                h = await client.health()
-                if h["active"]:
-                    return h
-            except SchedulerError:
-                pass
-            finally:
-                await client.close()
-        return None
-
-    return asyncio.run(ask())
 
 
 def test_kill_active_scheduler_during_a_burst(tmp_path: Path) -> None:

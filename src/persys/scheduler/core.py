@@ -438,7 +438,7 @@ class Scheduler:
         for _ in range(10):
             current = self.state.workloads.get(wid)
             if current is None or current.value.deleting:
-                raise NotFound(wid)
+                raise NotFound(f"workload {wid!r}")
             updated = change(current.value.model_copy(deep=True))
             if updated == current.value:
                 return updated
@@ -516,7 +516,7 @@ class Scheduler:
         verdict and the score breakdown for that node as the cluster stands now."""
         cur = self.state.workloads.get(wid)
         if cur is None:
-            raise NotFound(wid)
+            raise NotFound(f"workload {wid!r}")
         w = cur.value
         out: dict[str, Any] = {"workload": wid, "replicas": []}
         for i in range(w.spec.replicas):
@@ -530,7 +530,7 @@ class Scheduler:
             })
         if node_id:
             if node_id not in self.state.nodes:
-                raise NotFound(f"node {node_id}")
+                raise NotFound(f"node {node_id!r}")
             ev = self.placement.evaluate(to_request(w, wid), node_id)
             out["node"] = ev.to_dict() if ev else None
         return out
@@ -938,7 +938,7 @@ class Scheduler:
         for _ in range(10):
             cur = self.state.nodes.get(node_id)
             if cur is None:
-                raise NotFound(f"node {node_id}")
+                raise NotFound(f"node {node_id!r}")
             updated = change(cur.value.model_copy(deep=True))
             if updated == cur.value:
                 return updated
@@ -993,7 +993,7 @@ class Scheduler:
     def drain_status(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
         if cur is None:
-            raise NotFound(f"node {node_id}")
+            raise NotFound(f"node {node_id!r}")
         live = self.live.get(node_id)
         on_node = set(self.state.assignments.get(node_id, {})) | (live.present if live else set())
         on_node = {i for i in on_node if workload_of(i) in self.state.workloads}
@@ -1109,7 +1109,7 @@ class Scheduler:
     def workload_view(self, wid: str) -> dict[str, Any]:
         cur = self.state.workloads.get(wid)
         if cur is None:
-            raise NotFound(wid)
+            raise NotFound(f"workload {wid!r}")
         w = cur.value
         wanted = [instance_id(wid, i) for i in range(w.spec.replicas)]
         extra = sorted(set(self.state.instances.get(wid, ())) - set(wanted), key=index_of)
@@ -1157,7 +1157,7 @@ class Scheduler:
     def node_view(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
         if cur is None:
-            raise NotFound(node_id)
+            raise NotFound(f"node {node_id!r}")
         doc = cur.value.to_doc()
         doc["labels"] = cur.value.effective_labels()
         doc["taints"] = [t.to_doc() for t in cur.value.effective_taints()]

@@ -2,13 +2,16 @@
 
 Authorization is by certificate identity: an agent (`node:<id>`) may only speak for its own
 node and cannot call the client operations; `gateway`, `admin` and `scheduler` may call all.
+Scheduler exceptions become gRPC status codes in one place (`_mapped`), which the gateway turns
+into HTTP statuses and persysctl into one line of text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -41,6 +44,29 @@ def _dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@contextlib.asynccontextmanager
+async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """Turn the scheduler's exceptions into gRPC statuses with a message for humans."""
+    try:
+        yield
+    except NotActive as err:
+        # Agents read the active replica's address from this trailer and reconnect there.
+        context.set_trailing_metadata(((LEADER_METADATA, err.leader),))
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+    except NotFound as err:
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
+    except Frozen as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+    except MutationRefused as err:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+    except StoreUnavailable as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+    except ManifestError as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
+    except ValidationError as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
+
+
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True) -> None:
         self.s = scheduler
@@ -48,23 +74,16 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     # ---------------------------------------------------------------- authorization
 
-    async def _not_active(self, err: NotActive, context: grpc.aio.ServicerContext) -> None:
-        # Agents read the active replica's address from this trailer and reconnect there.
-        context.set_trailing_metadata(((LEADER_METADATA, err.leader),))
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-
     async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
-        if not self.s.is_active:
-            await self._not_active(NotActive(self.s.leader_address()), context)
+        async with _mapped(context):
+            self.s.require_active()
         if not node_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
         if self.require_identity:
             who = peer_identity(context)
             if who != f"node:{node_id}" and who not in CLIENT_IDENTITIES:
-                await context.abort(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"certificate {who or '(none)'} may not act for node {node_id}",
-                )
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"certificate {who or '(none)'} may not act for node {node_id}")
 
     async def _as_client(self, context: grpc.aio.ServicerContext) -> None:
         if self.require_identity:
@@ -73,58 +92,49 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                     f"certificate {who or '(none)'} may not call client operations")
 
+    async def _document(self, context: grpc.aio.ServicerContext, make: Callable[[], Awaitable[Any]]) -> pb.Document:
+        """A client call whose answer is one JSON document."""
+        await self._as_client(context)
+        async with _mapped(context):
+            return pb.Document(json=_dumps(await make()))
+        raise AssertionError("unreachable")  # _mapped aborts on every error
+
     # ---------------------------------------------------------------- agent side
 
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
                            ) -> pb.RegisterNodeResponse:
         await self._as_node(request.node_id, context)
         caps = request.capabilities
-        node = Node(
-            id=request.node_id,
-            address=request.address,
-            agent_version=request.agent_version,
-            capabilities=Capabilities(
-                runtimes={r.workload_type: RuntimeInfo(version=r.version, features=list(r.features))
-                          for r in caps.runtimes},
-                storage_drivers=list(caps.storage_drivers),
-                cpu_millicores=caps.cpu_millicores,
-                memory_mb=caps.memory_mb,
-                disk_mb=caps.disk_mb,
-            ),
-            labels=dict(request.labels),
-        )
-        try:
-            node.taints = [Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
-                           for t in request.taints]
-        except ValidationError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
-        try:
+        async with _mapped(context):
+            node = Node(
+                id=request.node_id,
+                address=request.address,
+                agent_version=request.agent_version,
+                capabilities=Capabilities(
+                    runtimes={r.workload_type: RuntimeInfo(version=r.version, features=list(r.features))
+                              for r in caps.runtimes},
+                    storage_drivers=list(caps.storage_drivers),
+                    cpu_millicores=caps.cpu_millicores,
+                    memory_mb=caps.memory_mb,
+                    disk_mb=caps.disk_mb,
+                ),
+                labels=dict(request.labels),
+                taints=[Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
+                        for t in request.taints],
+            )
             await self.s.register(node)
-        except NotActive as err:
-            await self._not_active(err, context)
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         cfg = self.s.config
-        return pb.RegisterNodeResponse(
-            accepted=True,
-            heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
-            report_interval_seconds=cfg.report_interval_seconds,
-        )
+        return pb.RegisterNodeResponse(accepted=True, heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
+                                       report_interval_seconds=cfg.report_interval_seconds)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
                         ) -> pb.HeartbeatResponse:
         await self._as_node(request.node_id, context)
         u = request.usage
-        try:
-            known = self.s.heartbeat(
-                request.node_id,
-                NodeUsage(cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb,
-                          disk_used_mb=u.disk_used_mb, workloads=u.workloads),
-            )
-        except NotActive as err:
-            await self._not_active(err, context)
+        async with _mapped(context):
+            known = self.s.heartbeat(request.node_id, NodeUsage(
+                cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
+                workloads=u.workloads))
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
 
     async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
@@ -140,12 +150,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             )
             for r in request.workloads
         ]
-        try:
+        async with _mapped(context):
             await self.s.report(request.node_id, reports, request.complete)
-        except NotActive as err:
-            await self._not_active(err, context)
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.ReportStatusResponse(accepted=True)
 
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
@@ -153,11 +159,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_node(request.node_id, context)
         stream = self.s.desired_stream(request.node_id)
         while True:
-            try:
+            async with _mapped(context):  # a deposed replica ends the stream with the new address
                 assignments = await anext(stream)
-            except NotActive as err:
-                await self._not_active(err, context)
-                return
             items = []
             for a in assignments:
                 w = self.s.state.workloads.get(workload_of(a.workload_id))
@@ -171,117 +174,81 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     # ---------------------------------------------------------------- client side
 
+    @staticmethod
+    def _manifest(raw: bytes) -> WorkloadManifest:
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ManifestError([f"(document): not valid JSON: {err}"]) from None
+        return validate_manifest(doc)
+
     async def ApplyWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                             ) -> pb.ApplyWorkloadResponse:
         await self._as_client(context)
-        try:
-            doc = json.loads(request.manifest_json)
-            manifest = validate_manifest(doc)
-        except json.JSONDecodeError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"(document): not valid JSON: {err}")
-        except ManifestError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
-        except ValidationError as err:  # pragma: no cover - validate_manifest converts these
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
-        try:
-            w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
-        return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
-                                        workload_json=_dumps(view))
-
-    async def _manifest(self, raw: bytes, context: grpc.aio.ServicerContext) -> WorkloadManifest:
-        try:
-            return validate_manifest(json.loads(raw))
-        except json.JSONDecodeError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"(document): not valid JSON: {err}")
-        except ManifestError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
+        async with _mapped(context):
+            w, created, changed = await self.s.apply(self._manifest(request.manifest_json), dry_run=request.dry_run)
+            view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
+            return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
+                                            workload_json=_dumps(view))
         raise AssertionError("unreachable")
 
     async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                            ) -> pb.Document:
-        await self._as_client(context)
-        manifest = await self._manifest(request.manifest_json, context)
-        plan = self.s.plan(manifest)
-        doc = {
-            "workload": manifest.metadata.name,
-            "replicas": [
-                {"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}
-                for inst, d in plan
-            ],
-        }
-        return pb.Document(json=_dumps(doc))
+        async def plan() -> dict[str, Any]:
+            manifest = self._manifest(request.manifest_json)
+            return {
+                "workload": manifest.metadata.name,
+                "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}
+                             for inst, d in self.s.plan(manifest)],
+            }
 
-    async def ExplainWorkload(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.Document:
-        await self._as_client(context)
-        try:
-            return pb.Document(json=_dumps(self.s.explain(request.workload_id, request.node_id)))
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]!s} not found")
-        raise AssertionError("unreachable")
+        return await self._document(context, plan)
+
+    async def ExplainWorkload(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def explain() -> dict[str, Any]:
+            return self.s.explain(request.workload_id, request.node_id)
+
+        return await self._document(context, explain)
 
     async def ControlWorkload(self, request: pb.ControlWorkloadRequest, context: grpc.aio.ServicerContext
                               ) -> pb.Document:
-        await self._as_client(context)
-        actions = {
+        actions: dict[str, Callable[[], Awaitable[Any]]] = {
             "start": lambda: self.s.set_desired_state(request.workload_id, DesiredState.RUNNING),
             "stop": lambda: self.s.set_desired_state(request.workload_id, DesiredState.STOPPED),
             "restart": lambda: self.s.restart(request.workload_id),
         }
         if request.action not in actions:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"action must be one of {', '.join(actions)}")
-        try:
+
+        async def control() -> dict[str, Any]:
             await actions[request.action]()
-            return pb.Document(json=_dumps(self.s.workload_view(request.workload_id)))
-        except NotFound:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"workload {request.workload_id!r} not found")
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
+            return self.s.workload_view(request.workload_id)
+
+        return await self._document(context, control)
 
     async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext
                              ) -> pb.DeleteWorkloadResponse:
         await self._as_client(context)
-        try:
+        async with _mapped(context):
             deleted, gone = await self.s.delete(request.workload_id)
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
+            return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
+        raise AssertionError("unreachable")
 
     async def GetWorkload(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
-        try:
-            return pb.Document(json=_dumps(self.s.workload_view(request.id)))
-        except NotFound:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"workload {request.id!r} not found")
-        raise AssertionError("unreachable")
+        async def view() -> dict[str, Any]:
+            return self.s.workload_view(request.id)
+
+        return await self._document(context, view)
 
     async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
         await self._as_client(context)
         return pb.DocumentList(items=[_dumps(v) for v in self.s.list_workload_views(request.node_id)])
 
     async def GetNode(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
-        try:
-            return pb.Document(json=_dumps(self.s.node_view(request.id)))
-        except NotFound:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"node {request.id!r} not found")
-        raise AssertionError("unreachable")
+        async def view() -> dict[str, Any]:
+            return self.s.node_view(request.id)
+
+        return await self._document(context, view)
 
     async def ListNodes(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
         await self._as_client(context)
@@ -292,45 +259,46 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         try:
             events = await self.s.events.recent(limit=request.limit or 100, subject=request.subject or None)
-        except Exception as err:
+        except Exception as err:  # any backend failure: events are observability, say so plainly
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"event stream unavailable: {err}")
         return pb.DocumentList(items=[
             _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
                     "message": e.message}) for e in events
         ])
 
-    async def _node_op(self, context: grpc.aio.ServicerContext, node_id: str, op: Any) -> pb.Document:
-        await self._as_client(context)
-        try:
+    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
+        h = await self.s.health()
+        return pb.HealthResponse(
+            mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
+            nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
+            replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
+        )
+
+    # ---------------------------------------------------------------- node operations
+
+    async def _node_op(self, context: grpc.aio.ServicerContext, node_id: str,
+                       op: Callable[[], Awaitable[Any]]) -> pb.Document:
+        async def run() -> dict[str, Any]:
             await op()
-            return pb.Document(json=_dumps(self.s.node_view(node_id)))
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except ValidationError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
+            return self.s.node_view(node_id)
+
+        return await self._document(context, run)
 
     async def CordonNode(self, request: pb.CordonRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         return await self._node_op(context, request.node_id, lambda: self.s.cordon(request.node_id, request.cordon))
 
     async def DrainNode(self, request: pb.DrainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._node_op(context, request.node_id,
-                            lambda: self.s.drain(request.node_id, request.deadline_seconds))
-        return pb.Document(json=_dumps(self.s.drain_status(request.node_id)))
+        async def drain() -> dict[str, Any]:
+            await self.s.drain(request.node_id, request.deadline_seconds)
+            return self.s.drain_status(request.node_id)
+
+        return await self._document(context, drain)
 
     async def DrainStatus(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
-        try:
-            return pb.Document(json=_dumps(self.s.drain_status(request.id)))
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
-        raise AssertionError("unreachable")
+        async def status() -> dict[str, Any]:
+            return self.s.drain_status(request.id)
+
+        return await self._document(context, status)
 
     async def LabelNode(self, request: pb.LabelRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         return await self._node_op(context, request.node_id,
@@ -344,50 +312,25 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._node_op(context, request.node_id,
                                    lambda: self.s.taint(request.node_id, add(), list(request.remove)))
 
+    # ---------------------------------------------------------------- administration
+
     async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
-        try:
-            return pb.Document(json=_dumps(await self.s.backup()))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
+        return await self._document(context, self.s.backup)
 
     async def Restore(self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
-        try:
-            doc = self.s.local_backup() if request.latest_local else json.loads(request.backup_json)
-            if not isinstance(doc, dict):
-                raise ValueError("a backup is a JSON object")
-            return pb.Document(json=_dumps(await self.s.restore(doc, force=request.force)))
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
-        except (ValueError, KeyError, TypeError) as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid backup: {err}")
-        except Frozen as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
+        async def restore() -> dict[str, Any]:
+            try:
+                doc = self.s.local_backup() if request.latest_local else json.loads(request.backup_json)
+                if not isinstance(doc, dict):
+                    raise ValueError("a backup is a JSON object")
+                return await self.s.restore(doc, force=request.force)
+            except (ValueError, KeyError, TypeError) as err:
+                raise ManifestError([f"invalid backup: {err}"]) from None
+
+        return await self._document(context, restore)
 
     async def Recover(self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        await self._as_client(context)
         if not request.confirm_empty:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "recovering accepts the store's current (empty) contents: confirm explicitly")
-        try:
-            return pb.Document(json=_dumps(await self.s.recover()))
-        except MutationRefused as err:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
-
-    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
-        h = await self.s.health()
-        return pb.HealthResponse(
-            mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
-            nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
-            replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
-        )
+        return await self._document(context, self.s.recover)

@@ -127,4 +127,5 @@ class SchedulerClient:
         h = await self._call("Health", pb.HealthRequest())
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
-                "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at}
+                "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
+                "sharded": h.sharded, "ownedNodes": h.owned_nodes}

@@ -296,6 +296,8 @@ def scheduler(
     data_dir: Path = typer.Option(Path("/var/lib/persys/scheduler"), "--data-dir",
                                   help="Remembers the cluster id (to recognise a wiped store) and rolling backups."),
     replica_id: str = typer.Option("", "--replica-id", help="Unique name of this replica (default: random)."),
+    sharded: bool = typer.Option(False, "--sharded", help="Active-active: spread nodes over all live replicas "
+                                 "(rendezvous hashing); placement stays with the elected leader."),
     advertise: str = typer.Option("", "--advertise", help="host:port agents use to reach this replica "
                                   "(default: --listen, or this host's name when listening on 0.0.0.0)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -312,7 +314,7 @@ def scheduler(
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv))
+                replica_id=replica_id, advertise=adv, sharded=sharded))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

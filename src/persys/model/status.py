@@ -47,6 +47,9 @@ class WorkloadStatus(Model):
     # The node this instance is being moved off (drain, node loss); it is placed again once
     # that node no longer runs it (or is lost).
     relocating_from: str = ""
+    # The node whose agent last confirmed this instance gone (after its assignment there was
+    # withdrawn): how the placing replica learns it without owning that node's agent.
+    left_node: str = ""
     # Drift found between this instance's assignment and its agent's report: kind, the rule that
     # matched, the remediation, and since when (empty when in sync).
     drift: dict[str, Any] = Field(default_factory=dict)

@@ -40,8 +40,10 @@ from persys.scheduler.drift import Drift, Reported, detect
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
+from persys.scheduler.shards import encode_members
+from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.state import ClusterState
-from persys.store.base import Compare, Delete, Put, StateStore, StoreUnavailable
+from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
@@ -88,6 +90,9 @@ class SchedulerConfig:
     replica_id: str = ""  # unique per replica (default: a random id)
     advertise: str = ""  # address agents should use to reach this replica when it is active
     leader_ttl_seconds: float = 2.0  # failover happens within about this long
+    # Active-active: node work (agents, liveness, statuses) is spread over all live replicas by
+    # rendezvous hashing; placement stays with the elected leader. Off: one active replica.
+    sharded: bool = False
     backup_interval_seconds: float = 60.0
 
 
@@ -178,7 +183,10 @@ class Scheduler:
             store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
             self._elected, self._deposed, ttl=self.config.leader_ttl_seconds,
         )
-        self.state.fence = lambda: self.election.fence() if self.election.is_leader else None
+        self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
+        self.state.fences["node"] = self._node_fence
+        self._member_rev = 0  # mod revision of our /persys/replicas key (sharded mode)
+        self._owned: set[str] = set()
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.elected_at = 0.0  # monotonic time of the last election win (for failover timing)
         self.elected_at_wall = 0.0
@@ -186,6 +194,75 @@ class Scheduler:
     @property
     def is_active(self) -> bool:
         return self.election.is_leader
+
+    # ------------------------------------------------------------------ shards
+
+    def owner_of(self, node_id: str) -> str:
+        members = self.state.shards[0]
+        return shard_owner(node_id, members) if members else ""
+
+    def owns(self, node_id: str) -> bool:
+        """Whether this replica serves the node's agent and judges its liveness."""
+        if not self.config.sharded:
+            return self.is_active
+        return self._member_rev > 0 and self.owner_of(node_id) == self.election.replica_id
+
+    def require_owner(self, node_id: str) -> None:
+        if not self.owns(node_id):
+            if not self.config.sharded:
+                raise NotActive(self.leader_address())
+            raise NotActive(self.state.replicas.get(self.owner_of(node_id), ""))
+
+    def _node_fence(self) -> list[Compare] | None:
+        if not self.config.sharded:
+            return self.election.fence() if self.election.is_leader else None
+        members, rev = self.state.shards
+        if not self._member_rev or not rev or self.election.replica_id not in members:
+            return None
+        # Our membership still holds (lease alive) and the shard map is the one we acted on.
+        return [Compare(keys.REPLICAS + self.election.replica_id, self._member_rev), Compare(keys.SHARDS, rev)]
+
+    async def _membership_loop(self) -> None:
+        """Announce this replica (leased) for as long as it runs; re-announce after a lost lease."""
+        key = keys.REPLICAS + self.election.replica_id
+        value = json.dumps({"address": self.config.advertise}).encode()
+        while True:
+            try:
+                lease = await self.store.grant_lease(self.config.leader_ttl_seconds)
+                keeper = LeaseKeeper(self.store, lease, self.config.leader_ttl_seconds)
+                keeper.start()
+                try:
+                    self._member_rev = await self.store.put(key, value, lease)
+                    await keeper.lost.wait()
+                finally:
+                    self._member_rev = 0
+                    await keeper.stop()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("replica membership: %s; retrying", err)
+            await asyncio.sleep(self.config.leader_ttl_seconds / 4)
+
+    async def _sync_shards(self) -> None:
+        """Leader: record the live membership as the shard map when it changed."""
+        if not (self.config.sharded and self.is_active):
+            return
+        live = set(self.state.replicas)
+        members, rev = self.state.shards
+        if live and live != set(members):
+            await self.state.commit([Compare(keys.SHARDS, rev)], [Put(keys.SHARDS, encode_members(live))])
+
+    def _shards_changed(self) -> None:
+        """Hand nodes over: newly owned ones get a fresh grace period; agents of nodes we no
+        longer own are pointed at their new owner when their streams end."""
+        now = self.clock()
+        owned = {n for n in self.state.nodes if self.owns(n)}
+        for n in owned - self._owned:
+            live = self.live.setdefault(n, LiveNode(now, time.time()))
+            live.last_heartbeat = now
+        self._owned = owned
+        for ev in self._node_changed.values():
+            ev.set()
 
     def leader_address(self) -> str:
         return leader_address(self.state.leader)
@@ -207,10 +284,8 @@ class Scheduler:
             live.last_heartbeat = now
         for wid in list(self.state.workloads):
             self._enqueue(wid)
-        self._active_tasks = [
-            asyncio.create_task(self._worker(), name="reconcile-worker"),
-            asyncio.create_task(self._monitor(), name="node-monitor"),
-        ]
+        self._active_tasks = [asyncio.create_task(self._worker(), name="reconcile-worker")]
+        self._spawn(self._sync_shards())
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
     async def _deposed(self) -> None:
@@ -261,7 +336,10 @@ class Scheduler:
         self._tasks = [
             asyncio.create_task(self._publisher(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
+            asyncio.create_task(self._monitor(), name="node-monitor"),
         ]
+        if self.config.sharded:
+            self._tasks.append(asyncio.create_task(self._membership_loop(), name="replica-membership"))
         self.election.start()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.election.settled.wait(), timeout=self.config.leader_ttl_seconds * 3)
@@ -304,12 +382,21 @@ class Scheduler:
             self._enqueue(workload_of(instance))
         elif kind in ("workload", "status"):
             self._enqueue(workload_of(ident))
+        elif kind == "replicas":
+            self._spawn(self._sync_shards())
+        elif kind == "shards":
+            self._shards_changed()
         elif kind == "node":
             self._wake_node(ident)
             self._pending_dirty = True  # a node changed: Pending workloads may fit now
             node = self.state.nodes.get(ident)
             if node is not None and node.value.draining:
                 self._enqueue_node_workloads(ident)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
 
     def _wake_node(self, node_id: str) -> None:
         ev = self._node_changed.get(node_id)
@@ -379,6 +466,8 @@ class Scheduler:
                 continue  # liveness cannot be judged or recorded while frozen
             try:
                 await self._check_nodes()
+                if not self.is_active:
+                    continue
                 if self._pending_dirty or self.clock() - last_retry >= self.config.pending_retry_seconds:
                     # Coalesced: a burst of node changes costs one pass over the workloads.
                     self._pending_dirty = False
@@ -587,7 +676,7 @@ class Scheduler:
             return False
         new = prev.model_copy(update={
             "phase": Phase.PENDING, "reason": "Relocating", "message": f"{why}; moving it elsewhere",
-            "relocating_from": node_id, "updated_at": time.time(),
+            "relocating_from": node_id, "left_node": "", "updated_at": time.time(),
         })
         ok = await self.state.commit(
             [Compare(keys.workload(w.id), wrev)],
@@ -602,13 +691,7 @@ class Scheduler:
         copy elsewhere: a single-instance workload must never run twice."""
         st = self.state.statuses.get(inst)
         old = st.value.relocating_from if st else ""
-        if not old:
-            return False
-        node = self.state.nodes.get(old)
-        live = self.live.get(old)
-        if node is None or node.value.status != NodeStatus.READY or live is None or not live.reported:
-            return False  # lost or gone: nothing to wait for
-        return inst in live.present
+        return bool(old) and self._runs_on(inst, old)
 
     async def _cleanup_orphans(self, instances: set[str]) -> None:
         ops: list[Put | Delete] = []
@@ -631,15 +714,14 @@ class Scheduler:
             if node_id is not None:
                 # Withdraw the assignment: the agent stops and removes what is no longer desired.
                 status = (st.value if st else WorkloadStatus()).model_copy(
-                    update={"phase": Phase.DELETING, "reason": "Deleting", "message": "", "updated_at": now}
+                    update={"phase": Phase.DELETING, "reason": "Deleting", "message": "", "left_node": "",
+                            "updated_at": now}
                 )
                 withdraw += [Delete(keys.assignment(node_id, inst)), Put(keys.status(inst), status.to_json())]
                 waiting = True
                 continue
             on_node = st.value.node_id if st else ""
-            live = self.live.get(on_node)
-            node = self.state.nodes.get(on_node)
-            if live is not None and node is not None and node.value.status == NodeStatus.READY and inst in live.present:
+            if on_node and self._runs_on(inst, on_node):
                 waiting = True  # the agent's next complete report without it re-enqueues us
         if withdraw:
             for chunk in _chunks(withdraw, TXN_MAX_OPS - 1):
@@ -751,7 +833,7 @@ class Scheduler:
     # ------------------------------------------------------------------ agent API
 
     async def register(self, node: Node) -> None:
-        self.require_active()
+        self.require_owner(node.id)
         self._require_normal()
         now = time.time()
         key = keys.node(node.id)
@@ -774,7 +856,8 @@ class Scheduler:
             self.live[node.id].last_heartbeat = self.clock()
             if cur is not None and _same_node(cur.value, merged):
                 break
-            if await self.state.commit([Compare(key, cur.mod_revision if cur else 0)], [Put(key, merged.to_json())]):
+            if await self.state.commit([Compare(key, cur.mod_revision if cur else 0)], [Put(key, merged.to_json())],
+                                       fenced="node"):
                 self.emit("NodeJoined" if cur is None else "NodeRegistered", f"node/{node.id}",
                           f"runtimes: {', '.join(sorted(node.capabilities.runtimes)) or 'none'}")
                 break
@@ -783,7 +866,7 @@ class Scheduler:
 
     def heartbeat(self, node_id: str, usage: NodeUsage) -> bool:
         """Record liveness in memory. False when the node is unknown and must register."""
-        self.require_active()
+        self.require_owner(node_id)
         if node_id not in self.state.nodes:
             return False
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
@@ -793,9 +876,10 @@ class Scheduler:
         return True
 
     async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
-        self.require_active()
+        self.require_owner(node_id)
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
         live.last_heartbeat = self.clock()
+        gone: set[str] = set()
         if complete:
             gone = live.present - {r.workload_id for r in reports}
             live.present = {r.workload_id for r in reports}
@@ -804,6 +888,7 @@ class Scheduler:
                 self._enqueue(workload_of(inst))
         if self.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
+        await self._confirm_left(node_id, gone)
         drifts = self._track_drift(node_id, reports, complete)
         changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
         for r in reports:
@@ -820,13 +905,13 @@ class Scheduler:
         for chunk in [changes[i : i + TXN_MAX_OPS] for i in range(0, len(changes), TXN_MAX_OPS)]:
             compares = [Compare(keys.status(inst), rev) for inst, rev, _, _ in chunk]
             puts: list[Put | Delete] = [Put(keys.status(inst), new.to_json()) for inst, _, _, new in chunk]
-            if await self.state.commit(compares, puts):
+            if await self.state.commit(compares, puts, fenced="node"):
                 landed = chunk
             else:
                 landed = []
                 for inst, rev, prev, new in chunk:
                     key = keys.status(inst)
-                    if await self.state.commit([Compare(key, rev)], [Put(key, new.to_json())]):
+                    if await self.state.commit([Compare(key, rev)], [Put(key, new.to_json())], fenced="node"):
                         landed.append((inst, rev, prev, new))
             for inst, _, prev, new in landed:
                 if new.phase != prev.phase:
@@ -836,6 +921,28 @@ class Scheduler:
                     prefix = f"{inst}: " if inst != wid else ""
                     self.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
                               new.reason)
+
+    async def _confirm_left(self, node_id: str, gone: set[str]) -> None:
+        """Record that a node's agent no longer runs instances withdrawn from it, so whichever
+        replica places them (or finalises their deletion) knows without owning this node."""
+        for inst in gone:
+            st = self.state.statuses.get(inst)
+            if st is None or self.state.placement_of.get(inst) == node_id or st.value.left_node == node_id:
+                continue
+            new = st.value.model_copy(update={"left_node": node_id})
+            key = keys.status(inst)
+            await self.state.commit([Compare(key, st.mod_revision)], [Put(key, new.to_json())], fenced="node")
+
+    def _runs_on(self, inst: str, node_id: str) -> bool:
+        """Whether `node_id`'s agent still runs `inst`, as far as this replica can tell."""
+        node = self.state.nodes.get(node_id)
+        if node is None or node.value.status != NodeStatus.READY:
+            return False  # lost or gone: nothing to wait for
+        live = self.live.get(node_id)
+        if self.owns(node_id) and live is not None and live.reported:
+            return inst in live.present
+        st = self.state.statuses.get(inst)
+        return st is not None and st.value.left_node != node_id
 
     def _track_drift(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> dict[str, dict[str, Any]]:
         """Find drift on one node; publish what is new or resolved. Returns instance -> record."""
@@ -901,7 +1008,7 @@ class Scheduler:
         """Full desired state for `node_id`, again after every change to it."""
         ev = self._node_changed.setdefault(node_id, asyncio.Event())
         while True:
-            self.require_active()  # a deposed replica ends the stream; the agent finds the new one
+            self.require_owner(node_id)  # after a handoff the stream ends; the agent finds the new owner
             ev.clear()
             yield [a.value for a in self.state.assignments.get(node_id, {}).values()]
             await ev.wait()
@@ -910,6 +1017,8 @@ class Scheduler:
         now = self.clock()
         grace = self.config.node_grace_seconds
         for node_id, cur in list(self.state.nodes.items()):
+            if not self.owns(node_id):
+                continue  # another replica judges this node
             live = self.live.get(node_id)
             # After our own restart every node gets a full grace period to reach us.
             last = live.last_heartbeat if live else self._started_at
@@ -921,7 +1030,7 @@ class Scheduler:
                 NodeStatus.NOT_READY, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)")
             updated = node.model_copy(update={"status": status, "status_reason": why})
             ok = await self.state.commit([Compare(keys.node(node_id), cur.mod_revision)],
-                                         [Put(keys.node(node_id), updated.to_json())])
+                                         [Put(keys.node(node_id), updated.to_json())], fenced="node")
             if ok:
                 self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
                 if alive:
@@ -1195,6 +1304,8 @@ class Scheduler:
             "active": self.is_active,
             "leader": self.leader_address(),
             "electedAt": self.elected_at_wall,
+            "sharded": self.config.sharded,
+            "ownedNodes": sum(1 for n in self.state.nodes if self.owns(n)),
             "mode": self.mode,
             "storeOk": store_ok,
             "eventsOk": events_ok,

@@ -2,6 +2,8 @@
 
     /persys/cluster                          cluster marker: {"id", "created_at"}
     /persys/leader                           the active scheduler replica (leased)
+    /persys/replicas/<replica>               a live replica and its address (leased)
+    /persys/shards                           {"members"}: the replicas node shards are spread over
     /persys/workloads/<workload>             Workload: desired spec, revision, generation
     /persys/status/<workload>                WorkloadStatus: phase, node, reason, placement
     /persys/nodes/<node>                     Node: capabilities, labels, taints, Ready/NotReady
@@ -16,6 +18,8 @@ from __future__ import annotations
 ROOT = "/persys/"
 CLUSTER = "/persys/cluster"
 LEADER = "/persys/leader"  # {"id", "address"} of the active replica, under its lease
+REPLICAS = "/persys/replicas/"  # one leased key per live replica: {"address"}
+SHARDS = "/persys/shards"  # the membership the node shards are computed from (written by the leader)
 WORKLOADS = "/persys/workloads/"
 STATUS = "/persys/status/"
 NODES = "/persys/nodes/"

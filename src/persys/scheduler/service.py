@@ -76,7 +76,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
         async with _mapped(context):
-            self.s.require_active()
+            self.s.require_owner(node_id)  # the active replica, or in sharded mode the node's owner
         if not node_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
         if self.require_identity:
@@ -272,6 +272,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
+            sharded=h["sharded"], owned_nodes=h["ownedNodes"],
         )
 
     # ---------------------------------------------------------------- node operations

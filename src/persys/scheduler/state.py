@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from persys.model import Assignment, Node, Workload, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys
+from persys.scheduler.shards import decode_members
 from persys.store.base import Compare, Delete, Put, StateStore, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,11 @@ class ClusterState:
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
         self.cluster_marker: dict[str, object] | None = None
         self.leader: bytes | None = None  # value of the leader key
-        # Compares every fenced write must carry; None = this replica may not write (not active).
-        self.fence: Callable[[], list[Compare] | None] = lambda: []
+        self.replicas: dict[str, str] = {}  # live replica -> address
+        self.shards: tuple[tuple[str, ...], int] = ((), 0)  # (members, mod revision of the epoch key)
+        # Compares fenced writes must carry, by kind ("leader": reconciliation; "node": a node
+        # owner's writes); None = this replica may not make such writes now.
+        self.fences: dict[str, Callable[[], list[Compare] | None]] = {"leader": lambda: [], "node": lambda: []}
         self.revision = 0
         self._tombstones: dict[str, int] = {}
         self._revs: dict[str, int] = {}
@@ -75,6 +79,8 @@ class ClusterState:
         self.instances.clear()
         self.cluster_marker = None
         self.leader = None
+        self.replicas.clear()
+        self.shards = ((), 0)
         self._tombstones.clear()
         self._revs.clear()
         self.revision = 0
@@ -162,6 +168,12 @@ class ClusterState:
             if key == keys.LEADER:
                 self.leader = value
                 return "leader", ""
+            if key.startswith(keys.REPLICAS):
+                self.replicas[key.removeprefix(keys.REPLICAS)] = str(json.loads(value).get("address", ""))
+                return "replicas", ""
+            if key == keys.SHARDS:
+                self.shards = (decode_members(value), rev)
+                return "shards", ""
         except ValueError as err:
             log.error("ignoring undecodable document at %s: %s", key, err)
         return "", ""
@@ -196,6 +208,12 @@ class ClusterState:
         if key == keys.LEADER:
             self.leader = None
             return "leader", ""
+        if key.startswith(keys.REPLICAS):
+            self.replicas.pop(key.removeprefix(keys.REPLICAS), None)
+            return "replicas", ""
+        if key == keys.SHARDS:
+            self.shards = ((), 0)
+            return "shards", ""
         return "", ""
 
     def _unindex(self, instance: str) -> None:
@@ -221,14 +239,15 @@ class ClusterState:
         """The mod revision the mirror holds for `key` (0 = absent), for compare-and-swap."""
         return self._revs.get(key, 0)
 
-    async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete], fenced: bool = True) -> bool:
+    async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete], fenced: bool | str = True
+                     ) -> bool:
         """Apply `ops` atomically if every compare holds; fold them into the mirror on success.
 
         Fenced writes (the default: everything reconciliation does) also require this replica to
         still hold the leadership it had when it decided; unfenced ones (a client's own CAS on a
         workload) may come from any replica."""
         if fenced:
-            fence = self.fence()
+            fence = self.fences["leader" if fenced is True else str(fenced)]()
             if fence is None:
                 return False
             compares = [*fence, *compares]

@@ -48,7 +48,7 @@ from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, Sto
 log = logging.getLogger(__name__)
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
 BACKUP_FORMAT = "persys-backup/v1"
-PLACE_CHUNK = 32  # placements decided between two yields to the event loop
+PLACE_CHUNK = 128  # placements decided between two yields to the event loop
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
@@ -747,7 +747,7 @@ class Scheduler:
         decisions: list[pl.Decision] = []
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.placement.place(requests[i : i + PLACE_CHUNK])
-            await asyncio.sleep(0)  # let heartbeats and lease keep-alives in between engine passes
+            await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
         for (w, wrev, inst), decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
                 await self._mark_pending(w, wrev, inst, decision)

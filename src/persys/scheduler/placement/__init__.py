@@ -12,6 +12,7 @@ from .engine import (
     aggregate_rejections,
     decide,
     place_many,
+    place_many_from,
 )
 from .evaluate import NodeEvaluation, evaluate_node
 from .filters import DEFAULT_FILTERS
@@ -58,4 +59,5 @@ __all__ = [
     "decide",
     "evaluate_node",
     "place_many",
+    "place_many_from",
 ]

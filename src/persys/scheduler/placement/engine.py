@@ -293,7 +293,22 @@ def place_many(
     new reservation is folded into the next decision's view, so a burst never double-books a node.
     The reservation id is the workload id; the scheduler releases it once the agent commits.
     """
-    current = snapshot.with_reservations(ledger.view())
+    decisions, _ = place_many_from(snapshot.with_reservations(ledger.view()), requests, ledger, config)
+    return decisions
+
+
+def place_many_from(
+    current: Snapshot,
+    requests: Sequence[WorkloadRequest],
+    ledger: Reservations,
+    config: PlacementConfig = DEFAULT_CONFIG,
+) -> tuple[list[Decision], Snapshot]:
+    """``place_many`` for a caller that keeps the overlaid snapshot between calls.
+
+    ``current`` must already show every reservation in ``ledger``; the returned snapshot shows the
+    new ones too. Overlaying the whole ledger costs O(reserved nodes) per call, which a scheduler
+    placing one workload at a time would otherwise pay for every placement.
+    """
     decisions: list[Decision] = []
     for request in requests:
         decision = decide(current, request, config)
@@ -315,7 +330,7 @@ def place_many(
         assert base is not None
         updated: NodeInfo = apply_reserved(base, ledger.on_node(decision.node_id))
         current = current._with_node(updated, _view_of(ledger, current, decision.node_id))
-    return decisions
+    return decisions, current
 
 
 def _view_of(ledger: Reservations, current: Snapshot, node_id: str) -> ReservationView:

@@ -170,6 +170,7 @@ class Scheduler:
         self._queued: set[str] = set()
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
+        self._spec_cache: dict[tuple[str, str], bytes] = {}
         self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
         self._commit_tasks: set[asyncio.Task[None]] = set()
@@ -1003,6 +1004,20 @@ class Scheduler:
             }
         )
         return r.workload_id, st.mod_revision, prev, new
+
+    def spec_json(self, wid: str) -> bytes | None:
+        """A workload's spec as sent to agents, serialised once per revision (every change on a
+        node resends that node's whole desired set)."""
+        cur = self.state.workloads.get(wid)
+        if cur is None:
+            return None
+        key = (wid, cur.value.revision)
+        cached = self._spec_cache.get(key)
+        if cached is None:
+            if len(self._spec_cache) > 200_000:
+                self._spec_cache.clear()
+            cached = self._spec_cache[key] = cur.value.spec.to_json()
+        return cached
 
     async def desired_stream(self, node_id: str) -> AsyncIterator[list[Assignment]]:
         """Full desired state for `node_id`, again after every change to it."""

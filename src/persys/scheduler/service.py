@@ -163,12 +163,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 assignments = await anext(stream)
             items = []
             for a in assignments:
-                w = self.s.state.workloads.get(workload_of(a.workload_id))
-                if w is None:
+                spec = self.s.spec_json(workload_of(a.workload_id))
+                if spec is None:
                     continue
                 items.append(pb.AssignedWorkload(
                     workload_id=a.workload_id, revision=a.revision, generation=a.generation,
-                    desired_state=str(a.desired_state), spec_json=w.value.spec.to_json(),
+                    desired_state=str(a.desired_state), spec_json=spec,
                 ))
             yield pb.DesiredState(workloads=items, mode=self.s.mode, store_revision=self.s.state.revision)
 

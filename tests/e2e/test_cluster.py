@@ -256,3 +256,16 @@ def test_images_are_loaded_without_a_registry(cluster: Cluster, tmp_path: Path) 
     assert bad.returncode == 1 and "kind must be one of" in bad.stderr
     for ref in ("persys/e2e-loaded:1", "persys/e2e-saved:1"):
         client.images.remove(ref, force=True)
+
+
+def test_terminal_failure_is_reported_and_not_retried(cluster: Cluster) -> None:
+    manifest = _docker_manifest(cluster.http_port).replace("name: hello-docker", "name: no-image").replace(
+        "persys/busybox:latest", "persys/not-built-here:1").replace(f"hostPort: {cluster.http_port}", "hostPort: 0")
+    ctl("apply", "-f", "-", env=cluster.env, stdin=manifest)
+    w, _ = eventually(lambda: (lambda v: v if v["phase"] == "Failed" else None)(cluster.get("no-image")), 15,
+                      "Failed")
+    assert w["reason"] == "ImageNotFound" and "terminal" in w["message"]
+    time.sleep(3)
+    assert cluster.get("no-image")["restarts"] == 0
+    assert "ImageNotFound" in ctl("describe", "workload", "no-image", env=cluster.env).stdout
+    ctl("delete", "workload", "no-image", env=cluster.env)

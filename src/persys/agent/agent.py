@@ -69,6 +69,7 @@ class AgentConfig:
     reconcile_interval: float = 2.0
     orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
     probe_interval: float = 30.0  # seconds between capability detections
+    failure_grace: float = 30.0  # a retryable failure is reported Failed only once it lasts this long
     listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
     advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
 
@@ -89,6 +90,7 @@ class Failure:
     terminal: bool
     attempts: int = 1
     next_try: float = 0.0
+    since: float = field(default_factory=time.monotonic)  # first failure of this streak
 
 
 class Agent:
@@ -456,7 +458,8 @@ class Agent:
                         d.revision, "Restarted", "", False, attempts, now + _backoff(attempts)
                     )
             except RuntimeFailure as err:
-                attempts = (f.attempts + 1) if f and f.revision == d.revision else 1
+                streak = f is not None and f.revision == d.revision
+                attempts = (f.attempts + 1) if f and streak else 1
                 self.failures[wid] = Failure(
                     d.revision,
                     err.code,
@@ -464,6 +467,7 @@ class Agent:
                     err.terminal,
                     attempts,
                     now + _backoff(attempts),
+                    f.since if f and streak else now,
                 )
                 log.warning("starting %s failed: %s", wid, err)
         if self.synced and self.mode == "normal":
@@ -517,8 +521,15 @@ class Agent:
                 and f.code != "Restarted"
                 and (o is None or o.state != RuntimeState.RUNNING)
             ):
-                r.state = pb.WORKLOAD_STATE_FAILED
-                r.reason, r.message, r.terminal = f.code, f.message, f.terminal
+                if f.terminal or time.monotonic() - f.since >= self.config.failure_grace:
+                    r.state = pb.WORKLOAD_STATE_FAILED
+                    r.reason, r.message, r.terminal = f.code, f.message, f.terminal
+                else:
+                    # Within the failure grace period a retryable failure is reported as still
+                    # starting: one hiccup of a daemon does not make a workload Failed.
+                    r.state = pb.WORKLOAD_STATE_PENDING
+                    r.reason = "Retrying"
+                    r.message = f"attempt {f.attempts} failed ({f.code}: {f.message}); retrying"
             reports.append(r)
         # Anything still running but no longer desired is listed too, so "complete" is honest.
         for wid, (_rt, o) in observed.items():

@@ -125,3 +125,17 @@ async def test_drift_is_recorded_and_resolved(s: Scheduler) -> None:
     assert s.workload_view("web")["drift"] == []
     kinds = [(e.kind, e.reason) for e in await s.events.recent(50)]
     assert ("DriftDetected", "orphan") in kinds and ("DriftResolved", "unexpected-stop") in kinds
+
+
+async def test_mass_silence_suspends_liveness_instead_of_relocating_everything(s: Scheduler) -> None:
+    for i in range(10):
+        await s.register(node(f"m{i}"))
+    clock = s.test_clock  # type: ignore[attr-defined]
+    clock.now += 11  # every node silent at once: our problem, most likely, not theirs
+    await asyncio.sleep(0.3)
+    assert all(n.value.status == "Ready" for n in s.state.nodes.values())
+    assert "LivenessSuspended" in [e.kind for e in await s.events.recent(50)]
+    for i in range(9):
+        s.heartbeat(f"m{i}", NodeUsage())  # heartbeats flow again, except from m9
+    await until(lambda: s.state.nodes["m9"].value.status == "NotReady")
+    assert sum(n.value.status == "Ready" for n in s.state.nodes.values()) == 9

@@ -86,6 +86,8 @@ class SchedulerConfig:
     # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
     # which disables recognising a wiped store after a restart of the scheduler itself).
     data_dir: Path | None = None
+    # More than this share of a replica's nodes going silent at once suspends NotReady marking.
+    max_lost_fraction: float = 0.5
     health_interval_seconds: float = 1.0
     replica_id: str = ""  # unique per replica (default: a random id)
     advertise: str = ""  # address agents should use to reach this replica when it is active
@@ -170,6 +172,7 @@ class Scheduler:
         self._queued: set[str] = set()
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
+        self._liveness_suspended = False
         self._spec_cache: dict[tuple[str, str], bytes] = {}
         self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
@@ -462,7 +465,14 @@ class Scheduler:
     async def _monitor(self) -> None:
         last_retry = self.clock()
         while True:
+            before = time.monotonic()
             await asyncio.sleep(self.config.monitor_interval_seconds)
+            # Time this process could not listen (an overloaded event loop, a pause) is not
+            # the nodes' fault: it does not count against their grace period.
+            lag = time.monotonic() - before - self.config.monitor_interval_seconds
+            if lag > 0.5:
+                for live in self.live.values():
+                    live.last_heartbeat += lag
             if self.guard.mode != Mode.NORMAL:
                 continue  # liveness cannot be judged or recorded while frozen
             try:
@@ -1031,16 +1041,34 @@ class Scheduler:
     async def _check_nodes(self) -> None:
         now = self.clock()
         grace = self.config.node_grace_seconds
+        changes = []
+        owned = ready = 0
         for node_id, cur in list(self.state.nodes.items()):
             if not self.owns(node_id):
                 continue  # another replica judges this node
+            owned += 1
+            ready += cur.value.status == NodeStatus.READY
             live = self.live.get(node_id)
             # After our own restart every node gets a full grace period to reach us.
             last = live.last_heartbeat if live else self._started_at
             alive = now - last <= grace
+            if alive != (cur.value.status == NodeStatus.READY):
+                changes.append((node_id, cur, alive, last))
+        lost = sum(1 for *_, alive, _ in changes if not alive)
+        if owned >= 10 and lost > owned * self.config.max_lost_fraction:
+            # Most nodes going silent at once is far likelier to be our own network or load than
+            # a mass failure: relocating everything would only make it worse (compare Kubernetes'
+            # unhealthy-zone rule). Judge again when heartbeats flow.
+            if not self._liveness_suspended:
+                self._liveness_suspended = True
+                self.emit("LivenessSuspended", "cluster", f"{lost} of {owned} nodes silent at once; not marking "
+                          "them NotReady", "TooManyLost")
+            changes = [c for c in changes if c[2]]
+        elif self._liveness_suspended:
+            self._liveness_suspended = False
+            self.emit("LivenessResumed", "cluster", "heartbeats flow again")
+        for node_id, cur, alive, last in changes:
             node = cur.value
-            if alive == (node.status == NodeStatus.READY):
-                continue
             status, why = (NodeStatus.READY, "Heartbeating") if alive else (
                 NodeStatus.NOT_READY, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)")
             updated = node.model_copy(update={"status": status, "status_reason": why})
@@ -1049,7 +1077,7 @@ class Scheduler:
             if ok:
                 self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
                 if alive:
-                    self._enqueue_pending()
+                    self._pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
                     self._enqueue_node_workloads(node_id)
 
@@ -1147,14 +1175,15 @@ class Scheduler:
     async def backup(self) -> dict[str, Any]:
         """Every durable key, read at one store revision."""
         kvs, revision = await self.store.range(keys.ROOT)
-        return {
-            "format": BACKUP_FORMAT,
-            "createdAt": time.time(),
-            "revision": revision,
-            "clusterId": self.guard.cluster_id,
-            # The leader key is leased and belongs to a live replica, not to the cluster's state.
-            "items": [{"key": kv.key, "value": json.loads(kv.value)} for kv in kvs if kv.key != keys.LEADER],
-        }
+        ephemeral = (keys.LEADER, keys.SHARDS)  # leased, or belonging to live replicas
+        # Decoding a large cluster's documents takes seconds of CPU: off the event loop, where it
+        # would starve heartbeats and the leader lease.
+        items = await asyncio.to_thread(lambda: [
+            {"key": kv.key, "value": json.loads(kv.value)}
+            for kv in kvs if kv.key not in ephemeral and not kv.key.startswith(keys.REPLICAS)
+        ])
+        return {"format": BACKUP_FORMAT, "createdAt": time.time(), "revision": revision,
+                "clusterId": self.guard.cluster_id, "items": items}
 
     async def _write_local_backup(self) -> None:
         assert self.config.data_dir is not None
@@ -1162,10 +1191,14 @@ class Scheduler:
         if not any(i["key"] == keys.CLUSTER for i in doc["items"]):
             return  # never overwrite a good backup with a wiped store's
         target = self.config.data_dir / "backups" / "latest.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(target)  # atomic: a crash never leaves half a backup
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc))
+            tmp.replace(target)  # atomic: a crash never leaves half a backup
+
+        await asyncio.to_thread(write)
 
     def local_backup(self) -> dict[str, Any]:
         path = self.config.data_dir / "backups" / "latest.json" if self.config.data_dir else None
@@ -1182,7 +1215,8 @@ class Scheduler:
                                   "(use --force to do it anyway)")
         if doc.get("format") != BACKUP_FORMAT or not isinstance(doc.get("items"), list):
             raise ValueError(f"not a Persys backup (expected format {BACKUP_FORMAT!r})")
-        items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"] if i["key"] != keys.LEADER]
+        items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"]
+                 if i["key"] not in (keys.LEADER, keys.SHARDS) and not str(i["key"]).startswith(keys.REPLICAS)]
         if any(not k.startswith(keys.ROOT) for k, _ in items):
             raise ValueError(f"backup holds keys outside {keys.ROOT}")
         marker = next((v for k, v in items if k == keys.CLUSTER), None)

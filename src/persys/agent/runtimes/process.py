@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from persys.agent.files import write_json_atomic
 from persys.agent.runtimes.base import (
     ObservedWorkload,
     Probe,
@@ -182,11 +183,7 @@ class ProcessRuntime:
             return None
 
     def _save(self, meta: ProcessMeta) -> None:
-        d = self._wdir(meta.workload_id)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / "meta.json.tmp"
-        tmp.write_text(json.dumps(asdict(meta)))
-        tmp.replace(d / "meta.json")  # atomic: a crash never leaves a half-written meta
+        write_json_atomic(self._wdir(meta.workload_id) / "meta.json", asdict(meta))
 
     # ---- liveness ------------------------------------------------------------------------------
 

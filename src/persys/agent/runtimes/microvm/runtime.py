@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from persys.agent.files import write_json_atomic
 from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
@@ -83,11 +84,7 @@ class MicroVMRuntime:
             return None
 
     def _save(self, meta: MicroVMMeta) -> None:
-        d = self._wdir(meta.workload_id)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / "meta.json.tmp"
-        tmp.write_text(json.dumps(asdict(meta)))
-        tmp.replace(d / "meta.json")  # atomic: a crash never leaves a half-written meta
+        write_json_atomic(self._wdir(meta.workload_id) / "meta.json", asdict(meta))
 
     def _backend(self, meta: MicroVMMeta) -> Hypervisor:
         hv = self._hv.get(meta.hypervisor)

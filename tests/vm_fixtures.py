@@ -316,3 +316,9 @@ def test_guest(vm_host: VMHost) -> TestGuest:
         return build_test_guest()
     except (RuntimeError, subprocess.TimeoutExpired, StopIteration) as exc:
         pytest.fail(f"building the test guest failed: {exc}")
+
+
+if __name__ == "__main__":
+    # Build (or reuse) the tiny guest and print where it is: examples/hello-vm.yaml uses it.
+    g = build_test_guest()
+    print(f"kernel {g.kernel}\ninitrd {g.initrd}\ndisk   {g.base_disk}")

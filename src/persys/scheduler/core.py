@@ -157,6 +157,7 @@ class Scheduler:
         events: EventBus,
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keeper_store: Callable[[], StateStore] | None = None,
     ) -> None:
         self.store = store
         self.events = events
@@ -185,7 +186,7 @@ class Scheduler:
         self._last_backup = 0.0
         self.election = LeaderElection(
             store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
-            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds,
+            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, keeper_store=keeper_store,
         )
         self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
         self.state.fences["node"] = self._node_fence

@@ -13,12 +13,65 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 
 from persys.scheduler import keys
 from persys.store.base import Compare, LeaseKeeper, Put, StateStore, StoreError
 
 log = logging.getLogger(__name__)
+
+
+class ThreadedLeaseKeeper:
+    """Keeps a lease alive from a thread of its own, with its own store connection.
+
+    A leader whose event loop is saturated (a burst of thousands of placements) must not lose its
+    lease for that alone: deposition would throw away its queue and reservations, and a re-election
+    storm is worse than a slow leader. A crashed process still loses the lease within the TTL, and
+    every write stays fenced, so this only removes false depositions. `lost` is an event of the
+    loop that started it.
+    """
+
+    def __init__(self, store_factory: Callable[[], StateStore], lease_id: int, ttl: float) -> None:
+        self.store_factory = store_factory
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self.lost = asyncio.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        async def keep() -> None:
+            store = self.store_factory()
+            keeper = LeaseKeeper(store, self.lease_id, self.ttl)
+            keeper.start()
+            try:
+                # `_stop` is set from another thread, hence polling rather than an asyncio.Event.
+                while not self._stop.is_set() and not keeper.lost.is_set():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+                if keeper.lost.is_set():
+                    loop.call_soon_threadsafe(self.lost.set)
+            finally:
+                await keeper.stop()
+                await store.close()
+
+        def run() -> None:
+            try:
+                asyncio.run(keep())
+            except Exception:
+                log.exception("lease keeper thread failed")
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self.lost.set)
+
+        self._thread = threading.Thread(target=run, name=f"lease-{self.lease_id:x}", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5)
 
 
 class LeaderElection:
@@ -30,6 +83,7 @@ class LeaderElection:
         on_elected: Callable[[], Awaitable[None]],
         on_deposed: Callable[[], Awaitable[None]],
         ttl: float = 2.0,
+        keeper_store: Callable[[], StateStore] | None = None,
     ) -> None:
         self.store = store
         self.replica_id = replica_id
@@ -37,6 +91,7 @@ class LeaderElection:
         self.on_elected = on_elected
         self.on_deposed = on_deposed
         self.ttl = ttl
+        self.keeper_store = keeper_store  # a factory for a separate connection: keep-alives in a thread
         self.fence_revision = 0  # mod revision of our leader key while we lead; 0 otherwise
         self._task: asyncio.Task[None] | None = None
         self._lease = 0
@@ -82,7 +137,10 @@ class LeaderElection:
     async def _campaign_once(self) -> None:
         lease = await self.store.grant_lease(self.ttl)
         self._lease = lease
-        keeper = LeaseKeeper(self.store, lease, self.ttl)
+        keeper: LeaseKeeper | ThreadedLeaseKeeper = (
+            ThreadedLeaseKeeper(self.keeper_store, lease, self.ttl) if self.keeper_store
+            else LeaseKeeper(self.store, lease, self.ttl)
+        )
         keeper.start()
         try:
             value = json.dumps({"id": self.replica_id, "address": self.address}).encode()
@@ -97,7 +155,7 @@ class LeaderElection:
             await keeper.stop()
             self._lease = 0
 
-    async def _lead(self, revision: int, keeper: LeaseKeeper) -> None:
+    async def _lead(self, revision: int, keeper: LeaseKeeper | ThreadedLeaseKeeper) -> None:
         self.fence_revision = revision
         log.info("replica %s is now the active scheduler (fence revision %d)", self.replica_id, revision)
         try:
@@ -109,7 +167,7 @@ class LeaderElection:
             self.fence_revision = 0
             await self.on_deposed()
 
-    async def _wait_for_vacancy(self, keeper: LeaseKeeper) -> None:
+    async def _wait_for_vacancy(self, keeper: LeaseKeeper | ThreadedLeaseKeeper) -> None:
         """Return when the leader key is gone (or our own lease was lost)."""
         start = await self.store.current_revision() + 1
         if await self.store.get(keys.LEADER) is None:

@@ -45,7 +45,10 @@ async def start_scheduler(
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
-    scheduler = Scheduler(store, events, config)
+    # With etcd, the leader lease is kept alive from a thread with its own connection, so a
+    # saturated event loop does not depose a healthy leader (the embedded store is one process).
+    keeper = (lambda: open_store(store_url, tls=store_tls)) if not store_url.startswith("sqlite") else None
+    scheduler = Scheduler(store, events, config, keeper_store=keeper)
     await scheduler.start()
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)

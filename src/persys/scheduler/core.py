@@ -193,8 +193,7 @@ class Scheduler:
         self._member_rev = 0  # mod revision of our /persys/replicas key (sharded mode)
         self._owned: set[str] = set()
         self._active_tasks: list[asyncio.Task[Any]] = []
-        self.elected_at = 0.0  # monotonic time of the last election win (for failover timing)
-        self.elected_at_wall = 0.0
+        self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
 
     @property
     def is_active(self) -> bool:
@@ -272,12 +271,7 @@ class Scheduler:
     def leader_address(self) -> str:
         return leader_address(self.state.leader)
 
-    def require_active(self) -> None:
-        if not self.is_active:
-            raise NotActive(self.leader_address())
-
     async def _elected(self) -> None:
-        self.elected_at = self.clock()
         self.elected_at_wall = time.time()
         # Start from the durable truth: no reservations of an earlier term, fresh liveness.
         for r in list(self.placement.ledger):

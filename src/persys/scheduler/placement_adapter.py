@@ -64,7 +64,6 @@ class PlacementService:
         self._infos: dict[str, pl.NodeInfo] = {}
         self._dirty: set[str] = set()
         self._all_dirty = True
-        self.rebuilds = 0
         state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
@@ -115,7 +114,6 @@ class PlacementService:
         self._dirty = set()
         self._base = pl.Snapshot(tuple(self._infos.values()))
         self._current = None
-        self.rebuilds += 1
 
     def _node_info(self, node_id: str) -> pl.NodeInfo | None:
         cur = self.state.nodes.get(node_id)

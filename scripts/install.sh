@@ -38,5 +38,11 @@ extra=""
 ((want_test)) && extra="[test]"
 echo "==> pip install -e .${extra}"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | grep -v -i -E "^(WARNING|  )" || true
+log=$(mktemp)
+if ! .venv/bin/python -m pip install -q -e ".${extra}" >"$log" 2>&1; then
+  grep -v -i "^WARNING: Location" "$log" | tail -30 >&2
+  echo "error: pip install failed (full log: $log)" >&2
+  exit 1
+fi
+rm -f "$log"
 .venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' || { echo "install failed: generated protobuf modules missing" >&2; exit 1; }

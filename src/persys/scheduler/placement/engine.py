@@ -150,7 +150,11 @@ def _static_failures(
     static filter that rejects it, that Status). Cached on the snapshot's shared static index,
     so it is computed once per snapshot and request type, not once per decision."""
     cache = snapshot._static.caches
-    key = ("static_failures", tuple(id(f) for f in static), request.type)
+    # A static filter's verdict depends on the node's static facts and on the part of the request
+    # named by its `static_key` (default: the workload type), so requests that agree on those
+    # share one pass over the nodes.
+    key = ("static_failures", tuple(id(f) for f in static),
+           tuple(f.static_key(request) if hasattr(f, "static_key") else request.type for f in static))
     hit = cache.get(key)
     if hit is None:
         ctx = PlacementContext(snapshot, request)

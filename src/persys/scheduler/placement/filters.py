@@ -52,7 +52,10 @@ class TaintToleration:
     """NoSchedule/NoExecute taints must be tolerated; PreferNoSchedule only costs score."""
 
     name = "taint_toleration"
-    static = False
+    static = True  # taints are static node facts; the verdict depends on the tolerations only
+
+    def static_key(self, request: WorkloadRequest) -> object:
+        return request.tolerations
 
     def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
         return ctx.snapshot._static.has_hard_taints
@@ -113,7 +116,10 @@ class StorageDrivers:
 
 class NodeSelector:
     name = "node_selector"
-    static = False
+    static = True  # labels are static node facts; the verdict depends on the selector only
+
+    def static_key(self, request: WorkloadRequest) -> object:
+        return tuple(sorted(request.node_selector.items()))
 
     def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
         return bool(request.node_selector)
@@ -129,7 +135,10 @@ class NodeSelector:
 
 class LabelConstraints:
     name = "label_constraints"
-    static = False
+    static = True  # labels are static node facts; the verdict depends on the constraints only
+
+    def static_key(self, request: WorkloadRequest) -> object:
+        return request.constraints
 
     def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
         return bool(request.constraints)

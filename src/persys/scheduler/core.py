@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.model import (
@@ -33,6 +33,7 @@ from persys.model import (
     WorkloadStatus,
     WorkloadUsage,
 )
+from persys.model.base import Model
 from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
@@ -42,10 +43,11 @@ from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
-from persys.scheduler.state import ClusterState
+from persys.scheduler.state import ClusterState, Versioned
 from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=Model)
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
 BACKUP_FORMAT = "persys-backup/v1"
 PLACE_CHUNK = 128  # placements decided between two yields to the event loop
@@ -527,23 +529,38 @@ class Scheduler:
             await self._refresh(key)
         raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
 
-    async def _change_workload(self, wid: str, change: Callable[[Workload], Workload], event: str) -> Workload:
+    async def _cas_change(self, key: str, what: str, read: Callable[[], Versioned[M] | None],
+                          change: Callable[[M], M], stamp: Callable[[M], None] | None = None) -> tuple[M, bool]:
+        """Apply an operator's change to one document with compare-and-swap (any replica may).
+
+        Returns the document and whether it was written; `stamp` runs only on a real change."""
         self._require_normal()
-        key = keys.workload(wid)
         for _ in range(10):
-            current = self.state.workloads.get(wid)
-            if current is None or current.value.deleting:
-                raise NotFound(f"workload {wid!r}")
-            updated = change(current.value.model_copy(deep=True))
-            if updated == current.value:
-                return updated
-            updated.updated_at = time.time()
-            if await self.state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())],
-                                       fenced=False):
-                self.emit(event, f"workload/{wid}", f"revision {updated.revision}")
-                return updated
+            cur = read()
+            if cur is None:
+                raise NotFound(what)
+            updated = change(cur.value.model_copy(deep=True))
+            if updated == cur.value:
+                return updated, False
+            if stamp is not None:
+                stamp(updated)
+            if await self.state.commit([Compare(key, cur.mod_revision)], [Put(key, updated.to_json())], fenced=False):
+                return updated, True
             await self._refresh(key)
-        raise MutationRefused(f"workload {wid} is being changed concurrently; try again")
+        raise MutationRefused(f"{what} is being changed concurrently; try again")
+
+    async def _change_workload(self, wid: str, change: Callable[[Workload], Workload], event: str) -> Workload:
+        def read() -> Versioned[Workload] | None:
+            cur = self.state.workloads.get(wid)
+            return cur if cur is not None and not cur.value.deleting else None
+
+        def stamp(w: Workload) -> None:
+            w.updated_at = time.time()
+
+        updated, written = await self._cas_change(keys.workload(wid), f"workload {wid!r}", read, change, stamp)
+        if written:
+            self.emit(event, f"workload/{wid}", f"revision {updated.revision}")
+        return updated
 
     async def set_desired_state(self, wid: str, state: DesiredState) -> Workload:
         """Start or stop a workload without editing its manifest."""
@@ -1080,19 +1097,9 @@ class Scheduler:
 
     async def update_node(self, node_id: str, change: Callable[[Node], Node]) -> Node:
         """Apply an operator's change to a node document (compare-and-swap, any replica)."""
-        self._require_normal()
-        key = keys.node(node_id)
-        for _ in range(10):
-            cur = self.state.nodes.get(node_id)
-            if cur is None:
-                raise NotFound(f"node {node_id!r}")
-            updated = change(cur.value.model_copy(deep=True))
-            if updated == cur.value:
-                return updated
-            if await self.state.commit([Compare(key, cur.mod_revision)], [Put(key, updated.to_json())], fenced=False):
-                return updated
-            await self._refresh(key)
-        raise MutationRefused(f"node {node_id} is being changed concurrently; try again")
+        node, _ = await self._cas_change(keys.node(node_id), f"node {node_id!r}",
+                                         lambda: self.state.nodes.get(node_id), change)
+        return node
 
     async def cordon(self, node_id: str, on: bool = True) -> Node:
         def change(n: Node) -> Node:

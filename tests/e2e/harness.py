@@ -187,25 +187,31 @@ spec:
 """
 
 
-def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
-    """Ask every scheduler replica directly; the health of the one that says it is active."""
+def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]
+    """Each live scheduler replica's own health, asked directly (index -> health)."""
     import asyncio
 
     from persys.client import SchedulerClient, SchedulerError
     from persys.security.pki import TLSFiles
 
-    async def ask() -> dict | None:  # type: ignore[type-arg]
+    async def ask() -> dict[int, dict]:  # type: ignore[type-arg]
         tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")
-        for target in c.replica_targets:
+        out = {}
+        for i, target in enumerate(c.replica_targets):
+            if not c.schedulers[i].alive():
+                continue
             client = SchedulerClient(target, tls, timeout=2)
             try:
-                h = await client.health()
-                if h["active"]:
-                    return h
+                out[i] = await client.health()
             except SchedulerError:
                 pass
             finally:
                 await client.close()
-        return None
+        return out
 
     return asyncio.run(ask())
+
+
+def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
+    """The health of the replica that says it is active, if any."""
+    return next((h for h in replica_healths(c).values() if h["active"]), None)

@@ -3,7 +3,6 @@ which keep converging. Real etcd, schedulers, agents and gateway; workloads are 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import time
@@ -11,32 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from persys.client import SchedulerClient, SchedulerError
-from persys.security.pki import TLSFiles
-from tests.e2e.harness import Components, eventually, pid_alive, process_manifest
+from tests.e2e.harness import Components, eventually, pid_alive, process_manifest, replica_healths
 from tests.fixtures_infra import start_etcd
 
 pytestmark = pytest.mark.e2e
 NODES = ("n1", "n2", "n3", "n4", "n5", "n6")
-
-
-def healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]
-    async def ask() -> dict[int, dict]:  # type: ignore[type-arg]
-        tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")
-        out = {}
-        for i, target in enumerate(c.replica_targets):
-            if not c.schedulers[i].alive():
-                continue
-            client = SchedulerClient(target, tls, timeout=2)
-            try:
-                out[i] = await client.health()
-            except SchedulerError:
-                pass
-            finally:
-                await client.close()
-        return out
-
-    return asyncio.run(ask())
 
 
 def all_running(c: Components, names: list[str]) -> dict[str, dict] | None:  # type: ignore[type-arg]
@@ -50,7 +28,7 @@ def test_kill_one_of_three_sharded_replicas(tmp_path: Path) -> None:
                    agent_args=("--cpu-millicores", "8000"))
     try:
         def spread() -> dict[int, dict] | None:  # type: ignore[type-arg]
-            h = healths(c)
+            h = replica_healths(c)
             owned = sum(x["ownedNodes"] for x in h.values())
             return h if len(h) == 3 and owned == len(NODES) and sum(1 for x in h.values() if x["ownedNodes"]) >= 2 \
                 else None
@@ -69,7 +47,7 @@ def test_kill_one_of_three_sharded_replicas(tmp_path: Path) -> None:
         killed = time.monotonic()
 
         def handed_over() -> dict[int, dict] | None:  # type: ignore[type-arg]
-            now = healths(c)
+            now = replica_healths(c)
             return now if len(now) == 2 and sum(x["ownedNodes"] for x in now.values()) == len(NODES) else None
 
         after, took = eventually(handed_over, 20, "the victim's nodes owned by the others")

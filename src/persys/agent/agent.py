@@ -183,7 +183,7 @@ class Agent:
         for rt in self.all_runtimes:
             try:
                 p = await asyncio.wait_for(rt.probe(), timeout=30)
-            except (TimeoutError, Exception) as err:  # a probe that hangs or breaks means "does not work"
+            except Exception as err:  # a probe that hangs (TimeoutError) or breaks means "does not work"
                 p = Probe(False, reason=f"probe failed: {err!r}")
             if p.available:
                 available[rt.name] = rt

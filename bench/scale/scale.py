@@ -305,29 +305,38 @@ class Bench:
             ("grpc.use_local_subchannel_pool", 1), ("persys.bench.apply", i),
             ("grpc.max_receive_message_length", 64 << 20)]) for i in range(max(1, a.apply_channels))]
         stubs = [pb_grpc.AgentControlStub(c) for c in channels]
-        counter = iter(range(m))
+        per_call = max(1, a.apply_batch)
+        counter = iter([list(range(i, min(m, i + per_call))) for i in range(0, m, per_call)])
         stop_applying = asyncio.Event()
+
+        async def call(stub: pb_grpc.AgentControlStub, idx: list[int]) -> None:
+            if per_call == 1:
+                await stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=bodies[idx[0]]), timeout=120)
+            else:
+                await stub.ApplyWorkloads(pb.ApplyWorkloadsRequest(manifests_json=[bodies[i] for i in idx]),
+                                          timeout=120)
 
         async def worker(k: int) -> None:
             stub = stubs[k % len(stubs)]
-            for i in counter:
-                req = pb.ApplyWorkloadRequest(manifest_json=bodies[i])
+            for idx in counter:
                 for attempt in range(10):
                     try:
-                        await stub.ApplyWorkload(req, timeout=120)
-                        accept[names[i]] = time.monotonic()
+                        await call(stub, idx)
+                        t = time.monotonic()
+                        for i in idx:
+                            accept[names[i]] = t
                         break
                     except grpc.aio.AioRpcError as err:
                         if stop_applying.is_set():
                             return  # in flight when the burst was cut off: neither accepted nor failed
                         errors[err.code().name] = errors.get(err.code().name, 0) + 1
                         if err.code() not in RETRY_CODES or attempt == 9:
-                            failed.add(names[i])
-                            res.setdefault("apply_error_examples", []).append(f"{names[i]}: {err.details()}")
+                            failed.update(names[i] for i in idx)
+                            res.setdefault("apply_error_examples", []).append(f"{names[idx[0]]}: {err.details()}")
                             break
                         await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
 
-        log(f"applying {m} workloads, {a.concurrency} in flight over {len(channels)} channels")
+        log(f"applying {m} workloads, {a.concurrency} calls of {per_call} in flight over {len(channels)} channels")
         t0 = time.monotonic()
         cpu0 = self.sched_cpu()
         applier = asyncio.gather(*(worker(k) for k in range(a.concurrency)))
@@ -745,6 +754,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--nodes", type=int, help="hollow nodes (default 5000, quick 500)")
     ap.add_argument("--workloads", type=int, help="workloads to apply (default 50000, quick 5000)")
     ap.add_argument("--concurrency", type=int, default=64, help="ApplyWorkload calls (and baseline txns) in flight")
+    ap.add_argument("--apply-batch", type=int, default=1,
+                    help="manifests per call: 1 = ApplyWorkload each, more = ApplyWorkloads (bulk)")
     ap.add_argument("--apply-channels", type=int, default=4, help="mTLS connections used for applies")
     ap.add_argument("--channels", type=int, default=8, help="mTLS connections per hollow process")
     ap.add_argument("--hollow-procs", type=int, default=1, help="hollow agent processes to split the nodes over")

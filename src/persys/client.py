@@ -61,6 +61,11 @@ class SchedulerClient:
         return {"id": resp.workload_id, "created": resp.created, "changed": resp.changed,
                 "workload": json.loads(resp.workload_json or b"{}")}
 
+    async def apply_many(self, manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        resp = await self._call("ApplyWorkloads", pb.ApplyWorkloadsRequest(
+            manifests_json=[json.dumps(m).encode() for m in manifests]))
+        return [{"id": r.workload_id, "created": r.created, "changed": r.changed} for r in resp.results]
+
     async def plan(self, manifest: dict[str, Any]) -> dict[str, Any]:
         resp = await self._call("PlanWorkload", pb.ApplyWorkloadRequest(manifest_json=json.dumps(manifest).encode()))
         return json.loads(resp.json)

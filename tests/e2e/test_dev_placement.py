@@ -64,6 +64,15 @@ def test_plan_and_explain(tmp_path: Path) -> None:
         assert "workload/placement-demo: Running on big" in out and "top candidates" in out
         ctl("delete", "workload", "placement-demo", env=env)
         ctl("delete", "workload", "huge", env=env)
+
+        # Several documents go in one bulk request; applying them again changes nothing.
+        many = "---".join(HUGE.replace("name: huge", f"name: bulk-{i}").replace("6000", "16") for i in range(3))
+        assert ctl("apply", "-f", "-", env=env, stdin=many).stdout.split("\n")[:3] == [
+            f"workload/bulk-{i} created" for i in range(3)]
+        assert ctl("apply", "-f", "-", env=env, stdin=many).stdout.count("unchanged") == 3
+        eventually(lambda: sum(w["phase"] == "Running" for w in json.loads(
+            ctl("get", "workloads", "-o", "json", env=env).stdout) if w["name"].startswith("bulk-")) == 3, 15,
+            "bulk Running")
     finally:
         dev.stop(signal.SIGINT)
 

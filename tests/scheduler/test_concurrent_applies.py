@@ -49,7 +49,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:  # type: i
     etcd.stop()
 
 
-async def test_fifty_concurrent_applies_fit_exactly(store_url: str) -> None:
+@pytest.mark.parametrize("how", ["concurrent", "bulk"])
+async def test_fifty_concurrent_applies_fit_exactly(store_url: str, how: str) -> None:
     s = Scheduler(open_store(store_url), MemoryEventBus(), SchedulerConfig(batch_size=7, commit_concurrency=16))
     await s.start()
     try:
@@ -57,7 +58,17 @@ async def test_fifty_concurrent_applies_fit_exactly(store_url: str) -> None:
             await s.register(Node(id=f"n{i}", capabilities=Capabilities(
                 runtimes={"process": RuntimeInfo()}, cpu_millicores=CPU_PER_NODE, memory_mb=4096, disk_mb=1000)))
         manifests = [parse_manifests(manifest(f"w{i}"))[0] for i in range(WORKLOADS)]
-        results = await asyncio.gather(*(s.apply(m) for m in manifests))
+        if how == "concurrent":
+            results = await asyncio.gather(*(s.apply(m) for m in manifests))
+        else:  # two overlapping bulk applies: the second sees every workload as existing
+            rev0 = await s.store.current_revision()
+            results = await s.apply_many(manifests[:30] + manifests[:1])
+            assert [c for _, c, _ in results] == [True] * 30 + [False]
+            assert await s.store.current_revision() - rev0 < 30  # many creates per transaction
+            again = await s.apply_many(manifests)
+            assert [c for _, c, _ in again] == [False] * 30 + [True] * 20
+            assert [ch for _, _, ch in again] == [False] * 30 + [True] * 20
+            results = again[30:] + results[:30]
         assert all(created for _, created, _ in results)
         await until(lambda: len(s.state.placement_of) == WORKLOADS)
 

@@ -167,6 +167,9 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     return docs
 
 
+APPLY_BATCH = 500  # manifests per bulk request
+
+
 @app.command()
 def apply(
     files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
@@ -178,10 +181,15 @@ def apply(
     docs = _read_manifest_files(files)
     api = Api(server)
     results = []
-    for _source, doc in docs:
-        r = api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
-        results.append(r)
-        if output == "text":
+    if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
+        for i in range(0, len(docs), APPLY_BATCH):
+            batch = [d for _, d in docs[i : i + APPLY_BATCH]]
+            results += api.request("POST", "/v1/workloads:batch", json=batch)["items"]
+    else:
+        results = [api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
+                   for _source, doc in docs]
+    if output == "text":
+        for r in results:
             verb = "created" if r["created"] else ("configured" if r["changed"] else "unchanged")
             out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
     if output != "text":

@@ -84,6 +84,20 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> Fa
         result = await client.apply(doc, dry_run=dryRun)
         return JSONResponse(result, status_code=201 if result["created"] and not dryRun else 200)
 
+    @app.post("/v1/workloads:batch", tags=["workloads"])
+    async def apply_workloads(request: Request) -> JSONResponse:
+        """Create or update many workloads: a JSON (or YAML) list of manifests. New workloads are
+        written many per store transaction; results come back in order. An invalid manifest
+        refuses the whole batch before anything is written."""
+        try:
+            docs = yaml.safe_load(await request.body())
+        except yaml.YAMLError:
+            docs = None
+        if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+            return JSONResponse({"error": "(document): expected a list of manifest objects", "problems": []},
+                                status_code=400)
+        return JSONResponse({"items": await client.apply_many(docs)})
+
     @app.post("/v1/plan", tags=["placement"])
     async def plan(request: Request) -> JSONResponse:
         """Dry run: where a manifest's replicas would be placed now, and why. Writes nothing."""

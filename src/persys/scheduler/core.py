@@ -38,6 +38,7 @@ from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.drift import Drift, Reported, detect
+from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, GroupCommit, Unit, commit_units
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
@@ -48,9 +49,11 @@ from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, Sto
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
-TXN_MAX_OPS = 128  # etcd's default --max-txn-ops
 BACKUP_FORMAT = "persys-backup/v1"
 PLACE_CHUNK = 128  # placements decided between two yields to the event loop
+# Each placement carries two compares and two puts; with the leader fence that stays within
+# etcd's default --max-txn-ops of 128 per branch.
+PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
@@ -79,7 +82,7 @@ class SchedulerConfig:
     pending_retry_seconds: float = 5.0
     monitor_interval_seconds: float = 1.0
     batch_size: int = 256  # workloads reconciled per batch
-    commit_concurrency: int = 256  # placement transactions in flight; etcd batches their fsyncs
+    commit_concurrency: int = 16  # placement transactions (of up to 63 placements each) in flight
     # Stop filtering once max(100, this % of nodes) feasible nodes are found (100 = score every
     # node). Like kube-scheduler's percentageOfNodesToScore and Nomad's candidate limit: at 5,000
     # nodes, 2% is about 4x faster per decision than kube's adaptive 10%. Pending decisions
@@ -119,6 +122,18 @@ class WorkloadReport:
     disk_write_bytes: int = 0
     net_rx_bytes: int = 0
     net_tx_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Placed:
+    """A decision on its way to the store."""
+
+    workload: Workload
+    wrev: int
+    instance: str
+    decision: pl.Decision
+    explanation: str = ""
+    moved_from: str = ""
 
 
 @dataclass
@@ -179,6 +194,7 @@ class Scheduler:
         self._spec_cache: dict[tuple[str, str], bytes] = {}
         self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
+        self._status_writes = GroupCommit(lambda c, o: self.state.commit(c, o, fenced="node"))
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
         self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
@@ -529,6 +545,36 @@ class Scheduler:
             await self._refresh(key)
         raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
 
+    async def apply_many(self, manifests: list[WorkloadManifest]) -> list[tuple[Workload, bool, bool]]:
+        """Apply many manifests at once (same results as `apply` one by one, in order).
+
+        New workloads are created together, many per transaction; a name applied twice in the
+        batch, an existing workload, or a create that lost a race goes through `apply`."""
+        self._require_normal()
+        now = time.time()
+        incoming = [Workload.from_manifest(m, now) for m in manifests]
+        fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
+        seen: set[str] = set()
+        for i, w in enumerate(incoming):
+            if w.id in seen:
+                fresh.pop(w.id, None)
+            elif w.id not in self.state.workloads:
+                fresh[w.id] = i
+            seen.add(w.id)
+        created: dict[int, bool] = {}
+        if fresh:
+            units = [Unit([Compare(keys.workload(wid), 0)], [Put(keys.workload(wid), incoming[i].to_json())])
+                     for wid, i in fresh.items()]
+            oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
+            for (wid, i), ok in zip(fresh.items(), oks, strict=True):
+                created[i] = ok
+                if ok:
+                    self.emit("WorkloadCreated", f"workload/{wid}", f"revision {incoming[i].revision}")
+        out = []
+        for i, m in enumerate(manifests):
+            out.append((incoming[i], True, True) if created.get(i) else await self.apply(m))
+        return out
+
     async def _cas_change(self, key: str, what: str, read: Callable[[], Versioned[M] | None],
                           change: Callable[[M], M], stamp: Callable[[M], None] | None = None) -> tuple[M, bool]:
         """Apply an operator's change to one document with compare-and-swap (any replica may).
@@ -771,13 +817,18 @@ class Scheduler:
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        placed: list[_Placed] = []
         for (w, wrev, inst), decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
                 await self._mark_pending(w, wrev, inst, decision)
                 continue
             self._inflight.add(inst)
+            placed.append(_Placed(w, wrev, inst, decision))
+        # Many placements per transaction: one etcd revision (and one fsync) for up to
+        # PLACEMENTS_PER_TXN of them instead of one each.
+        for i in range(0, len(placed), PLACEMENTS_PER_TXN):
             await self._commit_slots.acquire()
-            task = asyncio.create_task(self._commit_placement(w, wrev, inst, decision))
+            task = asyncio.create_task(self._commit_placements(placed[i : i + PLACEMENTS_PER_TXN]))
             self._commit_tasks.add(task)
             task.add_done_callback(self._commit_tasks.discard)
 
@@ -795,45 +846,56 @@ class Scheduler:
         self.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {reason}" if inst != w.id else reason,
                   "Unschedulable")
 
-    async def _commit_placement(self, w: Workload, wrev: int, inst: str, decision: pl.Decision) -> None:
-        node_id = decision.node_id
+    def _placement_ops(self, p: _Placed) -> tuple[list[Compare], list[Put | Delete]]:
+        """The compares and puts that make one decision durable: its assignment (created only if
+        absent, only while the workload is at the revision decided on) and its status."""
+        node_id = p.decision.node_id
         assert node_id is not None
-        moved_from = explanation = ""
+        w, inst, now = p.workload, p.instance, time.time()
+        st = self.state.statuses.get(inst)
+        assignment = Assignment(
+            workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
+            desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
+            memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
+        )
+        volume_node = (st.value.volume_node if st else "") or (node_id if has_local_volumes(w) else "")
+        p.moved_from = st.value.relocating_from if st else ""
+        p.explanation = p.decision.explain()
+        status = WorkloadStatus(
+            phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
+            placement=_placement_doc(p.decision, p.explanation), volume_node=volume_node,
+            relocating_from=p.moved_from, updated_at=now,
+        )
+        akey = keys.assignment(node_id, inst)
+        return ([Compare(keys.workload(w.id), p.wrev), Compare(akey, 0)],
+                [Put(akey, assignment.to_json()), Put(keys.status(inst), status.to_json())])
+
+    async def _commit_placements(self, batch: list[_Placed]) -> None:
+        """Commit a batch of decisions in one transaction (if a guard fails because a workload
+        changed meanwhile, the others still land: see group_commit)."""
+        landed: list[_Placed] = []
         try:
-            now = time.time()
-            st = self.state.statuses.get(inst)
-            assignment = Assignment(
-                workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
-                desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-                memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
-            )
-            volume_node = (st.value.volume_node if st else "") or (node_id if has_local_volumes(w) else "")
-            moved_from = st.value.relocating_from if st else ""
-            explanation = decision.explain()
-            status = WorkloadStatus(
-                phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=explanation,
-                placement=_placement_doc(decision, explanation), volume_node=volume_node, relocating_from=moved_from,
-                updated_at=now,
-            )
-            akey = keys.assignment(node_id, inst)
-            ok = await self.state.commit(
-                [Compare(keys.workload(w.id), wrev), Compare(akey, 0)],
-                [Put(akey, assignment.to_json()), Put(keys.status(inst), status.to_json())],
-            )
+            units = [Unit(*self._placement_ops(p)) for p in batch]
+            oks = await commit_units(self.state.commit, units)
+            landed = [p for p, ok in zip(batch, oks, strict=True) if ok]
         except Exception as err:
-            ok = False
-            log.warning("committing placement of %s failed: %s", inst, err)
+            log.warning("committing %d placements failed: %s", len(batch), err)
         finally:
-            self._inflight.discard(inst)
+            for p in batch:
+                self._inflight.discard(p.instance)
             self._commit_slots.release()
-        if ok:
-            self.emit("WorkloadScheduled", f"workload/{w.id}", f"{inst}: {explanation}" if inst != w.id
-                      else explanation, "Scheduled")
-            if moved_from:
-                self.emit("Relocated", f"workload/{w.id}", f"{inst}: {moved_from} -> {node_id}", "Relocated")
-        else:
-            self.placement.release(inst)
-            self._enqueue(w.id)  # lost a race with a concurrent change, or the store failed: look again
+        for p in landed:
+            wid, inst = p.workload.id, p.instance
+            self.emit("WorkloadScheduled", f"workload/{wid}", f"{inst}: {p.explanation}" if inst != wid
+                      else p.explanation, "Scheduled")
+            if p.moved_from:
+                self.emit("Relocated", f"workload/{wid}", f"{inst}: {p.moved_from} -> {p.decision.node_id}",
+                          "Relocated")
+        done = {p.instance for p in landed}
+        for p in batch:
+            if p.instance not in done:
+                self.placement.release(p.instance)
+                self._enqueue(p.workload.id)  # lost a race with a concurrent change, or the store failed
 
     async def _sync_assignment(self, w: Workload, inst: str, node_id: str) -> None:
         cur = self.state.assignments.get(node_id, {}).get(inst)
@@ -923,27 +985,19 @@ class Scheduler:
             change = self._status_change(node_id, r, drifts.get(r.workload_id))
             if change is not None:
                 changes.append(change)
-        # One transaction per batch of changes; each guarded by its status revision. If any guard
-        # fails, fall back to one transaction each so the others still land.
-        for chunk in [changes[i : i + TXN_MAX_OPS] for i in range(0, len(changes), TXN_MAX_OPS)]:
-            compares = [Compare(keys.status(inst), rev) for inst, rev, _, _ in chunk]
-            puts: list[Put | Delete] = [Put(keys.status(inst), new.to_json()) for inst, _, _, new in chunk]
-            if await self.state.commit(compares, puts, fenced="node"):
-                landed = chunk
-            else:
-                landed = []
-                for inst, rev, prev, new in chunk:
-                    key = keys.status(inst)
-                    if await self.state.commit([Compare(key, rev)], [Put(key, new.to_json())], fenced="node"):
-                        landed.append((inst, rev, prev, new))
-            for inst, _, prev, new in landed:
-                if new.phase != prev.phase:
-                    kind = {Phase.RUNNING: "WorkloadRunning", Phase.FAILED: "WorkloadFailed",
-                            Phase.STOPPED: "WorkloadStopped"}.get(new.phase, "WorkloadStatus")
-                    wid = workload_of(inst)
-                    prefix = f"{inst}: " if inst != wid else ""
-                    self.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
-                              new.reason)
+        # Concurrent reports from many nodes share transactions; each change is still guarded by
+        # the status revision it was computed from.
+        oks = await self._status_writes.submit([
+            ([Compare(keys.status(inst), rev)], [Put(keys.status(inst), new.to_json())])
+            for inst, rev, _, new in changes])
+        for (inst, _, prev, new), ok in zip(changes, oks, strict=True):
+            if ok and new.phase != prev.phase:
+                kind = {Phase.RUNNING: "WorkloadRunning", Phase.FAILED: "WorkloadFailed",
+                        Phase.STOPPED: "WorkloadStopped"}.get(new.phase, "WorkloadStatus")
+                wid = workload_of(inst)
+                prefix = f"{inst}: " if inst != wid else ""
+                self.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
+                          new.reason)
 
     async def _confirm_left(self, node_id: str, gone: set[str]) -> None:
         """Record that a node's agent no longer runs instances withdrawn from it, so whichever

@@ -192,6 +192,23 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                                             workload_json=_dumps(view))
         raise AssertionError("unreachable")
 
+    async def ApplyWorkloads(self, request: pb.ApplyWorkloadsRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.ApplyWorkloadsResponse:
+        await self._as_client(context)
+        async with _mapped(context):
+            manifests = []
+            for i, raw in enumerate(request.manifests_json):
+                try:
+                    manifests.append(self._manifest(raw))
+                except (ManifestError, ValidationError) as err:
+                    problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
+                    raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
+            results = await self.s.apply_many(manifests)
+            return pb.ApplyWorkloadsResponse(results=[
+                pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)
+                for w, created, changed in results])
+        raise AssertionError("unreachable")
+
     async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                            ) -> pb.Document:
         async def plan() -> dict[str, Any]:

@@ -40,11 +40,12 @@ from persys.scheduler import placement as pl
 from persys.scheduler.drift import Drift, Reported, detect
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, GroupCommit, Unit, commit_units
 from persys.scheduler.guard import Mode, ModeGuard
-from persys.scheduler.ha import LeaderElection, leader_address
+from persys.scheduler.ha import BlockingLease, LeaderElection, leader_address
+from persys.scheduler.heap import HeapGuard
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
-from persys.scheduler.state import ClusterState, Versioned
+from persys.scheduler.state import ClusterState, Versioned, put_doc
 from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class Scheduler:
         events: EventBus,
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
-        keeper_store: Callable[[], StateStore] | None = None,
+        blocking_lease: Callable[[], BlockingLease] | None = None,
     ) -> None:
         self.store = store
         self.events = events
@@ -202,9 +203,11 @@ class Scheduler:
         self._started_at = clock()
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
         self._last_backup = 0.0
+        self.heap = HeapGuard()
+        self._backup_every = self.config.backup_interval_seconds
         self.election = LeaderElection(
             store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
-            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, keeper_store=keeper_store,
+            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, blocking_lease=blocking_lease,
         )
         self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
         self.state.fences["node"] = self._node_fence
@@ -292,9 +295,7 @@ class Scheduler:
     async def _elected(self) -> None:
         self.elected_at_wall = time.time()
         # Start from the durable truth: no reservations of an earlier term, fresh liveness.
-        for r in list(self.placement.ledger):
-            self.placement.release(r.id)
-        self.placement._base = None
+        self.placement.reset()
         now = self.clock()
         self._started_at = now
         for live in self.live.values():
@@ -342,6 +343,7 @@ class Scheduler:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self.heap.install()
         await self.state.load()
         has_state = bool(self.state.workloads or self.state.nodes or self.state.assignments)
         await self.guard.establish(self.state.cluster_marker, has_state)
@@ -371,6 +373,7 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         await self.state.stop()
+        self.heap.uninstall()
 
     # ------------------------------------------------------------------ events
 
@@ -466,12 +469,17 @@ class Scheduler:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.health_interval_seconds)
+            self.heap.tick()
             try:
                 await self.guard.check()
                 if (self.guard.mode == Mode.NORMAL and self.config.data_dir is not None
-                        and time.monotonic() - self._last_backup >= self.config.backup_interval_seconds):
-                    self._last_backup = time.monotonic()
+                        and time.monotonic() - self._last_backup >= self._backup_every):
+                    started = self._last_backup = time.monotonic()
                     await self._write_local_backup()
+                    # A large cluster's backup takes a while and loads the store: keep it under
+                    # about 5% of the time (and never more often than the configured interval).
+                    self._backup_every = max(self.config.backup_interval_seconds,
+                                             20 * (time.monotonic() - started))
             except Exception:
                 log.exception("health check failed")
 
@@ -563,7 +571,7 @@ class Scheduler:
             seen.add(w.id)
         created: dict[int, bool] = {}
         if fresh:
-            units = [Unit([Compare(keys.workload(wid), 0)], [Put(keys.workload(wid), incoming[i].to_json())])
+            units = [Unit([Compare(keys.workload(wid), 0)], [put_doc(keys.workload(wid), incoming[i])])
                      for wid, i in fresh.items()]
             oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
             for (wid, i), ok in zip(fresh.items(), oks, strict=True):
@@ -868,7 +876,7 @@ class Scheduler:
         )
         akey = keys.assignment(node_id, inst)
         return ([Compare(keys.workload(w.id), p.wrev), Compare(akey, 0)],
-                [Put(akey, assignment.to_json()), Put(keys.status(inst), status.to_json())])
+                [put_doc(akey, assignment), put_doc(keys.status(inst), status)])
 
     async def _commit_placements(self, batch: list[_Placed]) -> None:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload
@@ -988,7 +996,7 @@ class Scheduler:
         # Concurrent reports from many nodes share transactions; each change is still guarded by
         # the status revision it was computed from.
         oks = await self._status_writes.submit([
-            ([Compare(keys.status(inst), rev)], [Put(keys.status(inst), new.to_json())])
+            ([Compare(keys.status(inst), rev)], [put_doc(keys.status(inst), new)])
             for inst, rev, _, new in changes])
         for (inst, _, prev, new), ok in zip(changes, oks, strict=True):
             if ok and new.phase != prev.phase:
@@ -1230,28 +1238,37 @@ class Scheduler:
 
     async def backup(self) -> dict[str, Any]:
         """Every durable key, read at one store revision."""
+        doc: dict[str, Any] = json.loads(await self.backup_json())
+        return doc
+
+    async def backup_json(self) -> bytes:
+        """`backup()` as JSON, assembled from the stored bytes (every value is a JSON document
+        already): nothing is decoded or re-encoded, and the assembly runs off the event loop in
+        small steps, so a backup of a large cluster neither costs seconds of CPU nor holds the
+        interpreter lock long enough to starve heartbeats or the leader lease."""
         kvs, revision = await self.store.range(keys.ROOT)
         ephemeral = (keys.LEADER, keys.SHARDS)  # leased, or belonging to live replicas
-        # Decoding a large cluster's documents takes seconds of CPU: off the event loop, where it
-        # would starve heartbeats and the leader lease.
-        items = await asyncio.to_thread(lambda: [
-            {"key": kv.key, "value": json.loads(kv.value)}
-            for kv in kvs if kv.key not in ephemeral and not kv.key.startswith(keys.REPLICAS)
-        ])
-        return {"format": BACKUP_FORMAT, "createdAt": time.time(), "revision": revision,
-                "clusterId": self.guard.cluster_id, "items": items}
+        head = json.dumps({"format": BACKUP_FORMAT, "createdAt": time.time(), "revision": revision,
+                           "clusterId": self.guard.cluster_id})
+
+        def assemble() -> bytes:
+            items = [b'{"key":%s,"value":%s}' % (json.dumps(kv.key).encode(), kv.value)
+                     for kv in kvs if kv.key not in ephemeral and not kv.key.startswith(keys.REPLICAS)]
+            return b"".join([head[:-1].encode(), b',"items":[', b",".join(items), b"]}"])
+
+        return await asyncio.to_thread(assemble)
 
     async def _write_local_backup(self) -> None:
         assert self.config.data_dir is not None
-        doc = await self.backup()
-        if not any(i["key"] == keys.CLUSTER for i in doc["items"]):
+        if self.state.cluster_marker is None:
             return  # never overwrite a good backup with a wiped store's
+        data = await self.backup_json()
         target = self.config.data_dir / "backups" / "latest.json"
 
         def write() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc))
+            tmp.write_bytes(data)
             tmp.replace(target)  # atomic: a crash never leaves half a backup
 
         await asyncio.to_thread(write)

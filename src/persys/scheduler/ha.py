@@ -14,26 +14,35 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from persys.scheduler import keys
-from persys.store.base import Compare, LeaseKeeper, Put, StateStore, StoreError
+from persys.store.base import Compare, LeaseKeeper, LeaseNotFound, Put, StateStore, StoreError
 
 log = logging.getLogger(__name__)
 
 
+class BlockingLease(Protocol):
+    def keep_alive(self, lease_id: int, timeout: float | None = None) -> float: ...
+
+    def close(self) -> None: ...
+
+
 class ThreadedLeaseKeeper:
-    """Keeps a lease alive from a thread of its own, with its own store connection.
+    """Keeps a lease alive from a plain thread, with a blocking connection of its own.
 
     A leader whose event loop is saturated (a burst of thousands of placements) must not lose its
     lease for that alone: deposition would throw away its queue and reservations, and a re-election
     storm is worse than a slow leader. A crashed process still loses the lease within the TTL, and
-    every write stays fenced, so this only removes false depositions. `lost` is an event of the
-    loop that started it.
+    every write stays fenced, so this only removes false depositions. The thread uses no event
+    loop at all (see persys.store.etcd.BlockingLease); `lost` is an event of the loop that started
+    the keeper.
     """
 
-    def __init__(self, store_factory: Callable[[], StateStore], lease_id: int, ttl: float) -> None:
-        self.store_factory = store_factory
+    def __init__(self, lease_factory: Callable[[], BlockingLease], lease_id: int, ttl: float) -> None:
+        self.lease_factory = lease_factory
         self.lease_id = lease_id
         self.ttl = ttl
         self.lost = asyncio.Event()
@@ -43,27 +52,33 @@ class ThreadedLeaseKeeper:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
 
-        async def keep() -> None:
-            store = self.store_factory()
-            keeper = LeaseKeeper(store, self.lease_id, self.ttl)
-            keeper.start()
-            try:
-                # `_stop` is set from another thread, hence polling rather than an asyncio.Event.
-                while not self._stop.is_set() and not keeper.lost.is_set():  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
-                if keeper.lost.is_set():
-                    loop.call_soon_threadsafe(self.lost.set)
-            finally:
-                await keeper.stop()
-                await store.close()
-
         def run() -> None:
+            lease = self.lease_factory()
+            interval, last_ok = self.ttl / 3, time.monotonic()
             try:
-                asyncio.run(keep())
+                while not self._stop.wait(interval):
+                    try:
+                        ttl = lease.keep_alive(self.lease_id, timeout=self.ttl)
+                        last_ok = time.monotonic()
+                        interval = max(ttl / 3, 0.05)  # etcd may round the ttl: follow what it says
+                    except LeaseNotFound:
+                        log.warning("lease %x lost", self.lease_id)
+                        break
+                    except StoreError as err:
+                        if time.monotonic() - last_ok >= self.ttl:
+                            log.warning("lease %x presumed lost: %s", self.lease_id, err)
+                            break
+                        interval = max(self.ttl / 10, 0.05)  # retry sooner while the store is flaky
+                else:
+                    return  # stopped
+                with contextlib.suppress(RuntimeError):  # the loop may be closing
+                    loop.call_soon_threadsafe(self.lost.set)
             except Exception:
                 log.exception("lease keeper thread failed")
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self.lost.set)
+            finally:
+                lease.close()
 
         self._thread = threading.Thread(target=run, name=f"lease-{self.lease_id:x}", daemon=True)
         self._thread.start()
@@ -83,7 +98,7 @@ class LeaderElection:
         on_elected: Callable[[], Awaitable[None]],
         on_deposed: Callable[[], Awaitable[None]],
         ttl: float = 2.0,
-        keeper_store: Callable[[], StateStore] | None = None,
+        blocking_lease: Callable[[], BlockingLease] | None = None,
     ) -> None:
         self.store = store
         self.replica_id = replica_id
@@ -91,7 +106,7 @@ class LeaderElection:
         self.on_elected = on_elected
         self.on_deposed = on_deposed
         self.ttl = ttl
-        self.keeper_store = keeper_store  # a factory for a separate connection: keep-alives in a thread
+        self.blocking_lease = blocking_lease  # given: keep-alives from a thread, on their own connection
         self.fence_revision = 0  # mod revision of our leader key while we lead; 0 otherwise
         self._task: asyncio.Task[None] | None = None
         self._lease = 0
@@ -138,7 +153,7 @@ class LeaderElection:
         lease = await self.store.grant_lease(self.ttl)
         self._lease = lease
         keeper: LeaseKeeper | ThreadedLeaseKeeper = (
-            ThreadedLeaseKeeper(self.keeper_store, lease, self.ttl) if self.keeper_store
+            ThreadedLeaseKeeper(self.blocking_lease, lease, self.ttl) if self.blocking_lease
             else LeaseKeeper(self.store, lease, self.ttl)
         )
         keeper.start()

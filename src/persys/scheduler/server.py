@@ -16,6 +16,7 @@ from persys.security.grpc_tls import server_credentials
 from persys.security.pki import TLSFiles
 from persys.store import open_store
 from persys.store.base import StateStore
+from persys.store.etcd import EtcdStore
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ async def start_scheduler(
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
-    keeper = (lambda: open_store(store_url, tls=store_tls)) if not store_url.startswith("sqlite") else None
-    scheduler = Scheduler(store, events, config, keeper_store=keeper)
+    keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
+    scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     await scheduler.start()
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)

@@ -333,7 +333,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     # ---------------------------------------------------------------- administration
 
     async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        return await self._document(context, self.s.backup)
+        await self._as_client(context)
+        async with _mapped(context):
+            return pb.Document(json=await self.s.backup_json())
+        raise AssertionError("unreachable")
 
     async def Restore(self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def restore() -> dict[str, Any]:

@@ -28,6 +28,19 @@ log = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
 
 
+@dataclass(frozen=True)
+class DocPut(Put):
+    """A Put of a document's JSON that also carries the document: committing it folds the object
+    into the mirror as is, instead of parsing back the bytes just written (the document must
+    not be changed afterwards)."""
+
+    doc: BaseModel | None = None
+
+
+def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment) -> DocPut:
+    return DocPut(key, doc.to_json(), doc=doc)
+
+
 @dataclass(slots=True)
 class Versioned(Generic[T]):
     value: T
@@ -123,12 +136,13 @@ class ClusterState:
     def _stale(self, key: str, rev: int) -> bool:
         return rev <= self._revs.get(key, 0) or rev <= self._tombstones.get(key, 0)
 
-    def _apply_put(self, key: str, value: bytes, rev: int, notify: bool = True) -> None:
+    def _apply_put(self, key: str, value: bytes, rev: int, notify: bool = True, doc: BaseModel | None = None
+                   ) -> None:
         if self._stale(key, rev):
             return
         self._revs[key] = rev
         self._tombstones.pop(key, None)
-        kind, ident = self._fold(key, value, rev)
+        kind, ident = self._fold(key, value, rev, doc)
         if notify and kind:
             self._notify(kind, ident)
 
@@ -141,15 +155,16 @@ class ClusterState:
         if kind:
             self._notify(kind, ident)
 
-    def _fold(self, key: str, value: bytes, rev: int) -> tuple[str, str]:
+    def _fold(self, key: str, value: bytes, rev: int, doc: BaseModel | None = None) -> tuple[str, str]:
         try:
             if key.startswith(keys.WORKLOADS):
-                w = Workload.model_validate_json(value)
+                w = doc if isinstance(doc, Workload) else Workload.model_validate_json(value)
                 self.workloads[w.id] = Versioned(w, rev)
                 return "workload", w.id
             if key.startswith(keys.STATUS):
                 wid = key.removeprefix(keys.STATUS)
-                self.statuses[wid] = Versioned(WorkloadStatus.model_validate_json(value), rev)
+                st = doc if isinstance(doc, WorkloadStatus) else WorkloadStatus.model_validate_json(value)
+                self.statuses[wid] = Versioned(st, rev)
                 self.instances.setdefault(workload_of(wid), set()).add(wid)
                 return "status", wid
             if key.startswith(keys.NODES):
@@ -157,7 +172,7 @@ class ClusterState:
                 self.nodes[n.id] = Versioned(n, rev)
                 return "node", n.id
             if key.startswith(keys.ASSIGNMENTS):
-                a = Assignment.model_validate_json(value)
+                a = doc if isinstance(doc, Assignment) else Assignment.model_validate_json(value)
                 self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
                 self.placement_of[a.workload_id] = a.node_id
                 self.instances.setdefault(workload_of(a.workload_id), set()).add(a.workload_id)
@@ -256,7 +271,7 @@ class ClusterState:
             return False
         for op in ops:
             if isinstance(op, Put):
-                self._apply_put(op.key, op.value, rev)
+                self._apply_put(op.key, op.value, rev, doc=op.doc if isinstance(op, DocPut) else None)
             else:
                 self._apply_delete(op.key, rev)
         return True

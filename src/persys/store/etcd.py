@@ -102,17 +102,19 @@ class EtcdStore:
         self.target = _target(self.endpoints)
         self.timeout = timeout
         options = list(_CHANNEL_OPTIONS)
+        self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
-            creds = grpc.ssl_channel_credentials(
+            self._creds = grpc.ssl_channel_credentials(
                 root_certificates=tls.ca.read_bytes(),
                 private_key=tls.key.read_bytes(),
                 certificate_chain=tls.cert.read_bytes(),
             )
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
-            self._channel = grpc.aio.secure_channel(self.target, creds, options=options)
+            self._channel = grpc.aio.secure_channel(self.target, self._creds, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(self.target, options=options)
+        self._options = options
         self._kv = rpc_pb2_grpc.KVStub(self._channel)
         self._watch = rpc_pb2_grpc.WatchStub(self._channel)
         self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
@@ -241,6 +243,10 @@ class EtcdStore:
                 return float(resp.TTL)
         raise AssertionError("unreachable")
 
+    def blocking_lease(self) -> BlockingLease:
+        """A lease keep-alive for a plain thread, on a connection of its own (see BlockingLease)."""
+        return BlockingLease(self.target, self._creds, self._options, self.timeout)
+
     # ---- watch ------------------------------------------------------------------------
 
     async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
@@ -318,3 +324,39 @@ class EtcdStore:
             self._ka_call = None
         with contextlib.suppress(Exception):
             await self._channel.close()
+
+
+class BlockingLease:
+    """Lease keep-alives through gRPC's synchronous API, for a thread of their own.
+
+    A keep-alive must get through while the owning process's event loop is saturated. gRPC's
+    asyncio API completes every call through the first event loop that used it, whichever thread
+    made the call, so a keeper on grpc.aio, even in its own thread, waits for the busy loop. The
+    synchronous API blocks in its own completion queue, without the GIL, and needs no loop.
+    """
+
+    def __init__(self, target: str, creds: grpc.ChannelCredentials | None,
+                 options: list[tuple[str, int | str]], timeout: float) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = (grpc.secure_channel(target, creds, options=options) if creds is not None
+                         else grpc.insecure_channel(target, options=options))
+        self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
+
+    def keep_alive(self, lease_id: int, timeout: float | None = None) -> float:
+        """Refresh the lease once; its remaining TTL. Raises LeaseNotFound or StoreUnavailable."""
+        try:
+            responses = self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]),
+                                                   timeout=timeout or self.timeout)
+            resp = next(iter(responses), None)
+        except grpc.RpcError as e:
+            code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
+            raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {code.name}") from e
+        if resp is None:
+            raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
+        if resp.TTL <= 0:
+            raise LeaseNotFound(f"lease {lease_id:x} not found")
+        return float(resp.TTL)
+
+    def close(self) -> None:
+        self._channel.close()

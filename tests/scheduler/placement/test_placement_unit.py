@@ -19,9 +19,11 @@ from persys.scheduler.placement import (
     Scorer,
     Snapshot,
     Status,
+    Taint,
     WorkloadRequest,
     decide,
     place_many,
+    refresh_static_verdicts,
 )
 from persys.scheduler.placement.engine import feasible_nodes_to_find
 
@@ -182,3 +184,41 @@ def test_custom_plugins() -> None:
 def test_default_scorers_registered_in_weights() -> None:
     names = {s.name for s in DEFAULT_SCORERS}
     assert set(PlacementConfig().weights) == names
+
+
+def test_static_verdicts_survive_rebuilds_and_follow_changed_nodes() -> None:
+    """Memoised static verdicts (labels, taints, readiness) are shared across snapshots of the
+    same node set; a node whose static facts change has its verdicts recomputed, not all."""
+    nodes = [NodeInfo(id=f"n{i}", cpu_millicores=4000, memory_mb=8192, labels={"disk": "hdd"}) for i in range(4)]
+    memo: dict[object, object] = {}
+    ssd = WorkloadRequest(id="w", cpu_millicores=100, node_selector={"disk": "ssd"})
+    first = Snapshot(tuple(nodes)).sharing_static_caches(memo)
+    assert decide(first, ssd).node_id is None
+    assert memo, "the verdicts were memoised"
+
+    relabelled = [*nodes[:2], NodeInfo(id="n2", cpu_millicores=4000, memory_mb=8192, labels={"disk": "ssd"}), nodes[3]]
+    stale = Snapshot(tuple(relabelled)).sharing_static_caches(memo)
+    assert decide(stale, ssd).node_id is None  # the contract: the caller must say what changed
+    refresh_static_verdicts(stale, ["n2"])
+    assert decide(stale, ssd).node_id == "n2"
+    assert decide(Snapshot(tuple(relabelled)), ssd).node_id == "n2"  # same as an unmemoised snapshot
+
+
+def test_replacing_nodes_matches_a_snapshot_built_from_scratch() -> None:
+    nodes = [NodeInfo(id=f"n{i}", cpu_millicores=4000, memory_mb=8192, service_counts={f"s{i % 3}": 1})
+             for i in range(6)]
+    base = Snapshot(tuple(nodes))
+    changed = [
+        NodeInfo(id="n1", cpu_millicores=4000, memory_mb=8192, service_counts={"s0": 2, "s9": 1}),
+        NodeInfo(id="n4", cpu_millicores=4000, memory_mb=8192, service_counts={},
+                 taints=(Taint("spot", "true", "PreferNoSchedule"),)),
+    ]
+    replaced = base.replacing(changed)
+    fresh = Snapshot(tuple(changed[0] if n.id == "n1" else changed[1] if n.id == "n4" else n for n in nodes))
+    assert replaced.effective == fresh.effective
+    assert replaced._static.service_nodes == fresh._static.service_nodes
+    assert (replaced._static.has_soft_taints, replaced._static.has_hard_taints) == (True, False)
+    request = WorkloadRequest(id="w", cpu_millicores=100, service="s0")
+    assert decide(replaced, request) == decide(fresh, request)
+    with pytest.raises(KeyError):
+        base.replacing([NodeInfo(id="new")])

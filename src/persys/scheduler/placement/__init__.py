@@ -13,6 +13,7 @@ from .engine import (
     decide,
     place_many,
     place_many_from,
+    refresh_static_verdicts,
 )
 from .evaluate import NodeEvaluation, evaluate_node
 from .filters import DEFAULT_FILTERS
@@ -60,4 +61,5 @@ __all__ = [
     "evaluate_node",
     "place_many",
     "place_many_from",
+    "refresh_static_verdicts",
 ]

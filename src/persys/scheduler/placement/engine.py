@@ -17,7 +17,6 @@ from .snapshot import (
     Reservation,
     Reservations,
     ReservationView,
-    ReservedOnNode,
     Snapshot,
     WorkloadRequest,
     apply_reserved,
@@ -143,9 +142,27 @@ def aggregate_rejections(statuses: Iterable[Status]) -> str:
 _StaticFail = tuple[int, Status] | None
 
 
+@dataclass(slots=True)
+class _StaticVerdicts:
+    """One request shape's static verdicts, with what it takes to recompute a node's."""
+
+    rows: list[_StaticFail]  # per node, id order
+    filters: tuple[Filter, ...]
+    request: WorkloadRequest
+
+
+def _static_row(node: NodeInfo, static: tuple[Filter, ...], request: WorkloadRequest,
+                ctx: PlacementContext) -> _StaticFail:
+    for k, f in enumerate(static):
+        status = f.check(node, request, ctx)
+        if status is not None:
+            return (k, status)
+    return None
+
+
 def _static_failures(
     snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest
-) -> tuple[_StaticFail, ...]:
+) -> Sequence[_StaticFail]:
     """Per node (id order): None if it passes every static filter, else (index of the first
     static filter that rejects it, that Status). Cached on the snapshot's shared static index,
     so it is computed once per snapshot and request type, not once per decision."""
@@ -158,18 +175,27 @@ def _static_failures(
     hit = cache.get(key)
     if hit is None:
         ctx = PlacementContext(snapshot, request)
-        rows: list[_StaticFail] = []
-        for node in snapshot._static.order:  # static facts never change with reservations
-            row: _StaticFail = None
-            for k, f in enumerate(static):
-                status = f.check(node, request, ctx)
-                if status is not None:
-                    row = (k, status)
-                    break
-            rows.append(row)
-        hit = cache[key] = tuple(rows)
-    result: tuple[_StaticFail, ...] = hit
-    return result
+        # static facts never change with reservations
+        rows = [_static_row(node, static, request, ctx) for node in snapshot._static.order]
+        hit = cache[key] = _StaticVerdicts(rows, static, request)
+    verdicts: _StaticVerdicts = hit
+    return verdicts.rows
+
+
+def refresh_static_verdicts(snapshot: Snapshot, node_ids: Iterable[str]) -> None:
+    """Recompute the memoised static verdicts of nodes whose static facts changed (a cordon, a
+    label, readiness), in every request shape seen so far: O(shapes x changed nodes) instead of
+    forgetting them all, which at thousands of nodes costs a full pass per shape. The node set
+    must be the one the memo was filled with (the caller starts a fresh memo otherwise)."""
+    static = snapshot._static
+    for entry in static.caches.values():
+        if not isinstance(entry, _StaticVerdicts):
+            continue
+        ctx = PlacementContext(snapshot, entry.request)
+        for node_id in node_ids:
+            i = static.by_id.get(node_id)
+            if i is not None:
+                entry.rows[i] = _static_row(static.order[i], entry.filters, entry.request, ctx)
 
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -255,13 +281,13 @@ def decide(
             constants[scorer.name] = norm * c
             base += norm * c
 
-    totals: list[tuple[float, int]] = []
-    for i in feasible:
-        node = nodes[i]
-        total = base
-        for scorer, norm in per_node:
-            total += norm * scorer.score(node, request, ctx)
-        totals.append((total, i))
+    candidates = [nodes[i] for i in feasible]
+    sums = [base] * len(candidates)
+    for scorer, norm in per_node:
+        many = getattr(scorer, "score_many", None)  # optional batch form (see scorers.py)
+        values = many(candidates, request, ctx) if many else [scorer.score(n, request, ctx) for n in candidates]
+        sums = [t + norm * v for t, v in zip(sums, values, strict=True)]
+    totals = list(zip(sums, feasible, strict=True))
 
     # Deterministic tie-break: score desc, then a per-workload stable hash (so ties spread across
     # nodes instead of always favouring the lowest id): blake2b-64 of "{workload_id}/{node_id}"
@@ -313,33 +339,30 @@ def place_many_from(
     new ones too. Overlaying the whole ledger costs O(reserved nodes) per call, which a scheduler
     placing one workload at a time would otherwise pay for every placement.
     """
+    # Each reservation changes one node. Rather than copying the whole view per decision (O(nodes)
+    # each), the batch works on private copies made once: the snapshots decide() sees during the
+    # batch share them and never leave this function; the returned one owns them afterwards.
+    effective = list(current.effective)
+    by_node = dict(current.reservations.by_node)
+    groups = dict(current._reserved_groups)
+    batch = Snapshot._derive(current, ReservationView(MappingProxyType(by_node)), effective, groups)
+    index = current._static.by_id
     decisions: list[Decision] = []
     for request in requests:
-        decision = decide(current, request, config)
+        decision = decide(batch, request, config)
         decisions.append(decision)
-        if decision.node_id is None:
+        node_id = decision.node_id
+        if node_id is None:
             continue
         ledger.reserve(
-            Reservation(
-                request.id,
-                decision.node_id,
-                request.cpu_millicores,
-                request.memory_mb,
-                request.disk_mb,
-                request.group,
-            )
+            Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb, request.disk_mb,
+                        request.group)
         )
-        # Incremental overlay: rebuild only the chosen node rather than the whole view.
-        base = current.base_node(decision.node_id)
-        assert base is not None
-        updated: NodeInfo = apply_reserved(base, ledger.on_node(decision.node_id))
-        current = current._with_node(updated, _view_of(ledger, current, decision.node_id))
-    return decisions, current
-
-
-def _view_of(ledger: Reservations, current: Snapshot, node_id: str) -> ReservationView:
-    # Keep ``Snapshot.reservations`` consistent with the effective nodes without copying the whole
-    # ledger on every placement: update only the changed node's entry.
-    by_node: dict[str, ReservedOnNode] = dict(current.reservations.by_node)
-    by_node[node_id] = ledger.on_node(node_id)
-    return ReservationView(MappingProxyType(by_node))
+        on_node = ledger.on_node(node_id)
+        i = index[node_id]
+        effective[i] = apply_reserved(current._static.order[i], on_node)
+        by_node[node_id] = on_node
+        held = groups.get(request.group, frozenset())
+        if i not in held:
+            groups[request.group] = held | {i}
+    return decisions, Snapshot._derive(current, batch.reservations, tuple(effective), groups)

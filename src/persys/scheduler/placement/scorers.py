@@ -1,6 +1,13 @@
-"""Default scorers. Each returns [0, 100]; the engine applies the configured weights."""
+"""Default scorers. Each returns [0, 100]; the engine applies the configured weights.
+
+Each also scores a whole candidate list at once (`score_many`, one comprehension instead of a
+method call per node): the engine scores about a hundred candidates per decision, and this is
+its hottest loop. `score` is `score_many` of one node, so breakdowns and totals always agree.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from .framework import PlacementContext, Scorer
 from .snapshot import NodeInfo, WorkloadRequest
@@ -15,11 +22,12 @@ class CpuHeadroom:
         return None
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
-        cap = node.cpu_millicores
-        if cap <= 0:
-            return 0.0
-        left = cap - node.committed_cpu - request.cpu_millicores
-        return 100.0 * left / cap if left > 0 else 0.0
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        need = request.cpu_millicores
+        return [100.0 * (n.cpu_millicores - n.committed_cpu - need) / n.cpu_millicores
+                if n.cpu_millicores > 0 and n.cpu_millicores - n.committed_cpu - need > 0 else 0.0 for n in nodes]
 
 
 class MemoryHeadroom:
@@ -29,11 +37,12 @@ class MemoryHeadroom:
         return None
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
-        cap = node.memory_mb
-        if cap <= 0:
-            return 0.0
-        left = cap - node.committed_memory_mb - request.memory_mb
-        return 100.0 * left / cap if left > 0 else 0.0
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        need = request.memory_mb
+        return [100.0 * (n.memory_mb - n.committed_memory_mb - need) / n.memory_mb
+                if n.memory_mb > 0 and n.memory_mb - n.committed_memory_mb - need > 0 else 0.0 for n in nodes]
 
 
 class Spread:
@@ -51,9 +60,7 @@ class Spread:
         group = request.group
         # Nodes holding replicas: from the base index plus any reservation overlay.
         positions = set(static.service_nodes.get(group, ()))
-        for node_id, reserved in snap.reservations.by_node.items():
-            if reserved.services.get(group) and node_id in static.by_id:
-                positions.add(static.by_id[node_id])
+        positions.update(snap._reserved_groups.get(group, ()))
         if not positions:
             ctx.scratch["spread.domains"] = {}
             return 100.0  # no replica anywhere: every node is equally good, skip per-node work
@@ -70,18 +77,23 @@ class Spread:
         return None
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
-        here = node.service_counts.get(request.group, 0)
-        node_score = 100.0 / (1 + here)
-        label = request.spread_label
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        group, label = request.group, request.spread_label
         if not label:
-            return node_score
-        value = node.labels.get(label)
-        if value is None:
-            return 0.5 * node_score + 50.0 / (1 + here)
+            return [100.0 / (1 + n.service_counts.get(group, 0)) for n in nodes]
         if "spread.domains" not in ctx.scratch:  # called directly, not via the engine
             self.constant(request, ctx)
-        in_domain = ctx.scratch.get("spread.domains", {}).get(value, 0)
-        return 0.5 * node_score + 50.0 / (1 + in_domain)
+        domains: dict[str, int] = ctx.scratch.get("spread.domains", {})
+        out = []
+        for n in nodes:
+            here = n.service_counts.get(group, 0)
+            value = n.labels.get(label)
+            # A node without the label is its own domain.
+            in_domain = here if value is None else domains.get(value, 0)
+            out.append(50.0 / (1 + here) + 50.0 / (1 + in_domain))
+        return out
 
 
 class Commitments:
@@ -93,7 +105,10 @@ class Commitments:
         return None
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
-        return 100.0 / (1 + node.workload_count)
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        return [100.0 / (1 + n.workload_count) for n in nodes]
 
 
 class TaintPenalty:
@@ -105,13 +120,18 @@ class TaintPenalty:
         return None if ctx.snapshot._static.has_soft_taints else 100.0
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
-        untolerated = 0
-        for taint in node.taints:
-            if taint.effect == "PreferNoSchedule" and not any(
-                t.tolerates(taint) for t in request.tolerations
-            ):
-                untolerated += 1
-        return 100.0 / (2**untolerated)
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        tolerations = request.tolerations
+        out = []
+        for n in nodes:
+            untolerated = 0
+            for taint in n.taints:
+                if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in tolerations):
+                    untolerated += 1
+            out.append(100.0 / (2**untolerated))
+        return out
 
 
 DEFAULT_SCORERS: tuple[Scorer, ...] = (

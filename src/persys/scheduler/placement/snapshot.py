@@ -7,7 +7,7 @@ The scheduler converts its own model into these types; the engine never sees any
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from types import MappingProxyType
@@ -322,6 +322,35 @@ class _Static:
         # Lazily filled, request-type keyed caches (e.g. which nodes pass the static filters).
         self.caches: dict[Any, Any] = {}
 
+    def replacing(self, changed: Iterable[NodeInfo]) -> _Static:
+        """The same node set with some nodes' facts replaced: O(changed nodes) index upkeep
+        instead of sorting and indexing every node again. The memo is shared (see
+        Snapshot.sharing_static_caches for when that is sound)."""
+        new = object.__new__(_Static)
+        order = list(self.order)
+        services = dict(self.service_nodes)
+        for node in changed:
+            i = self.by_id[node.id]  # KeyError: not the same node set
+            old = order[i]
+            order[i] = node
+            for name in old.service_counts.keys() - {k for k, c in node.service_counts.items() if c}:
+                left = tuple(j for j in services.get(name, ()) if j != i)
+                if left:
+                    services[name] = left
+                else:
+                    services.pop(name, None)
+            for name, count in node.service_counts.items():
+                held = services.get(name, ())
+                if count and i not in held:
+                    services[name] = tuple(sorted((*held, i)))
+        new.order = tuple(order)
+        new.by_id = self.by_id
+        new.has_hard_taints = any(t.effect != "PreferNoSchedule" for n in order for t in n.taints)
+        new.has_soft_taints = any(t.effect == "PreferNoSchedule" for n in order for t in n.taints)
+        new.service_nodes = services
+        new.caches = self.caches
+        return new
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -330,36 +359,59 @@ class Snapshot:
     nodes: tuple[NodeInfo, ...]
     reservations: ReservationView = EMPTY_VIEW
     _static: _Static = field(init=False, repr=False, compare=False)
-    _effective: tuple[NodeInfo, ...] = field(init=False, repr=False, compare=False)
+    # A tuple, except inside place_many_from, which overlays its batch on a private list.
+    _effective: Sequence[NodeInfo] = field(init=False, repr=False, compare=False)
+    # Spread group -> positions of nodes where reservations hold members of it (the base's own
+    # placements are in _static.service_nodes), so spreading never scans the whole ledger.
+    _reserved_groups: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         static = _Static(self.nodes)
         object.__setattr__(self, "_static", static)
         object.__setattr__(self, "_effective", _overlay(static, static.order, self.reservations))
+        object.__setattr__(self, "_reserved_groups", _groups_of(static, self.reservations))
 
     @classmethod
-    def _derive(cls, base: Snapshot, view: ReservationView, effective: tuple[NodeInfo, ...]) -> Snapshot:
+    def _derive(cls, base: Snapshot, view: ReservationView, effective: Sequence[NodeInfo],
+                reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
         # Skips __post_init__: the static index is reused, so an overlay costs O(nodes) copies only.
         snap = object.__new__(cls)
         object.__setattr__(snap, "nodes", base.nodes)
         object.__setattr__(snap, "reservations", view)
         object.__setattr__(snap, "_static", base._static)
         object.__setattr__(snap, "_effective", effective)
+        object.__setattr__(snap, "_reserved_groups", reserved_groups)
         return snap
+
+    def replacing(self, changed: Sequence[NodeInfo]) -> Snapshot:
+        """This snapshot's node set with some nodes' facts replaced (every id must already be in
+        it), without reservations; shares the static-verdict memo, so the caller must refresh
+        the verdicts of nodes whose static facts changed (refresh_static_verdicts)."""
+        static = self._static.replacing(changed)
+        snap = object.__new__(Snapshot)
+        object.__setattr__(snap, "nodes", static.order)
+        object.__setattr__(snap, "reservations", EMPTY_VIEW)
+        object.__setattr__(snap, "_static", static)
+        object.__setattr__(snap, "_effective", static.order)
+        object.__setattr__(snap, "_reserved_groups", {})
+        return snap
+
+    def sharing_static_caches(self, caches: dict[Any, Any]) -> Snapshot:
+        """This snapshot, memoising its static-filter verdicts in `caches` (shared with earlier
+        snapshots). Only for a caller that knows the node set and every node's static facts
+        (readiness, cordon, labels, taints, runtimes) are the same as when `caches` was filled:
+        capacity may differ, static verdicts cannot."""
+        self._static.caches = caches
+        return self
 
     def with_reservations(self, view: ReservationView) -> Snapshot:
         """Same base nodes seen through ``view`` (replaces, never stacks, any earlier overlay)."""
-        return Snapshot._derive(self, view, _overlay(self._static, self._static.order, view))
-
-    def _with_node(self, node: NodeInfo, view: ReservationView) -> Snapshot:
-        # Incremental overlay used by place_many: only one node changed.
-        effective = list(self._effective)
-        effective[self._static.by_id[node.id]] = node
-        return Snapshot._derive(self, view, tuple(effective))
+        return Snapshot._derive(self, view, _overlay(self._static, self._static.order, view),
+                                _groups_of(self._static, view))
 
     @property
-    def effective(self) -> tuple[NodeInfo, ...]:
+    def effective(self) -> Sequence[NodeInfo]:
         """Nodes sorted by id, with reservations folded into the committed figures."""
         return self._effective
 
@@ -377,6 +429,17 @@ class Snapshot:
 
     def __len__(self) -> int:
         return len(self._effective)
+
+
+def _groups_of(static: _Static, view: ReservationView) -> dict[str, frozenset[int]]:
+    groups: dict[str, set[int]] = {}
+    for node_id, reserved in view.by_node.items():
+        i = static.by_id.get(node_id)
+        if i is not None:
+            for name, count in reserved.services.items():
+                if count:
+                    groups.setdefault(name, set()).add(i)
+    return {k: frozenset(v) for k, v in groups.items()}
 
 
 def _overlay(static: _Static, order: tuple[NodeInfo, ...], view: ReservationView) -> tuple[NodeInfo, ...]:

@@ -54,7 +54,7 @@ class HollowNode:
     node_id: str
     stub: pb_grpc.AgentControlStub
     request: pb.RegisterNodeRequest
-    desired: list[tuple[str, str, int]] = field(default_factory=list)  # (workload, revision, generation)
+    desired: dict[str, tuple[str, int]] = field(default_factory=dict)  # workload -> (revision, generation)
     synced: bool = False
     reporting: bool = False
     dirty: bool = False
@@ -177,7 +177,7 @@ class Hollow:
     async def _watch(self, node: HollowNode) -> None:
         delay = 0.2
         while not self.stopping.is_set():
-            call = node.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=node.node_id))
+            call = node.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=node.node_id, deltas=True))
             try:
                 async for ds in call:
                     self._on_desired(node, ds)
@@ -197,7 +197,10 @@ class Hollow:
             self.c.streams_ready += 1
         self.c.desired_msgs += 1
         self.c.desired_items += len(ds.workloads)
-        desired = []
+        if ds.full:  # otherwise a delta: changed workloads plus `removed`
+            node.desired = {}
+        for wid in ds.removed:
+            node.desired.pop(wid, None)
         for a in ds.workloads:
             wid = a.workload_id
             if wid not in self.first_seen:
@@ -205,8 +208,7 @@ class Hollow:
                 for fut in self.waiters.pop(wid, ()):
                     if not fut.done():
                         fut.set_result(now)
-            desired.append((wid, a.revision, a.generation))
-        node.desired = desired
+            node.desired[wid] = (a.revision, a.generation)
         self._schedule_report(node)
 
     def _schedule_report(self, node: HollowNode) -> None:
@@ -227,7 +229,7 @@ class Hollow:
                             workload_id=wid, revision=rev, generation=gen,
                             state=pb.WORKLOAD_STATE_RUNNING, runtime_id=f"hollow-{wid}",
                         )
-                        for wid, rev, gen in node.desired
+                        for wid, (rev, gen) in node.desired.items()
                     ],
                     complete=True,
                 )

@@ -85,6 +85,22 @@ def summary(events: list[WatchEvent], p: str) -> list[tuple[str, str, int]]:
 # ---- KV ------------------------------------------------------------------------------------
 
 
+async def test_range_in_pages_reads_one_snapshot(store: StateStore, p: str) -> None:
+    for i in range(25):
+        await store.put(f"{p}k{i:02d}", b"v")
+    first_rev = 0
+    keys: list[str] = []
+    async for kvs, rev in store.range_pages(p, page=10):
+        if not first_rev:
+            first_rev = rev
+            for i in range(5):  # writes between pages do not show in later pages
+                await store.put(f"{p}k{i:02d}z", b"late")
+        assert rev == first_rev and len(kvs) <= 10
+        keys += [kv.key for kv in kvs]
+    assert keys == [f"{p}k{i:02d}" for i in range(25)]
+    assert [kv.key for kv in (await store.range(p))[0]] == sorted([*keys, *(f"{p}k{i:02d}z" for i in range(5))])
+
+
 async def test_get_put_range_delete(store: StateStore, p: str) -> None:
     assert await store.get(p + "b") is None
     r1 = await store.put(p + "b", b"1")

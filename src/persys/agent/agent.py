@@ -323,7 +323,8 @@ class Agent:
             await self.registered.wait()
             gen = self._channel_gen
             try:
-                call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.config.node_id))
+                call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.config.node_id,
+                                                                             deltas=True))
                 async for ds in call:
                     delay = 0.2
                     await self._accept_desired(ds)
@@ -334,32 +335,35 @@ class Agent:
             delay = min(delay * 2, 5.0)
 
     async def _accept_desired(self, ds: pb.DesiredState) -> None:
+        """Take a full desired set or a delta (see DesiredState in the proto)."""
         self.mode = ds.mode or "normal"
-        incoming: dict[str, Desired] = {}
+        changed: dict[str, Desired] = {}
         for a in ds.workloads:
             try:
                 spec = WorkloadSpec.model_validate_json(a.spec_json)
             except ValueError as err:
                 log.error("scheduler sent an unreadable spec for %s: %s", a.workload_id, err)
                 continue
-            incoming[a.workload_id] = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
-        if self.mode != "normal":
-            # Hold: accept updates but never treat an absence as "remove".
-            incoming = {**self.desired, **incoming}
-        else:
-            self.synced = True
-        for wid, d in incoming.items():
-            old = self.desired.get(wid)
+            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
+            old = self.desired.get(a.workload_id)
             if old is not None and old.generation > d.generation:
-                incoming[wid] = old  # fencing: never go back to an older generation
-        removed = set(self.desired) - set(incoming)
+                continue  # fencing: never go back to an older generation
+            changed[a.workload_id] = d
+        holding = self.mode != "normal"  # hold: accept updates but never remove anything
+        if ds.full and not holding:
+            self.synced = True
+            removed = set(self.desired) - {a.workload_id for a in ds.workloads}
+        else:
+            removed = set() if holding else set(ds.removed) & set(self.desired)
+        incoming = {wid: d for wid, d in self.desired.items() if wid not in removed}
+        incoming.update(changed)
         self.desired = incoming
-        self._known.update(incoming)
+        self._known.update(changed)
 
         def persist() -> None:
             for wid in removed:
                 self.local.forget(wid)
-            for wid, d in incoming.items():
+            for wid, d in changed.items():
                 self.local.save_desired(wid, d.revision, d.generation, str(d.desired_state), d.spec.to_json())
 
         await asyncio.to_thread(persist)

@@ -46,7 +46,7 @@ from persys.scheduler.placement_adapter import PlacementService, has_local_volum
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.state import ClusterState, Versioned, put_doc
-from persys.store.base import Compare, Delete, LeaseKeeper, Put, StateStore, StoreUnavailable
+from persys.store.base import Compare, Delete, KeyValue, LeaseKeeper, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
@@ -198,6 +198,7 @@ class Scheduler:
         self._status_writes = GroupCommit(lambda c, o: self.state.commit(c, o, fenced="node"))
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
+        self._resync: set[str] = set()  # nodes whose next desired-state message must be a full set
         self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started_at = clock()
@@ -1050,7 +1051,8 @@ class Scheduler:
                 self.emit("DriftDetected", f"workload/{workload_of(d.instance)}",
                           f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind)
                 if d.kind == "missing":
-                    self._wake_node(node_id)  # remediation: send the desired state again
+                    self._resync.add(node_id)  # remediation: send the whole desired state again
+                    self._wake_node(node_id)
         for k in [k for k in known if k not in now_keys]:
             d, _ = known.pop(k)
             self.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
@@ -1102,6 +1104,13 @@ class Scheduler:
                 self._spec_cache.clear()
             cached = self._spec_cache[key] = cur.value.spec.to_json()
         return cached
+
+    def take_resync(self, node_id: str) -> bool:
+        """Whether the node's stream should send its full desired set next (asked once)."""
+        if node_id in self._resync:
+            self._resync.discard(node_id)
+            return True
+        return False
 
     async def desired_stream(self, node_id: str) -> AsyncIterator[list[Assignment]]:
         """Full desired state for `node_id`, again after every change to it."""
@@ -1242,36 +1251,43 @@ class Scheduler:
         return doc
 
     async def backup_json(self) -> bytes:
-        """`backup()` as JSON, assembled from the stored bytes (every value is a JSON document
-        already): nothing is decoded or re-encoded, and the assembly runs off the event loop in
-        small steps, so a backup of a large cluster neither costs seconds of CPU nor holds the
-        interpreter lock long enough to starve heartbeats or the leader lease."""
-        kvs, revision = await self.store.range(keys.ROOT)
-        ephemeral = (keys.LEADER, keys.SHARDS)  # leased, or belonging to live replicas
-        head = json.dumps({"format": BACKUP_FORMAT, "createdAt": time.time(), "revision": revision,
-                           "clusterId": self.guard.cluster_id})
+        """`backup()` as JSON."""
+        return b"".join([chunk async for chunk in self._backup_chunks()])
 
-        def assemble() -> bytes:
+    async def _backup_chunks(self) -> AsyncIterator[bytes]:
+        """A persys-backup/v1 document in pieces, assembled from the stored bytes a page of keys
+        at a time: nothing is decoded or re-encoded (every value is a JSON document already),
+        a large cluster's backup never sits in memory whole, and the assembly runs off the
+        event loop, so heartbeats and the leader lease do not wait for it."""
+        ephemeral = (keys.LEADER, keys.SHARDS)  # leased, or belonging to live replicas
+
+        def assemble(kvs: list[KeyValue], first: bool) -> bytes:
             items = [b'{"key":%s,"value":%s}' % (json.dumps(kv.key).encode(), kv.value)
                      for kv in kvs if kv.key not in ephemeral and not kv.key.startswith(keys.REPLICAS)]
-            return b"".join([head[:-1].encode(), b',"items":[', b",".join(items), b"]}"])
+            return (b"" if first or not items else b",") + b",".join(items)
 
-        return await asyncio.to_thread(assemble)
+        first = True
+        async for kvs, revision in self.store.range_pages(keys.ROOT):
+            if first:
+                head = json.dumps({"format": BACKUP_FORMAT, "createdAt": time.time(), "revision": revision,
+                                   "clusterId": self.guard.cluster_id})
+                yield head[:-1].encode() + b',"items":['
+            chunk = await asyncio.to_thread(assemble, kvs, first)
+            first = first and not chunk
+            yield chunk
+        yield b"]}"
 
     async def _write_local_backup(self) -> None:
         assert self.config.data_dir is not None
         if self.state.cluster_marker is None:
             return  # never overwrite a good backup with a wiped store's
-        data = await self.backup_json()
         target = self.config.data_dir / "backups" / "latest.json"
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(data)
-            tmp.replace(target)  # atomic: a crash never leaves half a backup
-
-        await asyncio.to_thread(write)
+        tmp = target.with_suffix(".tmp")
+        await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            async for chunk in self._backup_chunks():
+                await asyncio.to_thread(f.write, chunk)
+        await asyncio.to_thread(tmp.replace, target)  # atomic: a crash never leaves half a backup
 
     def local_backup(self) -> dict[str, Any]:
         path = self.config.data_dir / "backups" / "latest.json" if self.config.data_dir else None

@@ -158,19 +158,34 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                                ) -> AsyncIterator[pb.DesiredState]:
         await self._as_node(request.node_id, context)
         stream = self.s.desired_stream(request.node_id)
+        sent: dict[str, tuple[str, int, str]] = {}  # what the agent holds: id -> (revision, generation, state)
+        last_mode = ""
         while True:
             async with _mapped(context):  # a deposed replica ends the stream with the new address
                 assignments = await anext(stream)
+            mode = self.s.mode
+            full = not request.deltas or mode != last_mode or self.s.take_resync(request.node_id)
+            last_mode = mode
+            current = {a.workload_id: a for a in assignments}
             items = []
-            for a in assignments:
-                spec = self.s.spec_json(workload_of(a.workload_id))
-                if spec is None:
+            removed = [] if full else [wid for wid in sent if wid not in current]
+            for wid in removed:
+                del sent[wid]
+            if full:
+                sent = {}
+            for wid, a in current.items():
+                state = (a.revision, a.generation, str(a.desired_state))
+                if not full and sent.get(wid) == state:
                     continue
-                items.append(pb.AssignedWorkload(
-                    workload_id=a.workload_id, revision=a.revision, generation=a.generation,
-                    desired_state=str(a.desired_state), spec_json=spec,
-                ))
-            yield pb.DesiredState(workloads=items, mode=self.s.mode, store_revision=self.s.state.revision)
+                spec = self.s.spec_json(workload_of(wid))
+                if spec is None:
+                    continue  # its workload is gone from the mirror: withdrawn shortly
+                sent[wid] = state
+                items.append(pb.AssignedWorkload(workload_id=wid, revision=a.revision, generation=a.generation,
+                                                 desired_state=str(a.desired_state), spec_json=spec))
+            if full or items or removed:
+                yield pb.DesiredState(workloads=items, mode=mode, store_revision=self.s.state.revision, full=full,
+                                      removed=removed)
 
     # ---------------------------------------------------------------- client side
 

@@ -80,6 +80,11 @@ class StateStore(Protocol):
         """All keys starting with prefix, sorted by key, and the store revision of the read."""
         ...
 
+    def range_pages(self, prefix: str, page: int = 1000) -> AsyncIterator[tuple[list[KeyValue], int]]:
+        """`range` a page at a time (every page read at the revision of the first, which comes
+        with each page), so a large range never has to sit in memory at once."""
+        ...
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         """Returns the new revision. Raises LeaseNotFound for an unknown lease."""
         ...

@@ -139,19 +139,26 @@ class EtcdStore:
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
+        out: list[KeyValue] = []
+        revision = 0
+        async for kvs, rev in self.range_pages(prefix, _RANGE_PAGE):
+            out += kvs
+            revision = rev
+        return out, revision
+
+    async def range_pages(self, prefix: str, page: int = _RANGE_PAGE) -> AsyncIterator[tuple[list[KeyValue], int]]:
         start = prefix.encode() or b"\0"
         end = prefix_range_end(prefix.encode())
-        out: list[KeyValue] = []
         revision = 0  # pages after the first read at the first page's revision: one snapshot
         while True:
             resp = await self._call(
                 self._kv.Range,
-                rpc_pb2.RangeRequest(key=start, range_end=end, limit=_RANGE_PAGE, revision=revision),
+                rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision),
             )
             revision = revision or resp.header.revision
-            out.extend(_kv(kv) for kv in resp.kvs)
+            yield [_kv(kv) for kv in resp.kvs], revision
             if not resp.more or not resp.kvs:
-                return out, revision
+                return
             start = resp.kvs[-1].key + b"\0"
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:

@@ -360,6 +360,13 @@ class SqliteStore:
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
         return await self._run(self._range_sync, prefix)
 
+    async def range_pages(self, prefix: str, page: int = 1000) -> AsyncIterator[tuple[list[KeyValue], int]]:
+        # One consistent read, handed out in pages: the embedded store is for clusters small
+        # enough to hold in memory, and a read transaction cannot span yields to other tasks.
+        kvs, rev = await self.range(prefix)
+        for i in range(0, max(len(kvs), 1), page):
+            yield kvs[i : i + page], rev
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         rev, _ = await self._run(self._txn_sync, (), (Put(key, value, lease),))
         assert rev is not None

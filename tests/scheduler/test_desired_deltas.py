@@ -1,0 +1,73 @@
+"""The desired-state stream over real gRPC and mTLS: a full set first, then only what changed
+for an agent that asks for deltas; full sets again on request or for agents that do not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.model import parse_manifests
+from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.security.grpc_tls import secure_channel
+from persys.security.pki import ClusterCA, standard_identities
+from tests.scheduler.test_core import manifest, node
+
+
+@pytest.fixture
+async def sched(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, pb_grpc.AgentControlStub]]:
+    ca = ClusterCA(tmp_path / "pki")
+    ca.ensure()
+    ids = standard_identities(ca, "n1")
+    running = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0",
+                                    ids["scheduler"])
+    await running.scheduler.register(node("n1"))
+    channel = secure_channel(f"127.0.0.1:{running.port}", ids["agent"])
+    yield running, pb_grpc.AgentControlStub(channel)
+    await channel.close()
+    await running.stop()
+
+
+async def next_message(call: grpc.aio.UnaryStreamCall) -> pb.DesiredState:  # type: ignore[type-arg]
+    msg = await asyncio.wait_for(call.read(), 10)
+    assert isinstance(msg, pb.DesiredState)
+    return msg
+
+
+async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.AgentControlStub]) -> None:
+    running, stub = sched
+    s = running.scheduler
+    deltas = stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id="n1", deltas=True))
+    fulls = stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id="n1"))
+    first = await next_message(deltas)
+    assert first.full and not first.workloads
+    assert (await next_message(fulls)).full
+
+    for name in ("a", "b"):
+        await s.apply(parse_manifests(manifest(name))[0])
+        msg = await next_message(deltas)
+        while not msg.workloads:  # a wake-up may carry nothing new
+            msg = await next_message(deltas)
+        assert not msg.full and [w.workload_id for w in msg.workloads] == [name] and not msg.removed
+    msg = await next_message(fulls)
+    while len(msg.workloads) < 2:
+        msg = await next_message(fulls)
+    assert msg.full and sorted(w.workload_id for w in msg.workloads) == ["a", "b"]
+
+    await s.delete("a")
+    msg = await next_message(deltas)
+    while not msg.removed:
+        msg = await next_message(deltas)
+    assert list(msg.removed) == ["a"] and not msg.full
+
+    s._resync.add("n1")  # what drift remediation does for a node missing a workload
+    s._wake_node("n1")
+    msg = await next_message(deltas)
+    assert msg.full and [w.workload_id for w in msg.workloads] == ["b"]
+    deltas.cancel()
+    fulls.cancel()

@@ -1,7 +1,8 @@
 """Hollow agents: thousands of simulated nodes in one process, speaking the real agent protocol.
 
 Like Kubernetes' kubemark "hollow nodes": every simulated node registers, heartbeats, holds its
-own WatchAssignments stream and reports status exactly as `persys.agent.agent.Agent` does, but
+own WatchAssignments stream (asking for deltas), sends heartbeats and reports on its own
+StreamUpdates stream exactly as `persys.agent.agent.Agent` does, but
 runs nothing. On every DesiredState it immediately reports WORKLOAD_STATE_RUNNING for each
 assigned workload (complete=true). Differences from the real agent, on purpose:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -58,6 +60,8 @@ class HollowNode:
     synced: bool = False
     reporting: bool = False
     dirty: bool = False
+    updates: Any = None  # the open StreamUpdates call (heartbeats and reports), as the agent keeps one
+    hb_sent: collections.deque[float] = field(default_factory=collections.deque)  # unanswered heartbeats
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Hollow:
         self.first_seen: dict[str, float] = {}
         self.waiters: dict[str, list[asyncio.Future[float]]] = {}
         self.hb_latency: list[float] = []
+        self.errors_by_code: collections.Counter[str] = collections.Counter()
         self.paused = False
         self.register_started = 0.0
         self.register_done = 0.0
@@ -170,6 +175,7 @@ class Hollow:
         if self.c.registered == len(self.nodes):
             self.register_done = time.monotonic()
         self._spawn(self._watch(node))
+        self._spawn(self._updates(node))
         self._spawn(self._heartbeats(node))
         if self.args.report_interval > 0:
             self._spawn(self._periodic_reports(node))
@@ -189,6 +195,45 @@ class Hollow:
                 self.c.last_error = f"watch {node.node_id}: {err.code().name} {err.details()}"
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def _updates(self, node: HollowNode) -> None:
+        """The node's StreamUpdates call: heartbeats and reports are written to it; heartbeat
+        acknowledgements come back in order (their latency is measured from the write)."""
+        delay = 0.2
+        while not self.stopping.is_set():
+            call = node.stub.StreamUpdates()
+            node.updates = call
+            try:
+                async for ack in call:
+                    delay = 0.2
+                    if node.hb_sent:
+                        self.c.heartbeats_ok += 1
+                        self.hb_latency.append(time.monotonic() - node.hb_sent.popleft())
+                    if ack.heartbeat.reregister:
+                        self.c.reregisters += 1
+                        await self._register(node)
+            except grpc.aio.AioRpcError as err:
+                if self.stopping.is_set():
+                    return
+                self.c.stream_errors += 1
+                self.errors_by_code[f"updates {err.code().name}"] += 1
+                self.c.last_error = f"updates {node.node_id}: {err.code().name} {err.details()}"
+            finally:
+                node.updates = None
+                self.c.heartbeat_errors += len(node.hb_sent)  # sent, never answered
+                node.hb_sent.clear()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _write(self, node: HollowNode, update: pb.AgentUpdate) -> bool:
+        call = node.updates
+        if call is None:
+            return False
+        try:
+            await call.write(update)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+            return False
+        return True
 
     def _on_desired(self, node: HollowNode, ds: pb.DesiredState) -> None:
         now = time.monotonic()
@@ -234,10 +279,12 @@ class Hollow:
                     complete=True,
                 )
                 try:
-                    await node.stub.ReportStatus(req, timeout=60)
+                    if not await self._write(node, pb.AgentUpdate(report=req)):
+                        await node.stub.ReportStatus(req, timeout=60)
                     self.c.reports_ok += 1
                 except grpc.aio.AioRpcError as err:
                     self.c.report_errors += 1
+                    self.errors_by_code[f"report {err.code().name}"] += 1
                     self.c.last_error = f"report {node.node_id}: {err.code().name} {err.details()}"
                     node.dirty = True
                     await asyncio.sleep(1.0)
@@ -269,10 +316,15 @@ class Hollow:
                                    workloads=len(node.desired)),
             )
             t0 = time.monotonic()
+            node.hb_sent.append(t0)
+            if await self._write(node, pb.AgentUpdate(heartbeat=req)):
+                continue  # answered on the update stream
+            node.hb_sent.pop()
             try:
                 resp = await node.stub.Heartbeat(req, timeout=10)
             except grpc.aio.AioRpcError as err:
                 self.c.heartbeat_errors += 1
+                self.errors_by_code[f"heartbeat {err.code().name}"] += 1
                 self.c.last_error = f"heartbeat {node.node_id}: {err.code().name} {err.details()}"
                 continue
             self.c.heartbeats_ok += 1
@@ -311,6 +363,7 @@ class Hollow:
             "hb_latency_p50_ms": round(statistics.median(lat) * 1000, 2) if lat else None,
             "hb_latency_p99_ms": round(pct(lat, 0.99) * 1000, 2) if lat else None,
             "paused": self.paused,
+            "errors_by_code": dict(self.errors_by_code),
             "monotonic": time.monotonic(),
         }
 

@@ -205,6 +205,9 @@ class Bench:
                     out[k] = out.get(k, 0) + v
             if p.get("last_error"):
                 out["last_error"] = p["last_error"]
+            for code, n in (p.get("errors_by_code") or {}).items():
+                merged = out.setdefault("errors_by_code_all", {})
+                merged[code] = merged.get(code, 0) + n
         return out
 
     async def hollow_all(self, msg: dict[str, Any]) -> None:
@@ -699,6 +702,9 @@ def summary(res: dict[str, Any]) -> str:
                      f"{hf['stream_errors']}, report errors {hf['report_errors']}, desired-state messages "
                      f"{hf['desired_msgs']} carrying {hf['desired_items']} items; node documents rewritten "
                      f"{nodes_kind.get('puts', 0) - nodes_kind.get('keys', 0)} times (Ready/NotReady)")
+        if hf.get("errors_by_code_all"):
+            lines.append("                      errors by call and status: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(hf["errors_by_code_all"].items())))
     for key in ("heartbeat_before_workloads", "heartbeat"):
         h = res.get(key, {})
         if h.get("skipped"):

@@ -133,4 +133,6 @@ class SchedulerClient:
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
-                "sharded": h.sharded, "ownedNodes": h.owned_nodes}
+                "sharded": h.sharded, "ownedNodes": h.owned_nodes,
+                "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
+                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms}}

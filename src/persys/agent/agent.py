@@ -124,6 +124,8 @@ class Agent:
         self._switch_lock = asyncio.Lock()
         self._stub: pb_grpc.AgentControlStub | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
+        self._send_lock = asyncio.Lock()
         self._load_local()
 
     def _load_local(self) -> None:
@@ -153,6 +155,7 @@ class Agent:
             asyncio.create_task(self._register_loop(), name="agent-register"),
             asyncio.create_task(self._watch_loop(), name="agent-watch"),
             asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"),
+            asyncio.create_task(self._updates_loop(), name="agent-updates"),
             asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
             asyncio.create_task(self._usage_loop(), name="agent-usage"),
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
@@ -295,27 +298,62 @@ class Agent:
         await self.registered.wait()
         while True:
             cpu, mem, disk = self._sampler.sample()
-            gen = self._channel_gen
-            try:
-                resp = await self.stub.Heartbeat(
-                    pb.HeartbeatRequest(
-                        node_id=self.config.node_id,
-                        usage=pb.NodeUsage(
-                            cpu_percent=cpu,
-                            memory_used_mb=mem,
-                            disk_used_mb=disk,
-                            workloads=len(self.desired),
-                        ),
-                    ),
-                    timeout=5,
-                )
-                self.mode = resp.mode or "normal"
-                if resp.reregister:
-                    self.registered.clear()
-            except grpc.aio.AioRpcError as err:
-                log.debug("heartbeat failed: %s", err.details())
-                await self._after_error(err, gen)
+            req = pb.HeartbeatRequest(
+                node_id=self.config.node_id,
+                usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk,
+                                   workloads=len(self.desired)),
+            )
+            if not await self._send(pb.AgentUpdate(heartbeat=req)):
+                gen = self._channel_gen
+                try:
+                    self._on_heartbeat_answer(await self.stub.Heartbeat(req, timeout=5))
+                except grpc.aio.AioRpcError as err:
+                    log.debug("heartbeat failed: %s", err.details())
+                    await self._after_error(err, gen)
             await asyncio.sleep(self.heartbeat_interval)
+
+    def _on_heartbeat_answer(self, resp: pb.HeartbeatResponse) -> None:
+        self.mode = resp.mode or "normal"
+        if resp.reregister:
+            self.registered.clear()
+
+    async def _updates_loop(self) -> None:
+        """Keep one StreamUpdates call open for heartbeats and reports (see the proto). Against a
+        scheduler without it, the agent falls back to one call per heartbeat and report."""
+        delay = 0.2
+        while True:
+            await self.registered.wait()
+            gen = self._channel_gen
+            call = self.stub.StreamUpdates()
+            self._updates = call
+            try:
+                async for ack in call:
+                    delay = 0.2
+                    if ack.HasField("heartbeat"):
+                        self._on_heartbeat_answer(ack.heartbeat)
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("scheduler %s has no update stream; using one call per update", self.target)
+                    return
+                log.info("update stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
+                await self._after_error(err, gen)
+            finally:
+                self._updates = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _send(self, update: pb.AgentUpdate) -> bool:
+        """Write to the update stream; False when it is not open (the caller makes a call instead)."""
+        call = self._updates
+        if call is None:
+            return False
+        async with self._send_lock:  # one write at a time on a stream
+            try:
+                await call.write(update)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as err:
+                log.debug("update stream write failed: %s", err)
+                return False
+        return True
 
     async def _watch_loop(self) -> None:
         delay = 0.2
@@ -547,6 +585,6 @@ class Agent:
                         runtime_id=o.runtime_id,
                     )
                 )
-        await self.stub.ReportStatus(
-            pb.ReportStatusRequest(node_id=self.config.node_id, workloads=reports, complete=True), timeout=10
-        )
+        req = pb.ReportStatusRequest(node_id=self.config.node_id, workloads=reports, complete=True)
+        if not await self._send(pb.AgentUpdate(report=req)):
+            await self.stub.ReportStatus(req, timeout=10)

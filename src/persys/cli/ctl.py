@@ -432,7 +432,7 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     h = Api(server).request("GET", "/v1/health")
     t = Table(box=None, show_header=False, pad_edge=False)
     for k, v in h.items():
-        t.add_row(k, str(v))
+        t.add_row(k, ", ".join(f"{kk} {vv}" for kk, vv in v.items()) if isinstance(v, dict) else str(v))
     emit(h, output, t)
 
 

@@ -83,6 +83,8 @@ class SchedulerConfig:
     pending_retry_seconds: float = 5.0
     monitor_interval_seconds: float = 1.0
     batch_size: int = 256  # workloads reconciled per batch
+    max_backlog: int = 2_000  # bulk applies wait while more workloads than this await reconciling
+    admission_wait_seconds: float = 10.0
     commit_concurrency: int = 16  # placement transactions (of up to 63 placements each) in flight
     # Stop filtering once max(100, this % of nodes) feasible nodes are found (100 = score every
     # node). Like kube-scheduler's percentageOfNodesToScore and Nomad's candidate limit: at 5,000
@@ -189,6 +191,7 @@ class Scheduler:
         self.usage: dict[str, WorkloadUsage] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
+        self._backlog_low = asyncio.Event()  # the reconcile backlog is short enough for bulk applies
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
         self._liveness_suspended = False
@@ -308,6 +311,7 @@ class Scheduler:
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
     async def _deposed(self) -> None:
+        self._backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
         for t in self._active_tasks:
             t.cancel()
         for t in self._active_tasks:
@@ -450,6 +454,8 @@ class Scheduler:
                 batch.append(self._queue.get_nowait())
             for wid in batch:
                 self._queued.discard(wid)
+            if len(self._queued) <= self.config.max_backlog:
+                self._backlog_low.set()
             if self.guard.mode != Mode.NORMAL:
                 # Frozen: decide nothing. Everything is re-enqueued when the mode returns to normal.
                 await asyncio.sleep(0.2)
@@ -560,6 +566,7 @@ class Scheduler:
         New workloads are created together, many per transaction; a name applied twice in the
         batch, an existing workload, or a create that lost a race goes through `apply`."""
         self._require_normal()
+        await self._admit()
         now = time.time()
         incoming = [Workload.from_manifest(m, now) for m in manifests]
         fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
@@ -583,6 +590,16 @@ class Scheduler:
         for i, m in enumerate(manifests):
             out.append((incoming[i], True, True) if created.get(i) else await self.apply(m))
         return out
+
+    async def _admit(self) -> None:
+        """Hold a bulk apply while this (active) replica's reconcile backlog is long, for at most
+        a while: taking work faster than it is placed only grows memory and latency, and a
+        saturated replica answers heartbeats and reports late."""
+        if not self.is_active or len(self._queued) <= self.config.max_backlog:
+            return
+        self._backlog_low.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._backlog_low.wait(), self.config.admission_wait_seconds)
 
     async def _cas_change(self, key: str, what: str, read: Callable[[], Versioned[M] | None],
                           change: Callable[[M], M], stamp: Callable[[M], None] | None = None) -> tuple[M, bool]:
@@ -1451,6 +1468,7 @@ class Scheduler:
             "nodesReady": sum(1 for n in self.state.nodes.values() if n.value.status == NodeStatus.READY),
             "workloads": len(self.state.workloads),
             "detail": detail,
+            "decisionLatency": self.placement.decision_latency(),
         }
 
 

@@ -11,7 +11,7 @@ and nothing is counted twice.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from persys.model import NodeStatus, Workload
@@ -71,6 +71,7 @@ class PlacementService:
         # readiness) recomputes that node's verdicts. A new or removed node starts afresh.
         self._static_caches: dict[Any, Any] = {}
         self._static_stale: set[str] = set()
+        self.decision_seconds: deque[float] = deque(maxlen=10_000)  # the engine's time per decision, latest
         state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
@@ -185,11 +186,24 @@ class PlacementService:
 
     def place(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
         """Decide a batch in order, reserving capacity for each placed request."""
-        decisions, self._current = pl.place_many_from(self.snapshot(), requests, self.ledger, self.config)
+        timings: list[float] = []
+        decisions, self._current = pl.place_many_from(self.snapshot(), requests, self.ledger, self.config, timings)
+        self.decision_seconds.extend(timings)
         for d in decisions:
             if d.node_id is not None:
                 self._fresh.add(d.workload_id)
         return decisions
+
+    def decision_latency(self) -> dict[str, float | int]:
+        """Percentiles of the engine's time per decision over the latest 10,000 decisions."""
+        times = sorted(self.decision_seconds)
+        if not times:
+            return {"decisions": 0}
+
+        def pct(p: float) -> float:
+            return round(times[min(len(times) - 1, int(p * len(times)))] * 1000, 3)
+
+        return {"decisions": len(times), "p50Ms": pct(0.5), "p99Ms": pct(0.99), "maxMs": round(times[-1] * 1000, 3)}
 
     def plan(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
         """Like `place` but on a scratch copy of the ledger: nothing is reserved."""

@@ -127,19 +127,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return pb.RegisterNodeResponse(accepted=True, heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
                                        report_interval_seconds=cfg.report_interval_seconds)
 
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.HeartbeatResponse:
-        await self._as_node(request.node_id, context)
+    def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         u = request.usage
-        async with _mapped(context):
-            known = self.s.heartbeat(request.node_id, NodeUsage(
-                cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
-                workloads=u.workloads))
+        known = self.s.heartbeat(request.node_id, NodeUsage(
+            cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
+            workloads=u.workloads))
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
 
-    async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
-                           ) -> pb.ReportStatusResponse:
-        await self._as_node(request.node_id, context)
+    async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [
             WorkloadReport(
                 workload_id=r.workload_id, revision=r.revision, generation=r.generation,
@@ -150,9 +145,41 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             )
             for r in request.workloads
         ]
+        await self.s.report(request.node_id, reports, request.complete)
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.HeartbeatResponse:
+        await self._as_node(request.node_id, context)
         async with _mapped(context):
-            await self.s.report(request.node_id, reports, request.complete)
+            return self._heartbeat(request)
+        raise AssertionError("unreachable")
+
+    async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.ReportStatusResponse:
+        await self._as_node(request.node_id, context)
+        async with _mapped(context):
+            await self._report(request)
         return pb.ReportStatusResponse(accepted=True)
+
+    async def StreamUpdates(self, request_iterator: AsyncIterator[pb.AgentUpdate],
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.UpdateAck]:
+        allowed: set[str] = set()  # node ids this stream's certificate was checked for
+        async for update in request_iterator:
+            kind = update.WhichOneof("update")
+            node_id = update.heartbeat.node_id if kind == "heartbeat" else update.report.node_id
+            if node_id not in allowed:
+                await self._as_node(node_id, context)
+                allowed.add(node_id)
+            async with _mapped(context):  # every message: leadership may have moved meanwhile
+                self.s.require_owner(node_id)
+                if kind == "heartbeat":
+                    ack = pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
+                elif kind == "report":
+                    await self._report(update.report)
+                    continue
+                else:
+                    continue  # an update kind this scheduler does not know: newer agent
+            yield ack
 
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                                ) -> AsyncIterator[pb.DesiredState]:
@@ -300,7 +327,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
         h = await self.s.health()
+        lat = h["decisionLatency"]
         return pb.HealthResponse(
+            decisions_sampled=lat["decisions"], decision_p50_ms=lat.get("p50Ms", 0.0),
+            decision_p99_ms=lat.get("p99Ms", 0.0), decision_max_ms=lat.get("maxMs", 0.0),
             mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],

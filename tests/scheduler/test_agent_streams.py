@@ -1,5 +1,6 @@
-"""The desired-state stream over real gRPC and mTLS: a full set first, then only what changed
-for an agent that asks for deltas; full sets again on request or for agents that do not."""
+"""The agent's two streams over real gRPC and mTLS. Desired state: a full set first, then only
+what changed for an agent that asks for deltas; full sets again on request or for agents that do
+not. Updates: heartbeats (each acknowledged) and status reports as messages on one stream."""
 
 from __future__ import annotations
 
@@ -71,3 +72,33 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
     assert msg.full and [w.workload_id for w in msg.workloads] == ["b"]
     deltas.cancel()
     fulls.cancel()
+
+
+async def test_heartbeats_and_reports_on_the_update_stream(
+        sched: tuple[RunningScheduler, pb_grpc.AgentControlStub]) -> None:
+    running, stub = sched
+    s = running.scheduler
+    await s.apply(parse_manifests(manifest("web"))[0])
+    for _ in range(100):
+        if s.state.placement_of.get("web") == "n1":
+            break
+        await asyncio.sleep(0.05)
+    web = s.state.assignments["n1"]["web"].value
+
+    call = stub.StreamUpdates()
+    await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1", usage=pb.NodeUsage(workloads=1))))
+    ack = await asyncio.wait_for(call.read(), 5)
+    assert ack.heartbeat.acknowledged and ack.heartbeat.mode == "normal" and not ack.heartbeat.reregister
+    assert s.live["n1"].usage.workloads == 1
+
+    await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True, workloads=[
+        pb.WorkloadReport(workload_id="web", revision=web.revision, generation=web.generation,
+                          state=pb.WORKLOAD_STATE_RUNNING, runtime_id="pid-1")])))
+    await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1")))
+    await asyncio.wait_for(call.read(), 5)  # answered after the report before it was handled
+    assert s.workload_view("web")["phase"] == "Running"
+
+    await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n2")))  # not this certificate
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(call.read(), 5)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -249,6 +249,7 @@ class Bench:
                 if a.probe > 0:
                     res["idle_probe_before_workloads"] = await self._idle_probe(a.probe, "pre")
             await self._burst(probe)
+            res["engine_decision_latency"] = await self._engine_latency()
             if self.placed_complete:
                 res["heartbeat"] = await self._heartbeat_window(probe, "all workloads placed")
                 if a.probe > 0:
@@ -568,6 +569,15 @@ class Bench:
             f"{out['no_etcd_writes']}")
         return out
 
+    async def _engine_latency(self) -> dict[str, Any]:
+        """The scheduler's own measure of the placement engine's time per decision (its latest
+        10,000 decisions: the end of the burst), read from Health."""
+        creds = channel_credentials(TLSFiles(self.pki / "ca.crt", self.pki / "admin.crt", self.pki / "admin.key"))
+        async with grpc.aio.secure_channel(self.target, creds) as ch:
+            h = await pb_grpc.AgentControlStub(ch).Health(pb.HealthRequest(), timeout=30)
+        return {"decisions": h.decisions_sampled, "p50_ms": round(h.decision_p50_ms, 3),
+                "p99_ms": round(h.decision_p99_ms, 3), "max_ms": round(h.decision_max_ms, 3)}
+
     async def _idle_probe(self, k: int, prefix: str) -> dict[str, Any]:
         log(f"idle probe: {k} workloads applied one at a time ({prefix}-*)")
         creds = channel_credentials(TLSFiles(self.pki / "ca.crt", self.pki / "admin.crt", self.pki / "admin.key"))
@@ -678,6 +688,9 @@ def summary(res: dict[str, Any]) -> str:
         il = b.get("latency_scheduler_apply_to_decision", {})
         lines.append(f"                      scheduler's stored timestamps, apply -> decision: p50 {il.get('p50_ms')} "
                      f"ms, p99 {il.get('p99_ms')} ms")
+        if el := res.get("engine_decision_latency"):
+            lines.append(f"                      placement engine per decision (scheduler's last {el['decisions']}): "
+                         f"p50 {el['p50_ms']} ms, p99 {el['p99_ms']} ms, max {el['max_ms']} ms")
     for key, when in (("idle_probe_before_workloads", "empty cluster"), ("idle_probe", "after the burst")):
         if x := res.get(key, {}).get("apply_accepted_to_received"):
             lines.append(f"latency (idle probe)  {res[key]['workloads']} serial applies on the idle {when}, "
@@ -733,6 +746,7 @@ def summary(res: dict[str, Any]) -> str:
     p99 = ip.get("apply_accepted_to_received", {}).get("p99_ms") if ip else None
     burst_lat = b.get("latency_apply_accepted_to_received", {})
     burst_p99 = burst_lat.get("p99_ms") if burst_lat.get("n") else None
+    engine_p99 = (res.get("engine_decision_latency") or {}).get("p99_ms")
     lines += [
         "targets:",
         f"  >= {TARGET_RATE:.0f} durable placements/s at 5,000 nodes / 50,000 workloads: {rate} -> "
@@ -740,8 +754,10 @@ def summary(res: dict[str, Any]) -> str:
         f"  p99 decision latency < {TARGET_P99_MS:.0f} ms (idle probe, "
         f"{'after the burst' if res.get('idle_probe') else 'empty cluster'}): {p99} -> "
         f"{verdict(None if p99 is None else p99 < TARGET_P99_MS)}",
-        f"  p99 decision latency < {TARGET_P99_MS:.0f} ms (under the burst): {burst_p99} -> "
-        f"{verdict(None if burst_p99 is None else burst_p99 < TARGET_P99_MS)}",
+        f"  p99 decision latency < {TARGET_P99_MS:.0f} ms (under the burst, apply accepted -> received, "
+        f"queueing included): {burst_p99} -> {verdict(None if burst_p99 is None else burst_p99 < TARGET_P99_MS)}",
+        f"  p99 decision latency < {TARGET_P99_MS:.0f} ms (under the burst, the engine's own time per decision): "
+        f"{engine_p99} -> {verdict(None if engine_p99 is None else engine_p99 < TARGET_P99_MS)}",
         f"  scheduler RSS < 1 GiB: {None if rss is None else f'{rss / 2**20:.0f} MiB'} -> "
         f"{verdict(None if rss is None else rss < TARGET_RSS)}",
     ]

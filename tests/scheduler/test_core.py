@@ -288,3 +288,20 @@ async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callabl
     assert ex["replicas"][0]["explanation"].startswith("placed on big (1/3 nodes feasible)")
     verdicts = {f["filter"]: f["passed"] for f in ex["node"]["filters"]}
     assert verdicts["memory_fit"] is False and verdicts["taint_toleration"] is True
+
+
+def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
+    from persys.scheduler import placement as pl
+    from persys.scheduler.core import _placement_doc, placement_view
+
+    snap = pl.Snapshot(tuple(pl.NodeInfo(id=f"n{i}", cpu_millicores=1000, memory_mb=1000) for i in range(3)))
+    decision = pl.decide(snap, pl.WorkloadRequest(id="w", cpu_millicores=100))
+    stored = _placement_doc(decision, decision.explain())
+    assert stored["scorers"] == list(decision.scores[0].breakdown)
+    assert all(isinstance(s, list) for s in stored["scores"])
+    shown = placement_view(stored)
+    assert "scorers" not in shown and shown["explanation"] == decision.explain()
+    assert [s["node_id"] for s in shown["scores"]] == [s.node_id for s in decision.scores]
+    assert shown["scores"][0]["breakdown"] == {k: round(v, 3) for k, v in decision.scores[0].breakdown.items()}
+    verbose = {"node_id": "n0", "scores": [{"node_id": "n0", "total": 1.0, "breakdown": {"spread": 1.0}}]}
+    assert placement_view(verbose) == verbose  # documents stored before the compact form still read

@@ -53,7 +53,9 @@ class WorkloadStatus(Model):
     # Drift found between this instance's assignment and its agent's report: kind, the rule that
     # matched, the remediation, and since when (empty when in sync).
     drift: dict[str, Any] = Field(default_factory=dict)
-    usage: WorkloadUsage = Field(default_factory=WorkloadUsage)
+    # Not written by the scheduler, which keeps live usage in memory (from agents' reports); the
+    # field stays so documents that carry it still load. None: no model per status in memory.
+    usage: WorkloadUsage | None = None
 
 
 class Assignment(Model):

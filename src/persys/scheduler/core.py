@@ -64,15 +64,30 @@ def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
 def _placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
     """What a status keeps of a decision: the explanation and the top candidates' scores. The
     per-node rejections are summarised in the explanation, never stored one by one: at thousands
-    of nodes they would make every status document tens of kilobytes."""
+    of nodes they would make every status document tens of kilobytes. Scores are kept compact,
+    [node, total, [contribution per scorer]] with the scorer names once (a status per instance
+    is held in memory: this is most of its size); `placement_view` expands them for people."""
+    names = list(decision.scores[0].breakdown) if decision.scores else []
     return {
         "node_id": decision.node_id,
         "feasible": decision.feasible,
         "total": decision.total,
         "evaluated": decision.evaluated,
-        "scores": [s.to_dict() for s in decision.scores],
+        "scorers": names,
+        "scores": [[s.node_id, round(s.total, 3), [round(s.breakdown[k], 3) for k in names]]
+                   for s in decision.scores],
         "explanation": explanation,
     }
+
+
+def placement_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored placement document with every score spelled out (node_id, total, breakdown)."""
+    names = doc.get("scorers")
+    if not names:
+        return doc  # nothing placed, or a document stored before scores were compact
+    scores = [{"node_id": n, "total": t, "breakdown": dict(zip(names, parts, strict=False))}
+              for n, t, parts in doc.get("scores", [])]
+    return {k: v for k, v in doc.items() if k != "scorers"} | {"scores": scores}
 
 
 @dataclass
@@ -710,7 +725,7 @@ class Scheduler:
             out["replicas"].append({
                 "instance": inst, "phase": str(status.phase), "node": self.state.placement_of.get(inst, ""),
                 "explanation": status.placement.get("explanation", status.message),
-                "decision": status.placement,
+                "decision": placement_view(status.placement),
             })
         if node_id:
             if node_id not in self.state.nodes:
@@ -1005,9 +1020,13 @@ class Scheduler:
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
-            self.usage[r.workload_id] = WorkloadUsage(
-                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
-                disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes)
+            if r.cpu_percent or r.memory_bytes or r.disk_read_bytes or r.disk_write_bytes or r.net_rx_bytes \
+                    or r.net_tx_bytes:
+                self.usage[r.workload_id] = WorkloadUsage(
+                    cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
+                    disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes)
+            else:
+                self.usage.pop(r.workload_id, None)  # nothing measured: not worth a record per instance
             change = self._status_change(node_id, r, drifts.get(r.workload_id))
             if change is not None:
                 changes.append(change)
@@ -1365,7 +1384,7 @@ class Scheduler:
             "runtimeId": status.runtime_id,
             "restarts": status.restarts,
             "usage": (usage or WorkloadUsage()).to_doc(),
-            "placement": status.placement,
+            "placement": placement_view(status.placement),
             "drift": status.drift,
             "updatedAt": status.updated_at,
         }

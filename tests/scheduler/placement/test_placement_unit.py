@@ -222,3 +222,26 @@ def test_replacing_nodes_matches_a_snapshot_built_from_scratch() -> None:
     assert decide(replaced, request) == decide(fresh, request)
     with pytest.raises(KeyError):
         base.replacing([NodeInfo(id="new")])
+
+
+@pytest.mark.parametrize("percentage", [2, None, 100])
+def test_walking_only_statically_passing_nodes_changes_nothing(percentage: int | None) -> None:
+    """decide() skips statically rejected nodes in bulk unless a dynamic filter precedes a static
+    one for the request (then it walks node by node): both walks give the same decision."""
+    nodes = tuple(
+        NodeInfo(id=f"n{i:04d}", cpu_millicores=4000, memory_mb=8192, committed_cpu=(i * 613) % 4000,
+                 labels={"zone": "abc"[i % 3], "disk": "ssd" if i % 4 else "hdd"},
+                 taints=(Taint("gpu", "true", "NoSchedule"),) if i % 10 == 0 else ())
+        for i in range(1000)
+    )
+    snap = Snapshot(nodes)
+    config = PlacementConfig(percentage_of_nodes_to_score=percentage)
+    for k in range(40):
+        selector = [{}, {"zone": "abc"[k % 3]}, {"disk": "ssd", "zone": "b"}, {"zone": "none"}][k % 4]
+        plain = WorkloadRequest(id=f"w{k}", cpu_millicores=500 + 100 * (k % 20), node_selector=selector)
+        # excluding a node that does not exist rejects nothing, but puts a dynamic filter first
+        stepwise = WorkloadRequest(id=f"w{k}", cpu_millicores=500 + 100 * (k % 20), node_selector=selector,
+                                   excluded_nodes=frozenset({"absent"}))
+        fast, slow = decide(snap, plain, config), decide(snap, stepwise, config)
+        assert (fast.node_id, fast.feasible, fast.evaluated, fast.rejections, fast.scores) == (
+            slow.node_id, slow.feasible, slow.evaluated, slow.rejections, slow.scores), k

@@ -453,12 +453,8 @@ class Scheduler:
             self._enqueue(workload_of(inst))
 
     def _enqueue_pending(self) -> None:
-        for wid in self.state.workloads:
-            for inst in self.state.instances.get(wid, ()):
-                st = self.state.statuses.get(inst)
-                if st is not None and st.value.phase == Phase.PENDING:
-                    self._enqueue(wid)
-                    break
+        for inst in self.state.pending:
+            self._enqueue(workload_of(inst))
 
     async def _worker(self) -> None:
         """Drain the queue in batches: reconcile each workload, then place what needs a node

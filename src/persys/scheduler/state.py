@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from persys.model import Assignment, Node, Workload, WorkloadStatus
+from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.scheduler.shards import decode_members
@@ -59,6 +59,7 @@ class ClusterState:
         self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
         self.placement_of: dict[str, str] = {}  # instance -> node
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
+        self.pending: set[str] = set()  # instances whose status is Pending (retried as nodes change)
         self.cluster_marker: dict[str, object] | None = None
         self.leader: bytes | None = None  # value of the leader key
         self.replicas: dict[str, str] = {}  # live replica -> address
@@ -90,6 +91,7 @@ class ClusterState:
         self.assignments.clear()
         self.placement_of.clear()
         self.instances.clear()
+        self.pending.clear()
         self.cluster_marker = None
         self.leader = None
         self.replicas.clear()
@@ -165,6 +167,10 @@ class ClusterState:
                 wid = key.removeprefix(keys.STATUS)
                 st = doc if isinstance(doc, WorkloadStatus) else WorkloadStatus.model_validate_json(value)
                 self.statuses[wid] = Versioned(st, rev)
+                if st.phase == Phase.PENDING:
+                    self.pending.add(wid)
+                else:
+                    self.pending.discard(wid)
                 self.instances.setdefault(workload_of(wid), set()).add(wid)
                 return "status", wid
             if key.startswith(keys.NODES):
@@ -201,6 +207,7 @@ class ClusterState:
         if key.startswith(keys.STATUS):
             wid = key.removeprefix(keys.STATUS)
             self.statuses.pop(wid, None)
+            self.pending.discard(wid)
             self._unindex(wid)
             return "status", wid
         if key.startswith(keys.NODES):

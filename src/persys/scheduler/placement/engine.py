@@ -123,20 +123,25 @@ def aggregate_rejections(statuses: Iterable[Status]) -> str:
 
     Grouped by (code, reason) so different taints stay separate lines; sorted by count desc then text.
     """
-    groups: dict[tuple[str, str], list[Status]] = {}
+    # One pass, no per-group lists: this runs for every decision, over hundreds of rejections.
+    groups: dict[tuple[str, str], list[Any]] = {}  # (code, reason) -> [count, first, best available]
     for st in statuses:
-        groups.setdefault((st.code, st.reason), []).append(st)
+        g = groups.get((st.code, st.reason))
+        if g is None:
+            groups[(st.code, st.reason)] = [1, st, st.available]
+        else:
+            g[0] += 1
+            if st.available is not None and (g[2] is None or st.available > g[2]):
+                g[2] = st.available
     parts: list[tuple[int, str]] = []
-    for (_, reason), members in groups.items():
+    for (_, reason), (count, first, best) in groups.items():
         text = reason
-        first = members[0]
         if first.needed is not None:
-            best = max(m.available for m in members if m.available is not None)
             text += (
                 f" (needs {fmt_amount(first.needed, first.unit)}, "
                 f"best node has {fmt_amount(max(best, 0), first.unit)} free)"
             )
-        parts.append((len(members), text))
+        parts.append((count, text))
     parts.sort(key=lambda p: (-p[0], p[1]))
     return ", ".join(f"{n} {text}" for n, text in parts)
 

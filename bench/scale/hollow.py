@@ -10,8 +10,8 @@ assigned workload (complete=true). Differences from the real agent, on purpose:
   act for any node), instead of one `node:<id>` certificate per node: issuing 5,000 leaf
   certificates would dominate the set-up time and measures nothing about the scheduler;
 * nodes are multiplexed over `--channels` mTLS connections (the real agent has one each);
-* spec_json is not parsed, nothing is persisted locally, and there is no periodic report
-  unless `--report-interval` is set (the real agent re-reports every reconcile pass, 2 s);
+* spec_json is not parsed, nothing is persisted locally, and there is no periodic complete
+  report unless `--report-interval` is set (the real agent sends one at least every 10 s);
 * the heartbeat interval comes from `--heartbeat-interval` (default 10 s), not from the
   scheduler's RegisterNodeResponse (3 s).
 
@@ -62,6 +62,7 @@ class HollowNode:
     dirty: bool = False
     updates: Any = None  # the open StreamUpdates call (heartbeats and reports), as the agent keeps one
     hb_sent: collections.deque[float] = field(default_factory=collections.deque)  # unanswered heartbeats
+    unreported: set[str] | None = None  # changed since the last report; None: send a complete one
 
 
 @dataclass
@@ -244,6 +245,9 @@ class Hollow:
         self.c.desired_items += len(ds.workloads)
         if ds.full:  # otherwise a delta: changed workloads plus `removed`
             node.desired = {}
+            node.unreported = None
+        if ds.removed:
+            node.unreported = None  # something is gone: the next report is complete, as the agent's is
         for wid in ds.removed:
             node.desired.pop(wid, None)
         for a in ds.workloads:
@@ -254,6 +258,8 @@ class Hollow:
                     if not fut.done():
                         fut.set_result(now)
             node.desired[wid] = (a.revision, a.generation)
+            if node.unreported is not None:
+                node.unreported.add(wid)
         self._schedule_report(node)
 
     def _schedule_report(self, node: HollowNode) -> None:
@@ -267,22 +273,27 @@ class Hollow:
         try:
             while not self.stopping.is_set():
                 node.dirty = False
+                # Like the agent: only what changed, or everything when a complete report is due.
+                complete = node.unreported is None
+                wids = list(node.desired) if complete else [w for w in node.unreported or () if w in node.desired]
+                node.unreported = set()
                 req = pb.ReportStatusRequest(
                     node_id=node.node_id,
                     workloads=[
                         pb.WorkloadReport(
-                            workload_id=wid, revision=rev, generation=gen,
+                            workload_id=wid, revision=node.desired[wid][0], generation=node.desired[wid][1],
                             state=pb.WORKLOAD_STATE_RUNNING, runtime_id=f"hollow-{wid}",
                         )
-                        for wid, (rev, gen) in node.desired.items()
+                        for wid in wids
                     ],
-                    complete=True,
+                    complete=complete,
                 )
                 try:
                     if not await self._write(node, pb.AgentUpdate(report=req)):
                         await node.stub.ReportStatus(req, timeout=60)
                     self.c.reports_ok += 1
                 except grpc.aio.AioRpcError as err:
+                    node.unreported = None
                     self.c.report_errors += 1
                     self.errors_by_code[f"report {err.code().name}"] += 1
                     self.c.last_error = f"report {node.node_id}: {err.code().name} {err.details()}"
@@ -297,6 +308,7 @@ class Hollow:
         while True:
             await asyncio.sleep(self.args.report_interval)
             if node.synced:
+                node.unreported = None  # the periodic report is a complete one
                 self._schedule_report(node)
 
     async def _heartbeats(self, node: HollowNode) -> None:

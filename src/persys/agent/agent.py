@@ -38,6 +38,7 @@ from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
+FULL_REPORT_SECONDS = 10.0  # a complete report at least this often; changes go out at once
 
 STATE_TO_PB = {
     RuntimeState.RUNNING: pb.WORKLOAD_STATE_RUNNING,
@@ -125,6 +126,8 @@ class Agent:
         self._stub: pb_grpc.AgentControlStub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
+        self._reported: dict[str, tuple[object, ...]] | None = None  # what the scheduler was last told
+        self._last_full_report = 0.0
         self._send_lock = asyncio.Lock()
         self._load_local()
 
@@ -316,6 +319,7 @@ class Agent:
         self.mode = resp.mode or "normal"
         if resp.reregister:
             self.registered.clear()
+            self._reported = None
 
     async def _updates_loop(self) -> None:
         """Keep one StreamUpdates call open for heartbeats and reports (see the proto). Against a
@@ -339,6 +343,7 @@ class Agent:
                 await self._after_error(err, gen)
             finally:
                 self._updates = None
+                self._reported = None  # a new stream (or replica) starts with a complete report
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -585,6 +590,24 @@ class Agent:
                         runtime_id=o.runtime_id,
                     )
                 )
-        req = pb.ReportStatusRequest(node_id=self.config.node_id, workloads=reports, complete=True)
+        # Only what changed since the last report goes out, except for a complete one (which
+        # lets the scheduler act on absences) after (re)connecting, when something disappeared,
+        # and every FULL_REPORT_SECONDS (which also refreshes usage figures).
+        seen: dict[str, tuple[object, ...]] = {
+            r.workload_id: (r.revision, r.state, r.reason, r.message, r.terminal, r.runtime_id, r.restarts,
+                            r.has_exit_code, r.exit_code) for r in reports}
+        now = time.monotonic()
+        last = self._reported
+        complete = last is None or now - self._last_full_report >= FULL_REPORT_SECONDS or not last.keys() <= seen.keys()
+        if not complete:
+            assert last is not None
+            reports = [r for r in reports if last.get(r.workload_id) != seen[r.workload_id]]
+            if not reports:
+                return
+        req = pb.ReportStatusRequest(node_id=self.config.node_id, workloads=reports, complete=complete)
+        self._reported = None  # until this one is out
         if not await self._send(pb.AgentUpdate(report=req)):
             await self.stub.ReportStatus(req, timeout=10)
+        self._reported = seen
+        if complete:
+            self._last_full_report = now

@@ -1085,7 +1085,11 @@ class Scheduler:
                 if d.kind == "missing":
                     self._resync.add(node_id)  # remediation: send the whole desired state again
                     self._wake_node(node_id)
-        for k in [k for k in known if k not in now_keys]:
+        # A partial report (complete=False: only what changed) says nothing about the instances
+        # it does not list, so only theirs can be resolved by it.
+        listed = None if complete else {r.workload_id for r in reports}
+        for k in [k for k, (d, _) in known.items() if k not in now_keys
+                  and (listed is None or d.instance in listed)]:
             d, _ = known.pop(k)
             self.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
                       d.kind)

@@ -6,16 +6,18 @@
 Every component is its own OS process: etcd (fsync on, data dir in a temporary directory),
 redis-server, `persys scheduler --store etcd://... --events redis://... --tls-dir ...`, and the
 hollow agents (bench/scale/hollow.py), which register N nodes over mTLS and answer every
-desired state with a RUNNING report. This driver applies M workloads through ApplyWorkload
-with an `admin` certificate (`--concurrency` in flight) and measures:
+desired state with a RUNNING report. This driver applies M workloads through ApplyWorkloads
+(`--apply-batch` manifests per call, `--concurrency` calls in flight; `--apply-batch 1` makes one
+ApplyWorkload call each) with an `admin` certificate and measures:
 
 * durable placements/s: a placement counts once its assignment was committed to etcd and the
   desired state carrying it reached the hollow agent (the scheduler streams desired state from
   its mirror only after the commit); overall (first apply -> last receipt) and sustained (10th
   -> 90th percentile of receipts);
-* decision latency: apply accepted (ApplyWorkload returned) -> workload received by the hollow
+* decision latency: apply accepted (the apply call returned) -> workload received by the hollow
   agent, per workload, under the burst and for serial probes on an idle cluster; plus the
-  scheduler's own stored timestamps (workload createdAt -> assignment createdAt);
+  scheduler's own stored timestamps (workload createdAt -> assignment createdAt) and the
+  placement engine's own time per decision (the scheduler's Health, last 10,000 decisions);
 * scheduler peak RSS (VmRSS every 0.5 s); etcd revisions, keys and bytes per placement;
 * heartbeat cost: scheduler CPU seconds per heartbeat over a heartbeats-only window, and that
   the etcd revision does not move during it (PASS/FAIL);
@@ -775,9 +777,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="500 nodes / 5,000 workloads, short windows (< ~1 min)")
     ap.add_argument("--nodes", type=int, help="hollow nodes (default 5000, quick 500)")
     ap.add_argument("--workloads", type=int, help="workloads to apply (default 50000, quick 5000)")
-    ap.add_argument("--concurrency", type=int, default=64, help="ApplyWorkload calls (and baseline txns) in flight")
-    ap.add_argument("--apply-batch", type=int, default=1,
-                    help="manifests per call: 1 = ApplyWorkload each, more = ApplyWorkloads (bulk)")
+    ap.add_argument("--concurrency", type=int, default=8, help="apply calls (and baseline txns) in flight")
+    ap.add_argument("--apply-batch", type=int, default=50,
+                    help="manifests per call: more than 1 = ApplyWorkloads (bulk, as persysctl apply -f sends "
+                         "several documents), 1 = one ApplyWorkload call each (try --concurrency 64 with it)")
     ap.add_argument("--apply-channels", type=int, default=4, help="mTLS connections used for applies")
     ap.add_argument("--channels", type=int, default=8, help="mTLS connections per hollow process")
     ap.add_argument("--hollow-procs", type=int, default=1, help="hollow agent processes to split the nodes over")

@@ -1,0 +1,72 @@
+"""What an agent tells the scheduler, over the real protocol (process runtime, real processes):
+only what changed, and a complete report when something is gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persys.agent.agent import Agent, AgentConfig
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.model import parse_manifests
+from persys.scheduler.core import WorkloadReport
+from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.security.pki import ClusterCA, standard_identities
+from tests.scheduler.test_core import manifest
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Agent, list[tuple[bool, set[str]]]]]:
+    ca = ClusterCA(tmp_path / "pki")
+    ca.ensure()
+    ids = standard_identities(ca, "n1")
+    sched = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0", ids["scheduler"])
+    seen: list[tuple[bool, set[str]]] = []
+    real = sched.scheduler.report
+
+    async def recording(node_id: str, reports: list[WorkloadReport], complete: bool) -> Any:
+        seen.append((complete, {r.workload_id for r in reports}))
+        return await real(node_id, reports, complete)
+
+    sched.scheduler.report = recording  # type: ignore[method-assign]
+    agent = Agent(AgentConfig(node_id="n1", scheduler=f"127.0.0.1:{sched.port}", tls=ids["agent"],
+                              state_dir=tmp_path / "agent", reconcile_interval=0.3),
+                  [ProcessRuntime(tmp_path / "agent" / "runtimes")])
+    await agent.start()
+    yield sched, agent, seen
+    await agent.stop()
+    await sched.stop()
+
+
+async def until(cond: Any, within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+async def test_reports_carry_changes_and_are_complete_when_something_is_gone(
+        cluster: tuple[RunningScheduler, Agent, list[tuple[bool, set[str]]]]) -> None:
+    sched, _agent, seen = cluster
+    s = sched.scheduler
+    for name in ("a", "b"):
+        await s.apply(parse_manifests(manifest(name))[0])
+    await until(lambda: all(s.workload_view(w)["phase"] == "Running" for w in ("a", "b")))
+    assert seen and seen[0][0], "the first report after connecting is complete"
+
+    seen.clear()
+    await asyncio.sleep(1.5)  # several local passes with nothing new
+    assert seen == []
+
+    await s.apply(parse_manifests(manifest("c"))[0])
+    await until(lambda: s.workload_view("c")["phase"] == "Running")
+    assert seen and all(not complete and ids == {"c"} for complete, ids in seen), seen
+
+    seen.clear()
+    await s.delete("a")
+    await until(lambda: "a" not in s.state.workloads)
+    assert any(complete and ids == {"b", "c"} for complete, ids in seen), seen

@@ -3,6 +3,7 @@
 Usage from a conftest: `from tests.fixtures_infra import *`.  Fixtures:
   etcd_server   (session)  -> EtcdServer   .endpoint .url .pid .stop() .start() .data_dir
   redis_server  (session)  -> RedisServer  .endpoint .url .pid .stop() .start()
+  store_url     (per test, twice)  -> a fresh SQLite file's URL, then a private etcd's URL
 Helpers start_etcd(dir)/start_redis(dir) give a private server (stop it yourself).
 Each helper stops exactly the process it started. Tests that stop a shared server must
 start it again (the fixtures also restart a stopped server before handing it out).
@@ -35,6 +36,7 @@ __all__ = [  # the private session fixtures must be exported too, for `import *`
     "redis_server",
     "start_etcd",
     "start_redis",
+    "store_url",
 ]
 
 READY_TIMEOUT = 15.0
@@ -271,3 +273,14 @@ def redis_server(_redis_session: RedisServer) -> RedisServer:
     """Shared redis-server (one per session); restarted here if left stopped."""
     _redis_session.start()
     return _redis_session
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Runs the test on both state-store backends: a fresh SQLite file, then a private etcd."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+        return
+    etcd = start_etcd(tmp_path / "etcd")
+    yield etcd.url
+    etcd.stop()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,6 @@ from persys.events.memory import MemoryEventBus
 from persys.model import Capabilities, Node, Phase, RuntimeInfo, parse_manifests
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.store import open_store
-from tests.fixtures_infra import start_etcd
 
 NODES = 5
 CPU_PER_NODE = 1000
@@ -37,16 +35,6 @@ async def until(cond, within: float = 15.0) -> None:  # type: ignore[no-untyped-
     while not cond():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
         await asyncio.sleep(0.02)
-
-
-@pytest.fixture(params=["sqlite", "etcd"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:  # type: ignore[misc]
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    etcd = start_etcd(tmp_path / "etcd")
-    yield etcd.url
-    etcd.stop()
 
 
 @pytest.mark.parametrize("how", ["concurrent", "bulk"])

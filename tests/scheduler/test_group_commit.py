@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from persys.scheduler.group_commit import TXN_MAX_OPS, GroupCommit, Unit, commit_units, pack
 from persys.store import open_store
 from persys.store.base import Compare, Put, StateStore
-from tests.fixtures_infra import start_etcd
-
-
-@pytest.fixture(params=["sqlite", "etcd"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:  # type: ignore[misc]
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    etcd = start_etcd(tmp_path / "etcd")
-    yield etcd.url
-    etcd.stop()
 
 
 @pytest.fixture

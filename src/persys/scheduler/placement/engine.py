@@ -265,26 +265,45 @@ def decide(
     # the caller's node order, and different workloads look at different parts of the cluster.
     start = seed % n if to_find < n else 0
     evaluated = 0
-    if verdicts is not None and not any(before):
-        # The usual case: a statically rejected node's reason is its static verdict. Walk only the
-        # nodes passing the static filters, then take the static rejections of the walked range
-        # in one slice: the same decision and explanation as the walk below, without a Python
-        # step per rejected node.
+    failures = verdicts.rows if verdicts is not None else [None] * n
+    # The usual case (no dynamic filter precedes a static one for this request): a statically
+    # rejected node's reason is its static verdict, so walk only the nodes passing every static
+    # filter and take the static rejections of the walked range afterwards in one slice: the
+    # same decision and explanation as the node-by-node walk, without a Python step per
+    # rejected node.
+    fast = verdicts is not None and not any(before)
+    if fast:
+        assert verdicts is not None
         passing, failing, failing_ids, failing_statuses = verdicts.index(snapshot._static.order)
         k0 = bisect_left(passing, start)
-        last = -1
-        for i in chain(passing[k0:], passing[:k0]):
-            node = nodes[i]
-            for f in dynamic:
-                rejected = f.check(node, request, ctx)
-                if rejected is not None:
-                    rejections[node.id] = rejected
+        walk: Iterable[int] = chain(passing[k0:], passing[:k0])
+    else:
+        walk = chain(range(start, n), range(start))
+    last = -1
+    for i in walk:
+        node = nodes[i]
+        evaluated += 1
+        fail = failures[i]
+        if fail is not None:  # the node-by-node walk only
+            status = fail[1]
+            for f in before[fail[0]]:
+                earlier = f.check(node, request, ctx)
+                if earlier is not None:
+                    status = earlier
                     break
-            else:
-                feasible.append(i)
-                if len(feasible) >= to_find:
-                    last = i
-                    break
+            rejections[node.id] = status
+            continue
+        for f in dynamic:
+            rejected = f.check(node, request, ctx)
+            if rejected is not None:
+                rejections[node.id] = rejected
+                break
+        else:
+            feasible.append(i)
+            if len(feasible) >= to_find:
+                last = i
+                break
+    if fast:
         if last < 0:  # every node was looked at
             evaluated = n
             rejections.update(zip(failing_ids, failing_statuses, strict=True))
@@ -296,30 +315,6 @@ def decide(
             else:  # the walk wrapped around
                 rejections.update(zip(failing_ids[a:], failing_statuses[a:], strict=True))
                 rejections.update(zip(failing_ids[:b], failing_statuses[:b], strict=True))
-    else:
-        failures = verdicts.rows if verdicts is not None else [None] * n
-        for i in chain(range(start, n), range(start)):
-            node = nodes[i]
-            evaluated += 1
-            fail = failures[i]
-            if fail is not None:
-                status = fail[1]
-                for f in before[fail[0]]:
-                    earlier = f.check(node, request, ctx)
-                    if earlier is not None:
-                        status = earlier
-                        break
-                rejections[node.id] = status
-                continue
-            for f in dynamic:
-                rejected = f.check(node, request, ctx)
-                if rejected is not None:
-                    rejections[node.id] = rejected
-                    break
-            else:
-                feasible.append(i)
-                if len(feasible) >= to_find:
-                    break
 
     if not feasible:
         return Decision(request.id, None, [], rejections, 0, n, evaluated)

@@ -305,3 +305,15 @@ def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
     assert shown["scores"][0]["breakdown"] == {k: round(v, 3) for k, v in decision.scores[0].breakdown.items()}
     verbose = {"node_id": "n0", "scores": [{"node_id": "n0", "total": 1.0, "breakdown": {"spread": 1.0}}]}
     assert placement_view(verbose) == verbose  # documents stored before the compact form still read
+
+
+async def test_partial_reports_count_as_present_until_a_complete_one_leaves_them_out(make: Callable) -> None:
+    """Agents report changes only; an instance first seen in such a report must still be noticed
+    gone when a later complete report leaves it out (a sharded owner records that for the leader)."""
+    s = await make()
+    await s.register(node("n1"))
+    await s.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
+    await s.report("n1", [WorkloadReport("b", "r1", 1, Phase.RUNNING)], complete=False)
+    assert s.live["n1"].present == {"a", "b"}
+    await s.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
+    assert s.live["n1"].present == {"a"}

@@ -1020,12 +1020,17 @@ class Scheduler:
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
         live.last_heartbeat = self.clock()
         gone: set[str] = set()
+        listed = {r.workload_id for r in reports}
         if complete:
-            gone = live.present - {r.workload_id for r in reports}
-            live.present = {r.workload_id for r in reports}
+            gone = live.present - listed
+            live.present = listed
             live.reported = True
             for inst in gone:
                 self._enqueue(workload_of(inst))
+        else:
+            # A partial report (what changed) lists instances the agent has: they count as
+            # present, so that their absence from a later complete report is noticed.
+            live.present |= listed
         if self.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
         await self._confirm_left(node_id, gone)

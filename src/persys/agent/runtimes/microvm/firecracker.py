@@ -213,7 +213,7 @@ class FirecrackerHypervisor:
 
     async def inspect(self, handle: VMHandle) -> VMStatus:
         if not self._procs.alive(handle):
-            return VMStatus(running=False, exit_code=self._procs.exit_code(handle))
+            return VMStatus(running=False, exit_code=await self._procs.exit_code_after_exit(handle))
         api = self._api(handle)
         try:
             info = await api.get("/")

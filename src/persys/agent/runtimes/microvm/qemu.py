@@ -399,7 +399,7 @@ class QemuHypervisor:
 
     async def inspect(self, handle: VMHandle) -> VMStatus:
         if not self._procs.alive(handle):
-            return VMStatus(running=False, exit_code=self._procs.exit_code(handle))
+            return VMStatus(running=False, exit_code=await self._procs.exit_code_after_exit(handle))
         try:
             status = await self._client(handle).execute("query-status")
             return VMStatus(running=True, detail=str(status.get("status", "")))

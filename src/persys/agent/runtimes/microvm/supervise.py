@@ -86,6 +86,7 @@ class VMMProcesses:
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._exit_waited: set[str] = set()  # exit files already waited for (see exit_code_after_exit)
 
     def _reap(self) -> None:
         for pid, child in list(self._children.items()):
@@ -162,6 +163,18 @@ class VMMProcesses:
 
     def exit_code(self, handle: VMHandle) -> int | None:
         return read_exit_code(Path(handle.exit_file)) if handle.exit_file else None
+
+    async def exit_code_after_exit(self, handle: VMHandle, within: float = 1.0) -> int | None:
+        """The exit status of a VMM that is gone. The wrapper records it just after the VMM
+        exits, so an observer can be a few milliseconds early: wait for it briefly, once per VMM
+        (None if the wrapper itself died, e.g. killed with the agent)."""
+        deadline = time.monotonic() + (0.0 if handle.exit_file in self._exit_waited else within)
+        self._exit_waited.add(handle.exit_file)
+        while True:
+            code = self.exit_code(handle)
+            if code is not None or not handle.exit_file or time.monotonic() >= deadline:
+                return code
+            await asyncio.sleep(0.02)
 
     def failure(self, handle: VMHandle, what: str) -> str:
         """`what` plus the VMM's last words, which usually name the real problem."""

@@ -15,7 +15,7 @@ flight: under load the batches grow by themselves, at rest each unit goes out at
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from persys.store.base import Compare, Delete, Put
@@ -34,26 +34,28 @@ class Unit:
     done: asyncio.Future[bool] | None = field(default=None)
 
 
-def pack(units: Sequence[Unit], max_ops: int = TXN_MAX_OPS) -> list[list[Unit]]:
-    """Split units, in order, into transactions within etcd's limits and without a key written
-    twice in one transaction (etcd refuses that)."""
+def _transactions(units: Sequence[Unit], max_ops: int) -> Iterator[list[Unit]]:
     limit = max_ops - FENCE_HEADROOM
-    txns: list[list[Unit]] = []
     cur: list[Unit] = []
     n_cmp = n_ops = 0
     written: set[str] = set()
     for u in units:
         keys = {op.key for op in u.ops}
         if cur and (n_cmp + len(u.compares) > limit or n_ops + len(u.ops) > limit or not written.isdisjoint(keys)):
-            txns.append(cur)
+            yield cur
             cur, n_cmp, n_ops, written = [], 0, 0, set()
         cur.append(u)
         n_cmp += len(u.compares)
         n_ops += len(u.ops)
         written |= keys
     if cur:
-        txns.append(cur)
-    return txns
+        yield cur
+
+
+def pack(units: Sequence[Unit], max_ops: int = TXN_MAX_OPS) -> list[list[Unit]]:
+    """Split units, in order, into transactions within etcd's limits and without a key written
+    twice in one transaction (etcd refuses that)."""
+    return list(_transactions(units, max_ops))
 
 
 async def _commit_txn(commit: Commit, txn: list[Unit]) -> list[bool]:
@@ -104,7 +106,9 @@ class GroupCommit:
         while self._pending:
             await self._slots.acquire()
             await asyncio.sleep(0)  # callers woken in the same loop pass join this batch
-            txn = pack(self._pending, self._max_ops)[0]
+            # Only the first transaction: the rest may still grow, and packing all of a long
+            # backlog on every pass would cost O(backlog) per transaction.
+            txn = next(_transactions(self._pending, self._max_ops))
             del self._pending[: len(txn)]
             task = asyncio.create_task(self._run(txn))
             self._tasks.add(task)

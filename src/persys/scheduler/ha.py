@@ -14,12 +14,11 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from persys.scheduler import keys
-from persys.store.base import Compare, LeaseKeeper, LeaseNotFound, Put, StateStore, StoreError
+from persys.store.base import Compare, KeepAliveSchedule, LeaseKeeper, Put, StateStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +53,14 @@ class ThreadedLeaseKeeper:
 
         def run() -> None:
             lease = self.lease_factory()
-            interval, last_ok = self.ttl / 3, time.monotonic()
+            schedule = KeepAliveSchedule(self.lease_id, self.ttl)
             try:
-                while not self._stop.wait(interval):
+                while not self._stop.wait(schedule.interval):
                     try:
-                        ttl = lease.keep_alive(self.lease_id, timeout=self.ttl)
-                        last_ok = time.monotonic()
-                        interval = max(ttl / 3, 0.05)  # etcd may round the ttl: follow what it says
-                    except LeaseNotFound:
-                        log.warning("lease %x lost", self.lease_id)
-                        break
+                        schedule.refreshed(lease.keep_alive(self.lease_id, timeout=self.ttl))
                     except StoreError as err:
-                        if time.monotonic() - last_ok >= self.ttl:
-                            log.warning("lease %x presumed lost: %s", self.lease_id, err)
+                        if schedule.failed(err):
                             break
-                        interval = max(self.ttl / 10, 0.05)  # retry sooner while the store is flaky
                 else:
                     return  # stopped
                 with contextlib.suppress(RuntimeError):  # the loop may be closing

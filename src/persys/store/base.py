@@ -145,6 +145,35 @@ def prefix_range_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
+class KeepAliveSchedule:
+    """When to refresh a lease next, and when to give it up: every ttl/3 (following the ttl the
+    store reports, which etcd may round), sooner while the store is flaky; lost when the store
+    says the lease is gone or nothing got through for a whole ttl. Shared by `LeaseKeeper` and
+    the scheduler's threaded keeper, so both give a lease up on the same terms."""
+
+    def __init__(self, lease_id: int, ttl: float) -> None:
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self.interval = max(ttl / 3, 0.05)
+        self._last_ok = time.monotonic()
+
+    def refreshed(self, remaining_ttl: float) -> None:
+        self._last_ok = time.monotonic()
+        if remaining_ttl > 0:
+            self.interval = max(remaining_ttl / 3, 0.05)
+
+    def failed(self, err: StoreError) -> bool:
+        """Whether the lease must now be considered lost (logged once here)."""
+        if isinstance(err, LeaseNotFound):
+            log.warning("lease %x lost", self.lease_id)
+            return True
+        if time.monotonic() - self._last_ok >= self.ttl:
+            log.warning("lease %x presumed lost: %s", self.lease_id, err)
+            return True
+        self.interval = max(self.ttl / 10, 0.05)  # retry sooner while the store is flaky
+        return False
+
+
 class LeaseKeeper:
     """Keeps a lease alive from a background task, refreshing every ttl/3.
 
@@ -184,23 +213,12 @@ class LeaseKeeper:
         await self.stop()
 
     async def _run(self) -> None:
-        interval = max(self.ttl / 3, 0.05)
-        last_ok = time.monotonic()
+        schedule = KeepAliveSchedule(self.lease_id, self.ttl)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(schedule.interval)
             try:
-                ttl = await self.store.keep_alive(self.lease_id)
-                last_ok = time.monotonic()
-                # The server may have rounded the ttl (etcd); follow what it reports.
-                if ttl > 0:
-                    interval = max(ttl / 3, 0.05)
-            except LeaseNotFound:
-                log.warning("lease %x lost", self.lease_id)
-                self.lost.set()
-                return
+                schedule.refreshed(await self.store.keep_alive(self.lease_id))
             except StoreError as e:
-                if time.monotonic() - last_ok >= self.ttl:
-                    log.warning("lease %x presumed lost: %s", self.lease_id, e)
+                if schedule.failed(e):
                     self.lost.set()
                     return
-                interval = max(self.ttl / 10, 0.05)  # retry sooner while the store is flaky

@@ -1184,7 +1184,7 @@ class Scheduler:
         now = self.clock()
         grace = self.config.node_grace_seconds
         changes = []
-        owned = ready = 0
+        owned = 0
         for k, (node_id, cur) in enumerate(list(self.state.nodes.items())):
             if k % 256 == 255:
                 await asyncio.sleep(0)  # thousands of nodes: never hold up the loop for long
@@ -1192,7 +1192,6 @@ class Scheduler:
             if not self.owns(node_id):
                 continue  # another replica judges this node
             owned += 1
-            ready += cur.value.status == NodeStatus.READY
             live = self.live.get(node_id)
             # After our own restart every node gets a full grace period to reach us.
             last = live.last_heartbeat if live else self._started_at
@@ -1321,11 +1320,9 @@ class Scheduler:
         at a time: nothing is decoded or re-encoded (every value is a JSON document already),
         a large cluster's backup never sits in memory whole, and no step holds the event loop
         for more than about a millisecond."""
-        ephemeral = (keys.LEADER, keys.SHARDS)  # leased, or belonging to live replicas
-
         def assemble(kvs: list[KeyValue], first: bool) -> bytes:
             items = [b'{"key":%s,"value":%s}' % (json.dumps(kv.key).encode(), kv.value)
-                     for kv in kvs if kv.key not in ephemeral and not kv.key.startswith(keys.REPLICAS)]
+                     for kv in kvs if not keys.is_ephemeral(kv.key)]
             return (b"" if first or not items else b",") + b",".join(items)
 
         first = True
@@ -1371,7 +1368,7 @@ class Scheduler:
         if doc.get("format") != BACKUP_FORMAT or not isinstance(doc.get("items"), list):
             raise ValueError(f"not a Persys backup (expected format {BACKUP_FORMAT!r})")
         items = [(str(i["key"]), json.dumps(i["value"]).encode()) for i in doc["items"]
-                 if i["key"] not in (keys.LEADER, keys.SHARDS) and not str(i["key"]).startswith(keys.REPLICAS)]
+                 if not keys.is_ephemeral(str(i["key"]))]
         if any(not k.startswith(keys.ROOT) for k, _ in items):
             raise ValueError(f"backup holds keys outside {keys.ROOT}")
         marker = next((v for k, v in items if k == keys.CLUSTER), None)

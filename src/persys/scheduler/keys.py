@@ -26,6 +26,12 @@ NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
 
 
+def is_ephemeral(key: str) -> bool:
+    """Keys that belong to live replicas (leased, or derived from who is alive), not to the
+    cluster's state: never backed up, never restored."""
+    return key in (LEADER, SHARDS) or key.startswith(REPLICAS)
+
+
 def workload(workload_id: str) -> str:
     return WORKLOADS + workload_id
 

@@ -297,6 +297,12 @@ def apply_reserved(node: NodeInfo, reserved: ReservedOnNode) -> NodeInfo:
 # --------------------------------------------------------------------------- snapshot
 
 
+def _taint_kinds(nodes: Iterable[NodeInfo]) -> tuple[bool, bool]:
+    """Whether any node carries a hard taint (NoSchedule, NoExecute), and any a soft one."""
+    effects = {t.effect for n in nodes for t in n.taints}
+    return bool(effects - {"PreferNoSchedule"}), "PreferNoSchedule" in effects
+
+
 class _Static:
     """Facts derived once per set of base nodes and shared by every reservation overlay.
 
@@ -311,8 +317,7 @@ class _Static:
         self.by_id: dict[str, int] = {n.id: i for i, n in enumerate(ordered)}
         if len(self.by_id) != len(ordered):
             raise ValueError("duplicate node ids in snapshot")
-        self.has_hard_taints = any(t.effect != "PreferNoSchedule" for n in ordered for t in n.taints)
-        self.has_soft_taints = any(t.effect == "PreferNoSchedule" for n in ordered for t in n.taints)
+        self.has_hard_taints, self.has_soft_taints = _taint_kinds(ordered)
         services: dict[str, list[int]] = {}
         for i, n in enumerate(ordered):
             for name, count in n.service_counts.items():
@@ -345,8 +350,7 @@ class _Static:
                     services[name] = tuple(sorted((*held, i)))
         new.order = tuple(order)
         new.by_id = self.by_id
-        new.has_hard_taints = any(t.effect != "PreferNoSchedule" for n in order for t in n.taints)
-        new.has_soft_taints = any(t.effect == "PreferNoSchedule" for n in order for t in n.taints)
+        new.has_hard_taints, new.has_soft_taints = _taint_kinds(order)
         new.service_nodes = services
         new.caches = self.caches
         return new

@@ -20,6 +20,7 @@ from persys.scheduler.placement import (
     WorkloadRequest,
     decide,
     place_many,
+    refresh_static_verdicts,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -194,3 +195,28 @@ def test_every_filter_respected_and_reasons_are_first_failing_filter(
             assert 0.0 <= s.total <= 100.0 + 1e-9
             assert abs(sum(s.breakdown.values()) - s.total) < 1e-6
         place_many(current, [request], ledger, config)  # reserve exactly like a burst would
+
+
+@SETTINGS
+@given(nodes_st(min_size=1), nodes_st(min_size=1), scenario_st(max_requests=6), st.randoms(use_true_random=False))
+def test_memoised_verdicts_follow_changed_nodes(
+    before: list[NodeInfo], after: list[NodeInfo], data: tuple[list[NodeInfo], list[WorkloadRequest]], rnd: Any
+) -> None:
+    """Verdicts memoised for one snapshot, then refreshed for the nodes whose facts changed,
+    decide and explain exactly as a snapshot built from scratch (label index, per-filter
+    verdicts and combined shapes all follow the change)."""
+    _, requests = data
+    size = min(len(before), len(after))
+    old = before[:size]
+    changed = rnd.sample(range(size), rnd.randint(0, size))
+    new = [after[i] if i in changed else old[i] for i in range(size)]
+    memo: dict[object, object] = {}
+    first = Snapshot(tuple(old)).sharing_static_caches(memo)
+    for request in requests:
+        decide(first, request)
+    stale = Snapshot(tuple(new)).sharing_static_caches(memo)
+    refresh_static_verdicts(stale, [new[i].id for i in changed])
+    fresh = Snapshot(tuple(new))
+    for request in requests:
+        a, b = decide(stale, request), decide(fresh, request)
+        assert a.to_dict() == b.to_dict()

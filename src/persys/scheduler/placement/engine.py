@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -15,7 +15,6 @@ from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
-    NodeInfo,
     Reservation,
     Reservations,
     ReservationView,
@@ -24,7 +23,8 @@ from .snapshot import (
     apply_reserved,
     stable_hash,
 )
-from .status import Status, fmt_amount
+from .status import Status
+from .verdicts import FilterVerdicts, LabelBits, Rejections, ShapeVerdicts, range_bits, summarise
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class Decision:
     workload_id: str
     node_id: str | None
     scores: list[NodeScore]
-    rejections: dict[str, Status]
+    rejections: Mapping[str, Status]  # node id -> why it was rejected (see verdicts.Rejections)
     feasible: int  # feasible among the evaluated nodes
     total: int
     evaluated: int  # == total unless sampling stopped early (see percentage_of_nodes_to_score)
@@ -91,7 +91,9 @@ class Decision:
         return self.node_id is not None
 
     def explain(self) -> str:
-        rejected = aggregate_rejections(self.rejections.values())
+        rejections = self.rejections
+        rejected = (rejections.summary() if isinstance(rejections, Rejections)
+                    else aggregate_rejections(rejections.values()))
         if self.node_id is None:
             if self.total == 0:
                 return "0/0 nodes available: no nodes in snapshot"
@@ -123,104 +125,59 @@ def aggregate_rejections(statuses: Iterable[Status]) -> str:
 
     Grouped by (code, reason) so different taints stay separate lines; sorted by count desc then text.
     """
-    # One pass, no per-group lists: this runs for every decision, over hundreds of rejections.
-    groups: dict[tuple[str, str], list[Any]] = {}  # (code, reason) -> [count, first, best available]
-    for st in statuses:
-        g = groups.get((st.code, st.reason))
-        if g is None:
-            groups[(st.code, st.reason)] = [1, st, st.available]
-        else:
-            g[0] += 1
-            if st.available is not None and (g[2] is None or st.available > g[2]):
-                g[2] = st.available
-    parts: list[tuple[int, str]] = []
-    for (_, reason), (count, first, best) in groups.items():
-        text = reason
-        if first.needed is not None:
-            text += (
-                f" (needs {fmt_amount(first.needed, first.unit)}, "
-                f"best node has {fmt_amount(max(best, 0), first.unit)} free)"
-            )
-        parts.append((count, text))
-    parts.sort(key=lambda p: (-p[0], p[1]))
-    return ", ".join(f"{n} {text}" for n, text in parts)
+    return summarise((status, 1) for status in statuses)
 
 
-_StaticFail = tuple[int, Status] | None
-
-
-@dataclass(slots=True)
-class _StaticVerdicts:
-    """One request shape's static verdicts, with what it takes to recompute a node's."""
-
-    rows: list[_StaticFail]  # per node, id order
-    filters: tuple[Filter, ...]
-    request: WorkloadRequest
-    # Derived from rows on first use: positions passing every static filter, and the failing
-    # ones with their node ids and statuses (for slicing a walked range out in one step).
-    _index: tuple[list[int], list[int], list[str], list[Status]] | None = None
-
-    def index(self, order: Sequence[NodeInfo]) -> tuple[list[int], list[int], list[str], list[Status]]:
-        if self._index is None:
-            passing: list[int] = []
-            failing: list[int] = []
-            ids: list[str] = []
-            statuses: list[Status] = []
-            for i, row in enumerate(self.rows):
-                if row is None:
-                    passing.append(i)
-                else:
-                    failing.append(i)
-                    ids.append(order[i].id)
-                    statuses.append(row[1])
-            self._index = (passing, failing, ids, statuses)
-        return self._index
-
-
-def _static_row(node: NodeInfo, static: tuple[Filter, ...], request: WorkloadRequest,
-                ctx: PlacementContext) -> _StaticFail:
-    for k, f in enumerate(static):
-        status = f.check(node, request, ctx)
-        if status is not None:
-            return (k, status)
-    return None
-
-
-def _static_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest) -> _StaticVerdicts:
-    """Per node (id order): None if it passes every static filter, else (index of the first
-    static filter that rejects it, that Status). Cached on the snapshot's shared static index,
-    so it is computed once per snapshot and request type, not once per decision."""
-    cache = snapshot._static.caches
+def _filter_key(f: Filter, request: WorkloadRequest) -> object:
     # A static filter's verdict depends on the node's static facts and on the part of the request
-    # named by its `static_key` (default: the workload type), so requests that agree on those
-    # share one pass over the nodes.
-    key = ("static_failures", tuple(id(f) for f in static),
-           tuple(f.static_key(request) if hasattr(f, "static_key") else request.type for f in static))
-    hit = cache.get(key)
+    # named by its `static_key` (default: the workload type).
+    return f.static_key(request) if hasattr(f, "static_key") else request.type
+
+
+def _shape_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest) -> ShapeVerdicts:
+    """The combined static verdicts of this request's shape, memoised on the snapshot's shared
+    static index: each static filter's verdict once per node set and static key (shapes that
+    differ only in their selector share the readiness, runtime and taint passes), and their
+    combination once per shape."""
+    cache = snapshot._static.caches
+    keys = tuple(_filter_key(f, request) for f in static)
+    shape_key = ("shape", tuple(id(f) for f in static), keys)
+    hit = cache.get(shape_key)
     if hit is None:
+        order = snapshot._static.order
         ctx = PlacementContext(snapshot, request)
-        # static facts never change with reservations
-        rows = [_static_row(node, static, request, ctx) for node in snapshot._static.order]
-        hit = cache[key] = _StaticVerdicts(rows, static, request)
-    verdicts: _StaticVerdicts = hit
-    return verdicts
+        parts = []
+        for f, fkey in zip(static, keys, strict=True):
+            filter_key = ("filter", id(f), fkey)
+            verdict = cache.get(filter_key)
+            if verdict is None:
+                verdict = cache[filter_key] = FilterVerdicts(f, request, order, ctx)
+            parts.append(verdict)
+        hit = cache[shape_key] = ShapeVerdicts(parts, len(order))
+    shape: ShapeVerdicts = hit
+    return shape
 
 
 def refresh_static_verdicts(snapshot: Snapshot, node_ids: Iterable[str]) -> None:
     """Recompute the memoised static verdicts of nodes whose static facts changed (a cordon, a
-    label, readiness), in every request shape seen so far: O(shapes x changed nodes) instead of
-    forgetting them all, which at thousands of nodes costs a full pass per shape. The node set
-    must be the one the memo was filled with (the caller starts a fresh memo otherwise)."""
+    label, readiness), for every filter and key seen so far: O(filter keys x changed nodes)
+    instead of forgetting them all, which at thousands of nodes costs a full pass per key. The
+    node set must be the one the memo was filled with (the caller starts a fresh memo otherwise)."""
     static = snapshot._static
+    changed = [(i, static.order[i]) for i in (static.by_id.get(node_id) for node_id in node_ids) if i is not None]
+    if not changed:
+        return
     for entry in static.caches.values():
-        if not isinstance(entry, _StaticVerdicts):
-            continue
-        ctx = PlacementContext(snapshot, entry.request)
-        for node_id in node_ids:
-            i = static.by_id.get(node_id)
-            if i is not None:
-                entry.rows[i] = _static_row(static.order[i], entry.filters, entry.request, ctx)
-        entry._index = None
+        if isinstance(entry, LabelBits):
+            for i, node in changed:
+                entry.refresh(i, node)
+    for entry in static.caches.values():  # after the label index, which bulk verdicts read
+        if isinstance(entry, FilterVerdicts):
+            ctx = PlacementContext(snapshot, entry.request)
+            for i, node in changed:
+                entry.refresh(i, node, ctx)
+        elif isinstance(entry, ShapeVerdicts):
+            entry.stale = True  # recombined from its filters' verdicts when next used
 
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -248,7 +205,7 @@ def decide(
     active = tuple(f for f in config.filters if f.applies(request, ctx))
     static = tuple(f for f in active if f.static)
     dynamic = tuple(f for f in active if not f.static)
-    verdicts = _static_verdicts(snapshot, static, request) if static else None
+    verdicts = _shape_verdicts(snapshot, static, request) if static else None
     # For a node failing static filter k, only the dynamic filters placed before it in the chain
     # can still be its (first) reason; the static verdict is reused from the cache.
     before: list[tuple[Filter, ...]] = []
@@ -265,25 +222,26 @@ def decide(
     # the caller's node order, and different workloads look at different parts of the cluster.
     start = seed % n if to_find < n else 0
     evaluated = 0
-    failures = verdicts.rows if verdicts is not None else [None] * n
     # The usual case (no dynamic filter precedes a static one for this request): a statically
     # rejected node's reason is its static verdict, so walk only the nodes passing every static
-    # filter and take the static rejections of the walked range afterwards in one slice: the
-    # same decision and explanation as the node-by-node walk, without a Python step per
+    # filter and take the static rejections of the walked range afterwards as bit-set groups:
+    # the same decision and explanation as the node-by-node walk, without a Python step per
     # rejected node.
-    fast = verdicts is not None and not any(before)
+    fast = verdicts is None or not any(before)
+    failures: list[tuple[int, Status] | None] = []
     if fast:
-        assert verdicts is not None
-        passing, failing, failing_ids, failing_statuses = verdicts.index(snapshot._static.order)
+        passing = verdicts.passing() if verdicts is not None else range(n)
         k0 = bisect_left(passing, start)
         walk: Iterable[int] = chain(passing[k0:], passing[:k0])
     else:
+        assert verdicts is not None
+        failures = verdicts.rows()
         walk = chain(range(start, n), range(start))
     last = -1
     for i in walk:
         node = nodes[i]
         evaluated += 1
-        fail = failures[i]
+        fail = None if fast else failures[i]
         if fail is not None:  # the node-by-node walk only
             status = fail[1]
             for f in before[fail[0]]:
@@ -303,21 +261,15 @@ def decide(
             if len(feasible) >= to_find:
                 last = i
                 break
+    static_groups: tuple[tuple[Status, int], ...] = ()
     if fast:
-        if last < 0:  # every node was looked at
-            evaluated = n
-            rejections.update(zip(failing_ids, failing_statuses, strict=True))
-        else:
-            evaluated = (last - start) % n + 1
-            a, b = bisect_left(failing, start), bisect_right(failing, last)
-            if start <= last:
-                rejections.update(zip(failing_ids[a:b], failing_statuses[a:b], strict=True))
-            else:  # the walk wrapped around
-                rejections.update(zip(failing_ids[a:], failing_statuses[a:], strict=True))
-                rejections.update(zip(failing_ids[:b], failing_statuses[:b], strict=True))
+        evaluated = n if last < 0 else (last - start) % n + 1  # last < 0: every node was looked at
+        if verdicts is not None:
+            static_groups = verdicts.within((1 << n) - 1 if last < 0 else range_bits(start, last, n))
+    rejected_nodes = Rejections(rejections, static_groups, snapshot._static.order)
 
     if not feasible:
-        return Decision(request.id, None, [], rejections, 0, n, evaluated)
+        return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated)
 
     # Weights are normalised so totals stay in [0, 100] whatever the configuration.
     weighted = [(s, config.weight(s.name)) for s in config.scorers if config.weight(s.name) > 0]
@@ -361,7 +313,7 @@ def decide(
             breakdown[scorer.name] = norm * scorer.score(nodes[i], request, ctx)
         ordered = {s.name: breakdown[s.name] for s, _ in weighted}
         scores.append(NodeScore(nodes[i].id, total, ordered))
-    return Decision(request.id, nodes[pool[0][1]].id, scores, rejections, len(feasible), n, evaluated)
+    return Decision(request.id, nodes[pool[0][1]].id, scores, rejected_nodes, len(feasible), n, evaluated)
 
 
 def place_many(

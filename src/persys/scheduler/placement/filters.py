@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .framework import Filter, PlacementContext
-from .snapshot import NodeInfo, WorkloadRequest
+from .snapshot import LabelConstraint, NodeInfo, WorkloadRequest
 from .status import Status
+from .verdicts import NodeBits
 
 
 class NodeReady:
@@ -129,8 +132,24 @@ class NodeSelector:
         for key in sorted(request.node_selector):
             want = request.node_selector[key]
             if labels.get(key) != want:
-                return Status("node_selector_mismatch", f"node selector {key}={want} not matched", self.name)
+                return self._mismatch(key, want)
         return None
+
+    def static_groups(self, request: WorkloadRequest, nodes: NodeBits) -> dict[Status, int]:
+        """``check`` for every node at once, from the label index: the first key (sorted) a
+        node does not match is its reason."""
+        groups: dict[Status, int] = {}
+        remaining = nodes.all
+        for key in sorted(request.node_selector):
+            want = request.node_selector[key]
+            failing = remaining & ~nodes.label(key).get(want, 0)
+            if failing:
+                groups[self._mismatch(key, want)] = failing
+                remaining &= ~failing
+        return groups
+
+    def _mismatch(self, key: str, want: str) -> Status:
+        return Status("node_selector_mismatch", f"node selector {key}={want} not matched", self.name)
 
 
 class LabelConstraints:
@@ -146,8 +165,30 @@ class LabelConstraints:
     def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
         for c in request.constraints:
             if not c.matches(node.labels):
-                return Status("label_constraint", f"constraint {c} not satisfied", self.name)
+                return self._unsatisfied(c)
         return None
+
+    def static_groups(self, request: WorkloadRequest, nodes: NodeBits) -> dict[Status, int]:
+        """``check`` for every node at once: each constraint is asked once per distinct value of
+        its key (``matches`` itself decides, so both forms agree), the first unmet one is the
+        reason."""
+        groups: dict[Status, int] = {}
+        remaining = nodes.all
+        for c in request.constraints:
+            meets = nodes.matching(c.key, _accepts(c))
+            failing = remaining & ~meets
+            if failing:
+                groups[self._unsatisfied(c)] = failing
+                remaining &= ~failing
+        return groups
+
+    def _unsatisfied(self, c: LabelConstraint) -> Status:
+        return Status("label_constraint", f"constraint {c} not satisfied", self.name)
+
+
+def _accepts(c: LabelConstraint) -> Callable[[str | None], bool]:
+    """Whether a node whose value of c.key is `value` (None: no such label) meets c."""
+    return lambda value: c.matches({} if value is None else {c.key: value})
 
 
 # Fit filters compare requests against committed + reserved requests, never observed usage:

@@ -55,6 +55,7 @@ PLACE_CHUNK = 128  # placements decided between two yields to the event loop
 # Each placement carries two compares and two puts; with the leader fence that stays within
 # etcd's default --max-txn-ops of 128 per branch.
 PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
+SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (see spec_json)
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
@@ -1034,7 +1035,7 @@ class Scheduler:
         if self.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
         await self._confirm_left(node_id, gone)
-        drifts = self._track_drift(node_id, reports, complete)
+        drifts = self._track_drift(node_id, reports, None if complete else listed)
         changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
@@ -1085,8 +1086,10 @@ class Scheduler:
         st = self.state.statuses.get(inst)
         return st is not None and st.value.left_node != node_id
 
-    def _track_drift(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> dict[str, dict[str, Any]]:
-        """Find drift on one node; publish what is new or resolved. Returns instance -> record."""
+    def _track_drift(self, node_id: str, reports: list[WorkloadReport],
+                     listed: set[str] | None) -> dict[str, dict[str, Any]]:
+        """Find drift on one node; publish what is new or resolved. Returns instance -> record.
+        `listed`: the instances a partial report names (None: the report is complete)."""
         workloads = self.state.workloads
 
         def policy(inst: str) -> RestartPolicy | None:
@@ -1095,7 +1098,7 @@ class Scheduler:
 
         found = detect(
             node_id, {i: a.value for i, a in self.state.assignments.get(node_id, {}).items()},
-            [Reported(r.workload_id, r.revision, r.phase, r.terminal) for r in reports], complete,
+            [Reported(r.workload_id, r.revision, r.phase, r.terminal) for r in reports], listed is None,
             self.state.placement_of.get, policy, time.time(),
         )
         known = self._drift.setdefault(node_id, {})
@@ -1108,9 +1111,8 @@ class Scheduler:
                 if d.kind == "missing":
                     self._resync.add(node_id)  # remediation: send the whole desired state again
                     self._wake_node(node_id)
-        # A partial report (complete=False: only what changed) says nothing about the instances
-        # it does not list, so only theirs can be resolved by it.
-        listed = None if complete else {r.workload_id for r in reports}
+        # A partial report (only what changed) says nothing about the instances it does not
+        # list, so only theirs can be resolved by it.
         for k in [k for k, (d, _) in known.items() if k not in now_keys
                   and (listed is None or d.instance in listed)]:
             d, _ = known.pop(k)
@@ -1151,15 +1153,17 @@ class Scheduler:
         return r.workload_id, st.mod_revision, prev, new
 
     def spec_json(self, wid: str) -> bytes | None:
-        """A workload's spec as sent to agents, serialised once per revision (every change on a
-        node resends that node's whole desired set)."""
+        """A workload's spec as sent to agents, serialised once per revision for its replicas and
+        for full resends (an agent reconnecting, a resync). Kept for recent revisions only:
+        desired state goes out as deltas, so most specs are sent once, and a cache of every
+        workload's spec would be tens of megabytes at 50,000 workloads."""
         cur = self.state.workloads.get(wid)
         if cur is None:
             return None
         key = (wid, cur.value.revision)
         cached = self._spec_cache.get(key)
         if cached is None:
-            if len(self._spec_cache) > 200_000:
+            if len(self._spec_cache) >= SPEC_CACHE_ENTRIES:
                 self._spec_cache.clear()
             cached = self._spec_cache[key] = cur.value.spec.to_json()
         return cached

@@ -170,8 +170,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             if node_id not in allowed:
                 await self._as_node(node_id, context)
                 allowed.add(node_id)
-            async with _mapped(context):  # every message: leadership may have moved meanwhile
-                self.s.require_owner(node_id)
+            # Every message is checked for ownership again (leadership may have moved meanwhile):
+            # heartbeat() and report() do it themselves.
+            async with _mapped(context):
                 if kind == "heartbeat":
                     ack = pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
                 elif kind == "report":

@@ -377,29 +377,29 @@ class Snapshot:
         object.__setattr__(self, "_reserved_groups", _groups_of(static, self.reservations))
 
     @classmethod
-    def _derive(cls, base: Snapshot, view: ReservationView, effective: Sequence[NodeInfo],
-                reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
-        # Skips __post_init__: the static index is reused, so an overlay costs O(nodes) copies only.
+    def _assemble(cls, nodes: tuple[NodeInfo, ...], view: ReservationView, static: _Static,
+                  effective: Sequence[NodeInfo], reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
+        # Skips __post_init__: the caller brings a static index it already has.
         snap = object.__new__(cls)
-        object.__setattr__(snap, "nodes", base.nodes)
+        object.__setattr__(snap, "nodes", nodes)
         object.__setattr__(snap, "reservations", view)
-        object.__setattr__(snap, "_static", base._static)
+        object.__setattr__(snap, "_static", static)
         object.__setattr__(snap, "_effective", effective)
         object.__setattr__(snap, "_reserved_groups", reserved_groups)
         return snap
+
+    @classmethod
+    def _derive(cls, base: Snapshot, view: ReservationView, effective: Sequence[NodeInfo],
+                reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
+        # The static index is reused, so an overlay costs O(nodes) copies only.
+        return cls._assemble(base.nodes, view, base._static, effective, reserved_groups)
 
     def replacing(self, changed: Sequence[NodeInfo]) -> Snapshot:
         """This snapshot's node set with some nodes' facts replaced (every id must already be in
         it), without reservations; shares the static-verdict memo, so the caller must refresh
         the verdicts of nodes whose static facts changed (refresh_static_verdicts)."""
         static = self._static.replacing(changed)
-        snap = object.__new__(Snapshot)
-        object.__setattr__(snap, "nodes", static.order)
-        object.__setattr__(snap, "reservations", EMPTY_VIEW)
-        object.__setattr__(snap, "_static", static)
-        object.__setattr__(snap, "_effective", static.order)
-        object.__setattr__(snap, "_reserved_groups", {})
-        return snap
+        return Snapshot._assemble(static.order, EMPTY_VIEW, static, static.order, {})
 
     def sharing_static_caches(self, caches: dict[Any, Any]) -> Snapshot:
         """This snapshot, memoising its static-filter verdicts in `caches` (shared with earlier

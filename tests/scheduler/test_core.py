@@ -317,3 +317,33 @@ async def test_partial_reports_count_as_present_until_a_complete_one_leaves_them
     assert s.live["n1"].present == {"a", "b"}
     await s.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
     assert s.live["n1"].present == {"a"}
+
+
+async def test_the_placement_snapshot_is_prepared_ahead_in_small_steps(make: Callable) -> None:
+    """After a start (or a reset) every node's placement inputs must be computed: the node
+    monitor does it ahead of the first decision, a chunk at a time with the loop free between,
+    and the result is the snapshot a decision would have built itself."""
+    s = await make()
+    for i in range(300):
+        await s.register(node(f"n{i:03d}", cpu=1000 + i))
+    await settle(s, lambda: s.placement._base is not None and len(s.placement._base) == 300)
+
+    s.placement.reset()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    await s.placement.prepare(chunk=50)
+    task.cancel()
+    assert ticks >= 300 // 50 - 1, "prepare() let other tasks run between chunks"
+    prepared = s.placement._base
+    assert prepared is not None
+    s.placement.reset()
+    built = s.placement.base()  # the same inputs, computed in one piece
+    assert prepared.effective == built.effective and len(built) == 300

@@ -537,6 +537,10 @@ class Scheduler:
                 await self._check_nodes()
                 if not self.is_active:
                     continue
+                # A quiet moment: bring the placement snapshot up to date now, in small steps,
+                # rather than in one piece inside the next decision (after a start or failover
+                # that is every node).
+                await self.placement.prepare()
                 if self._pending_dirty or self.clock() - last_retry >= self.config.pending_retry_seconds:
                     # Coalesced: a burst of node changes costs one pass over the workloads.
                     self._pending_dirty = False

@@ -25,8 +25,11 @@ class PlacementContext:
 @runtime_checkable
 class Filter(Protocol):
     name: str
-    # True when the verdict depends only on the node and request.type: the engine then evaluates
-    # it once per snapshot and request type instead of once per decision.
+    # True when the verdict depends only on the node's static facts and on the part of the
+    # request the filter's optional `static_key(request)` returns (default: request.type): the
+    # engine then evaluates it once per node set and key instead of once per decision. A static
+    # filter may also answer for every node at once with an optional
+    # `static_groups(request, nodes: verdicts.NodeBits) -> {Status: node bit set}`.
     static: bool
 
     def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import statistics
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ class KindStats:
 
 class EtcdProbe:
     def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
         self.channel = grpc.aio.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", 256 << 20)])
         self.kv = rpc_pb2_grpc.KVStub(self.channel)
         self.maint = rpc_pb2_grpc.MaintenanceStub(self.channel)
@@ -40,6 +42,20 @@ class EtcdProbe:
     async def status(self) -> dict[str, int]:
         r = await self.maint.Status(rpc_pb2.StatusRequest(), timeout=10)
         return {"revision": int(r.header.revision), "db_size": int(r.dbSize), "raft_index": int(r.raftIndex)}
+
+    async def wal_fsyncs(self) -> dict[float, int]:
+        """etcd's cumulative WAL fsync histogram from its /metrics: upper bound (s) -> count.
+        Every etcd commit waits for one fsync, so a slow disk shows here first."""
+        def fetch() -> str:
+            with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=10) as r:
+                return str(r.read().decode())
+
+        buckets: dict[float, int] = {}
+        for line in (await asyncio.to_thread(fetch)).splitlines():
+            if line.startswith('etcd_disk_wal_fsync_duration_seconds_bucket{le="'):
+                le = line.split('"')[1]
+                buckets[float("inf") if le == "+Inf" else float(le)] = int(float(line.rsplit(" ", 1)[1]))
+        return buckets
 
     async def revision(self) -> int:
         return (await self.status())["revision"]

@@ -249,13 +249,13 @@ class Bench:
             if a.hb_before:
                 res["heartbeat_before_workloads"] = await self._heartbeat_window(probe, "before workloads")
                 if a.probe > 0:
-                    res["idle_probe_before_workloads"] = await self._idle_probe(a.probe, "pre")
+                    res["idle_probe_before_workloads"] = await self._idle_probe(probe, a.probe, "pre")
             await self._burst(probe)
             res["engine_decision_latency"] = await self._engine_latency()
             if self.placed_complete:
                 res["heartbeat"] = await self._heartbeat_window(probe, "all workloads placed")
                 if a.probe > 0:
-                    res["idle_probe"] = await self._idle_probe(a.probe, "probe")
+                    res["idle_probe"] = await self._idle_probe(probe, a.probe, "probe")
             else:
                 res["heartbeat"] = {"skipped": f"the burst did not complete ({res['burst']['outcome']}); the "
                                                "backlog is not placed, so a heartbeats-only window is impossible"}
@@ -580,8 +580,9 @@ class Bench:
         return {"decisions": h.decisions_sampled, "p50_ms": round(h.decision_p50_ms, 3),
                 "p99_ms": round(h.decision_p99_ms, 3), "max_ms": round(h.decision_max_ms, 3)}
 
-    async def _idle_probe(self, k: int, prefix: str) -> dict[str, Any]:
+    async def _idle_probe(self, probe: EtcdProbe, k: int, prefix: str) -> dict[str, Any]:
         log(f"idle probe: {k} workloads applied one at a time ({prefix}-*)")
+        fsyncs0 = await probe.wal_fsyncs()
         creds = channel_credentials(TLSFiles(self.pki / "ca.crt", self.pki / "admin.crt", self.pki / "admin.key"))
         acc, sent = [], []
         retries: dict[str, int] = {}
@@ -608,8 +609,14 @@ class Bench:
                 await asyncio.sleep(0.05)  # let its RUNNING report land before the next one
         accepted = dist_ms(acc)
         log(f"idle probe: accepted->received p50 {accepted['p50_ms']} ms, p99 {accepted['p99_ms']} ms")
+        # Each probe waits for two etcd commits (its apply, its placement), each for a WAL fsync:
+        # how many fsyncs in the window were slow tells whether the disk made the tail.
+        fsyncs1 = await probe.wal_fsyncs()
+        window = {le: fsyncs1.get(le, 0) - fsyncs0.get(le, 0) for le in fsyncs1}
+        total = window.get(float("inf"), 0)
+        slow = {f"over_{int(le * 1000)}ms": total - n for le, n in sorted(window.items()) if 0.004 <= le <= 0.064}
         return {"workloads": k, "apply_accepted_to_received": accepted, "apply_sent_to_received": dist_ms(sent),
-                "apply_retries_by_code": retries}
+                "apply_retries_by_code": retries, "etcd_wal_fsyncs": {"total": total, **slow}}
 
     # ------------------------------------------------------------------ after the cluster stopped
 
@@ -696,7 +703,11 @@ def summary(res: dict[str, Any]) -> str:
     for key, when in (("idle_probe_before_workloads", "empty cluster"), ("idle_probe", "after the burst")):
         if x := res.get(key, {}).get("apply_accepted_to_received"):
             lines.append(f"latency (idle probe)  {res[key]['workloads']} serial applies on the idle {when}, "
-                         f"accepted -> received: p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms")
+                         f"accepted -> received: p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, max {x['max_ms']} ms")
+            if f := res[key].get("etcd_wal_fsyncs"):
+                lines.append(f"                      etcd WAL fsyncs meanwhile: {f['total']}, of which "
+                             f"{f.get('over_8ms', '?')} over 8 ms, {f.get('over_16ms', '?')} over 16 ms, "
+                             f"{f.get('over_32ms', '?')} over 32 ms")
     rss = res.get("scheduler_peak_rss_bytes")
     if rss:
         etcd_mib, hollow_mib = res.get("etcd_peak_rss_bytes", 0) / 2**20, res.get("hollow_peak_rss_bytes", 0) / 2**20

@@ -615,7 +615,9 @@ class Bench:
         window = {le: fsyncs1.get(le, 0) - fsyncs0.get(le, 0) for le in fsyncs1}
         total = window.get(float("inf"), 0)
         slow = {f"over_{int(le * 1000)}ms": total - n for le, n in sorted(window.items()) if 0.004 <= le <= 0.064}
+        slowest = sorted(range(len(acc)), key=acc.__getitem__, reverse=True)[:3]
         return {"workloads": k, "apply_accepted_to_received": accepted, "apply_sent_to_received": dist_ms(sent),
+                "slowest": [{"probe": j, "ms": round(acc[j] * 1000, 2)} for j in slowest],
                 "apply_retries_by_code": retries, "etcd_wal_fsyncs": {"total": total, **slow}}
 
     # ------------------------------------------------------------------ after the cluster stopped
@@ -704,6 +706,9 @@ def summary(res: dict[str, Any]) -> str:
         if x := res.get(key, {}).get("apply_accepted_to_received"):
             lines.append(f"latency (idle probe)  {res[key]['workloads']} serial applies on the idle {when}, "
                          f"accepted -> received: p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, max {x['max_ms']} ms")
+            if slowest := res[key].get("slowest"):
+                lines.append("                      slowest: " + ", ".join(
+                    f"probe #{s['probe']} {s['ms']} ms" for s in slowest))
             if f := res[key].get("etcd_wal_fsyncs"):
                 lines.append(f"                      etcd WAL fsyncs meanwhile: {f['total']}, of which "
                              f"{f.get('over_8ms', '?')} over 8 ms, {f.get('over_16ms', '?')} over 16 ms, "

@@ -47,6 +47,7 @@ from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.scheduler.heap import HeapGuard
+from persys.scheduler.stalls import StallWatchdog
 from persys.security.grpc_tls import channel_credentials
 from persys.security.pki import TLSFiles
 
@@ -443,6 +444,9 @@ class Hollow:
         # the scheduler's (persys.scheduler.heap).
         heap = HeapGuard()
         heap.install()
+        stalls = StallWatchdog(self.args.stall_log_ms / 1000) if self.args.stall_log_ms > 0 else None
+        if stalls is not None:
+            stalls.start()
         try:
             while not self.stopping.is_set():
                 heap.tick()
@@ -450,6 +454,8 @@ class Hollow:
                     await asyncio.wait_for(self.stopping.wait(), timeout=1.0)
         finally:
             heap.uninstall()
+            if stalls is not None:
+                await stalls.stop()
             server.close()
             for t in list(self._bg):
                 t.cancel()
@@ -474,6 +480,8 @@ def main() -> None:
     ap.add_argument("--report-interval", type=float, default=0.0, help="periodic re-report (0 = only on change)")
     ap.add_argument("--register-concurrency", type=int, default=64)
     ap.add_argument("--control", required=True, help="unix socket path for the driver")
+    ap.add_argument("--stall-log-ms", type=float, default=0.0,
+                    help="log what held this process's event loop longer than this (0 = off)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -145,6 +145,8 @@ class Bench:
                                    timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
         if "--data-dir" in help_text:  # cluster-id memory and rolling backups: private to this run
             args += ["--data-dir", str(self.dir / "scheduler-data")]
+        if a.stall_log_ms > 0:  # diagnostics: the scheduler and the hollow agents log their event-loop stalls
+            args += ["--stall-log-ms", str(a.stall_log_ms)]
         if a.profiler == "cprofile":
             self.profile_path = self.dir / "scheduler.prof"
             argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", "persys.cli.server", *args]
@@ -167,6 +169,7 @@ class Bench:
                 "--cert", "admin", "--nodes", str(count), "--offset", str(k * per), "--channels", str(a.channels),
                 "--heartbeat-interval", str(a.heartbeat_interval), "--control", str(sock),
                 "--register-concurrency", str(a.register_concurrency), "--report-interval", str(a.report_interval),
+                "--stall-log-ms", str(a.stall_log_ms),
             ], self.dir, env={"GRPC_VERBOSITY": "ERROR"})  # fmt: skip
             self.hollows.append(HollowClient(child, sock))
             self.sampler.add(f"hollow{k}", child.pid)
@@ -819,6 +822,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="stop the burst when the scheduler's RSS exceeds this (8x the 1 GiB target; the machine "
                          "is shared)")
     ap.add_argument("--register-timeout", type=float, default=900.0)
+    ap.add_argument("--stall-log-ms", type=float, default=0.0,
+                    help="the scheduler and the hollow agents log the stack of whatever holds their event loop "
+                    "longer than this (in their logs in the work directory; use with --keep; 0 = off)")
     ap.add_argument("--profiler", choices=["py-spy", "cprofile", "none"], default="py-spy")
     ap.add_argument("--profile-delay", type=float, default=5.0, help="seconds into the burst before py-spy starts")
     ap.add_argument("--profile-seconds", type=float, help="py-spy duration (default 60, quick 15)")

@@ -300,6 +300,9 @@ def scheduler(
                                  "(rendezvous hashing); placement stays with the elected leader."),
     advertise: str = typer.Option("", "--advertise", help="host:port agents use to reach this replica "
                                   "(default: --listen, or this host's name when listening on 0.0.0.0)."),
+    stall_log_ms: float = typer.Option(0.0, "--stall-log-ms", min=0,
+                                       help="Log the stack of whatever holds the event loop longer than this many "
+                                       "milliseconds (diagnostics; costs a little CPU; 0 = off)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -314,7 +317,7 @@ def scheduler(
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv, sharded=sharded))
+                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

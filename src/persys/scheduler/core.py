@@ -45,6 +45,7 @@ from persys.scheduler.heap import HeapGuard
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
+from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState, Versioned, put_doc
 from persys.store.base import Compare, Delete, KeyValue, LeaseKeeper, Put, StateStore, StoreUnavailable
 
@@ -120,6 +121,8 @@ class SchedulerConfig:
     # rendezvous hashing; placement stays with the elected leader. Off: one active replica.
     sharded: bool = False
     backup_interval_seconds: float = 60.0
+    # Log what held the event loop whenever it stalls longer than this (0: off; see stalls.py).
+    stall_log_seconds: float = 0.0
 
 
 @dataclass
@@ -224,6 +227,8 @@ class Scheduler:
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
         self._last_backup = 0.0
         self.heap = HeapGuard()
+        stall = self.config.stall_log_seconds
+        self.stall_watchdog = StallWatchdog(stall) if stall > 0 else None
         self._backup_every = self.config.backup_interval_seconds
         self.election = LeaderElection(
             store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
@@ -365,6 +370,8 @@ class Scheduler:
 
     async def start(self) -> None:
         self.heap.install()
+        if self.stall_watchdog is not None:
+            self.stall_watchdog.start()
         await self.state.load()
         has_state = bool(self.state.workloads or self.state.nodes or self.state.assignments)
         await self.guard.establish(self.state.cluster_marker, has_state)
@@ -395,6 +402,8 @@ class Scheduler:
                 await t
         await self.state.stop()
         self.heap.uninstall()
+        if self.stall_watchdog is not None:
+            await self.stall_watchdog.stop()
 
     # ------------------------------------------------------------------ events
 

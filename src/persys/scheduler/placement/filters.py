@@ -138,15 +138,9 @@ class NodeSelector:
     def static_groups(self, request: WorkloadRequest, nodes: NodeBits) -> dict[Status, int]:
         """``check`` for every node at once, from the label index: the first key (sorted) a
         node does not match is its reason."""
-        groups: dict[Status, int] = {}
-        remaining = nodes.all
-        for key in sorted(request.node_selector):
-            want = request.node_selector[key]
-            failing = remaining & ~nodes.label(key).get(want, 0)
-            if failing:
-                groups[self._mismatch(key, want)] = failing
-                remaining &= ~failing
-        return groups
+        selector = request.node_selector
+        return nodes.first_unmet((self._mismatch(key, selector[key]), nodes.label(key).get(selector[key], 0))
+                                 for key in sorted(selector))
 
     def _mismatch(self, key: str, want: str) -> Status:
         return Status("node_selector_mismatch", f"node selector {key}={want} not matched", self.name)
@@ -172,15 +166,8 @@ class LabelConstraints:
         """``check`` for every node at once: each constraint is asked once per distinct value of
         its key (``matches`` itself decides, so both forms agree), the first unmet one is the
         reason."""
-        groups: dict[Status, int] = {}
-        remaining = nodes.all
-        for c in request.constraints:
-            meets = nodes.matching(c.key, _accepts(c))
-            failing = remaining & ~meets
-            if failing:
-                groups[self._unsatisfied(c)] = failing
-                remaining &= ~failing
-        return groups
+        return nodes.first_unmet((self._unsatisfied(c), nodes.matching(c.key, _accepts(c)))
+                                 for c in request.constraints)
 
     def _unsatisfied(self, c: LabelConstraint) -> Status:
         return Status("label_constraint", f"constraint {c} not satisfied", self.name)

@@ -89,6 +89,18 @@ class NodeBits:
         index: LabelBits = hit
         return index.by_value
 
+    def first_unmet(self, checks: Iterable[tuple[Status, int]]) -> dict[Status, int]:
+        """Each node's first failed check, for checks given in order as (the Status of failing
+        it, the nodes meeting it): Status -> the nodes for which that check is the first unmet."""
+        groups: dict[Status, int] = {}
+        remaining = self.all
+        for status, meeting in checks:
+            failing = remaining & ~meeting
+            if failing:
+                groups[status] = failing
+                remaining &= meeting
+        return groups
+
     def matching(self, key: str, accepts: Callable[[str | None], bool]) -> int:
         """The nodes whose value of ``key`` (None when absent) ``accepts`` says yes to."""
         found = 0

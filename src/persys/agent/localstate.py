@@ -31,6 +31,15 @@ CREATE TABLE IF NOT EXISTS applied (
     applied_at    REAL NOT NULL
 );
 """
+# Instances the agent stopped because it lost every scheduler replica (onDisconnect: Stop): kept
+# across agent restarts so that they are not started again before the scheduler says so.
+_DISCONNECT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS disconnect_stops (
+    workload_id   TEXT PRIMARY KEY,
+    reason        TEXT NOT NULL,
+    stopped_at    REAL NOT NULL
+);
+"""
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ class LocalState:
             self._db.execute("PRAGMA journal_mode=WAL")  # a crash mid-write never corrupts the file
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._db.executescript(_DISCONNECT_SCHEMA)
 
     def save_desired(
         self, workload_id: str, revision: str, generation: int, desired_state: str, spec_json: str | bytes
@@ -105,6 +115,21 @@ class LocalState:
             self._db.execute("DELETE FROM desired WHERE workload_id = ?", (workload_id,))
             self._db.execute("DELETE FROM applied WHERE workload_id = ?", (workload_id,))
             self._db.execute("COMMIT")
+
+    def save_disconnect_stops(self, workload_ids: list[str], reason: str) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO disconnect_stops VALUES (?, ?, ?)",
+                                 [(w, reason, time.time()) for w in workload_ids])
+
+    def disconnect_stops(self) -> dict[str, str]:
+        """Instance -> the reason it was stopped for disconnection."""
+        with self._lock:
+            rows = self._db.execute("SELECT workload_id, reason FROM disconnect_stops").fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def clear_disconnect_stops(self, workload_ids: list[str]) -> None:
+        with self._lock:
+            self._db.executemany("DELETE FROM disconnect_stops WHERE workload_id = ?", [(w,) for w in workload_ids])
 
     def close(self) -> None:
         with self._lock:

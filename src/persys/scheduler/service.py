@@ -125,14 +125,16 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await self.s.register(node)
         cfg = self.s.config
         return pb.RegisterNodeResponse(accepted=True, heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
-                                       report_interval_seconds=cfg.report_interval_seconds)
+                                       report_interval_seconds=cfg.report_interval_seconds,
+                                       node_grace_seconds=cfg.node_grace_seconds)
 
     def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         u = request.usage
         known = self.s.heartbeat(request.node_id, NodeUsage(
             cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
             workloads=u.workloads))
-        return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
+        return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode,
+                                    node_grace_seconds=self.s.config.node_grace_seconds)
 
     async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [

@@ -45,47 +45,61 @@ def copy_pid(state_dir: Path, instance: str) -> int | None:
     return pid if pid and pid_alive(pid) else None
 
 
-def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewhere(tmp_path: Path) -> None:
-    etcd = start_etcd(tmp_path / "etcd")
-    pki = tmp_path / "pki"
-    subprocess.run(persys("certs", "init", "--dir", str(pki), "--node", "a", "--node", "b"), check=True,
-                   capture_output=True, timeout=60)
-    procs: list[Proc] = []
-    proxy: TcpProxy | None = None
-    dirs = {n: tmp_path / f"agent-{n}" for n in ("a", "b")}
-    tls = TLSFiles(pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
+class Cluster:
+    """One scheduler (port 0) on `etcd_url` and agents "a" and "b" started on demand."""
 
-    def agent(node: str, target: str) -> Proc:
-        p = Proc(f"agent-{node}", persys("agent", "--scheduler", target, "--node-id", node, "--tls-dir", str(pki),
-                                         "--state-dir", str(dirs[node])), tmp_path)
-        procs.append(p)
+    def __init__(self, tmp: Path, etcd_url: str) -> None:
+        self.tmp, self.pki = tmp, tmp / "pki"
+        subprocess.run(persys("certs", "init", "--dir", str(self.pki), "--node", "a", "--node", "b"), check=True,
+                       capture_output=True, timeout=60)
+        self.tls = TLSFiles(self.pki / "ca.crt", self.pki / "admin.crt", self.pki / "admin.key")
+        self.dirs = {n: tmp / f"agent-{n}" for n in ("a", "b")}
+        self.procs = [Proc("scheduler", persys(
+            "scheduler", "--listen", "127.0.0.1:0", "--store", etcd_url, "--tls-dir", str(self.pki),
+            "--data-dir", str(tmp / "sched"), "--node-grace", str(GRACE)), tmp)]
+        self.procs[0].wait_for("scheduler ready", 60)
+        m = re.search(r"scheduler ready on port (\d+)", self.procs[0].text())
+        assert m, self.procs[0].text()
+        self.port = int(m.group(1))
+        self.target = f"127.0.0.1:{self.port}"
+
+    def agent(self, node: str, target: str) -> Proc:
+        p = Proc(f"agent-{node}", persys("agent", "--scheduler", target, "--node-id", node, "--tls-dir",
+                                         str(self.pki), "--state-dir", str(self.dirs[node])), self.tmp)
+        self.procs.append(p)
         p.wait_for(f"agent {node} started", 60)
         return p
 
+    def call(self, fn: Callable[[SchedulerClient], Awaitable[T]]) -> T:
+        async def run() -> T:
+            client = SchedulerClient(self.target, self.tls, timeout=5)
+            try:
+                return await fn(client)
+            finally:
+                await client.close()
+        return asyncio.run(run())
+
+    def where(self, name: str) -> tuple[str, str]:
+        w = self.call(lambda c: c.get_workload(name))
+        return w.get("phase", ""), w.get("node", "")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        for meta in self.tmp.glob("agent-*/runtimes/process/*/meta.json"):
+            pid = json.loads(meta.read_text()).get("pid")
+            if pid and pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewhere(tmp_path: Path) -> None:
+    etcd = start_etcd(tmp_path / "etcd")
+    cluster: Cluster | None = None
+    proxy: TcpProxy | None = None
     try:
-        sched = Proc("scheduler", persys("scheduler", "--listen", "127.0.0.1:0", "--store", etcd.url, "--tls-dir",
-                                         str(pki), "--data-dir", str(tmp_path / "sched"), "--node-grace", str(GRACE)),
-                     tmp_path)
-        procs.append(sched)
-        sched.wait_for("scheduler ready", 60)
-        m = re.search(r"scheduler ready on port (\d+)", sched.text())
-        assert m, sched.text()
-        target = f"127.0.0.1:{m.group(1)}"
-
-        def call(fn: Callable[[SchedulerClient], Awaitable[T]]) -> T:
-            async def run() -> T:
-                client = SchedulerClient(target, tls, timeout=5)
-                try:
-                    return await fn(client)
-                finally:
-                    await client.close()
-            return asyncio.run(run())
-
-        def where(name: str) -> tuple[str, str]:
-            w = call(lambda c: c.get_workload(name))
-            return w.get("phase", ""), w.get("node", "")
-
-        proxy = TcpProxy(("127.0.0.1", int(m.group(1))))
+        cluster = c = Cluster(tmp_path, etcd.url)
+        dirs, call, where, agent = c.dirs, c.call, c.where, c.agent
+        proxy = TcpProxy(("127.0.0.1", c.port))
         agent_a = agent("a", proxy.address)  # only "a" exists at first: everything lands there
         fenced, kept, pinned = "fenced", "kept", "pinned"
         for doc in (manifest(fenced, onDisconnect="Stop"), manifest(kept),
@@ -95,7 +109,7 @@ def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewher
             eventually(lambda name=name: where(name) == ("Running", "a"), 30, f"{name} Running on a")  # type: ignore[misc]
         old = {name: copy_pid(dirs["a"], name) for name in (fenced, kept, pinned)}
         assert all(old.values()), old
-        agent("b", target)
+        agent("b", c.target)
         eventually(lambda: call(lambda c: c.get_node("b")).get("status") == "Ready", 30, "node b Ready")
 
         proxy.cut()  # "a" and its host keep running; it can no longer reach any replica
@@ -140,12 +154,40 @@ def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewher
         for name in (fenced, kept, pinned):
             call(lambda c, name=name: c.delete(name))  # type: ignore[misc]
     finally:
-        for p in reversed(procs):
-            p.stop()
+        if cluster is not None:
+            cluster.stop()
         if proxy is not None:
             proxy.close()
         etcd.stop()
-        for meta in tmp_path.glob("agent-*/runtimes/process/*/meta.json"):
-            pid = json.loads(meta.read_text()).get("pid")
-            if pid and pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: with etcd down the lone replica loses its 2 s leader lease and answers agents as a standby "
+    "(pointing at its own listen address, 127.0.0.1:0 here), so no heartbeat is acknowledged and the agent "
+    "stops its Stop instances after stop_after; degraded-mode acks only hold while a replica stays active"))
+def test_degraded_scheduler_is_contact_so_nothing_stops(tmp_path: Path) -> None:
+    """The store away: the scheduler answers in degraded mode (agents hold). That is contact, so
+    an onDisconnect: Stop instance runs on past the grace."""
+    etcd = start_etcd(tmp_path / "etcd")
+    cluster: Cluster | None = None
+    try:
+        cluster = c = Cluster(tmp_path, etcd.url)
+        agent_a = c.agent("a", c.target)
+        c.call(lambda cl: cl.apply(manifest("single-writer", onDisconnect="Stop")))
+        eventually(lambda: c.where("single-writer") == ("Running", "a"), 30, "Running on a")
+        pid = copy_pid(c.dirs["a"], "single-writer")
+        assert pid
+        etcd.stop()
+        eventually(lambda: c.call(lambda cl: cl.health())["mode"] == "degraded", 30, "degraded")
+        held_from = time.monotonic()
+        while time.monotonic() - held_from < GRACE + 2:  # past stop_after and the grace
+            assert copy_pid(c.dirs["a"], "single-writer") == pid, "stopped while the scheduler answered"
+            time.sleep(0.1)
+        assert "onDisconnect: Stop" not in agent_a.text()
+        etcd.start()
+        eventually(lambda: c.call(lambda cl: cl.health())["mode"] == "normal", 30, "normal again")
+        assert copy_pid(c.dirs["a"], "single-writer") == pid
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        etcd.stop()

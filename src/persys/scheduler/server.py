@@ -10,6 +10,7 @@ import grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
+from persys.events.redis_stream import redacted
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.security.grpc_tls import server_credentials
@@ -58,5 +59,5 @@ async def start_scheduler(
         await scheduler.stop()
         raise OSError(f"cannot listen on {listen}")
     await server.start()
-    log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, events_url)
+    log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
     return RunningScheduler(scheduler, server, port, store, events)

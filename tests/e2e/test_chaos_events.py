@@ -80,5 +80,7 @@ def test_redis_outage_leaves_a_gap_event_and_shows_in_health(tmp_path: Path) -> 
         assert final["eventsDropped"] == int(fields["count"]) and final["eventsDropsUnreported"] == 0
         assert c.ctl("events").returncode == 0
     finally:
+        for name in ("before", "during-1", "during-2", "after"):  # deletion waits until each is stopped
+            c.ctl("delete", "workload", name, check=False)
         c.stop()
         redis.stop()

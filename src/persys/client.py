@@ -46,7 +46,9 @@ class SchedulerClient:
                 self._current = i
                 return resp
             except grpc.aio.AioRpcError as err:
-                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or any(
+                    k == "persys-unavailable" for k, _ in (err.trailing_metadata() or ())
+                ):  # the replica answered (a dependency it names is down): not unreachable
                     raise SchedulerError(err.code().name, err.details() or err.code().name) from None
                 last = err
         assert last is not None
@@ -135,4 +137,6 @@ class SchedulerClient:
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
                 "sharded": h.sharded, "ownedNodes": h.owned_nodes,
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
-                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms}}
+                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
+                "eventsDropped": h.events_dropped, "eventsLastDropAt": h.events_last_drop_at,
+                "eventsDropsUnreported": h.events_drops_unreported}

@@ -164,7 +164,7 @@ def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope),
         MicroVMRuntime(state_dir / "runtimes"),
-        ProcessRuntime(state_dir / "runtimes"),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id),
     ]
 
 

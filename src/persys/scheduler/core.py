@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from persys.events.base import ClusterEvent, EventBus
+from persys.events.outbox import EventOutbox
 from persys.model import (
     Assignment,
     DesiredState,
@@ -221,7 +222,6 @@ class Scheduler:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
         self._resync: set[str] = set()  # nodes whose next desired-state message must be a full set
-        self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started_at = clock()
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
@@ -235,6 +235,7 @@ class Scheduler:
             self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, blocking_lease=blocking_lease,
         )
         self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
+        self.outbox = EventOutbox(events, self.election.replica_id)  # lost events counted, then announced
         self.state.fences["node"] = self._node_fence
         self._member_rev = 0  # mod revision of our /persys/replicas key (sharded mode)
         self._owned: set[str] = set()
@@ -408,20 +409,10 @@ class Scheduler:
     # ------------------------------------------------------------------ events
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
-        try:
-            self._event_q.put_nowait(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
-        except asyncio.QueueFull:  # events are observability: dropping beats blocking scheduling
-            pass
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
 
     async def _publisher(self) -> None:
-        while True:
-            batch = [await self._event_q.get()]
-            while len(batch) < 500 and not self._event_q.empty():
-                batch.append(self._event_q.get_nowait())
-            try:
-                await self.events.publish_many(batch)
-            except Exception as err:
-                log.debug("%d events dropped: %s", len(batch), err)
+        await self.outbox.run()
 
     # ------------------------------------------------------------------ change routing
 
@@ -1515,6 +1506,7 @@ class Scheduler:
         events_ok = await self.events.healthy()
         if not events_ok:
             detail = (detail + "; " if detail else "") + "events: backend unreachable, events are being dropped"
+        losses = self.outbox.ledger.health()
         if self.guard.mode != Mode.NORMAL:
             detail = (detail + "; " if detail else "") + self.guard.reason
         return {
@@ -1532,6 +1524,7 @@ class Scheduler:
             "workloads": len(self.state.workloads),
             "detail": detail,
             "decisionLatency": self.placement.decision_latency(),
+            **losses,
         }
 
 

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_IDENTITIES = {"gateway", "admin", "scheduler"}
 LEADER_METADATA = "persys-leader"
+UNAVAILABLE_METADATA = "persys-unavailable"  # names the dependency that is down (not this replica)
 
 STATE_TO_PHASE = {
     pb.WORKLOAD_STATE_PENDING: Phase.SCHEDULED,
@@ -322,10 +323,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         try:
             events = await self.s.events.recent(limit=request.limit or 100, subject=request.subject or None)
         except Exception as err:  # any backend failure: events are observability, say so plainly
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event stream unavailable: {err}")
+            # The marker tells clients this replica answered: only the event bus is down.
+            context.set_trailing_metadata(((UNAVAILABLE_METADATA, "event-bus"),))
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"event bus unavailable ({err}); the control plane is up")
         return pb.DocumentList(items=[
             _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
-                    "message": e.message}) for e in events
+                    "message": e.message, **({"fields": e.fields} if e.fields else {})}) for e in events
         ])
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
@@ -338,6 +342,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
             sharded=h["sharded"], owned_nodes=h["ownedNodes"],
+            events_dropped=h["eventsDropped"], events_last_drop_at=h["eventsLastDropAt"],
+            events_drops_unreported=h["eventsDropsUnreported"],
         )
 
     # ---------------------------------------------------------------- node operations

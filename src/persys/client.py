@@ -135,4 +135,7 @@ class SchedulerClient:
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
                 "sharded": h.sharded, "ownedNodes": h.owned_nodes,
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
-                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms}}
+                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
+                "role": h.role,
+                "mirror": {"revision": h.mirror_revision, "storeRevision": h.store_revision, "lag": h.mirror_lag,
+                           "watch": h.watch, "compactionRecoveries": h.compaction_recoveries}}

@@ -336,6 +336,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
             sharded=h["sharded"], owned_nodes=h["ownedNodes"],
+            role=h["role"], mirror_revision=h["mirror"]["revision"], store_revision=h["mirror"]["storeRevision"],
+            mirror_lag=h["mirror"]["lag"], watch=h["mirror"]["watch"],
+            compaction_recoveries=h["mirror"]["compactionRecoveries"],
         )
 
     # ---------------------------------------------------------------- node operations

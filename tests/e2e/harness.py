@@ -116,7 +116,9 @@ class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
-                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1) -> None:
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
+                 replica_store_urls: tuple[str, ...] = ()) -> None:
+        """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
 
         from tests.fixtures_infra import free_port
@@ -131,7 +133,8 @@ class Components:
         self.target = ",".join(self.replica_targets)
         self.schedulers = [
             Proc(f"scheduler-{i}", persys(
-                "scheduler", "--listen", t, "--store", store_url, "--events", events_url, "--replica-id", f"r{i}",
+                "scheduler", "--listen", t, "--store", (replica_store_urls or (store_url,) * replicas)[i],
+                "--events", events_url, "--replica-id", f"r{i}",
                 "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
             for i, t in enumerate(self.replica_targets)
         ]

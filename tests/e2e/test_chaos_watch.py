@@ -11,6 +11,7 @@ agent removes nothing that should run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -57,14 +58,14 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         a = int(str(active["replicaId"])[1:])
         b = 1 - a  # the standby, whose link the test cuts
         link = links[b]
-        first = [f"k{i:02d}" for i in range(KEPT + DELETED)]
+        first = [f"cwk{i:02d}" for i in range(KEPT + DELETED)]
         (tmp_path / "first.yaml").write_text("\n---\n".join(process_manifest(n, cpu=10) for n in first))
         c.ctl("apply", "-f", str(tmp_path / "first.yaml"))
         eventually(lambda: running_pids(c, first), 60, "first workloads running")
 
         link.cut()  # the standby's watch breaks and cannot resume
         deleted, kept = first[:DELETED], first[DELETED:]
-        added = [f"a{i:02d}" for i in range(ADDED)]
+        added = [f"cwa{i:02d}" for i in range(ADDED)]
         (tmp_path / "added.yaml").write_text("\n---\n".join(process_manifest(n, cpu=10) for n in added))
         c.ctl("apply", "-f", str(tmp_path / "added.yaml"))
         for n in deleted:
@@ -93,22 +94,30 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         assert new["workloads"] == len(wanted), new  # it knows every workload
 
         # The agent reconciles with the new active replica: a workload applied now runs there ...
-        (tmp_path / "after.yaml").write_text(process_manifest("after", cpu=10))
+        (tmp_path / "after.yaml").write_text(process_manifest("cwafter", cpu=10))
         c.ctl("apply", "-f", str(tmp_path / "after.yaml"))
-        eventually(lambda: running_pids(c, ["after"]), 60, "a workload applied after the failover running")
+        eventually(lambda: running_pids(c, ["cwafter"]), 60, "a workload applied after the failover running")
         # ... and nothing that should run was removed or restarted on the way.
         assert all(pid_alive(pid) for pid in pids.values()), {n: p for n, p in pids.items() if not pid_alive(p)}
         assert "no longer desired" not in c.agents["n1"].text()[agent_log:]
         now = running_pids(c, wanted)
         assert now == pids, "every workload still runs as the same process"
         names = {w["name"] for w in json.loads(c.ctl("get", "workloads", "-o", "json").stdout)}
-        assert names == {*wanted, "after"}
+        assert names == {*wanted, "cwafter"}
     finally:
         c.stop()
         for link in links:
             link.close()
         etcd.stop()
-        for meta in tmp_path.glob("agent-*/runtimes/process/*/meta.json"):
-            pid = json.loads(meta.read_text()).get("pid")
-            if pid and pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        # Stopping the agent leaves its processes running (the next agent adopts them): end them
+        # and remove their cgroups (rmdir only succeeds on an empty one).
+        metas = [json.loads(m.read_text()) for m in tmp_path.glob("agent-*/runtimes/process/*/meta.json")]
+        for meta in metas:
+            if meta.get("pid") and pid_alive(meta["pid"]):
+                os.kill(meta["pid"], signal.SIGKILL)
+        for meta in metas:
+            if meta.get("pid"):
+                eventually(lambda pid=meta["pid"]: not pid_alive(pid), 10, "process gone")
+            for cgroup in meta.get("cgroups", []):
+                with contextlib.suppress(OSError):
+                    os.rmdir(cgroup)

@@ -139,4 +139,7 @@ class SchedulerClient:
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
                                     "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
                 "eventsDropped": h.events_dropped, "eventsLastDropAt": h.events_last_drop_at,
-                "eventsDropsUnreported": h.events_drops_unreported}
+                "eventsDropsUnreported": h.events_drops_unreported,
+                "role": h.role,
+                "mirror": {"revision": h.mirror_revision, "storeRevision": h.store_revision, "lag": h.mirror_lag,
+                           "watch": h.watch, "compactionRecoveries": h.compaction_recoveries}}

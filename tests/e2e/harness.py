@@ -150,7 +150,9 @@ class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
-                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1) -> None:
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
+                 replica_store_urls: tuple[str, ...] = ()) -> None:
+        """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
 
         self.tmp = tmp
@@ -161,9 +163,9 @@ class Components:
         # Every server binds port 0 and says which port it got: nothing is picked here and bound later.
         self.schedulers = [
             Proc(f"scheduler-{i}", persys(
-                "scheduler", "--listen", "127.0.0.1:0", "--store", store_url, "--events", events_url,
-                "--replica-id", f"r{i}", "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"),
-                *scheduler_args), tmp)
+                "scheduler", "--listen", "127.0.0.1:0", "--store", (replica_store_urls or (store_url,) * replicas)[i],
+                "--events", events_url, "--replica-id", f"r{i}",
+                "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
             for i in range(replicas)
         ]
         self.replica_targets = [f"127.0.0.1:{s.bound_port(SCHEDULER_PORT)}" for s in self.schedulers]

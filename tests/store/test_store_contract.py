@@ -21,6 +21,7 @@ from persys.store import (
     StateStore,
     StoreUnavailable,
     TLSFiles,
+    WatchCompacted,
     WatchEvent,
     open_store,
 )
@@ -493,3 +494,73 @@ async def test_etcd_mtls(tmp_path: Path) -> None:
             await plain.close()
     finally:
         server.stop()
+
+
+async def test_watch_compacted_names_the_oldest_watchable_revision(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest
+) -> None:
+    """Both backends surface a compacted watch the same way: WatchCompacted with the revision
+    asked for and the oldest one a watch can still start from, which a watch accepts."""
+    first = await store.put(p + "k", b"0")
+    if backend == "sqlite":
+        for i in range(SQLITE_HISTORY * 2):
+            await store.put(p + "k", str(i).encode())
+    else:
+        await store.put(p + "k", b"1")
+        last = await store.put(p + "k", b"2")
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        server.etcdctl("compact", str(last))
+    with pytest.raises(WatchCompacted) as caught:
+        await take(store.watch(p, first), 1)
+    err = caught.value
+    assert isinstance(err, CompactedError)  # older callers catching CompactedError still do
+    assert err.requested == first
+    assert first < err.compact_revision <= await store.current_revision()
+    (ev,) = await take(store.watch(p, err.compact_revision), 1)
+    assert ev.revision == err.compact_revision
+
+
+async def test_watch_compacted_while_disconnected(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch cut off from the store while history it has not read is compacted ends with
+    WatchCompacted when it resumes, instead of resuming with a gap or retrying forever."""
+    await store.put(p + "k", b"start")
+    watcher: StateStore = store
+    proxy = None
+    if backend == "etcd":
+        # The watch goes through a link the test cuts; writes and the compaction go direct.
+        from tests.tcp_proxy import TcpProxy
+
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        proxy = TcpProxy(server.endpoint)
+        watcher = EtcdStore([proxy.endpoint])
+    first_live = await store.put(p + "k", b"live")
+    it = watcher.watch(p, first_live)
+    try:
+        (ev,) = await take(it, 1)
+        assert ev.revision == first_live
+        if proxy is not None:
+            proxy.cut()
+            for i in range(3):
+                await store.put(p + "k", str(i).encode())
+            server.etcdctl("compact", str(await store.current_revision()))
+            proxy.restore()
+        else:
+            # The consumer does not read: its live buffer overflows and the watch must re-read
+            # history that is compacted by then.
+            from persys.store import sqlite as sqlite_backend
+
+            monkeypatch.setattr(sqlite_backend, "_WATCH_QUEUE_MAX", 5)
+            for i in range(SQLITE_HISTORY * 2):
+                await store.put(p + "k", str(i).encode())
+        with pytest.raises(WatchCompacted) as caught:
+            async with asyncio.timeout(30):
+                async for _ in it:
+                    pass
+        assert caught.value.requested < caught.value.compact_revision
+    finally:
+        await it.aclose()  # type: ignore[attr-defined]
+        if proxy is not None:
+            await watcher.close()
+            proxy.close()

@@ -190,6 +190,16 @@ class NotActive(Exception):
         self.leader = leader
 
 
+class CatchingUp(NotActive):
+    """Elected, but the mirror has not applied every change up to this replica's own leader key
+    yet: it acts on nothing until it has. Agents are told the leader is this replica and retry."""
+
+    def __init__(self, address: str, revision: int, needed: int) -> None:
+        Exception.__init__(self, f"this scheduler replica was elected and is catching up with the state store "
+                                 f"(mirror at revision {revision}, needs {needed}); retry shortly")
+        self.leader = address
+
+
 class Scheduler:
     def __init__(
         self,
@@ -241,10 +251,17 @@ class Scheduler:
         self._owned: set[str] = set()
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
+        self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
 
     @property
     def is_active(self) -> bool:
-        return self.election.is_leader
+        """Elected AND the mirror has caught up with the store as of the election: a replica that
+        acted on a mirror missing changes would withdraw what it does not know from agents."""
+        return self.election.is_leader and self._active_fence == self.election.fence_revision
+
+    @property
+    def catching_up(self) -> bool:
+        return self.election.is_leader and not self.is_active
 
     # ------------------------------------------------------------------ shards
 
@@ -256,11 +273,15 @@ class Scheduler:
         """Whether this replica serves the node's agent and judges its liveness."""
         if not self.config.sharded:
             return self.is_active
-        return self._member_rev > 0 and self.owner_of(node_id) == self.election.replica_id
+        # Our own membership write must be in the mirror: nothing older is missing from it then.
+        return (self._member_rev > 0 and self.state.revision >= self._member_rev
+                and self.owner_of(node_id) == self.election.replica_id)
 
     def require_owner(self, node_id: str) -> None:
         if not self.owns(node_id):
             if not self.config.sharded:
+                if self.catching_up:
+                    raise CatchingUp(self.config.advertise, self.state.revision, self.election.fence_revision)
                 raise NotActive(self.leader_address())
             raise NotActive(self.state.replicas.get(self.owner_of(node_id), ""))
 
@@ -319,6 +340,15 @@ class Scheduler:
         return leader_address(self.state.leader)
 
     async def _elected(self) -> None:
+        # Catch up before acting: the mirror must have applied every change up to our own leader
+        # key (a standby whose watch was cut off may be far behind, or reloading after a
+        # compaction). Until then agents are told to retry and nothing is placed or judged.
+        fence = self.election.fence_revision
+        if self.state.revision < fence:
+            log.warning("replica %s elected at revision %d; catching up (mirror at %d)",
+                        self.election.replica_id, fence, self.state.revision)
+            await self.state.wait_for_revision(fence)
+        self._active_fence = fence
         self.elected_at_wall = time.time()
         # Start from the durable truth: no reservations of an earlier term, fresh liveness.
         self.placement.reset()
@@ -333,6 +363,7 @@ class Scheduler:
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
     async def _deposed(self) -> None:
+        self._active_fence = 0
         self._backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
         for t in self._active_tasks:
             t.cancel()
@@ -509,6 +540,8 @@ class Scheduler:
             self.heap.tick()
             try:
                 await self.guard.check()
+                if self.guard.store_revision:
+                    self.state.observe_store_revision(self.guard.store_revision, self.clock())
                 if (self.guard.mode == Mode.NORMAL and self.config.data_dir is not None
                         and time.monotonic() - self._last_backup >= self._backup_every):
                     started = self._last_backup = time.monotonic()
@@ -1501,8 +1534,16 @@ class Scheduler:
         try:
             st = await self.store.status()
             backend = str(st.get("backend", ""))
+            self.state.observe_store_revision(int(st.get("revision", 0) or 0), self.clock())  # type: ignore[call-overload]
         except Exception as err:
             store_ok, backend, detail = False, "", f"store: {err}"
+        mirror = self.state.health(self.clock())
+        if mirror.detail:
+            detail = (detail + "; " if detail else "") + mirror.detail
+        if self.catching_up:
+            detail = (detail + "; " if detail else "") + (
+                f"elected, catching up with the store (mirror at revision {self.state.revision}, needs "
+                f"{self.election.fence_revision}): agents are asked to retry")
         events_ok = await self.events.healthy()
         if not events_ok:
             detail = (detail + "; " if detail else "") + "events: backend unreachable, events are being dropped"
@@ -1512,6 +1553,7 @@ class Scheduler:
         return {
             "replicaId": self.election.replica_id,
             "active": self.is_active,
+            "role": "active" if self.is_active else "catching-up" if self.catching_up else "standby",
             "leader": self.leader_address(),
             "electedAt": self.elected_at_wall,
             "sharded": self.config.sharded,
@@ -1525,6 +1567,9 @@ class Scheduler:
             "detail": detail,
             "decisionLatency": self.placement.decision_latency(),
             **losses,
+            "mirror": {"revision": self.state.revision, "storeRevision": self.state.lag.store_revision,
+                       "lag": mirror.lag, "watch": mirror.watch,
+                       "compactionRecoveries": self.state.compaction_recoveries},
         }
 
 

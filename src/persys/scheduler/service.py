@@ -344,6 +344,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             sharded=h["sharded"], owned_nodes=h["ownedNodes"],
             events_dropped=h["eventsDropped"], events_last_drop_at=h["eventsLastDropAt"],
             events_drops_unreported=h["eventsDropsUnreported"],
+            role=h["role"], mirror_revision=h["mirror"]["revision"], store_revision=h["mirror"]["storeRevision"],
+            mirror_lag=h["mirror"]["lag"], watch=h["mirror"]["watch"],
+            compaction_recoveries=h["mirror"]["compactionRecoveries"],
         )
 
     # ---------------------------------------------------------------- node operations

@@ -19,6 +19,7 @@ from persys.store.base import (
     StoreError,
     StoreUnavailable,
     TLSFiles,
+    WatchCompacted,
     WatchEvent,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TLSFiles",
+    "WatchCompacted",
     "WatchEvent",
     "open_store",
 ]

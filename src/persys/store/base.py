@@ -50,6 +50,19 @@ class CompactedError(StoreError):
     """The requested revision is older than the retained history."""
 
 
+class WatchCompacted(CompactedError):
+    """A watch was asked to start (or, after a reconnect, resume) at a revision older than the
+    retained history: the events in between are gone for good. Every backend raises this from
+    `watch`; the watcher must reload a snapshot (a range, read at one revision) and watch again
+    from the revision after it, dropping keys the snapshot no longer has."""
+
+    def __init__(self, requested: int, compact_revision: int) -> None:
+        super().__init__(f"revision {requested} has been compacted (the oldest revision a watch can start from "
+                         f"is {compact_revision})")
+        self.requested = requested
+        self.compact_revision = compact_revision  # the oldest revision a watch can still start from
+
+
 class LeaseNotFound(StoreError):
     """The lease does not exist (never granted, revoked or expired)."""
 
@@ -119,8 +132,9 @@ class StateStore(Protocol):
 
     def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
         """Every change under prefix, in revision order, from start_revision inclusive
-        (None = changes after the watch is established). Raises CompactedError if the
-        start revision is no longer in history."""
+        (None = changes after the watch is established). Raises WatchCompacted if the
+        start revision, or the revision it resumes from after a reconnect, is no longer in
+        history."""
         ...
 
     async def current_revision(self) -> int: ...

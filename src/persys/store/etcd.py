@@ -5,7 +5,7 @@ Notes on etcd semantics we rely on:
   any TTL below its minimum (ceil(1.5 * election timeout), 2 s with default flags).
 * Lease expiry is detected by etcd's lessor loop (every ~500 ms), so keys go a bit after the TTL.
 * History is kept until someone compacts (etcdctl compact / --auto-compaction-*); watching from
-  a compacted revision raises CompactedError.
+  a compacted revision raises WatchCompacted.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from persys.store.base import (
     StoreError,
     StoreUnavailable,
     TLSFiles,
+    WatchCompacted,
     WatchEvent,
     prefix_range_end,
 )
@@ -278,10 +279,8 @@ class EtcdStore:
                         break
                     assert isinstance(resp, rpc_pb2.WatchResponse)
                     if resp.compact_revision:
-                        raise CompactedError(
-                            f"revision {next_rev} has been compacted"
-                            f" (compact revision {resp.compact_revision})"
-                        )
+                        # etcd's compact_revision is the oldest revision still watchable.
+                        raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
                     if resp.canceled:
                         raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
                     if resp.created:

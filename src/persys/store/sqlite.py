@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from persys.store.base import (
-    CompactedError,
     Compare,
     Delete,
     KeyValue,
@@ -32,6 +31,7 @@ from persys.store.base import (
     Put,
     StoreError,
     StoreUnavailable,
+    WatchCompacted,
     WatchEvent,
     prefix_range_end,
 )
@@ -425,9 +425,8 @@ class SqliteStore:
                     while True:
                         rows, compact, current = await self._run(self._history_sync, w.prefix, cursor)
                         if cursor[0] < compact:
-                            raise CompactedError(
-                                f"revision {cursor[0] + 1} has been compacted (compact revision {compact})"
-                            )
+                            # History up to `compact` is deleted: compact + 1 is the oldest left.
+                            raise WatchCompacted(cursor[0] + 1, compact + 1)
                         for row in rows:
                             yield _event(row)
                         if len(rows) < _REPLAY_PAGE:

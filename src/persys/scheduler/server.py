@@ -10,6 +10,7 @@ import grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
+from persys.model.limits import GRPC_MAX_MESSAGE_BYTES
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.security.grpc_tls import server_credentials
@@ -51,7 +52,7 @@ async def start_scheduler(
     keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     await scheduler.start()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES)])
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:

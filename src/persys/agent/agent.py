@@ -35,6 +35,7 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
 )
 from persys.model import DesiredState, RestartPolicy, Taint, WorkloadSpec
+from persys.model.limits import IMAGE_MAX_BYTES
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -74,6 +75,7 @@ class AgentConfig:
     failure_grace: float = 30.0  # a retryable failure is reported Failed only once it lasts this long
     listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
     advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
+    image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
 
 
 @dataclass

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from persys.cli.config import ConfigError, load_client_config
+from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, parse_manifests
 
 app = typer.Typer(
@@ -75,11 +76,19 @@ class Api:
         if resp.status_code >= 400:
             try:
                 body = resp.json()
-                msg = body.get("error") or body.get("detail") or resp.text
+                msg = body.get("error") or _detail(body.get("detail")) or resp.text
             except ValueError:
                 msg = resp.text or resp.reason_phrase
             fail(str(msg))
         return resp.json()
+
+
+def _detail(detail: Any) -> str:
+    """FastAPI's 422 `detail` (a list of {loc, msg}) as one line naming each field."""
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg', '')}"
+                         for d in detail if isinstance(d, dict))
+    return str(detail or "")
 
 
 # --------------------------------------------------------------------------- output helpers
@@ -157,17 +166,36 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         else:
             if not f.exists():
                 fail(f"{f}: no such file")
+            # A file of many manifests may be larger than one; each is checked after parsing.
+            if f.stat().st_size > BATCH_MAX_BYTES:
+                fail(f"{f}: larger than {human_bytes(BATCH_MAX_BYTES)}, the most one apply may send")
             text, source = f.read_text(), str(f)
         try:
             # Validate locally first: the whole set is refused before anything is written.
             for m in parse_manifests(text, source):
-                docs.append((source, m.model_dump(mode="json", by_alias=True, exclude_unset=True)))
+                doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
+                    fail(f"{source}: manifest {m.metadata.name} is larger than {human_bytes(MANIFEST_MAX_BYTES)}")
+                docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
     return docs
 
 
-APPLY_BATCH = 500  # manifests per bulk request
+APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
+
+
+def _batches(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for d in docs:
+        n = len(json.dumps(d)) + 2
+        if out[-1] and (len(out[-1]) >= APPLY_BATCH or size + n > BATCH_MAX_BYTES // 2):
+            out.append([])
+            size = 0
+        out[-1].append(d)
+        size += n
+    return out
 
 
 @app.command()
@@ -182,8 +210,7 @@ def apply(
     api = Api(server)
     results = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
-        for i in range(0, len(docs), APPLY_BATCH):
-            batch = [d for _, d in docs[i : i + APPLY_BATCH]]
+        for batch in _batches([d for _, d in docs]):
             results += api.request("POST", "/v1/workloads:batch", json=batch)["items"]
     else:
         results = [api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
@@ -508,6 +535,7 @@ def top(
     emit(rows, output, t)
 
 
+IMAGE_KINDS = ("docker", "rootfs", "disk", "kernel", "initrd")
 image_app = typer.Typer(help="Put images on nodes without a registry.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
@@ -525,15 +553,18 @@ def image_load(
     `persysctl image load --kind disk --name debian-12 debian.qcow2`."""
     if not file.is_file():
         fail(f"{file}: no such file")
+    if kind not in IMAGE_KINDS:
+        fail(f"kind must be one of {', '.join(IMAGE_KINDS)}")
     api = Api(server)
     targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
     if not targets:
         fail("no Ready node to load the image onto")
-    data = file.read_bytes()
+    size = file.stat().st_size
     for n in targets:
-        with err_console.status(f"loading {file.name} ({_bytes(len(data))}) onto node/{n} ..."):
-            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=data,
-                            headers={"content-type": "application/octet-stream"})
+        # Streamed from the file (with its Content-Length), never read whole into memory.
+        with err_console.status(f"loading {file.name} ({_bytes(size)}) onto node/{n} ..."), file.open("rb") as f:
+            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=f,
+                            headers={"content-type": "application/octet-stream", "content-length": str(size)})
         out.print(f"node/{n}: {r['detail']}", highlight=False)
 
 

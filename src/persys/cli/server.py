@@ -22,6 +22,7 @@ from persys.agent.runtimes.base import Runtime
 from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
+from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
@@ -344,6 +345,8 @@ def agent(
                                "(mutual TLS); port 0 picks a free one."),
     advertise_host: str = typer.Option("", "--advertise-host", help="Host the control plane dials (default: "
                                        "the --listen host, or this host's name for 0.0.0.0)."),
+    max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
+                                        help="Largest image upload accepted (streamed to disk, refused past this)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -355,7 +358,7 @@ def agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
-                        advertise_host=advertise_host),
+                        advertise_host=advertise_host, image_max_bytes=max_image_bytes),
             default_runtimes(state_dir, node_id),
         )
 
@@ -373,6 +376,15 @@ def gateway(
     scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
     listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HTTPS address host:port."),
     tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, gateway.crt, gateway.key."),
+    max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1,
+                                           help="Largest manifest body (apply, plan); the scheduler's own limit is "
+                                           "the default."),
+    max_batch_bytes: int = typer.Option(BATCH_MAX_BYTES, "--max-batch-bytes", min=1,
+                                        help="Largest bulk-apply body."),
+    max_restore_bytes: int = typer.Option(RESTORE_MAX_BYTES, "--max-restore-bytes", min=1,
+                                          help="Largest backup body to restore."),
+    max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
+                                        help="Largest image upload (streamed to the node, never held in memory)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway."""
@@ -388,7 +400,9 @@ def gateway(
         holder = []
 
         async def started() -> None:
-            gw = await start_gateway(scheduler_addr, host, int(port_s), tls)
+            limits = GatewayLimits(manifest_bytes=max_manifest_bytes, batch_bytes=max_batch_bytes,
+                                   restore_bytes=max_restore_bytes, image_bytes=max_image_bytes)
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits)
             holder.append(gw)
             print(f"gateway ready on https://{host}:{gw.port}", flush=True)
 

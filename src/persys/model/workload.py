@@ -8,10 +8,10 @@ import re
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-import yaml
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 from persys.model.base import Model
+from persys.model.documents import DocumentError, load_yaml
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
@@ -132,9 +132,9 @@ class CloudInit(Model):
     def _yaml_mapping(cls, v: str) -> str:
         if v.strip():
             try:
-                doc = yaml.safe_load(v)
-            except yaml.YAMLError as exc:
-                raise ValueError(f"not valid YAML: {exc}") from exc
+                doc = load_yaml(v)  # no aliases, bounded nesting: the scheduler validates this too
+            except DocumentError as exc:
+                raise ValueError(f"not valid YAML: {exc}") from None
             if not isinstance(doc, dict):
                 raise ValueError("must be a YAML mapping")
         return v

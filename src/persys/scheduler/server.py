@@ -12,6 +12,7 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.model.limits import GRPC_MAX_MESSAGE_BYTES
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.security.grpc_tls import server_credentials
@@ -53,7 +54,7 @@ async def start_scheduler(
     keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
     # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
     # (leader key, redirects) must carry the real one before the election can publish it.
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES)])
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import Capabilities, DesiredState, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
+from persys.model.documents import DocumentError, load_json
+from persys.model.limits import BATCH_MAX_BYTES, BATCH_MAX_ITEMS, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
@@ -222,10 +224,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     @staticmethod
     def _manifest(raw: bytes) -> WorkloadManifest:
+        # The gateway's bounds, again here: a direct gRPC client must not get around them.
+        if len(raw) > MANIFEST_MAX_BYTES:
+            raise ManifestError([f"(document): {len(raw)} bytes exceeds the manifest limit of "
+                                 f"{human_bytes(MANIFEST_MAX_BYTES)}"])
         try:
-            doc = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ManifestError([f"(document): not valid JSON: {err}"]) from None
+            doc = load_json(raw)
+        except DocumentError as err:
+            raise ManifestError([str(err)]) from None
         return validate_manifest(doc)
 
     async def ApplyWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
@@ -242,6 +248,11 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                              ) -> pb.ApplyWorkloadsResponse:
         await self._as_client(context)
         async with _mapped(context):
+            total = sum(len(raw) for raw in request.manifests_json)
+            if len(request.manifests_json) > BATCH_MAX_ITEMS or total > BATCH_MAX_BYTES:
+                raise ManifestError([f"(batch): {len(request.manifests_json)} manifests, {total} bytes exceeds the "
+                                     f"batch limit of {BATCH_MAX_ITEMS} manifests and "
+                                     f"{human_bytes(BATCH_MAX_BYTES)}"])
             manifests = []
             for i, raw in enumerate(request.manifests_json):
                 try:
@@ -402,8 +413,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 if not isinstance(doc, dict):
                     raise ValueError("a backup is a JSON object")
                 return await self.s.restore(doc, force=request.force)
-            except (ValueError, KeyError, TypeError) as err:
-                raise ManifestError([f"invalid backup: {err}"]) from None
+            except (ValueError, KeyError, TypeError, RecursionError) as err:
+                raise ManifestError([f"invalid backup: {err!s:.300}"]) from None
 
         return await self._document(context, restore)
 

@@ -177,6 +177,12 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> Fa
     async def get_node(node_id: str) -> dict[str, Any]:
         return await client.get_node(node_id)
 
+    @app.delete("/v1/nodes/{node_id}", tags=["nodes"])
+    async def delete_node(node_id: str, force: bool = False) -> dict[str, Any]:
+        """Remove a node. 409 while instances are assigned to it (drain it first), unless `force`:
+        then they are withdrawn and placed elsewhere. 404 if there is no such node."""
+        return await client.delete_node(node_id, force)
+
     @app.post("/v1/nodes/{node_id}/cordon", tags=["nodes"])
     async def cordon(node_id: str) -> dict[str, Any]:
         """Stop placing new workloads on the node; what runs there stays."""
@@ -231,6 +237,12 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None) -> Fa
                 return JSONResponse({"error": "the body must be a backup document", "problems": []}, status_code=400)
             doc = parsed
         return JSONResponse(await client.restore(doc, force=force))
+
+    @app.post("/v1/admin/liveness/resume", tags=["admin"])
+    async def resume_liveness() -> dict[str, Any]:
+        """End the mass-loss guard's suspension of liveness on every scheduler replica: silent
+        nodes are judged one by one again (marked NotReady, their work relocated)."""
+        return {"replicas": await client.resume_liveness()}
 
     @app.post("/v1/admin/recover", tags=["admin"])
     async def recover() -> dict[str, Any]:

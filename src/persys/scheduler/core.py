@@ -1264,11 +1264,11 @@ class Scheduler:
             "judgedNodes": g.judged,
         }
 
-    def resume_liveness(self, who: str) -> dict[str, Any]:
+    def resume_liveness(self, via: str) -> dict[str, Any]:
         """An operator ends this replica's liveness suspension (idempotent): silent nodes are
         judged one by one from the next check."""
         was = self.liveness_guard.suspended
-        self.liveness_guard, event = end_suspension(self.liveness_guard, who)
+        self.liveness_guard, event = end_suspension(self.liveness_guard, via)
         if event is not None:
             self.emit(event.kind, "cluster", event.message, event.reason)
         return {"replicaId": self.election.replica_id, "resumed": was, **self.liveness_view()}
@@ -1349,6 +1349,7 @@ class Scheduler:
             if all(oks) and await self.state.commit([Compare(key, cur.mod_revision)], [Delete(key)], fenced=False):
                 self.live.pop(node_id, None)
                 self._drift.pop(node_id, None)
+                self._enqueue_pending()  # what waited for this node to stop it is placed now
                 self.emit("NodeDeleted", f"node/{node_id}", "deleted by an operator" + (
                     f"; {len(withdrawn)} instance(s) withdrawn to be placed elsewhere" if withdrawn else ""),
                     "Forced" if withdrawn else "Deleted")

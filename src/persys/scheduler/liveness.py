@@ -146,12 +146,12 @@ def judge(
     return Verdict(transitions, guard, events)
 
 
-def end_suspension(guard: GuardState, who: str) -> tuple[GuardState, GuardEvent | None]:
-    """An operator ends the suspension: nodes are judged one by one from the next judgement.
-    Idempotent: ending a guard that is not suspended changes nothing."""
+def end_suspension(guard: GuardState, via: str) -> tuple[GuardState, GuardEvent | None]:
+    """An operator ends the suspension (`via`: the caller's identity): nodes are judged one by one
+    from the next judgement. Idempotent: ending a guard that is not suspended changes nothing."""
     if not guard.suspended:
         return guard, None
     ended = GuardState(judged=guard.judged, silent=guard.silent, armed=False)
     return ended, GuardEvent("LivenessResumed", OPERATOR,
-                             f"liveness suspension ended by {who}; judging nodes one by one "
+                             f"liveness suspension ended by an operator (through {via}); judging nodes one by one "
                              f"({guard.silent} of {guard.judged} nodes were silent)")

@@ -415,9 +415,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def ResumeLiveness(self, request: pb.ResumeLivenessRequest, context: grpc.aio.ServicerContext
                              ) -> pb.Document:
-        who = peer_identity(context) if self.require_identity else ""
+        via = peer_identity(context) if self.require_identity else ""
 
         async def resume() -> dict[str, Any]:
-            return self.s.resume_liveness(who or "an operator")
+            return self.s.resume_liveness(via or "an unauthenticated client")
 
         return await self._document(context, resume)

@@ -22,6 +22,11 @@ class SchedulerError(Exception):
         self.message = message
 
 
+def _liveness_doc(g: pb.LivenessGuard) -> dict[str, Any]:
+    return {"suspended": g.suspended, "since": g.since, "endsAt": g.ends_at, "reason": g.reason,
+            "silentNodes": g.silent_nodes, "judgedNodes": g.judged_nodes}
+
+
 class SchedulerClient:
     def __init__(self, target: str, tls: TLSFiles, timeout: float = 10.0) -> None:
         # `target` may list several replicas ("a:7443,b:7443"): every replica serves this API,
@@ -119,6 +124,25 @@ class SchedulerClient:
         taints = [pb.Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "")) for t in add]
         return await self._doc("TaintNode", pb.TaintRequest(node_id=node_id, add=taints, remove=remove))
 
+    async def delete_node(self, node_id: str, force: bool = False) -> dict[str, Any]:
+        return await self._doc("DeleteNode", pb.DeleteNodeRequest(node_id=node_id, force=force))
+
+    async def resume_liveness(self) -> list[dict[str, Any]]:
+        """End the liveness suspension on every replica (each judges its own nodes): one result
+        per replica, an unreachable one with its error. Fails only if none answers."""
+        results: list[dict[str, Any]] = []
+        for target, stub in zip(self.targets, self._stubs, strict=True):
+            try:
+                resp = await stub.ResumeLiveness(pb.ResumeLivenessRequest(), timeout=self.timeout)
+                results.append({"target": target, **json.loads(resp.json)})
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise SchedulerError(err.code().name, err.details() or err.code().name) from None
+                results.append({"target": target, "error": err.details() or err.code().name})
+        if all("error" in r for r in results):
+            raise SchedulerError("UNAVAILABLE", f"no scheduler replica at {self.target} answered")
+        return results
+
     async def backup(self) -> dict[str, Any]:
         return json.loads((await self._call("Backup", pb.BackupRequest())).json)
 
@@ -135,7 +159,7 @@ class SchedulerClient:
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
-                "sharded": h.sharded, "ownedNodes": h.owned_nodes,
+                "sharded": h.sharded, "ownedNodes": h.owned_nodes, "liveness": _liveness_doc(h.liveness),
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
                                     "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
                 "eventsDropped": h.events_dropped, "eventsLastDropAt": h.events_last_drop_at,

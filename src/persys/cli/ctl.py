@@ -64,7 +64,8 @@ class Api:
         ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
         self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0)
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+    def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
+        """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
         try:
             resp = self.http.request(method, path, **kw)
         except httpx.ConnectError:
@@ -73,6 +74,8 @@ class Api:
             fail(f"the Persys gateway at {self.base} did not answer in time")
         except httpx.HTTPError as e:
             fail(f"request to {self.base} failed: {e}")
+        if resp.status_code == 404 and missing_ok:
+            return None
         if resp.status_code >= 400:
             try:
                 body = resp.json()
@@ -396,20 +399,24 @@ def explain(
 
 @app.command()
 def delete(
-    kind: str | None = typer.Argument(None, help="workload"),
+    kind: str | None = typer.Argument(None, help="workload or node"),
     name: str | None = typer.Argument(None, help="Its name."),
     files: list[Path] | None = typer.Option(None, "--filename", "-f", help="Delete what these manifests define."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the workload is gone from its node."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait with --wait."),
+    force: bool = typer.Option(False, "--force", help="Nodes: delete even with instances assigned (they are "
+                               "withdrawn and placed elsewhere)."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Delete workloads. Idempotent: deleting what is gone is not an error."""
+    """Delete workloads, or a node (`delete node NODE`: refused while instances are assigned to it
+    unless it is drained or --force is given). Idempotent: deleting what is gone is not an error."""
     names: list[str] = []
     if files:
         names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
     elif kind and name:
-        if _kind(kind) != "workloads":
-            fail("only workloads can be deleted")
+        if _kind(kind) == "nodes":
+            _delete_node(name, force, server)
+            return
         names = [name]
     else:
         fail("give `workload NAME` or -f FILE")
@@ -436,6 +443,17 @@ def delete(
         out.print(f"workload/{n} deleted", highlight=False)
 
 
+def _delete_node(node: str, force: bool, server: str | None) -> None:
+    r = Api(server).request("DELETE", f"/v1/nodes/{node}", missing_ok=True, params={"force": str(force).lower()})
+    if r is None:
+        out.print(f"node/{node} already gone (no such node)", highlight=False)
+        return
+    moved = f"; {len(r['withdrawn'])} instance(s) withdrawn to be placed elsewhere" if r["withdrawn"] else ""
+    out.print(f"node/{node} deleted{moved}", highlight=False)
+    out.print("an agent still running there joins again as a new node: stop it to keep the node out",
+              highlight=False)
+
+
 @app.command()
 def events(
     subject: str = typer.Option("", "--for", help="Only events about this subject, e.g. workload/web."),
@@ -459,8 +477,19 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     h = Api(server).request("GET", "/v1/health")
     t = Table(box=None, show_header=False, pad_edge=False)
     for k, v in h.items():
+        if k == "liveness":
+            t.add_row(k, _liveness_line(v))
+            continue
         t.add_row(k, ", ".join(f"{kk} {vv}" for kk, vv in v.items()) if isinstance(v, dict) else str(v))
     emit(h, output, t)
+
+
+def _liveness_line(g: dict[str, Any]) -> str:
+    if not g.get("suspended"):
+        return f"judging {g.get('judgedNodes', 0)} nodes ({g.get('silentNodes', 0)} silent)"
+    return (f"SUSPENDED for {_age(g['since'])} ({g['reason']}): {g['silentNodes']} of {g['judgedNodes']} nodes "
+            f"silent, not marked NotReady; ends in {max(0, int(g['endsAt'] - time.time()))}s at the latest "
+            "(persysctl admin liveness resume ends it now)")
 
 
 def _bytes(n: float) -> str:
@@ -711,6 +740,26 @@ def admin_restore(
             fail(f"{file}: not a JSON backup ({e})")
         r = api.request("POST", "/v1/admin/restore", params=params, json=doc)
     out.print(f"restored {r['restored']} keys; cluster {r['clusterId']} is back in normal mode", highlight=False)
+
+
+liveness_app = typer.Typer(help="The mass-loss guard of node liveness.", no_args_is_help=True)
+admin_app.add_typer(liveness_app, name="liveness")
+
+
+@liveness_app.command("resume")
+def admin_liveness_resume(server: str | None = ServerOpt) -> None:
+    """End a liveness suspension now: nodes silent past their grace period are marked NotReady
+    and their work is placed elsewhere (the guard suspends liveness when most nodes go silent
+    at once, and ends on its own when heartbeats flow again or after its time limit)."""
+    r = Api(server).request("POST", "/v1/admin/liveness/resume")
+    for rep in r["replicas"]:
+        if "error" in rep:
+            out.print(f"replica at {rep['target']}: unreachable ({rep['error']})", highlight=False)
+        elif rep["resumed"]:
+            out.print(f"replica {rep['replicaId']}: liveness resumed; {rep['silentNodes']} of "
+                      f"{rep['judgedNodes']} nodes were silent", highlight=False)
+        else:
+            out.print(f"replica {rep['replicaId']}: liveness was not suspended", highlight=False)
 
 
 @admin_app.command("recover")

@@ -304,6 +304,12 @@ def scheduler(
     stall_log_ms: float = typer.Option(0.0, "--stall-log-ms", min=0,
                                        help="Log the stack of whatever holds the event loop longer than this many "
                                        "milliseconds (diagnostics; costs a little CPU; 0 = off)."),
+    liveness_suspension: float | None = typer.Option(
+        None, "--liveness-suspension", min=0, help="When more than half of the nodes go silent at once, liveness "
+        "is suspended (nobody marked NotReady) for at most this many seconds (default: six --node-grace "
+        "periods); 0 = never suspend."),
+    liveness_guard_min_nodes: int = typer.Option(
+        10, "--liveness-guard-min-nodes", min=1, help="The mass-loss guard applies from this many nodes on."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -318,7 +324,8 @@ def scheduler(
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000))
+                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
+                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

@@ -263,6 +263,12 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     async def get_node(node_id: str = NodeId) -> dict[str, Any]:
         return await client.get_node(node_id)
 
+    @app.delete("/v1/nodes/{node_id}", tags=["nodes"], responses=SCHEDULER_ERRORS)
+    async def delete_node(node_id: str = NodeId, force: bool = False) -> dict[str, Any]:
+        """Remove a node. 409 while instances are assigned to it (drain it first), unless `force`:
+        then they are withdrawn and placed elsewhere. 404 if there is no such node."""
+        return await client.delete_node(node_id, force)
+
     @app.post("/v1/nodes/{node_id}/cordon", tags=["nodes"], responses=SCHEDULER_ERRORS)
     async def cordon(node_id: str = NodeId) -> dict[str, Any]:
         """Stop placing new workloads on the node; what runs there stays."""
@@ -315,6 +321,12 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
             except bodies.BodyError as err:
                 return _bad(err)
         return JSONResponse(await client.restore(doc, force=force))
+
+    @app.post("/v1/admin/liveness/resume", tags=["admin"], responses=SCHEDULER_ERRORS)
+    async def resume_liveness() -> dict[str, Any]:
+        """End the mass-loss guard's suspension of liveness on every scheduler replica: silent
+        nodes are judged one by one again (marked NotReady, their work relocated)."""
+        return {"replicas": await client.resume_liveness()}
 
     @app.post("/v1/admin/recover", tags=["admin"], responses=SCHEDULER_ERRORS)
     async def recover() -> dict[str, Any]:

@@ -43,6 +43,7 @@ from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, GroupComm
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import BlockingLease, LeaderElection, leader_address
 from persys.scheduler.heap import HeapGuard
+from persys.scheduler.liveness import GuardConfig, GuardState, end_suspension, judge
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
@@ -112,8 +113,12 @@ class SchedulerConfig:
     # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
     # which disables recognising a wiped store after a restart of the scheduler itself).
     data_dir: Path | None = None
-    # More than this share of a replica's nodes going silent at once suspends NotReady marking.
+    # More than this share of a replica's nodes going silent at once suspends NotReady marking
+    # (with at least liveness_guard_min_nodes nodes), for at most liveness_suspension_seconds
+    # (None: six grace periods, 60 s by default; 0: never suspend). See liveness.py.
     max_lost_fraction: float = 0.5
+    liveness_guard_min_nodes: int = 10
+    liveness_suspension_seconds: float | None = None
     health_interval_seconds: float = 1.0
     replica_id: str = ""  # unique per replica (default: a random id)
     advertise: str = ""  # address agents should use to reach this replica when it is active
@@ -168,6 +173,9 @@ class LiveNode:
     usage: NodeUsage = field(default_factory=NodeUsage)
     present: set[str] = field(default_factory=set)  # workloads in the last complete report
     reported: bool = False
+    # When the agent itself last spoke (heartbeat, report, registration). Unlike last_heartbeat,
+    # which fresh grace periods move forward, only this can make a node Ready (liveness.py).
+    heard_at: float = float("-inf")
 
 
 class MutationRefused(Exception):
@@ -224,7 +232,7 @@ class Scheduler:
         self._backlog_low = asyncio.Event()  # the reconcile backlog is short enough for bulk applies
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
-        self._liveness_suspended = False
+        self.liveness_guard = GuardState()  # the mass-loss guard (liveness.py)
         self._spec_cache: dict[tuple[str, str], bytes] = {}
         self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
@@ -1031,7 +1039,7 @@ class Scheduler:
                 }
             )
             self.live[node.id] = self.live.get(node.id) or LiveNode(self.clock(), now)
-            self.live[node.id].last_heartbeat = self.clock()
+            self.live[node.id].last_heartbeat = self.live[node.id].heard_at = self.clock()
             if cur is not None and _same_node(cur.value, merged):
                 break
             if await self.state.commit([Compare(key, cur.mod_revision if cur else 0)], [Put(key, merged.to_json())],
@@ -1048,7 +1056,7 @@ class Scheduler:
         if node_id not in self.state.nodes:
             return False
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
-        live.last_heartbeat = self.clock()
+        live.last_heartbeat = live.heard_at = self.clock()
         live.last_heartbeat_wall = time.time()
         live.usage = usage
         return True
@@ -1056,7 +1064,7 @@ class Scheduler:
     async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
         self.require_owner(node_id)
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
-        live.last_heartbeat = self.clock()
+        live.last_heartbeat = live.heard_at = self.clock()
         gone: set[str] = set()
         listed = {r.workload_id for r in reports}
         if complete:
@@ -1222,49 +1230,72 @@ class Scheduler:
             await ev.wait()
 
     async def _check_nodes(self) -> None:
-        now = self.clock()
-        grace = self.config.node_grace_seconds
-        changes = []
-        owned = 0
+        """Judge the nodes this replica is responsible for (a pure decision, liveness.judge) and
+        record the transitions: NotReady nodes' instances are relocated."""
+        since, grace = self._started_at, self.config.node_grace_seconds
+        nodes: dict[str, Versioned[Node]] = {}
+        heard: dict[str, float] = {}
+        grace_from: dict[str, float] = {}
         for k, (node_id, cur) in enumerate(list(self.state.nodes.items())):
             if k % 256 == 255:
                 await asyncio.sleep(0)  # thousands of nodes: never hold up the loop for long
-                now = self.clock()
             if not self.owns(node_id):
                 continue  # another replica judges this node
-            owned += 1
+            nodes[node_id] = cur
             live = self.live.get(node_id)
-            # After our own restart every node gets a full grace period to reach us.
-            last = live.last_heartbeat if live else self._started_at
-            alive = now - last <= grace
-            if alive != (cur.value.status == NodeStatus.READY):
-                changes.append((node_id, cur, alive, last))
-        lost = sum(1 for *_, alive, _ in changes if not alive)
-        if owned >= 10 and lost > owned * self.config.max_lost_fraction:
-            # Most nodes going silent at once is far likelier to be our own network or load than
-            # a mass failure: relocating everything would only make it worse (compare Kubernetes'
-            # unhealthy-zone rule). Judge again when heartbeats flow.
-            if not self._liveness_suspended:
-                self._liveness_suspended = True
-                self.emit("LivenessSuspended", "cluster", f"{lost} of {owned} nodes silent at once; not marking "
-                          "them NotReady", "TooManyLost")
-            changes = [c for c in changes if c[2]]
-        elif self._liveness_suspended:
-            self._liveness_suspended = False
-            self.emit("LivenessResumed", "cluster", "heartbeats flow again")
-        for node_id, cur, alive, last in changes:
-            node = cur.value
-            status, why = (NodeStatus.READY, "Heartbeating") if alive else (
-                NodeStatus.NOT_READY, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)")
-            updated = node.model_copy(update={"status": status, "status_reason": why})
-            ok = await self.state.commit([Compare(keys.node(node_id), cur.mod_revision)],
-                                         [Put(keys.node(node_id), updated.to_json())], fenced="node")
+            if live is None:
+                continue
+            if live.heard_at >= since:
+                heard[node_id] = live.last_heartbeat  # includes time our event loop stalled
+            elif live.last_heartbeat > since:
+                grace_from[node_id] = live.last_heartbeat  # a fresh grace period (handoff, stall)
+        now = self.clock()
+        verdict = judge({n: c.value.status for n, c in nodes.items()}, heard, now, since, grace,
+                        self.liveness_guard, self._guard_config(), grace_from)
+        self.liveness_guard = verdict.guard
+        for ev in verdict.events:
+            self.emit(ev.kind, "cluster", ev.message, ev.reason)
+        for t in verdict.transitions:
+            cur = nodes[t.node_id]
+            status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
+            updated = cur.value.model_copy(update={"status": status, "status_reason": t.reason})
+            ok = await self.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
+                                         [Put(keys.node(t.node_id), updated.to_json())], fenced="node")
             if ok:
-                self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
-                if alive:
+                self.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
+                if t.ready:
                     self._pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
-                    self._enqueue_node_workloads(node_id)
+                    self._enqueue_node_workloads(t.node_id)
+
+    def _guard_config(self) -> GuardConfig:
+        return GuardConfig(max_lost_fraction=self.config.max_lost_fraction,
+                           min_nodes=self.config.liveness_guard_min_nodes,
+                           max_seconds=self.config.liveness_suspension_seconds
+                           if self.config.liveness_suspension_seconds is not None
+                           else 6 * self.config.node_grace_seconds)
+
+    def liveness_view(self) -> dict[str, Any]:
+        """The mass-loss guard as health shows it (times as wall-clock seconds)."""
+        g = self.liveness_guard
+        to_wall = time.time() - self.clock()
+        return {
+            "suspended": g.suspended,
+            "since": g.suspended_since + to_wall if g.suspended_since is not None else 0.0,
+            "endsAt": g.ends_at + to_wall if g.suspended else 0.0,
+            "reason": g.reason,
+            "silentNodes": g.silent,
+            "judgedNodes": g.judged,
+        }
+
+    def resume_liveness(self, via: str) -> dict[str, Any]:
+        """An operator ends this replica's liveness suspension (idempotent): silent nodes are
+        judged one by one from the next check."""
+        was = self.liveness_guard.suspended
+        self.liveness_guard, event = end_suspension(self.liveness_guard, via)
+        if event is not None:
+            self.emit(event.kind, "cluster", event.message, event.reason)
+        return {"replicaId": self.election.replica_id, "resumed": was, **self.liveness_view()}
 
     # ------------------------------------------------------------------ node operations
 
@@ -1316,6 +1347,52 @@ class Scheduler:
             return n
 
         return await self.update_node(node_id, change)
+
+    async def delete_node(self, node_id: str, force: bool = False) -> dict[str, Any]:
+        """Remove a node from the cluster (any replica; compare-and-swap). Refused while instances
+        are assigned to it unless `force`, which first withdraws them (they are placed elsewhere,
+        as off a lost node). An agent that registers again later joins as a new node."""
+        self._require_normal()
+        key = keys.node(node_id)
+        withdrawn: set[str] = set()
+        for _ in range(10):
+            cur = self.state.nodes.get(node_id)
+            if cur is None:
+                raise NotFound(f"node {node_id!r}")
+            assigned = dict(self.state.assignments.get(node_id, {}))
+            if assigned and not force:
+                names = ", ".join(sorted(assigned)[:5]) + (", ..." if len(assigned) > 5 else "")
+                raise MutationRefused(
+                    f"node {node_id} still has {len(assigned)} instance(s) assigned ({names}): drain it first "
+                    f"(persysctl drain {node_id}), or delete it with --force to withdraw them and place them "
+                    "elsewhere")
+            units = [Unit(*self._withdraw_from_deleted(node_id, inst, a)) for inst, a in sorted(assigned.items())]
+            oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
+            withdrawn |= {inst for inst, ok in zip(sorted(assigned), oks, strict=True) if ok}
+            # The key goes once nothing is assigned any more, guarded by the revision judged.
+            if all(oks) and await self.state.commit([Compare(key, cur.mod_revision)], [Delete(key)], fenced=False):
+                self.live.pop(node_id, None)
+                self._drift.pop(node_id, None)
+                self._enqueue_pending()  # what waited for this node to stop it is placed now
+                self.emit("NodeDeleted", f"node/{node_id}", "deleted by an operator" + (
+                    f"; {len(withdrawn)} instance(s) withdrawn to be placed elsewhere" if withdrawn else ""),
+                    "Forced" if withdrawn else "Deleted")
+                return {"node": node_id, "deleted": True, "withdrawn": sorted(withdrawn)}
+            await self._refresh(key)
+        raise MutationRefused(f"node {node_id!r} is being changed concurrently; try again")
+
+    def _withdraw_from_deleted(self, node_id: str, inst: str, a: Versioned[Assignment]
+                               ) -> tuple[list[Compare], list[Put | Delete]]:
+        """Withdraw one instance from a node being deleted: it is placed elsewhere once its
+        status no longer points at a node that runs it (the node is gone: nothing to wait for)."""
+        akey = keys.assignment(node_id, inst)
+        st = self.state.statuses.get(inst)
+        prev = st.value if st else WorkloadStatus()
+        new = prev.model_copy(update={
+            "phase": Phase.PENDING, "reason": "Relocating", "relocating_from": node_id, "left_node": "",
+            "message": f"node {node_id} was deleted by an operator; moving it elsewhere", "updated_at": time.time(),
+        })
+        return [Compare(akey, a.mod_revision)], [Delete(akey), Put(keys.status(inst), new.to_json())]
 
     def drain_status(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
@@ -1550,6 +1627,12 @@ class Scheduler:
         losses = self.outbox.ledger.health()
         if self.guard.mode != Mode.NORMAL:
             detail = (detail + "; " if detail else "") + self.guard.reason
+        liveness = self.liveness_view()
+        if liveness["suspended"]:
+            detail = (detail + "; " if detail else "") + (
+                f"liveness suspended: {liveness['silentNodes']} of {liveness['judgedNodes']} nodes silent "
+                f"({liveness['reason']}), ends in {max(0.0, liveness['endsAt'] - time.time()):.0f}s at the latest "
+                "(persysctl admin liveness resume ends it now)")
         return {
             "replicaId": self.election.replica_id,
             "active": self.is_active,
@@ -1570,6 +1653,7 @@ class Scheduler:
             "mirror": {"revision": self.state.revision, "storeRevision": self.state.lag.store_revision,
                        "lag": mirror.lag, "watch": mirror.watch,
                        "compactionRecoveries": self.state.compaction_recoveries},
+            "liveness": liveness,
         }
 
 

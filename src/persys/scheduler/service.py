@@ -70,6 +70,11 @@ async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
 
 
+def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
+    return pb.LivenessGuard(suspended=doc["suspended"], since=doc["since"], ends_at=doc["endsAt"], reason=doc["reason"],
+                            silent_nodes=doc["silentNodes"], judged_nodes=doc["judgedNodes"])
+
+
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True) -> None:
         self.s = scheduler
@@ -352,7 +357,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
-            sharded=h["sharded"], owned_nodes=h["ownedNodes"],
+            sharded=h["sharded"], owned_nodes=h["ownedNodes"], liveness=_liveness_pb(h["liveness"]),
             events_dropped=h["eventsDropped"], events_last_drop_at=h["eventsLastDropAt"],
             events_drops_unreported=h["eventsDropsUnreported"],
             role=h["role"], mirror_revision=h["mirror"]["revision"], store_revision=h["mirror"]["storeRevision"],
@@ -390,6 +395,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._node_op(context, request.node_id,
                                    lambda: self.s.label(request.node_id, dict(request.set), list(request.remove)))
 
+    async def DeleteNode(self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def delete() -> dict[str, Any]:
+            return await self.s.delete_node(request.node_id, force=request.force)
+
+        return await self._document(context, delete)
+
     async def TaintNode(self, request: pb.TaintRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         def add() -> list[Taint]:
             return [Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
@@ -423,3 +434,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "recovering accepts the store's current (empty) contents: confirm explicitly")
         return await self._document(context, self.s.recover)
+
+    async def ResumeLiveness(self, request: pb.ResumeLivenessRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.Document:
+        via = peer_identity(context) if self.require_identity else ""
+
+        async def resume() -> dict[str, Any]:
+            return self.s.resume_liveness(via or "an unauthenticated client")
+
+        return await self._document(context, resume)

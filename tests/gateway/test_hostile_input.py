@@ -264,9 +264,15 @@ def test_image_upload_over_the_agent_cap_is_refused_and_leaves_no_file(cluster: 
     async def data() -> object:
         for _ in range(AGENT_IMAGE_CAP // MiB + 2):
             yield os.urandom(MiB)
+        # Hold the stream open past the cap instead of half-closing it: a send racing the agent's
+        # refusal would surface as a client-side INTERNAL; the agent's status ends the call.
+        await asyncio.Event().wait()
+
+    async def upload() -> None:
+        await asyncio.wait_for(send_image(address, tls, "disk", "big", data()), 60)  # type: ignore[arg-type]
 
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        asyncio.run(send_image(address, tls, "disk", "big", data()))  # type: ignore[arg-type]
+        asyncio.run(upload())
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value
     assert "8 MiB" in (info.value.details() or "")
     eventually(lambda: cluster.agent_spool.is_dir() and not list(cluster.agent_spool.iterdir()),

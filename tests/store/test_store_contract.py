@@ -21,10 +21,12 @@ from persys.store import (
     StateStore,
     StoreUnavailable,
     TLSFiles,
+    TxnTooLarge,
     WatchCompacted,
     WatchEvent,
     open_store,
 )
+from persys.store.base import DEFAULT_MAX_TXN_BYTES
 from persys.store.etcd import EtcdStore
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import EtcdServer, start_etcd
@@ -172,6 +174,31 @@ async def test_txn_is_atomic(store: StateStore, p: str) -> None:
     assert await store.current_revision() == before
     assert await store.get(p + "d") is None
     assert await store.get(p + "a") is not None
+
+
+async def test_a_write_over_the_request_limit_is_refused_before_sending(store: StateStore, p: str) -> None:
+    """etcd refuses requests over --max-request-bytes (1.5 MiB by default) with an error like any
+    other; every backend refuses them first, with one typed error, and writes nothing."""
+    assert store.max_txn_bytes == DEFAULT_MAX_TXN_BYTES
+    before = await store.current_revision()
+    big = b"x" * (DEFAULT_MAX_TXN_BYTES + 1)
+    half = b"y" * (DEFAULT_MAX_TXN_BYTES // 2 + 1)
+    attempts = [
+        store.txn([Compare(p + "a", 0)], [Put(p + "a", big)]),
+        store.txn([], [Put(p + "a", half), Put(p + "b", half)]),  # each fits; together they do not
+        store.put(p + "a", big),
+        store.cas(p + "a", big, 0),
+    ]
+    for attempt in attempts:
+        with pytest.raises(TxnTooLarge, match=f"limit of {DEFAULT_MAX_TXN_BYTES} bytes"):
+            await attempt
+    assert await store.current_revision() == before
+    assert (await store.range(p))[0] == []
+    # Just under the limit is accepted by every backend (etcd's framing fits in the margin).
+    fits = b"z" * (DEFAULT_MAX_TXN_BYTES - 4096)
+    assert await store.txn([Compare(p + "a", 0)], [Put(p + "a", fits)]) is not None
+    kv = await store.get(p + "a")
+    assert kv is not None and kv.value == fits
 
 
 async def test_status_and_revision(store: StateStore, backend: str) -> None:

@@ -19,6 +19,7 @@ from persys.store.base import (
     StoreError,
     StoreUnavailable,
     TLSFiles,
+    TxnTooLarge,
     WatchCompacted,
     WatchEvent,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TLSFiles",
+    "TxnTooLarge",
     "WatchCompacted",
     "WatchEvent",
     "open_store",

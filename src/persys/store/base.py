@@ -67,6 +67,11 @@ class LeaseNotFound(StoreError):
     """The lease does not exist (never granted, revoked or expired)."""
 
 
+class TxnTooLarge(StoreError):
+    """A write larger than the store takes in one request: refused before sending, nothing
+    written. Every backend enforces the same limit, so what works embedded works on etcd."""
+
+
 @dataclass(frozen=True)
 class Compare:
     key: str
@@ -85,8 +90,33 @@ class Delete:
     key: str
 
 
+# etcd's default --max-request-bytes is 1.5 MiB for the whole request; what `txn_bytes` does not
+# count (protobuf framing, the raft header) stays well within the 16 KiB left over.
+DEFAULT_MAX_TXN_BYTES = (3 << 19) - (16 << 10)
+OP_OVERHEAD_BYTES = 16  # per compare or operation, beyond its key and value
+
+
+def txn_bytes(compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int:
+    """What a transaction costs against the request limit (keys are ASCII: ids are validated)."""
+    n = sum(len(c.key) for c in compares) + OP_OVERHEAD_BYTES * (len(compares) + len(ops))
+    for op in ops:
+        n += len(op.key) + (len(op.value) if isinstance(op, Put) else 0)
+    return n
+
+
+def check_txn_size(compares: Sequence[Compare], ops: Sequence[Put | Delete], limit: int) -> None:
+    """Raise TxnTooLarge for a transaction over `limit` bytes (before anything is sent)."""
+    size = txn_bytes(compares, ops)
+    if size > limit:
+        first = ops[0].key if ops else (compares[0].key if compares else "")
+        raise TxnTooLarge(f"a write of {size} bytes ({len(ops)} operations, first {first}) exceeds the store's "
+                          f"limit of {limit} bytes per request")
+
+
 @runtime_checkable
 class StateStore(Protocol):
+    max_txn_bytes: int  # the largest write accepted in one request (see txn_bytes)
+
     async def get(self, key: str) -> KeyValue | None: ...
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
@@ -115,7 +145,8 @@ class StateStore(Protocol):
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int | None:
         """Apply ops atomically iff every compare holds. Returns the store revision after the
         transaction, or None if a compare failed (nothing applied). A key may appear at most
-        once in ops."""
+        once in ops. Raises TxnTooLarge (nothing sent) over `max_txn_bytes` by `txn_bytes`;
+        `put` and `cas` too."""
         ...
 
     async def grant_lease(self, ttl: float) -> int:

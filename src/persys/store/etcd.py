@@ -24,6 +24,7 @@ import grpc.aio
 from persys._pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from persys._pb.etcd.mvccpb import kv_pb2
 from persys.store.base import (
+    DEFAULT_MAX_TXN_BYTES,
     CompactedError,
     Compare,
     Delete,
@@ -35,6 +36,7 @@ from persys.store.base import (
     TLSFiles,
     WatchCompacted,
     WatchEvent,
+    check_txn_size,
     prefix_range_end,
 )
 
@@ -96,12 +98,16 @@ class EtcdStore:
         *,
         tls: TLSFiles | None = None,
         timeout: float = 5.0,
+        max_txn_bytes: int = DEFAULT_MAX_TXN_BYTES,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.endpoints = list(endpoints)
         self.target = _target(self.endpoints)
         self.timeout = timeout
+        # Match etcd's --max-request-bytes: a larger write is refused here with TxnTooLarge
+        # rather than by etcd with an error that looks like any other failure.
+        self.max_txn_bytes = max_txn_bytes
         options = list(_CHANNEL_OPTIONS)
         self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
@@ -163,6 +169,7 @@ class EtcdStore:
             start = resp.kvs[-1].key + b"\0"
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        check_txn_size((), (Put(key, value),), self.max_txn_bytes)
         resp = await self._call(self._kv.Put, rpc_pb2.PutRequest(key=key.encode(), value=value, lease=lease))
         return int(resp.header.revision)
 
@@ -177,6 +184,7 @@ class EtcdStore:
         return tresp.succeeded and tresp.responses[0].response_delete_range.deleted > 0
 
     async def _txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> rpc_pb2.TxnResponse:
+        check_txn_size(compares, ops, self.max_txn_bytes)
         req = rpc_pb2.TxnRequest(
             compare=[
                 rpc_pb2.Compare(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -91,15 +92,30 @@ class SchedulerClient:
     async def get_workload(self, workload_id: str) -> dict[str, Any]:
         return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)
 
+    async def list_page(self, kind: str, node_id: str = "", limit: int = 0, token: str = ""
+                        ) -> tuple[list[dict[str, Any]], str]:
+        """One page of `workloads` or `nodes` and the token of the next ("" after the last)."""
+        method = {"workloads": "ListWorkloads", "nodes": "ListNodes"}[kind]
+        resp = await self._call(method, pb.ListRequest(node_id=node_id, limit=limit, continue_token=token))
+        return [json.loads(i) for i in resp.items], resp.continue_token
+
+    async def list_all(self, kind: str, node_id: str = "") -> AsyncIterator[list[dict[str, Any]]]:
+        """Every page of `workloads` or `nodes`, following the tokens."""
+        token = ""
+        while True:
+            items, token = await self.list_page(kind, node_id, token=token)
+            yield items
+            if not token:
+                return
+
     async def list_workloads(self, node_id: str = "") -> list[dict[str, Any]]:
-        resp = await self._call("ListWorkloads", pb.ListRequest(node_id=node_id))
-        return [json.loads(i) for i in resp.items]
+        return [w async for page in self.list_all("workloads", node_id) for w in page]
 
     async def get_node(self, node_id: str) -> dict[str, Any]:
         return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
-        return [json.loads(i) for i in (await self._call("ListNodes", pb.ListRequest())).items]
+        return [n async for page in self.list_all("nodes") for n in page]
 
     async def events(self, limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
         resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))

@@ -6,6 +6,7 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -231,21 +232,62 @@ def get(
     kind: str = typer.Argument(..., help="workloads or nodes"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
+    chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
+                                   help="Items asked for per request; pages are printed as they arrive."),
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
     """List workloads or nodes."""
     k = _kind(kind)
     api = Api(server)
-    if name:
-        items = [api.request("GET", f"/v1/{k}/{name}")]
-    else:
-        items = api.request("GET", f"/v1/{k}", params={"node": node} if k == "workloads" and node else None)
-    table = _workload_table(items) if k == "workloads" else _node_table(items)
-    if output == "table" and not items:
-        out.print(f"No {k} found.")
+    if not name:
+        if output not in ("table", "json", "yaml"):
+            fail(f"unknown output format {output!r} (use table, json or yaml)")
+        _emit_pages(_pages(api, k, node if k == "workloads" else "", chunk_size), output, k)
         return
+    items = [api.request("GET", f"/v1/{k}/{name}")]
+    table = _workload_table(items) if k == "workloads" else _node_table(items)
     emit(items, output, table)
+
+
+def _pages(api: Api, kind: str, node: str, chunk: int) -> Iterator[list[dict[str, Any]]]:
+    """Every page of a list, following the gateway's continue tokens."""
+    params = {"limit": str(chunk), **({"node": node} if node else {})}
+    token = ""
+    while True:
+        body = api.request("GET", f"/v1/{kind}", params={**params, **({"continue": token} if token else {})})
+        if isinstance(body, list):  # a gateway from before pages: everything at once
+            yield body
+            return
+        yield body["items"]
+        token = body.get("continue") or ""
+        if not token:
+            return
+
+
+def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -> None:
+    """Print each page as it arrives (one JSON list or YAML sequence in all; tables share a header)."""
+    count = 0
+    for items in pages:
+        if not items:
+            continue
+        if output == "json":
+            text = ",\n".join(json.dumps(i, indent=2) for i in items)
+            sys.stdout.write(("[\n" if count == 0 else ",\n") + text)
+        elif output == "yaml":
+            sys.stdout.write(yaml.safe_dump(items, sort_keys=False))
+        else:
+            table = _workload_table(items) if kind == "workloads" else _node_table(items)
+            table.show_header = count == 0
+            out.print(table)
+        sys.stdout.flush()
+        count += len(items)
+    if output == "json":
+        sys.stdout.write("\n]\n" if count else "[]\n")
+    elif output == "yaml" and not count:
+        sys.stdout.write("[]\n")
+    elif not count:
+        out.print(f"No {kind} found.")
 
 
 def _describe_workload(w: dict[str, Any]) -> str:

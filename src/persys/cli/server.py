@@ -23,6 +23,7 @@ from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
@@ -310,6 +311,10 @@ def scheduler(
         "periods); 0 = never suspend."),
     liveness_guard_min_nodes: int = typer.Option(
         10, "--liveness-guard-min-nodes", min=1, help="The mass-loss guard applies from this many nodes on."),
+    max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1024,
+                                           help="Largest manifest (its JSON) a client may apply; larger ones are "
+                                           "refused before parsing. Stored workloads must also fit one store write "
+                                           "(etcd's --max-request-bytes, 1.5 MiB by default)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -325,7 +330,8 @@ def scheduler(
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
                 replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
-                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes))
+                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
+                limits=InputLimits(max_manifest_bytes=max_manifest_bytes))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

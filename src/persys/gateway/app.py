@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from persys import __version__
@@ -25,6 +25,7 @@ from persys.agent.service import fetch_logs, send_image
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import bodies
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
+from persys.gateway.listing import list_response
 from persys.gateway.schemas import (
     AGENT_ERRORS,
     BACKUP_BODY,
@@ -41,6 +42,7 @@ from persys.gateway.schemas import (
     add_components,
 )
 from persys.model.limits import GatewayLimits
+from persys.scheduler.pages import TOKEN_MAX_CHARS
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -177,8 +179,13 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         return await client.explain(workload_id, node)
 
     @app.get("/v1/workloads", tags=["workloads"], responses=SCHEDULER_ERRORS)
-    async def list_workloads(node: str = Query("", max_length=253)) -> list[dict[str, Any]]:
-        return await client.list_workloads(node)
+    async def list_workloads(node: str = Query("", max_length=253), limit: int | None = Query(None, ge=0),
+                             token: str | None = Query(None, alias="continue", max_length=TOKEN_MAX_CHARS)
+                             ) -> Response:
+        """Workload summaries (no spec: GET one workload for it). With `limit` or `continue`: one
+        page, `{"items": [...], "continue": "<token of the next page, empty after the last>"}`;
+        with neither, every workload as one JSON list, streamed a page at a time."""
+        return await list_response(client, "workloads", node, limit, token)
 
     @app.get("/v1/workloads/{workload_id}", tags=["workloads"], responses=SCHEDULER_ERRORS)
     async def get_workload(workload_id: str = WorkloadId) -> dict[str, Any]:
@@ -256,8 +263,10 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         return JSONResponse({"node": node_id, "detail": detail})
 
     @app.get("/v1/nodes", tags=["nodes"], responses=SCHEDULER_ERRORS)
-    async def list_nodes() -> list[dict[str, Any]]:
-        return await client.list_nodes()
+    async def list_nodes(limit: int | None = Query(None, ge=0),
+                         token: str | None = Query(None, alias="continue", max_length=TOKEN_MAX_CHARS)) -> Response:
+        """Nodes; paged like GET /v1/workloads."""
+        return await list_response(client, "nodes", "", limit, token)
 
     @app.get("/v1/nodes/{node_id}", tags=["nodes"], responses=SCHEDULER_ERRORS)
     async def get_node(node_id: str = NodeId) -> dict[str, Any]:

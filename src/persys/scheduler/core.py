@@ -39,17 +39,35 @@ from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.drift import Drift, Reported, detect
-from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, GroupCommit, Unit, commit_units
+from persys.scheduler.group_commit import (
+    FENCE_HEADROOM,
+    TXN_MAX_BYTES,
+    TXN_MAX_OPS,
+    GroupCommit,
+    Unit,
+    commit_units,
+)
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import BlockingLease, LeaderElection, leader_address
 from persys.scheduler.heap import HeapGuard
 from persys.scheduler.liveness import GuardConfig, GuardState, end_suspension, judge
+from persys.scheduler.pages import Page, SortedIds, take_page
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState, Versioned, put_doc
-from persys.store.base import Compare, Delete, KeyValue, LeaseKeeper, Put, StateStore, StoreUnavailable
+from persys.store.base import (
+    Compare,
+    Delete,
+    KeyValue,
+    LeaseKeeper,
+    Put,
+    StateStore,
+    StoreUnavailable,
+    TxnTooLarge,
+    txn_bytes,
+)
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
@@ -62,7 +80,22 @@ SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (s
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
-    return [ops[i : i + size] for i in range(0, len(ops), size)]
+    """`ops` in order, at most `size` and TXN_MAX_BYTES to a chunk (an op larger than that goes
+    alone, and the store refuses it)."""
+    chunks: list[list[Put | Delete]] = []
+    n_bytes = 0
+    for op in ops:
+        b = txn_bytes((), (op,))
+        if not chunks or len(chunks[-1]) >= size or n_bytes + b > TXN_MAX_BYTES:
+            chunks.append([])
+            n_bytes = 0
+        chunks[-1].append(op)
+        n_bytes += b
+    return chunks
+
+
+def _page_json(view: dict[str, Any]) -> bytes:
+    return json.dumps(view, separators=(",", ":")).encode()
 
 
 def _placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
@@ -222,6 +255,11 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.clock = clock
         self.state = ClusterState(store)
+        # Lists walk ids in order from a position: kept sorted as the mirror changes (pages.py).
+        self.sorted_workloads = SortedIds("workload", self.state.workloads)
+        self.sorted_nodes = SortedIds("node", self.state.nodes)
+        self.state.subscribe(self.sorted_workloads.on_change)
+        self.state.subscribe(self.sorted_nodes.on_change)
         self.placement = PlacementService(
             self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
         )
@@ -644,6 +682,11 @@ class Scheduler:
         await self._admit()
         now = time.time()
         incoming = [Workload.from_manifest(m, now) for m in manifests]
+        puts = [put_doc(keys.workload(w.id), w) for w in incoming]
+        for i, put in enumerate(puts):  # refuse the batch before anything is written
+            if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
+                raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
+                                  f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")
         fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
         seen: set[str] = set()
         for i, w in enumerate(incoming):
@@ -654,8 +697,7 @@ class Scheduler:
             seen.add(w.id)
         created: dict[int, bool] = {}
         if fresh:
-            units = [Unit([Compare(keys.workload(wid), 0)], [put_doc(keys.workload(wid), incoming[i])])
-                     for wid, i in fresh.items()]
+            units = [Unit([Compare(keys.workload(wid), 0)], [puts[i]]) for wid, i in fresh.items()]
             oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
             for (wid, i), ok in zip(fresh.items(), oks, strict=True):
                 created[i] = ok
@@ -1534,7 +1576,7 @@ class Scheduler:
             "updatedAt": status.updated_at,
         }
 
-    def workload_view(self, wid: str) -> dict[str, Any]:
+    def workload_view(self, wid: str, summary: bool = False) -> dict[str, Any]:
         cur = self.state.workloads.get(wid)
         if cur is None:
             raise NotFound(f"workload {wid!r}")
@@ -1575,12 +1617,21 @@ class Scheduler:
             "instances": instances,
             "createdAt": w.created_at,
             "updatedAt": max([w.updated_at] + [i["updatedAt"] for i in instances]),
-            "spec": w.spec.to_doc(),
+            # Lists leave the spec out: specs may be large, and a page of them would be pages.
+            **({} if summary else {"spec": w.spec.to_doc()}),
         }
 
-    def list_workload_views(self, node_id: str = "") -> list[dict[str, Any]]:
-        views = [self.workload_view(wid) for wid in sorted(self.state.workloads)]
-        return [v for v in views if not node_id or node_id in v["nodes"]]
+    def workload_page(self, after: str, limit: int, node_id: str = "") -> Page:
+        """Workload summaries (views without the spec: `workload_view` has it) after `after` in
+        id order, as JSON; with `node_id`, only workloads with an instance there."""
+
+        def render(wid: str) -> bytes | None:
+            if wid not in self.state.workloads:
+                return None
+            view = self.workload_view(wid, summary=True)
+            return None if node_id and node_id not in view["nodes"] else _page_json(view)
+
+        return take_page(self.sorted_workloads.after(after), render, limit)
 
     def node_view(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
@@ -1603,8 +1654,10 @@ class Scheduler:
         doc["workloads"] = sorted(a.workload_id for a in assigned)  # instance ids
         return doc
 
-    def list_node_views(self) -> list[dict[str, Any]]:
-        return [self.node_view(n) for n in sorted(self.state.nodes)]
+    def node_page(self, after: str, limit: int) -> Page:
+        """Node views after `after` in id order, as JSON."""
+        return take_page(self.sorted_nodes.after(after),
+                         lambda n: _page_json(self.node_view(n)) if n in self.state.nodes else None, limit)
 
     async def health(self) -> dict[str, Any]:
         store_ok, detail = True, ""

@@ -12,7 +12,7 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
-from persys.model.limits import GRPC_MAX_MESSAGE_BYTES
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.security.grpc_tls import server_credentials
@@ -46,6 +46,7 @@ async def start_scheduler(
     tls: TLSFiles,
     config: SchedulerConfig | None = None,
     store_tls: TLSFiles | None = None,
+    limits: InputLimits | None = None,
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
@@ -54,7 +55,8 @@ async def start_scheduler(
     keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
     # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
     # (leader key, redirects) must carry the real one before the election can publish it.
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES)])
+    limits = limits or InputLimits()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limits.max_message_bytes)])
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
@@ -62,7 +64,7 @@ async def start_scheduler(
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits), server)
     await scheduler.start()
     await server.start()
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))

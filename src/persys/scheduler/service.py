@@ -21,12 +21,13 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import Capabilities, DesiredState, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
 from persys.model.documents import DocumentError, load_json
-from persys.model.limits import BATCH_MAX_BYTES, BATCH_MAX_ITEMS, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
+from persys.scheduler.pages import MAX_PAGE, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.security.grpc_tls import peer_identity
-from persys.store.base import StoreUnavailable
+from persys.store.base import StoreUnavailable, TxnTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
     except StoreUnavailable as err:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+    except TxnTooLarge as err:  # nothing was written
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     except ManifestError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
     except ValidationError as err:
@@ -76,9 +79,11 @@ def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
 
 
 class AgentControlService(pb_grpc.AgentControlServicer):
-    def __init__(self, scheduler: Scheduler, require_identity: bool = True) -> None:
+    def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None
+                 ) -> None:
         self.s = scheduler
         self.require_identity = require_identity
+        self.limits = limits or InputLimits()
 
     # ---------------------------------------------------------------- authorization
 
@@ -227,12 +232,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     # ---------------------------------------------------------------- client side
 
+    async def _check_size(self, context: grpc.aio.ServicerContext, problem: str | None) -> None:
+        if problem:  # before parsing: a huge document costs its bytes, never their parse
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+
     @staticmethod
     def _manifest(raw: bytes) -> WorkloadManifest:
-        # The gateway's bounds, again here: a direct gRPC client must not get around them.
-        if len(raw) > MANIFEST_MAX_BYTES:
-            raise ManifestError([f"(document): {len(raw)} bytes exceeds the manifest limit of "
-                                 f"{human_bytes(MANIFEST_MAX_BYTES)}"])
+        # Sizes were checked before (admission.InputLimits): a direct gRPC client meets the gateway's bounds.
         try:
             doc = load_json(raw)
         except DocumentError as err:
@@ -242,6 +248,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def ApplyWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                             ) -> pb.ApplyWorkloadResponse:
         await self._as_client(context)
+        await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
         async with _mapped(context):
             w, created, changed = await self.s.apply(self._manifest(request.manifest_json), dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
@@ -252,12 +259,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def ApplyWorkloads(self, request: pb.ApplyWorkloadsRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ApplyWorkloadsResponse:
         await self._as_client(context)
+        await self._check_size(context, self.limits.batch_problem(request.manifests_json))
         async with _mapped(context):
-            total = sum(len(raw) for raw in request.manifests_json)
-            if len(request.manifests_json) > BATCH_MAX_ITEMS or total > BATCH_MAX_BYTES:
-                raise ManifestError([f"(batch): {len(request.manifests_json)} manifests, {total} bytes exceeds the "
-                                     f"batch limit of {BATCH_MAX_ITEMS} manifests and "
-                                     f"{human_bytes(BATCH_MAX_BYTES)}"])
             manifests = []
             for i, raw in enumerate(request.manifests_json):
                 try:
@@ -273,6 +276,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                            ) -> pb.Document:
+        await self._as_client(context)
+        await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
+
         async def plan() -> dict[str, Any]:
             manifest = self._manifest(request.manifest_json)
             return {
@@ -319,9 +325,22 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
         return await self._document(context, view)
 
-    async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+    async def _page(self, request: pb.ListRequest, context: grpc.aio.ServicerContext,
+                    take: Callable[[str, int], Page]) -> pb.DocumentList:
+        """One page of a list: `limit` items after the `continue_token`'s position."""
         await self._as_client(context)
-        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_workload_views(request.node_id)])
+        try:
+            position, limit = decode_token(request.continue_token), page_limit(request.limit)
+        except BadPageRequest as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        page = take(position.after, limit)
+        token = "" if page.next_after is None else encode_token(page.next_after,
+                                                                  position.revision or self.s.state.revision)
+        return pb.DocumentList(items=page.items, continue_token=token)
+
+    async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+        return await self._page(request, context,
+                                lambda after, limit: self.s.workload_page(after, limit, request.node_id))
 
     async def GetNode(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def view() -> dict[str, Any]:
@@ -330,14 +349,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._document(context, view)
 
     async def ListNodes(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
-        await self._as_client(context)
-        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_node_views()])
+        return await self._page(request, context, self.s.node_page)
 
     async def ListEvents(self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
                          ) -> pb.DocumentList:
         await self._as_client(context)
         try:
-            events = await self.s.events.recent(limit=request.limit or 100, subject=request.subject or None)
+            events = await self.s.events.recent(limit=min(max(request.limit, 0) or 100, MAX_PAGE),
+                                                subject=request.subject or None)
         except Exception as err:  # any backend failure: events are observability, say so plainly
             # The marker tells clients this replica answered: only the event bus is down.
             context.set_trailing_metadata(((UNAVAILABLE_METADATA, "event-bus"),))

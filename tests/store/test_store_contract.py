@@ -201,6 +201,22 @@ async def test_a_write_over_the_request_limit_is_refused_before_sending(store: S
     assert kv is not None and kv.value == fits
 
 
+@pytest.mark.etcd
+async def test_etcd_range_pages_shrink_when_values_are_large(etcd_server: EtcdServer, p: str) -> None:
+    """A page is counted in keys; large values must not make it larger than a message may be."""
+    store = EtcdStore([etcd_server.endpoint], max_receive_bytes=3 << 20)
+    try:
+        for i in range(8):
+            await store.put(f"{p}{i}", bytes([65 + i]) * (1 << 20))
+        kvs, _ = await store.range(p)
+        assert [(kv.key, kv.value[:1], len(kv.value)) for kv in kvs] == [
+            (f"{p}{i}", bytes([65 + i]), 1 << 20) for i in range(8)]
+        pages = [len(page) async for page, _ in store.range_pages(p, page=100)]
+        assert sum(pages) == 8 and max(pages) <= 2
+    finally:
+        await store.close()
+
+
 async def test_status_and_revision(store: StateStore, backend: str) -> None:
     st = await store.status()
     assert st["backend"] == backend

@@ -55,8 +55,8 @@ _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
     # Detect dead connections under long-lived watch streams (etcd's minimum is 5 s).
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
+_MAX_RECEIVE_BYTES = 64 << 20
 
 
 def _target(endpoints: Sequence[str]) -> str:
@@ -80,6 +80,11 @@ def _kv(kv: kv_pb2.KeyValue) -> KeyValue:
     return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
 
+def _too_large(err: StoreError) -> bool:
+    cause = err.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
     code, details = e.code(), e.details() or ""
     if code in _UNAVAILABLE:
@@ -99,6 +104,7 @@ class EtcdStore:
         tls: TLSFiles | None = None,
         timeout: float = 5.0,
         max_txn_bytes: int = DEFAULT_MAX_TXN_BYTES,
+        max_receive_bytes: int = _MAX_RECEIVE_BYTES,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
@@ -108,7 +114,7 @@ class EtcdStore:
         # Match etcd's --max-request-bytes: a larger write is refused here with TxnTooLarge
         # rather than by etcd with an error that looks like any other failure.
         self.max_txn_bytes = max_txn_bytes
-        options = list(_CHANNEL_OPTIONS)
+        options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
         self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
             self._creds = grpc.ssl_channel_credentials(
@@ -158,10 +164,18 @@ class EtcdStore:
         end = prefix_range_end(prefix.encode())
         revision = 0  # pages after the first read at the first page's revision: one snapshot
         while True:
-            resp = await self._call(
-                self._kv.Range,
-                rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision),
-            )
+            try:
+                resp = await self._call(
+                    self._kv.Range,
+                    rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision),
+                )
+            except StoreError as err:
+                # Pages are counted in keys, and large values can make one larger than a message
+                # may be: ask for fewer keys at a time (one key always fits: values are bounded).
+                if page > 1 and _too_large(err):
+                    page //= 2
+                    continue
+                raise
             revision = revision or resp.header.revision
             yield [_kv(kv) for kv in resp.kvs], revision
             if not resp.more or not resp.kvs:

@@ -125,7 +125,7 @@ async def run(args: argparse.Namespace, c: Components) -> dict[str, Any]:
             "workloads": args.workloads, "specKb": args.spec_kb, "concurrency": args.concurrency,
             "populateSeconds": round(populated_s, 1), "settledRssMb": round(settled / MB),
             "peakRssMb": round(peak.peak / MB), "growthMb": round((peak.peak - settled) / MB),
-            "listSeconds": round(took, 1), "listsCompleted": len(ok),
+            "listSeconds": round(took, 1), "listsCompleted": len(ok), "listsFailed": len(results) - len(ok),
             "itemsPerList": sorted(set(ok)), "errors": errors,
             "cappedAtSeconds": None if peak.capped_at is None else round(peak.capped_at, 1),
             "rssCapMb": args.rss_cap_mb,

@@ -117,6 +117,7 @@ async def run(args: argparse.Namespace, c: Components) -> dict[str, Any]:
         t1 = time.monotonic()
         results = await asyncio.gather(*(list_all(stub) for _ in range(args.concurrency)), return_exceptions=True)
         took = time.monotonic() - t1
+        await asyncio.sleep(max(0.0, args.min_window - took))  # a control run: the same window, idle
         peak.stop()
         ok = [r for r in results if isinstance(r, int)]
         errors = sorted({f"{r.code().name}: {r.details()}" if isinstance(r, grpc.aio.AioRpcError) else repr(r)
@@ -140,6 +141,9 @@ def main() -> None:
     ap.add_argument("--spec-kb", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=200)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between the last apply and the lists")
+    ap.add_argument("--min-window", type=float, default=0.0,
+                    help="sample at least this many seconds (with --concurrency 0: what an idle scheduler "
+                    "costs over the same window, e.g. its rolling backup)")
     ap.add_argument("--rss-cap-mb", type=int, default=4096, help="kill the scheduler above this resident size")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="persys-listmem-") as tmp:

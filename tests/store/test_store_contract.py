@@ -203,18 +203,23 @@ async def test_a_write_over_the_request_limit_is_refused_before_sending(store: S
 
 @pytest.mark.etcd
 async def test_etcd_range_pages_shrink_when_values_are_large(etcd_server: EtcdServer, p: str) -> None:
-    """A page is counted in keys; large values must not make it larger than a message may be."""
+    """A page is counted in keys; large values must not make it larger than a message may be,
+    and pages of more than a few MiB make the next ones smaller."""
     store = EtcdStore([etcd_server.endpoint], max_receive_bytes=3 << 20)
+    roomy = EtcdStore([etcd_server.endpoint])
     try:
-        for i in range(8):
-            await store.put(f"{p}{i}", bytes([65 + i]) * (1 << 20))
+        for i in range(13):
+            await store.put(f"{p}{i:02d}", bytes([65 + i]) * (1 << 20))
         kvs, _ = await store.range(p)
         assert [(kv.key, kv.value[:1], len(kv.value)) for kv in kvs] == [
-            (f"{p}{i}", bytes([65 + i]), 1 << 20) for i in range(8)]
+            (f"{p}{i:02d}", bytes([65 + i]), 1 << 20) for i in range(13)]
         pages = [len(page) async for page, _ in store.range_pages(p, page=100)]
-        assert sum(pages) == 8 and max(pages) <= 2
+        assert sum(pages) == 13 and max(pages) <= 2
+        pages = [len(page) async for page, _ in roomy.range_pages(p, page=5)]
+        assert pages[0] == 5 and sum(pages) == 13 and max(pages[1:]) < 5  # at most 4 MiB a page after the first
     finally:
         await store.close()
+        await roomy.close()
 
 
 async def test_status_and_revision(store: StateStore, backend: str) -> None:

@@ -46,6 +46,7 @@ T = TypeVar("T")
 
 _UNAVAILABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _RANGE_PAGE = 1000
+_RANGE_PAGE_BYTES = 4 << 20
 
 _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
     # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
@@ -177,10 +178,13 @@ class EtcdStore:
                     continue
                 raise
             revision = revision or resp.header.revision
+            size = resp.ByteSize()
             yield [_kv(kv) for kv in resp.kvs], revision
             if not resp.more or not resp.kvs:
                 return
             start = resp.kvs[-1].key + b"\0"
+            if size > _RANGE_PAGE_BYTES:  # large values: fewer keys a page, so a page stays a few MiB
+                page = max(1, page * _RANGE_PAGE_BYTES // size)
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         check_txn_size((), (Put(key, value),), self.max_txn_bytes)

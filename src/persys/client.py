@@ -96,7 +96,9 @@ class SchedulerClient:
                         ) -> tuple[list[dict[str, Any]], str]:
         """One page of `workloads` or `nodes` and the token of the next ("" after the last)."""
         method = {"workloads": "ListWorkloads", "nodes": "ListNodes"}[kind]
-        resp = await self._call(method, pb.ListRequest(node_id=node_id, limit=limit, continue_token=token))
+        # The scheduler lowers a larger limit to its maximum anyway; int32 on the wire.
+        resp = await self._call(method, pb.ListRequest(node_id=node_id, limit=min(limit, 1 << 30),
+                                                       continue_token=token))
         return [json.loads(i) for i in resp.items], resp.continue_token
 
     async def list_all(self, kind: str, node_id: str = "") -> AsyncIterator[list[dict[str, Any]]]:

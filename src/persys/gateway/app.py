@@ -42,7 +42,7 @@ from persys.gateway.schemas import (
     add_components,
 )
 from persys.model.limits import GatewayLimits
-from persys.scheduler.pages import TOKEN_MAX_CHARS
+from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         return await client.explain(workload_id, node)
 
     @app.get("/v1/workloads", tags=["workloads"], responses=SCHEDULER_ERRORS)
-    async def list_workloads(node: str = Query("", max_length=253), limit: int | None = Query(None, ge=0),
+    async def list_workloads(node: str = Query("", max_length=253), limit: int | None = Query(None, ge=0, le=MAX_PAGE),
                              token: str | None = Query(None, alias="continue", max_length=TOKEN_MAX_CHARS)
                              ) -> Response:
         """Workload summaries (no spec: GET one workload for it). With `limit` or `continue`: one
@@ -263,7 +263,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         return JSONResponse({"node": node_id, "detail": detail})
 
     @app.get("/v1/nodes", tags=["nodes"], responses=SCHEDULER_ERRORS)
-    async def list_nodes(limit: int | None = Query(None, ge=0),
+    async def list_nodes(limit: int | None = Query(None, ge=0, le=MAX_PAGE),
                          token: str | None = Query(None, alias="continue", max_length=TOKEN_MAX_CHARS)) -> Response:
         """Nodes; paged like GET /v1/workloads."""
         return await list_response(client, "nodes", "", limit, token)

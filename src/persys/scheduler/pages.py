@@ -21,6 +21,7 @@ DEFAULT_PAGE = 500  # items per page when the caller does not say
 MAX_PAGE = 5_000  # a larger `limit` is lowered to this
 MAX_PAGE_BYTES = 1 << 20  # a page ends here (it always holds at least one item)
 TOKEN_MAX_CHARS = 1_024  # longer is not a token we issued
+MAX_EVENTS = 10_000  # events are listed newest first, one answer of at most this many (the gateway's bound)
 
 
 class BadPageRequest(ValueError):

@@ -25,7 +25,7 @@ from persys.model.manifest import ManifestError, format_validation_error, valida
 from persys.model.workload import workload_of
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
-from persys.scheduler.pages import MAX_PAGE, BadPageRequest, Page, decode_token, encode_token, page_limit
+from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable, TxnTooLarge
 
@@ -355,7 +355,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                          ) -> pb.DocumentList:
         await self._as_client(context)
         try:
-            events = await self.s.events.recent(limit=min(max(request.limit, 0) or 100, MAX_PAGE),
+            events = await self.s.events.recent(limit=min(max(request.limit, 0) or 100, MAX_EVENTS),
                                                 subject=request.subject or None)
         except Exception as err:  # any backend failure: events are observability, say so plainly
             # The marker tells clients this replica answered: only the event bus is down.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from pathlib import Path
 from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
+# What `persys scheduler` / `persys gateway` print once serving (the port they bound).
+SCHEDULER_PORT = r"scheduler ready on port (\d+)"
+GATEWAY_PORT = r"gateway ready on https://\S+:(\d+)"
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
@@ -59,6 +63,36 @@ class Proc:
                 raise AssertionError(f"{self.name}: {needle!r} not seen in {timeout}s:\n{self.text()[-3000:]}")
             time.sleep(0.05)
         return time.monotonic() - t0
+
+    def bound_port(self, pattern: str, timeout: float = 20.0) -> int:
+        """The port a server started with port 0 says it bound (`pattern` has one group), pinned
+        into argv so that a restart comes back at the same address, as a restarted server must.
+        (Only a restart rebinds a known port: the one this process held a moment before.)"""
+        port = int(self.wait_for_match(pattern, timeout).group(1))
+        i = self.argv.index("--listen") + 1
+        host, _, old = self.argv[i].rpartition(":")
+        if old == "0":
+            self.argv = [*self.argv[:i], f"{host}:{port}", *self.argv[i + 1:]]
+        return port
+
+    def wait_for_match(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            m = re.search(pattern, self.text())
+            if m:
+                found.append(m)
+            return m is not None
+
+        t0 = time.monotonic()
+        while not seen():
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise AssertionError(f"{self.name} exited ({code}):\n{self.text()[-3000:]}")
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"{self.name}: /{pattern}/ not seen in {timeout}s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+        return found[0]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if not self.alive():
@@ -116,36 +150,35 @@ class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
-                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1) -> None:
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
+                 replica_store_urls: tuple[str, ...] = ()) -> None:
+        """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
-
-        from tests.fixtures_infra import free_port
 
         self.tmp = tmp
         self.pki = tmp / "pki"
         node_args = [a for n in nodes for a in ("--node", n)]
         subprocess.run(persys("certs", "init", "--dir", str(self.pki), *node_args), check=True, capture_output=True,
                        timeout=60)
-        self.gw_port = free_port()
-        self.replica_targets = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
-        self.target = ",".join(self.replica_targets)
+        # Every server binds port 0 and says which port it got: nothing is picked here and bound later.
         self.schedulers = [
             Proc(f"scheduler-{i}", persys(
-                "scheduler", "--listen", t, "--store", store_url, "--events", events_url, "--replica-id", f"r{i}",
+                "scheduler", "--listen", "127.0.0.1:0", "--store", (replica_store_urls or (store_url,) * replicas)[i],
+                "--events", events_url, "--replica-id", f"r{i}",
                 "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
-            for i, t in enumerate(self.replica_targets)
+            for i in range(replicas)
         ]
-        for s in self.schedulers:
-            s.wait_for("scheduler ready")
+        self.replica_targets = [f"127.0.0.1:{s.bound_port(SCHEDULER_PORT)}" for s in self.schedulers]
+        self.target = ",".join(self.replica_targets)
         self.scheduler = self.schedulers[0]
         self.agents = {
             n: Proc(f"agent-{n}", persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir",
                                           str(self.pki), "--state-dir", str(tmp / f"agent-{n}"), *agent_args), tmp)
             for n in nodes
         }
-        self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen",
-                                              f"127.0.0.1:{self.gw_port}", "--tls-dir", str(self.pki)), tmp)
-        self.gateway.wait_for("gateway ready")
+        self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen", "127.0.0.1:0",
+                                              "--tls-dir", str(self.pki)), tmp)
+        self.gw_port = self.gateway.bound_port(GATEWAY_PORT)
         for n, a in self.agents.items():
             a.wait_for(f"agent {n} started")
         cfg = tmp / "persysctl.yaml"

@@ -78,7 +78,7 @@ def running(c: Components, name: str) -> dict | None:  # type: ignore[type-arg]
 def test_a_bad_stored_manifest_stops_nothing_else(cluster: tuple[Components, EtcdServer]) -> None:
     c, etcd = cluster
     c.ctl("apply", "-f", "-", stdin=process_manifest("before"))
-    eventually(lambda: running(c, "before"), 20, "before Running")
+    eventually(lambda: running(c, "before"), 40, "before Running")
 
     # Stored by an older version that accepted it: the engine cannot evaluate it.
     doc = bad_manifest("bad")

@@ -446,7 +446,7 @@ class Scheduler:
             self._started_at = now
             for live in self.live.values():
                 live.last_heartbeat = max(live.last_heartbeat, now)
-            for wid in list(self.state.workloads):
+            for wid in [*self.state.workloads, *self.state.refused]:
                 self._enqueue(wid)
 
     # ------------------------------------------------------------------ lifecycle

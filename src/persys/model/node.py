@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, StrictStr
 
 from persys.model.base import Model
+from persys.model.workload import Quantity
 
 
 class NodeStatus(StrEnum):
@@ -34,9 +35,10 @@ class RuntimeInfo(Model):
 class Capabilities(Model):
     runtimes: dict[str, RuntimeInfo] = Field(default_factory=dict)  # workload type -> info
     storage_drivers: list[str] = Field(default_factory=list)
-    cpu_millicores: int = 0
-    memory_mb: int = 0
-    disk_mb: int = 0
+    # Capacity the placement engine compares requests with: never negative, bounded like requests.
+    cpu_millicores: Quantity = 0
+    memory_mb: Quantity = 0
+    disk_mb: Quantity = 0
 
 
 class NodeUsage(Model):

@@ -8,7 +8,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
 
 from persys.model.base import Model
 from persys.model.documents import DocumentError, load_yaml
@@ -17,6 +17,16 @@ NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
 WorkloadType = Literal["container", "compose", "vm", "microvm", "process"]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
+# Bounds on what the placement engine consumes (it sums and compares quantities, and turns them
+# into float scores): large enough for any real machine, small enough that no sum overflows.
+MAX_QUANTITY = 2**40  # millicores, MiB
+Quantity = Annotated[StrictInt, Field(ge=0, le=MAX_QUANTITY)]
+MAX_ITEMS = 64  # constraints, tolerations, selector entries, volumes, features per workload
+LabelKey = Annotated[StrictStr, Field(min_length=1, max_length=253)]
+LabelValue = Annotated[StrictStr, Field(max_length=253)]
+# Gt/Lt compare a node's label with this as integers; ASCII digits only (int() would also take
+# "1_000", " 12" or other scripts' digits) and within 64 bits.
+INTEGER_RE = re.compile(r"[+-]?[0-9]{1,18}")
 
 
 class DesiredState(StrEnum):
@@ -44,22 +54,48 @@ class AccessMode(StrEnum):
 
 
 class Resources(Model):
-    cpu_millicores: NonNegInt = 100
-    memory_mb: NonNegInt = 64
-    disk_mb: NonNegInt = 0
+    cpu_millicores: Quantity = 100
+    memory_mb: Quantity = 64
+    disk_mb: Quantity = 0
 
 
 class Toleration(Model):
-    key: StrictStr = ""
+    key: Annotated[StrictStr, Field(max_length=253)] = ""
     operator: Literal["Equal", "Exists"] = "Equal"
-    value: StrictStr = ""
+    value: LabelValue = ""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+    @field_validator("value")
+    @classmethod
+    def _value_for_operator(cls, v: str, info: ValidationInfo) -> str:
+        op = info.data.get("operator")
+        if op == "Exists" and v:
+            raise ValueError("Exists takes no value")
+        if op == "Equal" and not info.data.get("key", ""):
+            # An empty key matches every taint only with Exists; Equal would match none.
+            raise ValueError("an empty key needs operator Exists")
+        return v
 
 
 class LabelConstraint(Model):
-    key: StrictStr
+    """One requirement on a node's labels. The model refuses what the placement engine cannot
+    evaluate (its LabelConstraint raises on it), so a stored workload always places."""
+
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[StrictStr] = Field(default_factory=list)
+    values: Annotated[list[LabelValue], Field(max_length=256)] = Field(default_factory=list)
+
+    @field_validator("values")
+    @classmethod
+    def _values_for_operator(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        op = info.data.get("operator")
+        if op in ("Gt", "Lt") and (len(v) != 1 or not INTEGER_RE.fullmatch(v[0])):
+            raise ValueError(f"{op} needs exactly one integer (ASCII digits, at most 18)")
+        if op in ("In", "NotIn") and not v:
+            raise ValueError(f"{op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and v:
+            raise ValueError(f"{op} takes no values")
+        return v
 
 
 class PortMapping(Model):
@@ -151,7 +187,7 @@ class VMSpec(Model):
 
     image: Annotated[StrictStr, Field(min_length=1)]
     vcpus: Annotated[StrictInt, Field(ge=1, le=64)] = 1
-    memory_mb: Annotated[StrictInt, Field(ge=32)] = 256
+    memory_mb: Annotated[StrictInt, Field(ge=32, le=MAX_QUANTITY)] = 256
     kernel: StrictStr = ""  # direct kernel boot instead of the image's bootloader
     initrd: StrictStr = ""
     cmdline: StrictStr = ""
@@ -185,7 +221,7 @@ class MicroVMSpec(Model):
     initrd: StrictStr = ""
     cmdline: StrictStr = "console=ttyS0 reboot=k panic=1"
     vcpus: Annotated[StrictInt, Field(ge=1, le=32)] = 1
-    memory_mb: Annotated[StrictInt, Field(ge=32)] = 128
+    memory_mb: Annotated[StrictInt, Field(ge=32, le=MAX_QUANTITY)] = 128
     hypervisor: Literal["auto", "firecracker", "qemu"] = "auto"  # auto: Firecracker if installed, else QEMU
     # Existing host tap devices, one virtio-net interface each (eth0, eth1, ... in the guest).
     tap_devices: list[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")]] = Field(default_factory=list)
@@ -194,7 +230,7 @@ class MicroVMSpec(Model):
 class VolumeSpec(Model):
     name: Annotated[StrictStr, Field(min_length=1)]
     driver: Literal["local", "nfs", "ceph-rbd"] = "local"
-    size_mb: NonNegInt = 0
+    size_mb: Quantity = 0
     mount_path: Annotated[StrictStr, Field(min_length=1)]
     read_only: StrictBool = False
     retain: StrictBool = False
@@ -216,15 +252,19 @@ class WorkloadSpec(Model):
     desired_state: DesiredState = DesiredState.RUNNING
     restart_policy: RestartPolicy = RestartPolicy.ALWAYS
     resources: Resources = Field(default_factory=Resources)
-    node_selector: dict[str, StrictStr] = Field(default_factory=dict)
-    constraints: list[LabelConstraint] = Field(default_factory=list)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    avoid_nodes: list[StrictStr] = Field(default_factory=list)  # placement exclusion
+    node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_ITEMS)] = Field(default_factory=dict)
+    constraints: Annotated[list[LabelConstraint], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
+    tolerations: Annotated[list[Toleration], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
+    # Placement exclusion (node ids).
+    avoid_nodes: Annotated[list[Annotated[StrictStr, Field(max_length=253)]], Field(max_length=1024)] = Field(
+        default_factory=list)
     # Runtime features the node must advertise, as "<type>:<feature>", e.g. "vm:accel:kvm" to
     # insist on hardware acceleration (see `persysctl describe node` for what nodes offer).
-    required_features: list[Annotated[StrictStr, Field(pattern=r"^[a-z]+:.+$")]] = Field(default_factory=list)
-    spread_by: StrictStr = ""  # a topology label (e.g. "zone") to spread replicas across
-    volumes: list[VolumeSpec] = Field(default_factory=list)
+    required_features: Annotated[list[Annotated[StrictStr, Field(pattern=r"^[a-z]+:.+$", max_length=253)]],
+                                 Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
+    # A topology label (e.g. "zone") to spread replicas across.
+    spread_by: Annotated[StrictStr, Field(max_length=253)] = ""
+    volumes: Annotated[list[VolumeSpec], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # Unset: Stop when a volume is single-writer (see VolumeSpec.single_writer), Keep otherwise;
     # unset stays out of the revision hash, so specs written before the field keep their revision.
     on_disconnect: OnDisconnect | None = None
@@ -279,7 +319,7 @@ class Metadata(Model):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):  # fullmatch: '$' alone lets a trailing newline through
             raise ValueError(
                 "must be a DNS label: lowercase letters, digits and '-', 1-63 characters, "
                 "starting and ending with a letter or digit"
@@ -304,12 +344,21 @@ class Workload(Model):
     labels: dict[str, StrictStr] = Field(default_factory=dict)
     spec: WorkloadSpec
     revision: StrictStr
-    generation: StrictInt = 1
+    generation: NonNegInt = 1
     created_at: float
     updated_at: float
     deleting: StrictBool = False
     # Bumped by `persysctl restart`: part of the revision, so agents replace what runs.
-    restart_epoch: StrictInt = 0
+    restart_epoch: NonNegInt = 0
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_name(cls, v: str) -> str:
+        # Instance ids are "<id>.<i>": an id with a '.' (a restored or hand-written document)
+        # would make another workload's instances look like its own.
+        if not NAME_RE.fullmatch(v):  # fullmatch: '$' alone lets a trailing newline through
+            raise ValueError("must be a DNS label (a workload name)")
+        return v
 
     @staticmethod
     def revision_of(spec: WorkloadSpec, restart_epoch: int) -> str:

@@ -36,7 +36,7 @@ from persys.model import (
 )
 from persys.model.base import Model
 from persys.model.workload import index_of, instance_id, workload_of
-from persys.scheduler import keys
+from persys.scheduler import failures, keys, quarantine
 from persys.scheduler import placement as pl
 from persys.scheduler.drift import Drift, Reported, detect
 from persys.scheduler.group_commit import (
@@ -57,6 +57,7 @@ from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState, Versioned, put_doc
+from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import (
     Compare,
     Delete,
@@ -76,6 +77,7 @@ PLACE_CHUNK = 128  # placements decided between two yields to the event loop
 # Each placement carries two compares and two puts; with the leader fence that stays within
 # etcd's default --max-txn-ops of 128 per branch.
 PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
+STOP_WAIT_SECONDS = 5.0  # the longest stop() waits for one of its steps
 SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (see spec_json)
 
 
@@ -296,6 +298,7 @@ class Scheduler:
         self._member_rev = 0  # mod revision of our /persys/replicas key (sharded mode)
         self._owned: set[str] = set()
         self._active_tasks: list[asyncio.Task[Any]] = []
+        self.worker_watch = WorkerWatch()
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
 
@@ -402,9 +405,9 @@ class Scheduler:
         self._started_at = now
         for live in self.live.values():
             live.last_heartbeat = now
-        for wid in list(self.state.workloads):
+        for wid in [*self.state.workloads, *self.state.refused]:
             self._enqueue(wid)
-        self._active_tasks = [asyncio.create_task(self._worker(), name="reconcile-worker")]
+        self._active_tasks = [self._start_worker()]
         self._spawn(self._sync_shards())
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
@@ -414,7 +417,9 @@ class Scheduler:
         for t in self._active_tasks:
             t.cancel()
         for t in self._active_tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            # A worker that died has said so already (_worker_ended): its error must not
+            # escape into the election, which would then never stop.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._active_tasks = []
         for ev in self._node_changed.values():
@@ -441,7 +446,7 @@ class Scheduler:
             self._started_at = now
             for live in self.live.values():
                 live.last_heartbeat = max(live.last_heartbeat, now)
-            for wid in list(self.state.workloads):
+            for wid in [*self.state.workloads, *self.state.refused]:
                 self._enqueue(wid)
 
     # ------------------------------------------------------------------ lifecycle
@@ -451,12 +456,12 @@ class Scheduler:
         if self.stall_watchdog is not None:
             self.stall_watchdog.start()
         await self.state.load()
-        has_state = bool(self.state.workloads or self.state.nodes or self.state.assignments)
+        has_state = bool(self.state.workloads or self.state.refused or self.state.nodes or self.state.assignments)
         await self.guard.establish(self.state.cluster_marker, has_state)
         self.state.subscribe(self._on_change)
         self.state.start_following()
         self._started_at = self.clock()
-        for wid in list(self.state.workloads):
+        for wid in [*self.state.workloads, *self.state.refused]:
             self._enqueue(wid)
         self._tasks = [
             asyncio.create_task(self._publisher(), name="event-publisher"),
@@ -470,14 +475,19 @@ class Scheduler:
             await asyncio.wait_for(self.election.settled.wait(), timeout=self.config.leader_ttl_seconds * 3)
 
     async def stop(self) -> None:
-        await self.election.stop()  # steps down at once: a standby takes over without waiting
+        # Every wait is bounded: a stuck or failed task must not hold the process at exit.
+        try:
+            # Steps down at once: a standby takes over without waiting.
+            await asyncio.wait_for(self.election.stop(), STOP_WAIT_SECONDS)
+        except Exception as err:  # includes TimeoutError
+            log.warning("stepping down did not finish cleanly: %s", failures.describe(err))
         if self._commit_tasks:
             await asyncio.wait(set(self._commit_tasks), timeout=5)
-        for t in self._tasks:
+        for t in [*self._tasks, *self._active_tasks]:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        pending = [t for t in [*self._tasks, *self._active_tasks] if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_WAIT_SECONDS)
         await self.state.stop()
         self.heap.uninstall()
         if self.stall_watchdog is not None:
@@ -575,10 +585,85 @@ class Scheduler:
                     log.warning("store unavailable while reconciling %s: %s", wid, err)
                     await asyncio.sleep(1.0)
                     self._enqueue(wid)
-                except Exception:
+                except Exception as err:
                     log.exception("reconcile of %s failed", wid)
+                    await self._mark_failed(wid, None, failures.INTERNAL_ERROR, err)
             if needs:
-                await self._place(needs)
+                await self._place_isolated(needs)
+
+    def _start_worker(self) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._worker(), name="reconcile-worker")
+        task.add_done_callback(self._worker_ended)
+        return task
+
+    def _worker_ended(self, task: asyncio.Task[None]) -> None:
+        """The worker only ends when cancelled (deposed, stopping). Should it end otherwise, say
+        so in health and start another: one bug must not stop all scheduling."""
+        if task.cancelled() or task not in self._active_tasks:
+            return
+        err = task.exception()
+        why = failures.describe(err) if err is not None else "returned"
+        log.error("reconcile worker ended unexpectedly (%s); restarting it", why, exc_info=err)
+        self.worker_watch.failed(why, self.clock())
+        self._active_tasks.remove(task)
+        if self.is_active:
+            self._active_tasks.append(self._start_worker())
+            for wid in [*self.state.workloads, *self.state.refused]:
+                self._enqueue(wid)  # the batch it held is lost: look at everything again
+
+    async def _place_isolated(self, needs: list[tuple[Workload, int, str]]) -> None:
+        """`_place` the batch; if it raises, place its workloads one by one so that only the one
+        that fails is marked (with the reason) and every other is placed."""
+        try:
+            await self._place(needs)
+            return
+        except Exception as err:
+            if len({w.id for w, _, _ in needs}) == 1:
+                self._undo_place(needs)
+                log.warning("placing %s failed: %s", needs[0][0].id, failures.describe(err))
+                await self._mark_failed(needs[0][0].id, [i for _, _, i in needs], failures.PLACEMENT_ERROR, err)
+                return
+            log.warning("placing a batch of %d failed (%s); placing them one workload at a time", len(needs),
+                        failures.describe(err))
+        self._undo_place(needs)
+        by_workload: dict[str, list[tuple[Workload, int, str]]] = {}
+        for item in needs:
+            by_workload.setdefault(item[0].id, []).append(item)
+        for wid, items in by_workload.items():
+            try:
+                await self._place(items)
+            except Exception as err:
+                self._undo_place(items)
+                log.warning("placing %s failed: %s", wid, failures.describe(err))
+                await self._mark_failed(wid, [i for _, _, i in items], failures.PLACEMENT_ERROR, err)
+
+    def _undo_place(self, needs: list[tuple[Workload, int, str]]) -> None:
+        """Release what a failed `_place` reserved for instances it did not hand to a commit."""
+        for _, _, inst in needs:
+            if inst not in self._inflight:
+                self.placement.release(inst)
+
+    async def _mark_failed(self, wid: str, instances: list[str] | None, reason: str, err: BaseException) -> None:
+        """Say on the workload's unplaced instances (all of them when None) why they have no
+        node, and publish it; never raises (the worker must go on)."""
+        message = failures.describe(err)
+        self.emit("WorkloadFailed" if reason == failures.INTERNAL_ERROR else "PlacementFailed",
+                  f"workload/{wid}", message, reason)
+        try:
+            cur = self.state.workloads.get(wid)
+            if cur is None:
+                return
+            if instances is None:
+                instances = [instance_id(wid, i) for i in range(cur.value.spec.replicas)]
+            now = time.time()
+            for inst in failures.unplaced(instances, self.state.placement_of):
+                st = self.state.statuses.get(inst)
+                new = failures.failure_status(st.value if st else None, reason, message, now)
+                if new is not None:
+                    await self.state.commit([Compare(keys.workload(wid), cur.mod_revision)],
+                                            [Put(keys.status(inst), new.to_json())])
+        except Exception:
+            log.exception("could not record the failure of %s", wid)
 
     async def _health_loop(self) -> None:
         while True:
@@ -644,7 +729,10 @@ class Scheduler:
             if current is None:
                 if dry_run:
                     return incoming, True, True
-                if await self.state.commit([Compare(key, 0)], [Put(key, incoming.to_json())], fenced=False):
+                # rev_of: 0, or the revision of a stored document the model refuses, which a
+                # valid manifest of the same name replaces.
+                if await self.state.commit([Compare(key, self.state.rev_of(key))], [Put(key, incoming.to_json())],
+                                           fenced=False):
                     self.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self._refresh(key)
@@ -781,6 +869,17 @@ class Scheduler:
         key = keys.workload(wid)
         for _ in range(10):
             current = self.state.workloads.get(wid)
+            refused = self.state.refused.get(wid) if current is None else None
+            if refused is not None:  # stored, but refused by the model: deletable all the same
+                if refused.value.deleting:
+                    return True, False
+                if await self.state.commit([Compare(key, refused.mod_revision)],
+                                           [Put(key, quarantine.marked_deleting(refused.value, time.time()))],
+                                           fenced=False):
+                    self.emit("WorkloadDeleting", f"workload/{wid}", "deletion requested")
+                    return True, False
+                await self._refresh(key)
+                continue
             if current is None:
                 return False, True
             if current.value.deleting:
@@ -842,12 +941,15 @@ class Scheduler:
         """Converge one workload's instances; returns the instances that need a node."""
         cur = self.state.workloads.get(wid)
         existing = set(self.state.instances.get(wid, ()))
+        if cur is None and wid in self.state.refused:
+            await self._reconcile_refused(wid, existing)
+            return []
         if cur is None:
             await self._cleanup_orphans(existing)
             return []
         w, wrev = cur.value, cur.mod_revision
         if w.deleting:
-            await self._reconcile_deletion(w, wrev, existing)
+            await self._reconcile_deletion(w.id, wrev, existing)
             return []
         wanted = {instance_id(wid, i) for i in range(w.spec.replicas)}
         extra = existing - wanted
@@ -863,6 +965,22 @@ class Scheduler:
             elif inst not in self._inflight and not self._still_on_old_node(inst):
                 needs.append((w, wrev, inst))
         return needs
+
+    async def _reconcile_refused(self, wid: str, existing: set[str]) -> None:
+        """A stored workload the model refuses: never placed, never removed unasked; its unplaced
+        instances say why (see quarantine)."""
+        cur = self.state.refused[wid]
+        r, rev = cur.value, cur.mod_revision
+        if r.deleting:
+            await self._reconcile_deletion(wid, rev, existing)
+            return
+        now = time.time()
+        for inst in failures.unplaced(existing | {wid}, self.state.placement_of):
+            st = self.state.statuses.get(inst)
+            new = quarantine.refused_status(st.value if st else None, r, now)
+            if new is not None and await self.state.commit([Compare(keys.workload(wid), rev)],
+                                                           [Put(keys.status(inst), new.to_json())]):
+                self.emit("WorkloadInvalid", f"workload/{wid}", r.message, quarantine.INVALID_SPEC)
 
     async def _relocate_if_needed(self, w: Workload, wrev: int, inst: str, node_id: str) -> bool:
         """Move an instance off a draining or lost node. True if it was withdrawn."""
@@ -916,7 +1034,7 @@ class Scheduler:
         for chunk in _chunks(ops, TXN_MAX_OPS):
             await self.state.commit([], chunk)
 
-    async def _reconcile_deletion(self, w: Workload, wrev: int, instances: set[str]) -> None:
+    async def _reconcile_deletion(self, wid: str, wrev: int, instances: set[str]) -> None:
         withdraw: list[Put | Delete] = []
         waiting = False
         now = time.time()
@@ -937,18 +1055,18 @@ class Scheduler:
                 waiting = True  # the agent's next complete report without it re-enqueues us
         if withdraw:
             for chunk in _chunks(withdraw, TXN_MAX_OPS - 1):
-                await self.state.commit([Compare(keys.workload(w.id), wrev)], chunk)
+                await self.state.commit([Compare(keys.workload(wid), wrev)], chunk)
             return
         if waiting:
             return
-        ops: list[Put | Delete] = [Delete(keys.workload(w.id))]
+        ops: list[Put | Delete] = [Delete(keys.workload(wid))]
         ops += [Delete(keys.status(inst)) for inst in instances if inst in self.state.statuses]
-        if await self.state.commit([Compare(keys.workload(w.id), wrev)], ops[:TXN_MAX_OPS]):
+        if await self.state.commit([Compare(keys.workload(wid), wrev)], ops[:TXN_MAX_OPS]):
             for inst in instances:
                 self.usage.pop(inst, None)
             if len(ops) > TXN_MAX_OPS:
                 await self._cleanup_orphans(instances)
-            self.emit("WorkloadDeleted", f"workload/{w.id}", "removed from the cluster")
+            self.emit("WorkloadDeleted", f"workload/{wid}", "removed from the cluster")
 
     async def _place(self, needs: list[tuple[Workload, int, str]]) -> None:
         requests = []
@@ -965,12 +1083,14 @@ class Scheduler:
             if decision.node_id is None:
                 await self._mark_pending(w, wrev, inst, decision)
                 continue
-            self._inflight.add(inst)
             placed.append(_Placed(w, wrev, inst, decision))
         # Many placements per transaction: one etcd revision (and one fsync) for up to
         # PLACEMENTS_PER_TXN of them instead of one each.
         for i in range(0, len(placed), PLACEMENTS_PER_TXN):
             await self._commit_slots.acquire()
+            # In flight from here on (not before: if this pass fails part-way, _place_isolated
+            # releases what it reserved for instances that never reached a commit).
+            self._inflight.update(p.instance for p in placed[i : i + PLACEMENTS_PER_TXN])
             task = asyncio.create_task(self._commit_placements(placed[i : i + PLACEMENTS_PER_TXN]))
             self._commit_tasks.add(task)
             task.add_done_callback(self._commit_tasks.discard)
@@ -1017,10 +1137,17 @@ class Scheduler:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload
         changed meanwhile, the others still land: see group_commit)."""
         landed: list[_Placed] = []
+        broken: list[tuple[_Placed, Exception]] = []
         try:
-            units = [Unit(*self._placement_ops(p)) for p in batch]
+            units, built = [], []
+            for p in batch:
+                try:  # one placement whose documents cannot be built must not hold back the rest
+                    units.append(Unit(*self._placement_ops(p)))
+                    built.append(p)
+                except Exception as err:
+                    broken.append((p, err))
             oks = await commit_units(self.state.commit, units)
-            landed = [p for p, ok in zip(batch, oks, strict=True) if ok]
+            landed = [p for p, ok in zip(built, oks, strict=True) if ok]
         except Exception as err:
             log.warning("committing %d placements failed: %s", len(batch), err)
         finally:
@@ -1035,6 +1162,10 @@ class Scheduler:
                 self.emit("Relocated", f"workload/{wid}", f"{inst}: {p.moved_from} -> {p.decision.node_id}",
                           "Relocated")
         done = {p.instance for p in landed}
+        for p, failure in broken:
+            done.add(p.instance)
+            self.placement.release(p.instance)
+            await self._mark_failed(p.workload.id, [p.instance], failures.INTERNAL_ERROR, failure)
         for p in batch:
             if p.instance not in done:
                 self.placement.release(p.instance)
@@ -1246,7 +1377,8 @@ class Scheduler:
         workload's spec would be tens of megabytes at 50,000 workloads."""
         cur = self.state.workloads.get(wid)
         if cur is None:
-            return None
+            refused = self.state.refused.get(wid)  # agents keep running what they already run
+            return refused.value.spec_json() if refused is not None else None
         key = (wid, cur.value.revision)
         cached = self._spec_cache.get(key)
         if cached is None:
@@ -1578,6 +1710,9 @@ class Scheduler:
 
     def workload_view(self, wid: str, summary: bool = False) -> dict[str, Any]:
         cur = self.state.workloads.get(wid)
+        if cur is None and wid in self.state.refused:
+            known = sorted(set(self.state.instances.get(wid, ())) | {wid}, key=index_of)
+            return quarantine.refused_view(self.state.refused[wid].value, [self._instance_view(i) for i in known])
         if cur is None:
             raise NotFound(f"workload {wid!r}")
         w = cur.value
@@ -1686,6 +1821,18 @@ class Scheduler:
                 f"liveness suspended: {liveness['silentNodes']} of {liveness['judgedNodes']} nodes silent "
                 f"({liveness['reason']}), ends in {max(0.0, liveness['endsAt'] - time.time()):.0f}s at the latest "
                 "(persysctl admin liveness resume ends it now)")
+        mode = self.mode
+        worker = self.worker_watch.problem(any(not t.done() for t in self._active_tasks), self.is_active,
+                                           self.clock())
+        if worker:
+            # Scheduling is (or just was) stopped: not normal, whatever the store says.
+            mode = str(Mode.DEGRADED) if mode == str(Mode.NORMAL) else mode
+            detail = (detail + "; " if detail else "") + worker
+        if self.state.refused:
+            names = sorted(self.state.refused)
+            detail = (detail + "; " if detail else "") + (
+                f"{len(names)} stored workload(s) refused by the model and not scheduled: {', '.join(names[:5])}"
+                + (", ..." if len(names) > 5 else ""))
         return {
             "replicaId": self.election.replica_id,
             "active": self.is_active,
@@ -1694,7 +1841,7 @@ class Scheduler:
             "electedAt": self.elected_at_wall,
             "sharded": self.config.sharded,
             "ownedNodes": sum(1 for n in self.state.nodes if self.owns(n)),
-            "mode": self.mode,
+            "mode": mode,
             "storeOk": store_ok,
             "eventsOk": events_ok,
             "storeBackend": backend,

@@ -232,10 +232,14 @@ class PlacementService:
         return {"decisions": len(times), "p50Ms": pct(0.5), "p99Ms": pct(0.99), "maxMs": round(times[-1] * 1000, 3)}
 
     def plan(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
-        """Like `place` but on a scratch copy of the ledger: nothing is reserved."""
+        """Like `place` but on a scratch copy of the ledger: nothing is reserved. An instance
+        planned again while its own placement is in flight is planned afresh (its reservation
+        left out of the scratch ledger, where it would collide with the new one)."""
         scratch = pl.Reservations()
+        planned = {r.id for r in requests}
         for r in self.ledger:
-            scratch.reserve(r)
+            if r.id not in planned:
+                scratch.reserve(r)
         return pl.place_many(self.base(), requests, scratch, self.config)
 
     def evaluate(self, request: pl.WorkloadRequest, node_id: str) -> pl.NodeEvaluation | None:

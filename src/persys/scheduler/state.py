@@ -27,6 +27,7 @@ from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
+from persys.scheduler.quarantine import RefusedWorkload, parse_stored
 from persys.scheduler.shards import decode_members
 from persys.store.base import Compare, Delete, KeyValue, Put, StateStore, WatchCompacted, WatchEvent
 
@@ -60,6 +61,8 @@ class ClusterState:
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.workloads: dict[str, Versioned[Workload]] = {}
+        # Stored workloads the model refuses: kept apart, never placed, never deleted unasked.
+        self.refused: dict[str, Versioned[RefusedWorkload]] = {}
         self.statuses: dict[str, Versioned[WorkloadStatus]] = {}
         self.nodes: dict[str, Versioned[Node]] = {}
         self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
@@ -102,6 +105,7 @@ class ClusterState:
         # sees an empty mirror.
         kvs, rev = await self.store.range(keys.ROOT)
         self.workloads.clear()
+        self.refused.clear()
         self.statuses.clear()
         self.nodes.clear()
         self.assignments.clear()
@@ -255,7 +259,15 @@ class ClusterState:
     def _fold(self, key: str, value: bytes, rev: int, doc: BaseModel | None = None) -> tuple[str, str]:
         try:
             if key.startswith(keys.WORKLOADS):
-                w = doc if isinstance(doc, Workload) else Workload.model_validate_json(value)
+                wid = key.removeprefix(keys.WORKLOADS)
+                w = doc if isinstance(doc, Workload) else parse_stored(wid, value)
+                if isinstance(w, RefusedWorkload):
+                    log.error("stored workload %s refused by the model (kept, not placed): %s", wid,
+                              "; ".join(w.problems))
+                    self.workloads.pop(wid, None)
+                    self.refused[wid] = Versioned(w, rev)
+                    return "workload", wid
+                self.refused.pop(w.id, None)
                 self.workloads[w.id] = Versioned(w, rev)
                 return "workload", w.id
             if key.startswith(keys.STATUS):
@@ -298,6 +310,7 @@ class ClusterState:
         if key.startswith(keys.WORKLOADS):
             wid = key.removeprefix(keys.WORKLOADS)
             self.workloads.pop(wid, None)
+            self.refused.pop(wid, None)
             return "workload", wid
         if key.startswith(keys.STATUS):
             wid = key.removeprefix(keys.STATUS)

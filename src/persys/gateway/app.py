@@ -202,7 +202,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         return JSONResponse(await client.control(workload_id, action))
 
     @app.get("/v1/workloads/{workload_id}/logs", tags=["workloads"], responses={**SCHEDULER_ERRORS, **AGENT_ERRORS})
-    async def logs(workload_id: str = WorkloadId, instance: str = Query("", pattern=f"^$|{INSTANCE_ID}", description="empty: the first instance"),
+    async def logs(workload_id: str = WorkloadId,
+                   instance: str = Query("", pattern=f"^$|{INSTANCE_ID}", description="empty: the first instance"),
                    tail: int = Query(100, ge=1, le=10_000)) -> JSONResponse:
         """The tail of an instance's output, fetched from its node's agent over mutual TLS."""
         view = await client.get_workload(workload_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -116,7 +117,9 @@ class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
-                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1) -> None:
+                 scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
+                 scheduler_stores: list[str] | None = None) -> None:
+        """`scheduler_stores`: each replica's own store URL (e.g. through its own TcpProxy)."""
         import yaml
 
         from tests.fixtures_infra import free_port
@@ -131,7 +134,8 @@ class Components:
         self.target = ",".join(self.replica_targets)
         self.schedulers = [
             Proc(f"scheduler-{i}", persys(
-                "scheduler", "--listen", t, "--store", store_url, "--events", events_url, "--replica-id", f"r{i}",
+                "scheduler", "--listen", t, "--store", (scheduler_stores or [])[i] if scheduler_stores else store_url,
+                "--events", events_url, "--replica-id", f"r{i}",
                 "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
             for i, t in enumerate(self.replica_targets)
         ]
@@ -215,3 +219,81 @@ def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]
 def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
     """The health of the replica that says it is active, if any."""
     return next((h for h in replica_healths(c).values() if h["active"]), None)
+
+
+class TcpProxy:
+    """A TCP forwarder to `upstream` ("host:port") on a port the kernel picks (bound to port 0),
+    for cutting one process off from a server (etcd) while others still reach it.
+
+    `cut()` behaves like a network partition, not like a refusal: open connections stay open but
+    carry nothing any more, and new ones are accepted and then ignored. `heal()` closes every
+    connection (the clients reconnect) and forwards again. Runs its own event loop in a thread."""
+
+    def __init__(self, upstream: str) -> None:
+        import threading
+
+        host, _, port = upstream.rpartition(":")
+        self.upstream = (host, int(port))
+        self.cut_off = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tcp-proxy", daemon=True)
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._accept, "127.0.0.1", 0), self.loop).result(10)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        if self.cut_off:
+            return  # accepted, never answered: a partition
+        try:
+            ur, uw = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+        self._writers.add(uw)
+        await asyncio.gather(self._pipe(reader, uw), self._pipe(ur, writer), return_exceptions=True)
+        for w in (writer, uw):
+            w.close()
+            self._writers.discard(w)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        while data := await src.read(65536):
+            if self.cut_off:
+                continue  # dropped on the floor, as by a broken network
+            dst.write(data)
+            await dst.drain()
+        dst.close()
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        async def run() -> None:
+            fn()
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def cut(self) -> None:
+        self._call(lambda: setattr(self, "cut_off", True))
+
+    def heal(self) -> None:
+        def heal() -> None:
+            self.cut_off = False
+            for w in list(self._writers):
+                w.close()
+            self._writers.clear()
+        self._call(heal)
+
+    def close(self) -> None:
+        def close() -> None:
+            self._server.close()
+            for w in list(self._writers):
+                w.close()
+            self._writers.clear()
+        self._call(close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

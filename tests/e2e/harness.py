@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -297,3 +298,47 @@ class TcpProxy:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+def instance_snapshot(store_url: str) -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:
+    """From the store itself: each instance's (phase, node, runtime id, restarts) and each node's
+    status, to tell whether anything restarted, moved or went NotReady."""
+    import json
+
+    from persys.scheduler import keys
+    from persys.store import open_store
+
+    async def read() -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:
+        store = open_store(store_url)
+        try:
+            statuses, _ = await store.range(keys.STATUS)
+            nodes, _ = await store.range(keys.NODES)
+        finally:
+            await store.close()
+        inst = {}
+        for kv in statuses:
+            d = json.loads(kv.value)
+            inst[kv.key.removeprefix(keys.STATUS)] = (str(d.get("phase", "")), str(d.get("nodeId", "")),
+                                                      str(d.get("runtimeId", "")), int(d.get("restarts", 0)))
+        return inst, {kv.key.removeprefix(keys.NODES): str(json.loads(kv.value).get("status")) for kv in nodes}
+
+    return asyncio.run(read())
+
+
+def delete_workloads(c: Components, store_url: str) -> None:
+    """Delete every workload (waiting until its processes are gone); kill what still runs after that,
+    so nothing a test or benchmark started outlives it."""
+    import json
+
+    p = c.ctl("get", "workloads", "-o", "json", check=False)
+    names = [w["name"] for w in json.loads(p.stdout)] if p.returncode == 0 and p.stdout.strip() else []
+    for name in names:
+        c.ctl("delete", "workload", name, check=False)
+    try:
+        left, _ = instance_snapshot(store_url)
+    except Exception:
+        left = {}
+    for _, _, rid, _ in left.values():
+        if rid.isdigit() and pid_alive(int(rid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(rid), signal.SIGKILL)  # each process workload leads its own group

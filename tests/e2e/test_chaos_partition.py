@@ -3,8 +3,6 @@ within seconds, the old one steps down once it runs again, and no workload resta
 
 from __future__ import annotations
 
-import asyncio
-import json
 import signal
 import threading
 import time
@@ -14,33 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
-from persys.store import open_store
-from tests.e2e.harness import Components, TcpProxy, active_replica, eventually, process_manifest, replica_healths
+from tests.e2e.harness import (
+    Components,
+    TcpProxy,
+    active_replica,
+    delete_workloads,
+    eventually,
+    instance_snapshot,
+    process_manifest,
+    replica_healths,
+)
 from tests.fixtures_infra import start_etcd
 
 pytestmark = pytest.mark.e2e
 NODES = ("n1", "n2")
 WORKLOADS = 3  # of 2 replicas each: 6 supervised processes over 2 nodes
 OUTAGE = 14.0  # longer than the lease TTL (2 s) and the node grace period (10 s) from the election
-
-
-async def _read(store_url: str) -> tuple[dict[str, dict], dict[str, str]]:  # type: ignore[type-arg]
-    store = open_store(store_url)
-    try:
-        statuses, _ = await store.range(keys.STATUS)
-        nodes, _ = await store.range(keys.NODES)
-    finally:
-        await store.close()
-    return ({kv.key.removeprefix(keys.STATUS): json.loads(kv.value) for kv in statuses},
-            {kv.key.removeprefix(keys.NODES): str(json.loads(kv.value).get("status")) for kv in nodes})
-
-
-def snapshot(store_url: str) -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:
-    """Each instance's (phase, node, runtime id, restarts), and each node's status, from etcd."""
-    st, nodes = asyncio.run(_read(store_url))
-    return ({i: (s.get("phase", ""), s.get("nodeId", ""), s.get("runtimeId", ""), int(s.get("restarts", 0)))
-             for i, s in st.items()}, nodes)
 
 
 @contextmanager
@@ -52,7 +39,7 @@ def watching_nodes(store_url: str) -> Iterator[list[str]]:
     def run() -> None:
         while not stop.wait(0.3):
             try:
-                _, nodes = snapshot(store_url)
+                _, nodes = instance_snapshot(store_url)
             except Exception:  # etcd busy for a moment: look again
                 continue
             seen.extend(f"{n}: {s}" for n, s in nodes.items() if s != "Ready")
@@ -80,7 +67,7 @@ def run_outage(tmp_path: Path, fault: Callable[[Components, int, dict[int, TcpPr
             c.ctl("apply", "-f", "-", stdin=process_manifest(f"w{k}", cpu=50, replicas=2))
 
         def all_running() -> dict[str, tuple[str, str, str, int]] | None:
-            inst, nodes = snapshot(etcd.url)
+            inst, nodes = instance_snapshot(etcd.url)
             ok = (len(inst) == 2 * WORKLOADS and all(p == "Running" and rid for p, _, rid, _ in inst.values())
                   and all(s == "Ready" for s in nodes.values()))
             return inst if ok else None
@@ -95,7 +82,7 @@ def run_outage(tmp_path: Path, fault: Callable[[Components, int, dict[int, TcpPr
             t0 = time.time()
             undo = fault(c, old, proxies)
             try:
-                h, _ = eventually(lambda: (lambda h: h if h and h["replicaId"] != active["replicaId"] else None)(
+                h, _ = eventually(lambda: (lambda h: h if h and h["active"] else None)(
                     replica_healths(c).get(1 - old)), 15, "the standby elected")
                 elected = float(h["electedAt"])
                 eventually(lambda: all(registered_with(c, n, new_target, marks[n]) for n in NODES), 10,
@@ -114,8 +101,18 @@ def run_outage(tmp_path: Path, fault: Callable[[Components, int, dict[int, TcpPr
         assert after == before, "an instance restarted or moved: " + str(
             {i: (before.get(i), after.get(i)) for i in set(before) | set(after) if before.get(i) != after.get(i)})
         assert replica_healths(c)[1 - old]["active"], "the new active replica stays active"
+        # The agents are fully served by the new active replica: new work reaches them, and a
+        # deletion completes (the agents remove the processes and report it).
+        c.ctl("apply", "-f", "-", stdin=process_manifest("later", cpu=50, replicas=2))
+        eventually(lambda: sum(1 for i, v in instance_snapshot(etcd.url)[0].items()
+                               if i.startswith("later") and v[0] == "Running") == 2, 30, "new work Running")
+        for k in range(WORKLOADS):
+            c.ctl("delete", "workload", f"w{k}")
     finally:
-        c.stop()
+        try:
+            delete_workloads(c, etcd.url)
+        finally:
+            c.stop()
         for p in proxies.values():
             p.close()
         etcd.stop()

@@ -257,6 +257,12 @@ class Agent:
         """No answer on the update stream for this long: the replica is gone for us."""
         return self.config.ack_deadline or 2 * self.heartbeat_interval
 
+    def _switched_under(self, gen: int) -> bool:
+        """Whether a call ended in CancelledError because the agent switched replicas under it
+        (closing a channel cancels its calls), not because the loop itself is being stopped."""
+        task = asyncio.current_task()
+        return gen != self._channel_gen and not (task is not None and task.cancelling())
+
     async def _ack_watchdog(self, deadline: AckDeadline, gen: int) -> None:
         while True:
             left = deadline.due_in(time.monotonic())
@@ -265,7 +271,8 @@ class Agent:
             await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
         log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
                     deadline.seconds)
-        await self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline")
+        # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
+        await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
 
     @property
     def stub(self) -> pb_grpc.AgentControlStub:
@@ -358,6 +365,9 @@ class Agent:
                     return
                 log.info("update stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
             finally:
                 watchdog.cancel()
                 self._updates = None
@@ -392,6 +402,9 @@ class Agent:
             except grpc.aio.AioRpcError as err:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -181,7 +181,7 @@ class LeaderElection:
         self._lease = 0
 
     async def _run(self) -> None:
-        while True:
+        while not self._resigning:  # a resigning replica does not campaign again
             try:
                 await self._campaign_once()
             except asyncio.CancelledError:

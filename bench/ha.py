@@ -85,7 +85,8 @@ def partition_once(tmp: Path) -> tuple[float, float, int]:
     upstream = etcd.url.removeprefix("etcd://").split(",")[0]
     proxies = [TcpProxy(upstream), TcpProxy(upstream)]
     nodes = ("a", "b")
-    c = Components(tmp, etcd.url, replicas=2, nodes=nodes, scheduler_stores=[f"etcd://{p.address}" for p in proxies])
+    c = Components(tmp, etcd.url, replicas=2, nodes=nodes,
+                   replica_store_urls=tuple(f"etcd://{p.address}" for p in proxies))
     try:
         c.ctl("apply", "-f", "-", stdin=process_manifest("p", cpu=50, replicas=2))
 

@@ -98,6 +98,12 @@ class _Server:
         self.stop()
         raise RuntimeError(f"{self.binary_name} not ready on {self.endpoint} after {READY_TIMEOUT}s")
 
+    def kill(self) -> None:
+        """A crash: SIGKILL the process this object started, no clean shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self.stop()
+
     def stop(self) -> None:
         """Stop the process this object started (SIGTERM, then SIGKILL), and only it."""
         proc, self.proc = self.proc, None
@@ -181,17 +187,32 @@ class EtcdServer(_Server):
 
 
 class RedisServer(_Server):
+    """redis-server on a unix socket in its work directory, no TCP port: redis cannot bind port 0
+    and tell us the port, and a socket path is ours alone, so start() after stop() (a restart
+    with the same address, as chaos tests need) cannot collide with anything else."""
+
     binary_name = "redis-server"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.socket_path = workdir / "redis.sock"
+        if len(str(self.socket_path)) > 100:  # sun_path holds 108 bytes
+            raise RuntimeError(f"redis socket path too long for a unix socket: {self.socket_path}")
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.socket_path)
 
     @property
     def url(self) -> str:
-        return f"redis://{self.endpoint}/0"
+        return f"unix://{self.socket_path}?db=0"
 
     def _argv(self) -> list[str]:
         return [
             self.binary,
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
+            "--port", "0",  # no TCP listener
+            "--unixsocket", str(self.socket_path),
+            "--unixsocketperm", "700",
             "--dir", str(self.workdir),
             "--save", "",
             "--appendonly", "yes",  # keep data across stop()/start()
@@ -201,7 +222,9 @@ class RedisServer(_Server):
 
     def _ready(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1)
+                s.connect(str(self.socket_path))
                 s.sendall(b"PING\r\n")
                 return s.recv(64).startswith(b"+PONG")
         except OSError:

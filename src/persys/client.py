@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -20,6 +21,11 @@ class SchedulerError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def _liveness_doc(g: pb.LivenessGuard) -> dict[str, Any]:
+    return {"suspended": g.suspended, "since": g.since, "endsAt": g.ends_at, "reason": g.reason,
+            "silentNodes": g.silent_nodes, "judgedNodes": g.judged_nodes}
 
 
 class SchedulerClient:
@@ -46,7 +52,9 @@ class SchedulerClient:
                 self._current = i
                 return resp
             except grpc.aio.AioRpcError as err:
-                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or any(
+                    k == "persys-unavailable" for k, _ in (err.trailing_metadata() or ())
+                ):  # the replica answered (a dependency it names is down): not unreachable
                     raise SchedulerError(err.code().name, err.details() or err.code().name) from None
                 last = err
         assert last is not None
@@ -84,15 +92,32 @@ class SchedulerClient:
     async def get_workload(self, workload_id: str) -> dict[str, Any]:
         return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)
 
+    async def list_page(self, kind: str, node_id: str = "", limit: int = 0, token: str = ""
+                        ) -> tuple[list[dict[str, Any]], str]:
+        """One page of `workloads` or `nodes` and the token of the next ("" after the last)."""
+        method = {"workloads": "ListWorkloads", "nodes": "ListNodes"}[kind]
+        # The scheduler lowers a larger limit to its maximum anyway; int32 on the wire.
+        resp = await self._call(method, pb.ListRequest(node_id=node_id, limit=min(limit, 1 << 30),
+                                                       continue_token=token))
+        return [json.loads(i) for i in resp.items], resp.continue_token
+
+    async def list_all(self, kind: str, node_id: str = "") -> AsyncIterator[list[dict[str, Any]]]:
+        """Every page of `workloads` or `nodes`, following the tokens."""
+        token = ""
+        while True:
+            items, token = await self.list_page(kind, node_id, token=token)
+            yield items
+            if not token:
+                return
+
     async def list_workloads(self, node_id: str = "") -> list[dict[str, Any]]:
-        resp = await self._call("ListWorkloads", pb.ListRequest(node_id=node_id))
-        return [json.loads(i) for i in resp.items]
+        return [w async for page in self.list_all("workloads", node_id) for w in page]
 
     async def get_node(self, node_id: str) -> dict[str, Any]:
         return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
-        return [json.loads(i) for i in (await self._call("ListNodes", pb.ListRequest())).items]
+        return [n async for page in self.list_all("nodes") for n in page]
 
     async def events(self, limit: int = 100, subject: str = "") -> list[dict[str, Any]]:
         resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))
@@ -117,6 +142,25 @@ class SchedulerClient:
         taints = [pb.Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "")) for t in add]
         return await self._doc("TaintNode", pb.TaintRequest(node_id=node_id, add=taints, remove=remove))
 
+    async def delete_node(self, node_id: str, force: bool = False) -> dict[str, Any]:
+        return await self._doc("DeleteNode", pb.DeleteNodeRequest(node_id=node_id, force=force))
+
+    async def resume_liveness(self) -> list[dict[str, Any]]:
+        """End the liveness suspension on every replica (each judges its own nodes): one result
+        per replica, an unreachable one with its error. Fails only if none answers."""
+        results: list[dict[str, Any]] = []
+        for target, stub in zip(self.targets, self._stubs, strict=True):
+            try:
+                resp = await stub.ResumeLiveness(pb.ResumeLivenessRequest(), timeout=self.timeout)
+                results.append({"target": target, **json.loads(resp.json)})
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise SchedulerError(err.code().name, err.details() or err.code().name) from None
+                results.append({"target": target, "error": err.details() or err.code().name})
+        if all("error" in r for r in results):
+            raise SchedulerError("UNAVAILABLE", f"no scheduler replica at {self.target} answered")
+        return results
+
     async def backup(self) -> dict[str, Any]:
         return json.loads((await self._call("Backup", pb.BackupRequest())).json)
 
@@ -133,6 +177,11 @@ class SchedulerClient:
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
-                "sharded": h.sharded, "ownedNodes": h.owned_nodes,
+                "sharded": h.sharded, "ownedNodes": h.owned_nodes, "liveness": _liveness_doc(h.liveness),
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
-                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms}}
+                                    "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
+                "eventsDropped": h.events_dropped, "eventsLastDropAt": h.events_last_drop_at,
+                "eventsDropsUnreported": h.events_drops_unreported,
+                "role": h.role,
+                "mirror": {"revision": h.mirror_revision, "storeRevision": h.store_revision, "lag": h.mirror_lag,
+                           "watch": h.watch, "compactionRecoveries": h.compaction_recoveries}}

@@ -24,7 +24,7 @@ def test_next_target(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("code", "pointer", "expect"), [
     ("FAILED_PRECONDITION", "b", False),  # a standby that knows the active one is fine
     ("FAILED_PRECONDITION", "", True),
-    ("FAILED_PRECONDITION", "a", True),  # names itself while not active: stale mirror
+    ("FAILED_PRECONDITION", "a", False),  # names itself: elected and catching up, stay
     ("UNAVAILABLE", "", True),
     ("ACK_DEADLINE", "", True),
     ("NOT_FOUND", "", False),

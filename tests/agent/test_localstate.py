@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from persys.agent.localstate import LocalState
 
@@ -62,3 +65,49 @@ def test_usable_from_threads(tmp_path: Path) -> None:
         t.join()
     assert len(st.desired()) == 80
     st.close()
+
+
+def _filled(db: Path) -> None:
+    st = LocalState(db)
+    for i in range(200):  # several pages, so half the file cuts through table data
+        st.save_desired(f"w{i}", "r" * 40, 1, "Running", json.dumps({"pad": "x" * 200}))
+        st.save_applied(f"w{i}", "r" * 40, 1, "process", str(1000 + i))
+    st.close()
+
+
+def _bad_header(db: Path) -> None:
+    data = bytearray(db.read_bytes())
+    data[:16] = b"not a database!!"
+    db.write_bytes(bytes(data))
+
+
+def _half_truncated(db: Path) -> None:
+    size = db.stat().st_size
+    with db.open("r+b") as f:
+        f.truncate(size // 2)
+
+
+@pytest.mark.parametrize("corrupt", [_bad_header, _half_truncated], ids=["bad header", "half truncated"])
+def test_corrupt_file_is_moved_aside_and_rebuilt(tmp_path: Path, corrupt: Callable[[Path], None]) -> None:
+    db = tmp_path / "agent.db"
+    _filled(db)
+    corrupt(db)
+    original = db.read_bytes()
+    st = LocalState(db)
+    assert st.moved_aside is not None and st.moved_aside.name.startswith("agent.db.corrupt-")
+    assert st.moved_aside.read_bytes() == original  # kept for inspection, untouched
+    assert st.desired() == {} and st.applied() == {}  # rebuilt, as from an empty file
+    st.save_desired("web", "r1", 1, "Running", "{}")
+    st.close()
+    again = LocalState(db)
+    assert again.moved_aside is None and set(again.desired()) == {"web"}
+    again.close()
+
+
+def test_empty_file_is_not_corrupt(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    db.write_bytes(b"")
+    st = LocalState(db)
+    assert st.moved_aside is None and st.desired() == {}
+    st.close()
+    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name] == []

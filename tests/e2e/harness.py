@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
+# What `persys scheduler` / `persys gateway` print once serving (the port they bound).
+SCHEDULER_PORT = r"scheduler ready on port (\d+)"
+GATEWAY_PORT = r"gateway ready on https://\S+:(\d+)"
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
@@ -61,6 +65,36 @@ class Proc:
                 raise AssertionError(f"{self.name}: {needle!r} not seen in {timeout}s:\n{self.text()[-3000:]}")
             time.sleep(0.05)
         return time.monotonic() - t0
+
+    def bound_port(self, pattern: str, timeout: float = 20.0) -> int:
+        """The port a server started with port 0 says it bound (`pattern` has one group), pinned
+        into argv so that a restart comes back at the same address, as a restarted server must.
+        (Only a restart rebinds a known port: the one this process held a moment before.)"""
+        port = int(self.wait_for_match(pattern, timeout).group(1))
+        i = self.argv.index("--listen") + 1
+        host, _, old = self.argv[i].rpartition(":")
+        if old == "0":
+            self.argv = [*self.argv[:i], f"{host}:{port}", *self.argv[i + 1:]]
+        return port
+
+    def wait_for_match(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            m = re.search(pattern, self.text())
+            if m:
+                found.append(m)
+            return m is not None
+
+        t0 = time.monotonic()
+        while not seen():
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise AssertionError(f"{self.name} exited ({code}):\n{self.text()[-3000:]}")
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"{self.name}: /{pattern}/ not seen in {timeout}s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+        return found[0]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         if not self.alive():
@@ -119,38 +153,34 @@ class Components:
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
                  scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
-                 scheduler_stores: list[str] | None = None) -> None:
-        """`scheduler_stores`: each replica's own store URL (e.g. through its own TcpProxy)."""
+                 replica_store_urls: tuple[str, ...] = ()) -> None:
+        """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
-
-        from tests.fixtures_infra import free_port
 
         self.tmp = tmp
         self.pki = tmp / "pki"
         node_args = [a for n in nodes for a in ("--node", n)]
         subprocess.run(persys("certs", "init", "--dir", str(self.pki), *node_args), check=True, capture_output=True,
                        timeout=60)
-        self.gw_port = free_port()
-        self.replica_targets = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
-        self.target = ",".join(self.replica_targets)
+        # Every server binds port 0 and says which port it got: nothing is picked here and bound later.
         self.schedulers = [
             Proc(f"scheduler-{i}", persys(
-                "scheduler", "--listen", t, "--store", (scheduler_stores or [])[i] if scheduler_stores else store_url,
+                "scheduler", "--listen", "127.0.0.1:0", "--store", (replica_store_urls or (store_url,) * replicas)[i],
                 "--events", events_url, "--replica-id", f"r{i}",
                 "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
-            for i, t in enumerate(self.replica_targets)
+            for i in range(replicas)
         ]
-        for s in self.schedulers:
-            s.wait_for("scheduler ready")
+        self.replica_targets = [f"127.0.0.1:{s.bound_port(SCHEDULER_PORT)}" for s in self.schedulers]
+        self.target = ",".join(self.replica_targets)
         self.scheduler = self.schedulers[0]
         self.agents = {
             n: Proc(f"agent-{n}", persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir",
                                           str(self.pki), "--state-dir", str(tmp / f"agent-{n}"), *agent_args), tmp)
             for n in nodes
         }
-        self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen",
-                                              f"127.0.0.1:{self.gw_port}", "--tls-dir", str(self.pki)), tmp)
-        self.gateway.wait_for("gateway ready")
+        self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen", "127.0.0.1:0",
+                                              "--tls-dir", str(self.pki)), tmp)
+        self.gw_port = self.gateway.bound_port(GATEWAY_PORT)
         for n, a in self.agents.items():
             a.wait_for(f"agent {n} started")
         cfg = tmp / "persysctl.yaml"
@@ -224,7 +254,9 @@ def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
 
 class TcpProxy:
     """A TCP forwarder to `upstream` ("host:port") on a port the kernel picks (bound to port 0),
-    for cutting one process off from a server (etcd) while others still reach it.
+    for cutting one process off from a server (etcd) while others still reach it. Unlike
+    tests/tcp_proxy.py (resets and refused connects), this one stalls silently, as a partition
+    does, so calls hang until their own deadlines.
 
     `cut()` behaves like a network partition, not like a refusal: open connections stay open but
     carry nothing any more, and new ones are accepted and then ignored. `heal()` closes every

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import Proc, ctl, eventually, persys, pid_alive, process_manifest
-from tests.fixtures_infra import free_port, start_etcd
+from tests.e2e.harness import GATEWAY_PORT, SCHEDULER_PORT, Proc, ctl, eventually, persys, pid_alive, process_manifest
+from tests.fixtures_infra import start_etcd
 
 pytestmark = pytest.mark.e2e
 GRACE = 3  # seconds; the default is 10, shortened to keep the test quick
@@ -58,23 +58,23 @@ def test_cut_off_agent_loses_its_work_and_stops_stale_copies(tmp_path: Path, net
     pki = tmp_path / "pki"
     sh(*persys("certs", "init", "--dir", str(pki), "--node", "cut", "--node", "safe", "--host", "localhost",
                "--host", "127.0.0.1", "--host", host_ip))
-    port, gw = free_port(), free_port()
     procs: list[Proc] = []
     try:
-        sched = Proc("scheduler", persys("scheduler", "--listen", f"0.0.0.0:{port}", "--advertise",
-                                         f"{host_ip}:{port}", "--store", etcd.url, "--tls-dir", str(pki),
+        # Port 0 and an advertised host without a port ("host:0"): the scheduler fills in the port it bound.
+        sched = Proc("scheduler", persys("scheduler", "--listen", "0.0.0.0:0", "--advertise",
+                                         f"{host_ip}:0", "--store", etcd.url, "--tls-dir", str(pki),
                                          "--data-dir", str(tmp_path / "sched"), "--node-grace", str(GRACE)), tmp_path)
         procs.append(sched)
-        sched.wait_for("scheduler ready")
+        port = sched.bound_port(SCHEDULER_PORT)
         # "cut" lives in the namespace; "safe" on the host. Only "cut" has room at first.
         cut = Proc("agent-cut", ["ip", "netns", "exec", ns, *persys(
             "agent", "--scheduler", f"{host_ip}:{port}", "--node-id", "cut", "--tls-dir", str(pki),
             "--state-dir", str(tmp_path / "agent-cut"), "--label", "zone=ns")], tmp_path)
         procs.append(cut)
         gateway = Proc("gateway", persys("gateway", "--scheduler", f"127.0.0.1:{port}", "--listen",
-                                         f"127.0.0.1:{gw}", "--tls-dir", str(pki)), tmp_path)
+                                         "127.0.0.1:0", "--tls-dir", str(pki)), tmp_path)
         procs.append(gateway)
-        gateway.wait_for("gateway ready")
+        gw = gateway.bound_port(GATEWAY_PORT)
         cfg = tmp_path / "ctl.yaml"
         cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{gw}", "ca": str(pki / "ca.crt"),
                                        "cert": str(pki / "admin.crt"), "key": str(pki / "admin.key")}))

@@ -61,7 +61,7 @@ def run_outage(tmp_path: Path, fault: Callable[[Components, int, dict[int, TcpPr
     etcd = start_etcd(tmp_path / "etcd")
     proxies = {i: TcpProxy(etcd.url.removeprefix("etcd://").split(",")[0]) for i in range(2)}
     c = Components(tmp_path, etcd.url, nodes=NODES, replicas=2,
-                   scheduler_stores=[f"etcd://{proxies[i].address}" for i in range(2)])
+                   replica_store_urls=tuple(f"etcd://{proxies[i].address}" for i in range(2)))
     try:
         for k in range(WORKLOADS):
             c.ctl("apply", "-f", "-", stdin=process_manifest(f"w{k}", cpu=50, replicas=2))

@@ -14,7 +14,7 @@ import docker
 import pytest
 import yaml
 
-from tests.e2e.harness import REPO, Proc, ctl, eventually, persys, pid_alive
+from tests.e2e.harness import GATEWAY_PORT, REPO, SCHEDULER_PORT, Proc, ctl, eventually, persys, pid_alive
 from tests.fixtures_infra import EtcdServer, RedisServer, free_port, start_etcd, start_redis
 
 pytestmark = pytest.mark.e2e
@@ -47,20 +47,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> 
     redis = start_redis(tmp / "redis")
     pki = tmp / "pki"
     Proc("certs", persys("certs", "init", "--dir", str(pki), "--node", NODE), tmp).proc.wait(30)  # type: ignore[union-attr]
-    sched_port, gw_port = free_port(), free_port()
-    scheduler = Proc("scheduler", persys("scheduler", "--listen", f"127.0.0.1:{sched_port}", "--store", etcd.url,
+    scheduler = Proc("scheduler", persys("scheduler", "--listen", "127.0.0.1:0", "--store", etcd.url,
                                          "--events", redis.url, "--tls-dir", str(pki),
                                          "--data-dir", str(tmp / "scheduler")), tmp)
-    scheduler.wait_for("scheduler ready")
+    sched_port = scheduler.bound_port(SCHEDULER_PORT)
     agent = Proc("agent", persys("agent", "--scheduler", f"127.0.0.1:{sched_port}", "--node-id", NODE,
                                  "--tls-dir", str(pki), "--state-dir", str(tmp / "agent")), tmp)
     gateway = Proc("gateway", persys("gateway", "--scheduler", f"127.0.0.1:{sched_port}",
-                                     "--listen", f"127.0.0.1:{gw_port}", "--tls-dir", str(pki)), tmp)
-    gateway.wait_for("gateway ready")
+                                     "--listen", "127.0.0.1:0", "--tls-dir", str(pki)), tmp)
+    gw_port = gateway.bound_port(GATEWAY_PORT)
     agent.wait_for("agent e2e-node started")
     cfg = tmp / "persysctl.yaml"
     cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{gw_port}", "ca": str(pki / "ca.crt"),
                                    "cert": str(pki / "admin.crt"), "key": str(pki / "admin.key")}))
+    # The container's published host port is bound by dockerd, not by us: still picked here.
     c = Cluster(tmp, {"PERSYS_CONFIG": str(cfg)}, etcd, redis, scheduler, agent, gateway, free_port())
     eventually(lambda: json.loads(ctl("get", "nodes", "-o", "json", env=c.env).stdout), what="node registered")
     yield c

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from persys.scheduler.group_commit import TXN_MAX_OPS, GroupCommit, Unit, commit_units, pack
 from persys.store import open_store
@@ -22,15 +25,36 @@ def create(key: str, value: bytes = b"v") -> Unit:
     return Unit([Compare(key, 0)], [Put(key, value)])
 
 
-def test_pack_respects_op_limits_and_never_writes_a_key_twice() -> None:
-    units = [create(f"/k/{i}") for i in range(300)]
-    txns = pack(units)
-    assert [len(t) for t in txns] == [126, 126, 48]  # 128 minus room for the leader fence
-    assert [u for t in txns for u in t] == units  # order kept
-    twice = pack([create("/a"), create("/b"), create("/a"), create("/c")])
-    assert [[u.ops[0].key for u in t] for t in twice] == [["/a", "/b"], ["/a", "/c"]]
+def test_pack_counts_compares_and_operations_per_branch() -> None:
     wide = Unit([Compare("/w", 0)] * 125, [Put(f"/w/{i}", b"") for i in range(125)])
     assert [len(t) for t in pack([create("/x"), wide, create("/y")])] == [2, 1]
+
+
+PACK_CASES = yaml.safe_load((Path(__file__).parent / "group_commit_cases" / "pack.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", PACK_CASES, ids=[c["name"] for c in PACK_CASES])
+def test_pack_case(case: dict[str, Any]) -> None:
+    units = [create(u.get("key", f"/k/{n}"), b"v" * u.get("value_bytes", 1))
+             for n, u in enumerate(u for spec in case["units"] for u in [spec] * spec["count"])]
+    txns = pack(units)
+    assert [len(t) for t in txns] == case["expect"]
+    assert [u for t in txns for u in t] == units  # order kept
+
+
+async def test_units_are_committed_within_the_request_limit(store: StateStore) -> None:
+    """Twenty 200 KB units land (in several transactions); a unit over the limit is refused
+    alone, before anything is sent, and the others land."""
+    rev0 = await store.current_revision()
+    units = [create(f"/big/{i:02d}", b"x" * 200_000) for i in range(20)]
+    assert await commit_units(lambda c, o: _ok(store, c, o), units) == [True] * 20  # type: ignore[arg-type]
+    assert await store.current_revision() - rev0 == len(pack(units)) == 3
+    mixed = [create("/big/a"), create("/big/huge", b"x" * 2_000_000), create("/big/b")]
+    assert await commit_units(lambda c, o: _ok(store, c, o), mixed) == [True, False, True]  # type: ignore[arg-type]
+    assert await store.get("/big/huge") is None
+    gc = GroupCommit(lambda c, o: _ok(store, c, o))  # type: ignore[arg-type]
+    assert await gc.submit([(u.compares, u.ops) for u in [create("/big/c"), create("/big/huge2", b"x" * 2_000_000)]]
+                           ) == [True, False]
 
 
 async def test_commit_units_lands_the_others_when_one_guard_fails(store: StateStore) -> None:

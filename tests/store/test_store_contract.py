@@ -21,9 +21,12 @@ from persys.store import (
     StateStore,
     StoreUnavailable,
     TLSFiles,
+    TxnTooLarge,
+    WatchCompacted,
     WatchEvent,
     open_store,
 )
+from persys.store.base import DEFAULT_MAX_TXN_BYTES
 from persys.store.etcd import EtcdStore
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import EtcdServer, start_etcd
@@ -171,6 +174,52 @@ async def test_txn_is_atomic(store: StateStore, p: str) -> None:
     assert await store.current_revision() == before
     assert await store.get(p + "d") is None
     assert await store.get(p + "a") is not None
+
+
+async def test_a_write_over_the_request_limit_is_refused_before_sending(store: StateStore, p: str) -> None:
+    """etcd refuses requests over --max-request-bytes (1.5 MiB by default) with an error like any
+    other; every backend refuses them first, with one typed error, and writes nothing."""
+    assert store.max_txn_bytes == DEFAULT_MAX_TXN_BYTES
+    before = await store.current_revision()
+    big = b"x" * (DEFAULT_MAX_TXN_BYTES + 1)
+    half = b"y" * (DEFAULT_MAX_TXN_BYTES // 2 + 1)
+    attempts = [
+        store.txn([Compare(p + "a", 0)], [Put(p + "a", big)]),
+        store.txn([], [Put(p + "a", half), Put(p + "b", half)]),  # each fits; together they do not
+        store.put(p + "a", big),
+        store.cas(p + "a", big, 0),
+    ]
+    for attempt in attempts:
+        with pytest.raises(TxnTooLarge, match=f"limit of {DEFAULT_MAX_TXN_BYTES} bytes"):
+            await attempt
+    assert await store.current_revision() == before
+    assert (await store.range(p))[0] == []
+    # Just under the limit is accepted by every backend (etcd's framing fits in the margin).
+    fits = b"z" * (DEFAULT_MAX_TXN_BYTES - 4096)
+    assert await store.txn([Compare(p + "a", 0)], [Put(p + "a", fits)]) is not None
+    kv = await store.get(p + "a")
+    assert kv is not None and kv.value == fits
+
+
+@pytest.mark.etcd
+async def test_etcd_range_pages_shrink_when_values_are_large(etcd_server: EtcdServer, p: str) -> None:
+    """A page is counted in keys; large values must not make it larger than a message may be,
+    and pages of more than a few MiB make the next ones smaller."""
+    store = EtcdStore([etcd_server.endpoint], max_receive_bytes=3 << 20)
+    roomy = EtcdStore([etcd_server.endpoint])
+    try:
+        for i in range(13):
+            await store.put(f"{p}{i:02d}", bytes([65 + i]) * (1 << 20))
+        kvs, _ = await store.range(p)
+        assert [(kv.key, kv.value[:1], len(kv.value)) for kv in kvs] == [
+            (f"{p}{i:02d}", bytes([65 + i]), 1 << 20) for i in range(13)]
+        pages = [len(page) async for page, _ in store.range_pages(p, page=100)]
+        assert sum(pages) == 13 and max(pages) <= 2
+        pages = [len(page) async for page, _ in roomy.range_pages(p, page=5)]
+        assert pages[0] == 5 and sum(pages) == 13 and max(pages[1:]) < 5  # at most 4 MiB a page after the first
+    finally:
+        await store.close()
+        await roomy.close()
 
 
 async def test_status_and_revision(store: StateStore, backend: str) -> None:
@@ -493,3 +542,73 @@ async def test_etcd_mtls(tmp_path: Path) -> None:
             await plain.close()
     finally:
         server.stop()
+
+
+async def test_watch_compacted_names_the_oldest_watchable_revision(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest
+) -> None:
+    """Both backends surface a compacted watch the same way: WatchCompacted with the revision
+    asked for and the oldest one a watch can still start from, which a watch accepts."""
+    first = await store.put(p + "k", b"0")
+    if backend == "sqlite":
+        for i in range(SQLITE_HISTORY * 2):
+            await store.put(p + "k", str(i).encode())
+    else:
+        await store.put(p + "k", b"1")
+        last = await store.put(p + "k", b"2")
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        server.etcdctl("compact", str(last))
+    with pytest.raises(WatchCompacted) as caught:
+        await take(store.watch(p, first), 1)
+    err = caught.value
+    assert isinstance(err, CompactedError)  # older callers catching CompactedError still do
+    assert err.requested == first
+    assert first < err.compact_revision <= await store.current_revision()
+    (ev,) = await take(store.watch(p, err.compact_revision), 1)
+    assert ev.revision == err.compact_revision
+
+
+async def test_watch_compacted_while_disconnected(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch cut off from the store while history it has not read is compacted ends with
+    WatchCompacted when it resumes, instead of resuming with a gap or retrying forever."""
+    await store.put(p + "k", b"start")
+    watcher: StateStore = store
+    proxy = None
+    if backend == "etcd":
+        # The watch goes through a link the test cuts; writes and the compaction go direct.
+        from tests.tcp_proxy import TcpProxy
+
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        proxy = TcpProxy(server.endpoint)
+        watcher = EtcdStore([proxy.endpoint])
+    first_live = await store.put(p + "k", b"live")
+    it = watcher.watch(p, first_live)
+    try:
+        (ev,) = await take(it, 1)
+        assert ev.revision == first_live
+        if proxy is not None:
+            proxy.cut()
+            for i in range(3):
+                await store.put(p + "k", str(i).encode())
+            server.etcdctl("compact", str(await store.current_revision()))
+            proxy.restore()
+        else:
+            # The consumer does not read: its live buffer overflows and the watch must re-read
+            # history that is compacted by then.
+            from persys.store import sqlite as sqlite_backend
+
+            monkeypatch.setattr(sqlite_backend, "_WATCH_QUEUE_MAX", 5)
+            for i in range(SQLITE_HISTORY * 2):
+                await store.put(p + "k", str(i).encode())
+        with pytest.raises(WatchCompacted) as caught:
+            async with asyncio.timeout(30):
+                async for _ in it:
+                    pass
+        assert caught.value.requested < caught.value.compact_revision
+    finally:
+        await it.aclose()  # type: ignore[attr-defined]
+        if proxy is not None:
+            await watcher.close()
+            proxy.close()

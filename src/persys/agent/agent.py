@@ -23,6 +23,7 @@ import grpc
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.agent import disconnect
 from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.localstate import LocalState
@@ -35,6 +36,7 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
 )
 from persys.model import DesiredState, RestartPolicy, Taint, WorkloadSpec
+from persys.model.limits import IMAGE_MAX_BYTES
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -75,6 +77,7 @@ class AgentConfig:
     listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
     advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
     ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
+    image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
 
 
 @dataclass
@@ -132,7 +135,16 @@ class Agent:
         self._reported: dict[str, tuple[object, ...]] | None = None  # what the scheduler was last told
         self._last_full_report = 0.0
         self._send_lock = asyncio.Lock()
+        # Loss of every replica (persys.agent.disconnect): acknowledged contact, the scheduler's
+        # node grace (0 until it tells us) and the instances stopped for disconnection -> when.
+        self.contact = disconnect.AckClock()
+        self.node_grace = 0.0
+        self._started_at = time.monotonic()
+        self._full_set_at: float | None = None
+        self._heartbeat_now = asyncio.Event()  # (re)connected: heartbeat at once, not at the next tick
         self._load_local()
+        self.fenced: dict[str, float] = dict.fromkeys(self.local.disconnect_stops(), self._started_at)
+        self._resume: set[str] = set()  # released from a disconnection stop: start regardless of restartPolicy
 
     def _load_local(self) -> None:
         for wid, rec in self.local.desired().items():
@@ -165,6 +177,7 @@ class Agent:
             asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
             asyncio.create_task(self._usage_loop(), name="agent-usage"),
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
+            asyncio.create_task(self._disconnect_loop(), name="agent-disconnect"),
         ]
 
     async def stop(self) -> None:
@@ -305,7 +318,11 @@ class Agent:
                 continue
             gen = self._channel_gen
             try:
+                sent = time.monotonic()
                 resp = await self.stub.RegisterNode(self._register_request(), timeout=10)
+                self.contact.contact(sent)  # a registration counts as a heartbeat there
+                self.node_grace = resp.node_grace_seconds or self.node_grace
+                self._heartbeat_now.set()
                 self.heartbeat_interval = resp.heartbeat_interval_seconds or self.heartbeat_interval
                 self.report_interval = resp.report_interval_seconds or self.report_interval
                 self.registered.set()
@@ -327,17 +344,27 @@ class Agent:
                 usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk,
                                    workloads=len(self.desired)),
             )
+            self._heartbeat_now.clear()
+            self.contact.sent(time.monotonic())
             if not await self._send(pb.AgentUpdate(heartbeat=req)):
+                self.contact.unsent()
                 gen = self._channel_gen
                 try:
-                    self._on_heartbeat_answer(await self.stub.Heartbeat(req, timeout=5))
+                    sent = time.monotonic()
+                    resp = await self.stub.Heartbeat(req, timeout=5)
+                    self._on_heartbeat_answer(resp)
+                    if resp.acknowledged:
+                        self.contact.contact(sent)
                 except grpc.aio.AioRpcError as err:
                     log.debug("heartbeat failed: %s", err.details())
                     await self._after_error(err, gen)
-            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(),
+                                       disconnect.heartbeat_interval(self.heartbeat_interval, self.node_grace))
 
     def _on_heartbeat_answer(self, resp: pb.HeartbeatResponse) -> None:
         self.mode = resp.mode or "normal"
+        self.node_grace = resp.node_grace_seconds or self.node_grace
         if resp.reregister:
             self.registered.clear()
             self._reported = None
@@ -353,11 +380,13 @@ class Agent:
             self._updates = call
             deadline = AckDeadline(self._ack_deadline(), time.monotonic())
             watchdog = asyncio.create_task(self._ack_watchdog(deadline, gen), name="agent-ack-deadline")
+            self._heartbeat_now.set()
             try:
                 async for ack in call:
                     deadline.acked(time.monotonic())
                     delay = 0.2
                     if ack.HasField("heartbeat"):
+                        self.contact.answered(ack.heartbeat.acknowledged)
                         self._on_heartbeat_answer(ack.heartbeat)
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -371,6 +400,7 @@ class Agent:
             finally:
                 watchdog.cancel()
                 self._updates = None
+                self.contact.reset()
                 self._reported = None  # a new stream (or replica) starts with a complete report
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -426,6 +456,7 @@ class Agent:
         holding = self.mode != "normal"  # hold: accept updates but never remove anything
         if ds.full and not holding:
             self.synced = True
+            self._full_set_at = time.monotonic()
             removed = set(self.desired) - {a.workload_id for a in ds.workloads}
         else:
             removed = set() if holding else set(ds.removed) & set(self.desired)
@@ -495,6 +526,7 @@ class Agent:
         """Drive local runtimes toward the desired set; returns what is observed afterwards."""
         observed = await self._observe()
         acted = False
+        fenced = await self._apply_disconnect()
         now = time.monotonic()
         for wid, d in list(self.desired.items()):
             rt = self.runtimes.get(d.spec.type)
@@ -505,6 +537,11 @@ class Agent:
                 continue
             o = observed.get(wid, (rt, None))[1]
             running = o is not None and o.state == RuntimeState.RUNNING
+            if wid in fenced:  # stopped for disconnection: only the scheduler may start it again
+                if running:
+                    await rt.stop(wid)
+                    acted = True
+                continue
             if d.desired_state == DesiredState.STOPPED:
                 if running:
                     await rt.stop(wid)
@@ -518,6 +555,9 @@ class Agent:
             exited = (
                 o is not None and not running and o.revision == d.revision and o.state != RuntimeState.MISSING
             )
+            if wid in self._resume:  # we stopped it for disconnection, it did not exit by itself
+                self._resume.discard(wid)
+                exited = False
             if exited and o is not None:
                 policy = d.spec.restart_policy
                 if policy == RestartPolicy.NEVER or (policy == RestartPolicy.ON_FAILURE and o.exit_code == 0):
@@ -569,6 +609,45 @@ class Agent:
                 acted = True
         return await self._observe() if acted else observed
 
+    # ------------------------------------------------------------------ loss of every replica
+
+    def _disconnect_verdict(self) -> disconnect.Verdict:
+        policies = {wid: d.spec.disconnect_policy() for wid, d in self.desired.items()
+                    if d.desired_state == DesiredState.RUNNING}
+        return disconnect.decide(disconnect.Snapshot(
+            now=time.monotonic(), started_at=self._started_at, last_ack=self.contact.last_ack,
+            last_full_set=self._full_set_at, grace=self.node_grace,
+            heartbeat_interval=disconnect.heartbeat_interval(self.heartbeat_interval, self.node_grace),
+            policies=policies, fenced=self.fenced))
+
+    async def _apply_disconnect(self) -> set[str]:
+        """Record instances to stop for disconnection and those the scheduler decides on again;
+        returns the ones that must not run now."""
+        v = self._disconnect_verdict()
+        if v.fence:
+            log.warning("no scheduler replica acknowledged a heartbeat for %.1fs (limit %.1fs of grace %.1fs): "
+                        "stopping %s (onDisconnect: Stop)", v.silent_for, v.stop_after, self.node_grace,
+                        ", ".join(v.fence))
+            now = time.monotonic()
+            self.fenced.update(dict.fromkeys(v.fence, now))
+            await asyncio.to_thread(self.local.save_disconnect_stops, list(v.fence), disconnect.REASON)
+        if v.release:
+            log.info("scheduler reachable again: its desired state decides on %s", ", ".join(v.release))
+            for wid in v.release:
+                self.fenced.pop(wid, None)
+                self._resume.add(wid)
+            await asyncio.to_thread(self.local.clear_disconnect_stops, list(v.release))
+        return set(self.fenced)
+
+    async def _disconnect_loop(self) -> None:
+        """Wake the local reconciliation at the disconnection deadline, not a reconcile tick later."""
+        while True:
+            v = self._disconnect_verdict()
+            if v.fence or v.release:
+                self._wake.set()
+            wait = 1.0 if v.next_check is None else v.next_check - time.monotonic()
+            await asyncio.sleep(min(max(wait, 0.05), 1.0))
+
     async def _report(self, observed: dict[str, tuple[Runtime, ObservedWorkload]]) -> None:
         reports = []
         for wid, d in self.desired.items():
@@ -590,6 +669,9 @@ class Agent:
                     r.exit_code, r.has_exit_code = o.exit_code, True
                 if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:
                     r.reason = "Stopped"
+                if wid in self.fenced and o.state != RuntimeState.RUNNING:
+                    r.reason = disconnect.REASON
+                    r.message = "stopped while no scheduler replica answered (onDisconnect: Stop)"
             else:
                 r.revision = d.revision
                 r.state = pb.WORKLOAD_STATE_PENDING

@@ -46,17 +46,19 @@ class AckDeadline:
 
 def abandons(code: str, pointer: str, current: str) -> bool:
     """Whether this answer makes the current replica suspect: it is unreachable or silent, or it
-    is not active and cannot name the active one (or names itself)."""
+    is not active and cannot name the active one. A replica naming itself was just elected and
+    is catching up with the store: the agent stays and asks again (a replica that is not active
+    never names itself)."""
     if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", ACK_DEADLINE):
         return True
-    return code == "FAILED_PRECONDITION" and pointer in ("", current)
+    return code == "FAILED_PRECONDITION" and pointer == ""
 
 
 def next_target(targets: Sequence[str], current: str, code: str, pointer: str,
                 suspect_until: Mapping[str, float], now: float) -> str | None:
     """The replica to try next, or None to stay (and ask the current one again later)."""
-    if code not in MOVING_CODES:
-        return None
+    if code not in MOVING_CODES or (code == "FAILED_PRECONDITION" and pointer == current):
+        return None  # not a reason to move, or the elected replica catching up: ask it again
 
     def ok(t: str) -> bool:
         return t != current and suspect_until.get(t, 0.0) <= now

@@ -7,11 +7,14 @@ is synchronous on purpose (one tiny local file); the agent calls it through asyn
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS desired (
@@ -29,6 +32,15 @@ CREATE TABLE IF NOT EXISTS applied (
     runtime       TEXT NOT NULL,
     runtime_id    TEXT NOT NULL,
     applied_at    REAL NOT NULL
+);
+"""
+# Instances the agent stopped because it lost every scheduler replica (onDisconnect: Stop): kept
+# across agent restarts so that they are not started again before the scheduler says so.
+_DISCONNECT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS disconnect_stops (
+    workload_id   TEXT PRIMARY KEY,
+    reason        TEXT NOT NULL,
+    stopped_at    REAL NOT NULL
 );
 """
 
@@ -58,12 +70,48 @@ class LocalState:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # to_thread may call from different worker threads; the lock keeps use serial.
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")  # a crash mid-write never corrupts the file
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+        self.moved_aside: Path | None = None  # where a corrupt file went, if one was found
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as err:
+            # This file is only a cache of what the scheduler says and what runs here: an agent
+            # that refused to start over it would be worse than one that rebuilds it (as it does
+            # from an empty file). The bad file is kept for inspection.
+            self.moved_aside = self._move_aside()
+            log.warning("agent state %s is unreadable (%s): moved to %s; rebuilding from the scheduler "
+                        "and the running workloads", self.path, err, self.moved_aside)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # a crash mid-write never corrupts the file
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            db.executescript(_DISCONNECT_SCHEMA)
+            # A bad header fails above; a truncated or damaged body only when its pages are read.
+            problems = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(str(p) for p in problems[:3]))
+            db.execute("SELECT count(*) FROM desired").fetchone()
+            db.execute("SELECT count(*) FROM applied").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():  # two corrupt files within a second: keep both
+            aside, n = self.path.with_name(f"{self.path.name}.corrupt-{stamp}.{n}"), n + 1
+        for suffix in ("", "-wal", "-shm"):  # the journal belongs to the bad file, not to a new one
+            src = self.path.with_name(self.path.name + suffix)
+            if src.exists():
+                src.rename(aside.with_name(aside.name + suffix))
+        return aside
 
     def save_desired(
         self, workload_id: str, revision: str, generation: int, desired_state: str, spec_json: str | bytes
@@ -105,6 +153,21 @@ class LocalState:
             self._db.execute("DELETE FROM desired WHERE workload_id = ?", (workload_id,))
             self._db.execute("DELETE FROM applied WHERE workload_id = ?", (workload_id,))
             self._db.execute("COMMIT")
+
+    def save_disconnect_stops(self, workload_ids: list[str], reason: str) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO disconnect_stops VALUES (?, ?, ?)",
+                                 [(w, reason, time.time()) for w in workload_ids])
+
+    def disconnect_stops(self) -> dict[str, str]:
+        """Instance -> the reason it was stopped for disconnection."""
+        with self._lock:
+            rows = self._db.execute("SELECT workload_id, reason FROM disconnect_stops").fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def clear_disconnect_stops(self, workload_ids: list[str]) -> None:
+        with self._lock:
+            self._db.executemany("DELETE FROM disconnect_stops WHERE workload_id = ?", [(w,) for w in workload_ids])
 
     def close(self) -> None:
         with self._lock:

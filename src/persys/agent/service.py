@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -15,6 +16,7 @@ from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import RuntimeFailure
+from persys.model.limits import MiB, human_bytes
 from persys.security.grpc_tls import peer_identity, secure_channel, server_credentials
 from persys.security.pki import TLSFiles
 
@@ -55,12 +57,19 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
         spool = self.agent.config.state_dir / "incoming"
         spool.mkdir(parents=True, exist_ok=True)
         kind = name = ""
+        received, cap = 0, self.agent.config.image_max_bytes
         fd, tmp = tempfile.mkstemp(dir=spool)
         try:
+            # Streamed to disk chunk by chunk, never whole in memory; the spool file goes in
+            # `finally` whatever happens (over the cap, a cancelled upload, a failed load).
             with os.fdopen(fd, "wb") as f:
                 async for chunk in request_iterator:
                     kind, name = kind or chunk.kind, name or chunk.name
-                    f.write(chunk.data)
+                    received += len(chunk.data)
+                    if received > cap:
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                            f"image exceeds the upload limit of {human_bytes(cap)}")
+                    await asyncio.to_thread(f.write, chunk.data)
             try:
                 detail = await load_image(kind, name, Path(tmp), self.agent.config.state_dir / "runtimes")
             except LoadError as err:
@@ -81,13 +90,20 @@ async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Serv
     return server, port
 
 
-async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: bytes) -> str:
-    """Stream an image to a node's agent (used by the gateway)."""
-    chunk = 1 << 20
+async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes]) -> str:
+    """Stream an image to a node's agent as it arrives, in messages of about 1 MiB (used by the gateway)."""
 
     async def chunks() -> AsyncIterator[apb.ImageChunk]:
-        for i in range(0, max(len(data), 1), chunk):
-            yield apb.ImageChunk(kind=kind, name=name, data=data[i : i + chunk])
+        buf = bytearray()
+        sent = False
+        async for piece in data:
+            buf += piece
+            if len(buf) >= MiB:
+                yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
+                buf.clear()
+                sent = True
+        if buf or not sent:
+            yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
 
     async with secure_channel(address, tls) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).LoadImage(chunks(), timeout=600)

@@ -6,6 +6,7 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from persys.cli.config import ConfigError, load_client_config
+from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, parse_manifests
 
 app = typer.Typer(
@@ -63,7 +65,8 @@ class Api:
         ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
         self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0)
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+    def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
+        """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
         try:
             resp = self.http.request(method, path, **kw)
         except httpx.ConnectError:
@@ -72,14 +75,24 @@ class Api:
             fail(f"the Persys gateway at {self.base} did not answer in time")
         except httpx.HTTPError as e:
             fail(f"request to {self.base} failed: {e}")
+        if resp.status_code == 404 and missing_ok:
+            return None
         if resp.status_code >= 400:
             try:
                 body = resp.json()
-                msg = body.get("error") or body.get("detail") or resp.text
+                msg = body.get("error") or _detail(body.get("detail")) or resp.text
             except ValueError:
                 msg = resp.text or resp.reason_phrase
             fail(str(msg))
         return resp.json()
+
+
+def _detail(detail: Any) -> str:
+    """FastAPI's 422 `detail` (a list of {loc, msg}) as one line naming each field."""
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg', '')}"
+                         for d in detail if isinstance(d, dict))
+    return str(detail or "")
 
 
 # --------------------------------------------------------------------------- output helpers
@@ -157,17 +170,36 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         else:
             if not f.exists():
                 fail(f"{f}: no such file")
+            # A file of many manifests may be larger than one; each is checked after parsing.
+            if f.stat().st_size > BATCH_MAX_BYTES:
+                fail(f"{f}: larger than {human_bytes(BATCH_MAX_BYTES)}, the most one apply may send")
             text, source = f.read_text(), str(f)
         try:
             # Validate locally first: the whole set is refused before anything is written.
             for m in parse_manifests(text, source):
-                docs.append((source, m.model_dump(mode="json", by_alias=True, exclude_unset=True)))
+                doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
+                    fail(f"{source}: manifest {m.metadata.name} is larger than {human_bytes(MANIFEST_MAX_BYTES)}")
+                docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
     return docs
 
 
-APPLY_BATCH = 500  # manifests per bulk request
+APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
+
+
+def _batches(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for d in docs:
+        n = len(json.dumps(d)) + 2
+        if out[-1] and (len(out[-1]) >= APPLY_BATCH or size + n > BATCH_MAX_BYTES // 2):
+            out.append([])
+            size = 0
+        out[-1].append(d)
+        size += n
+    return out
 
 
 @app.command()
@@ -182,8 +214,7 @@ def apply(
     api = Api(server)
     results = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
-        for i in range(0, len(docs), APPLY_BATCH):
-            batch = [d for _, d in docs[i : i + APPLY_BATCH]]
+        for batch in _batches([d for _, d in docs]):
             results += api.request("POST", "/v1/workloads:batch", json=batch)["items"]
     else:
         results = [api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
@@ -201,21 +232,62 @@ def get(
     kind: str = typer.Argument(..., help="workloads or nodes"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
+    chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
+                                   help="Items asked for per request; pages are printed as they arrive."),
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
     """List workloads or nodes."""
     k = _kind(kind)
     api = Api(server)
-    if name:
-        items = [api.request("GET", f"/v1/{k}/{name}")]
-    else:
-        items = api.request("GET", f"/v1/{k}", params={"node": node} if k == "workloads" and node else None)
-    table = _workload_table(items) if k == "workloads" else _node_table(items)
-    if output == "table" and not items:
-        out.print(f"No {k} found.")
+    if not name:
+        if output not in ("table", "json", "yaml"):
+            fail(f"unknown output format {output!r} (use table, json or yaml)")
+        _emit_pages(_pages(api, k, node if k == "workloads" else "", chunk_size), output, k)
         return
+    items = [api.request("GET", f"/v1/{k}/{name}")]
+    table = _workload_table(items) if k == "workloads" else _node_table(items)
     emit(items, output, table)
+
+
+def _pages(api: Api, kind: str, node: str, chunk: int) -> Iterator[list[dict[str, Any]]]:
+    """Every page of a list, following the gateway's continue tokens."""
+    params = {"limit": str(chunk), **({"node": node} if node else {})}
+    token = ""
+    while True:
+        body = api.request("GET", f"/v1/{kind}", params={**params, **({"continue": token} if token else {})})
+        if isinstance(body, list):  # a gateway from before pages: everything at once
+            yield body
+            return
+        yield body["items"]
+        token = body.get("continue") or ""
+        if not token:
+            return
+
+
+def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -> None:
+    """Print each page as it arrives (one JSON list or YAML sequence in all; tables share a header)."""
+    count = 0
+    for items in pages:
+        if not items:
+            continue
+        if output == "json":
+            text = ",\n".join(json.dumps(i, indent=2) for i in items)
+            sys.stdout.write(("[\n" if count == 0 else ",\n") + text)
+        elif output == "yaml":
+            sys.stdout.write(yaml.safe_dump(items, sort_keys=False))
+        else:
+            table = _workload_table(items) if kind == "workloads" else _node_table(items)
+            table.show_header = count == 0
+            out.print(table)
+        sys.stdout.flush()
+        count += len(items)
+    if output == "json":
+        sys.stdout.write("\n]\n" if count else "[]\n")
+    elif output == "yaml" and not count:
+        sys.stdout.write("[]\n")
+    elif not count:
+        out.print(f"No {kind} found.")
 
 
 def _describe_workload(w: dict[str, Any]) -> str:
@@ -369,20 +441,24 @@ def explain(
 
 @app.command()
 def delete(
-    kind: str | None = typer.Argument(None, help="workload"),
+    kind: str | None = typer.Argument(None, help="workload or node"),
     name: str | None = typer.Argument(None, help="Its name."),
     files: list[Path] | None = typer.Option(None, "--filename", "-f", help="Delete what these manifests define."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the workload is gone from its node."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait with --wait."),
+    force: bool = typer.Option(False, "--force", help="Nodes: delete even with instances assigned (they are "
+                               "withdrawn and placed elsewhere)."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Delete workloads. Idempotent: deleting what is gone is not an error."""
+    """Delete workloads, or a node (`delete node NODE`: refused while instances are assigned to it
+    unless it is drained or --force is given). Idempotent: deleting what is gone is not an error."""
     names: list[str] = []
     if files:
         names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
     elif kind and name:
-        if _kind(kind) != "workloads":
-            fail("only workloads can be deleted")
+        if _kind(kind) == "nodes":
+            _delete_node(name, force, server)
+            return
         names = [name]
     else:
         fail("give `workload NAME` or -f FILE")
@@ -409,6 +485,17 @@ def delete(
         out.print(f"workload/{n} deleted", highlight=False)
 
 
+def _delete_node(node: str, force: bool, server: str | None) -> None:
+    r = Api(server).request("DELETE", f"/v1/nodes/{node}", missing_ok=True, params={"force": str(force).lower()})
+    if r is None:
+        out.print(f"node/{node} already gone (no such node)", highlight=False)
+        return
+    moved = f"; {len(r['withdrawn'])} instance(s) withdrawn to be placed elsewhere" if r["withdrawn"] else ""
+    out.print(f"node/{node} deleted{moved}", highlight=False)
+    out.print("an agent still running there joins again as a new node: stop it to keep the node out",
+              highlight=False)
+
+
 @app.command()
 def events(
     subject: str = typer.Option("", "--for", help="Only events about this subject, e.g. workload/web."),
@@ -432,8 +519,19 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     h = Api(server).request("GET", "/v1/health")
     t = Table(box=None, show_header=False, pad_edge=False)
     for k, v in h.items():
+        if k == "liveness":
+            t.add_row(k, _liveness_line(v))
+            continue
         t.add_row(k, ", ".join(f"{kk} {vv}" for kk, vv in v.items()) if isinstance(v, dict) else str(v))
     emit(h, output, t)
+
+
+def _liveness_line(g: dict[str, Any]) -> str:
+    if not g.get("suspended"):
+        return f"judging {g.get('judgedNodes', 0)} nodes ({g.get('silentNodes', 0)} silent)"
+    return (f"SUSPENDED for {_age(g['since'])} ({g['reason']}): {g['silentNodes']} of {g['judgedNodes']} nodes "
+            f"silent, not marked NotReady; ends in {max(0, int(g['endsAt'] - time.time()))}s at the latest "
+            "(persysctl admin liveness resume ends it now)")
 
 
 def _bytes(n: float) -> str:
@@ -508,6 +606,7 @@ def top(
     emit(rows, output, t)
 
 
+IMAGE_KINDS = ("docker", "rootfs", "disk", "kernel", "initrd")
 image_app = typer.Typer(help="Put images on nodes without a registry.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
@@ -525,15 +624,18 @@ def image_load(
     `persysctl image load --kind disk --name debian-12 debian.qcow2`."""
     if not file.is_file():
         fail(f"{file}: no such file")
+    if kind not in IMAGE_KINDS:
+        fail(f"kind must be one of {', '.join(IMAGE_KINDS)}")
     api = Api(server)
     targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
     if not targets:
         fail("no Ready node to load the image onto")
-    data = file.read_bytes()
+    size = file.stat().st_size
     for n in targets:
-        with err_console.status(f"loading {file.name} ({_bytes(len(data))}) onto node/{n} ..."):
-            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=data,
-                            headers={"content-type": "application/octet-stream"})
+        # Streamed from the file (with its Content-Length), never read whole into memory.
+        with err_console.status(f"loading {file.name} ({_bytes(size)}) onto node/{n} ..."), file.open("rb") as f:
+            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=f,
+                            headers={"content-type": "application/octet-stream", "content-length": str(size)})
         out.print(f"node/{n}: {r['detail']}", highlight=False)
 
 
@@ -680,6 +782,26 @@ def admin_restore(
             fail(f"{file}: not a JSON backup ({e})")
         r = api.request("POST", "/v1/admin/restore", params=params, json=doc)
     out.print(f"restored {r['restored']} keys; cluster {r['clusterId']} is back in normal mode", highlight=False)
+
+
+liveness_app = typer.Typer(help="The mass-loss guard of node liveness.", no_args_is_help=True)
+admin_app.add_typer(liveness_app, name="liveness")
+
+
+@liveness_app.command("resume")
+def admin_liveness_resume(server: str | None = ServerOpt) -> None:
+    """End a liveness suspension now: nodes silent past their grace period are marked NotReady
+    and their work is placed elsewhere (the guard suspends liveness when most nodes go silent
+    at once, and ends on its own when heartbeats flow again or after its time limit)."""
+    r = Api(server).request("POST", "/v1/admin/liveness/resume")
+    for rep in r["replicas"]:
+        if "error" in rep:
+            out.print(f"replica at {rep['target']}: unreachable ({rep['error']})", highlight=False)
+        elif rep["resumed"]:
+            out.print(f"replica {rep['replicaId']}: liveness resumed; {rep['silentNodes']} of "
+                      f"{rep['judgedNodes']} nodes were silent", highlight=False)
+        else:
+            out.print(f"replica {rep['replicaId']}: liveness was not suspended", highlight=False)
 
 
 @admin_app.command("recover")

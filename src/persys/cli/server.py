@@ -22,6 +22,8 @@ from persys.agent.runtimes.base import Runtime
 from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
+from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
@@ -164,7 +166,7 @@ def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope),
         MicroVMRuntime(state_dir / "runtimes"),
-        ProcessRuntime(state_dir / "runtimes"),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id),
     ]
 
 
@@ -303,6 +305,16 @@ def scheduler(
     stall_log_ms: float = typer.Option(0.0, "--stall-log-ms", min=0,
                                        help="Log the stack of whatever holds the event loop longer than this many "
                                        "milliseconds (diagnostics; costs a little CPU; 0 = off)."),
+    liveness_suspension: float | None = typer.Option(
+        None, "--liveness-suspension", min=0, help="When more than half of the nodes go silent at once, liveness "
+        "is suspended (nobody marked NotReady) for at most this many seconds (default: six --node-grace "
+        "periods); 0 = never suspend."),
+    liveness_guard_min_nodes: int = typer.Option(
+        10, "--liveness-guard-min-nodes", min=1, help="The mass-loss guard applies from this many nodes on."),
+    max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1024,
+                                           help="Largest manifest (its JSON) a client may apply; larger ones are "
+                                           "refused before parsing. Stored workloads must also fit one store write "
+                                           "(etcd's --max-request-bytes, 1.5 MiB by default)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -317,7 +329,9 @@ def scheduler(
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
             s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000))
+                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
+                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
+                limits=InputLimits(max_manifest_bytes=max_manifest_bytes))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 
@@ -344,6 +358,8 @@ def agent(
                                "(mutual TLS); port 0 picks a free one."),
     advertise_host: str = typer.Option("", "--advertise-host", help="Host the control plane dials (default: "
                                        "the --listen host, or this host's name for 0.0.0.0)."),
+    max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
+                                        help="Largest image upload accepted (streamed to disk, refused past this)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -355,7 +371,7 @@ def agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
-                        advertise_host=advertise_host),
+                        advertise_host=advertise_host, image_max_bytes=max_image_bytes),
             default_runtimes(state_dir, node_id),
         )
 
@@ -373,6 +389,15 @@ def gateway(
     scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
     listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HTTPS address host:port."),
     tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, gateway.crt, gateway.key."),
+    max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1,
+                                           help="Largest manifest body (apply, plan); the scheduler's own limit is "
+                                           "the default."),
+    max_batch_bytes: int = typer.Option(BATCH_MAX_BYTES, "--max-batch-bytes", min=1,
+                                        help="Largest bulk-apply body."),
+    max_restore_bytes: int = typer.Option(RESTORE_MAX_BYTES, "--max-restore-bytes", min=1,
+                                          help="Largest backup body to restore."),
+    max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
+                                        help="Largest image upload (streamed to the node, never held in memory)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway."""
@@ -388,7 +413,9 @@ def gateway(
         holder = []
 
         async def started() -> None:
-            gw = await start_gateway(scheduler_addr, host, int(port_s), tls)
+            limits = GatewayLimits(manifest_bytes=max_manifest_bytes, batch_bytes=max_batch_bytes,
+                                   restore_bytes=max_restore_bytes, image_bytes=max_image_bytes)
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits)
             holder.append(gw)
             print(f"gateway ready on https://{host}:{gw.port}", flush=True)
 

@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -25,6 +26,16 @@ from persys.events.base import ClusterEvent, EventsUnavailable
 log = logging.getLogger(__name__)
 
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _s(v: Any) -> str:
@@ -101,7 +112,7 @@ class RedisEventBus:
             self.dropped += len(events)
             if not self._outage:
                 self._outage = True
-                log.warning("event bus: redis at %s unreachable, dropping events: %s", self.url, e)
+                log.warning("event bus: redis at %s unreachable, dropping events: %s", redacted(self.url), e)
             return [""] * len(events)
         except RedisError as e:
             self.dropped += len(events)
@@ -109,7 +120,7 @@ class RedisEventBus:
             return [""] * len(events)
         if self._outage:
             self._outage = False
-            log.info("event bus: redis at %s reachable again (%d dropped so far)", self.url, self.dropped)
+            log.info("event bus: redis at %s reachable again (%d dropped so far)", redacted(self.url), self.dropped)
         return [_s(i) for i in ids]
 
     async def recent(self, limit: int = 100, subject: str | None = None) -> list[ClusterEvent]:
@@ -129,7 +140,7 @@ class RedisEventBus:
                     break
                 upper = "(" + _s(rows[-1][0])  # exclusive bound: continue below the last id
         except _DOWN as e:
-            raise EventsUnavailable(f"redis at {self.url} unreachable: {e}") from e
+            raise EventsUnavailable(f"{redacted(self.url)}: {e}") from e
         out.reverse()
         return out
 

@@ -13,6 +13,7 @@ import uvicorn
 
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
+from persys.model.limits import GatewayLimits
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,11 @@ class RunningGateway:
         await self.client.close()
 
 
-async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles) -> RunningGateway:
+async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
+                        limits: GatewayLimits | None = None) -> RunningGateway:
     client = SchedulerClient(scheduler_target, tls)
     config = uvicorn.Config(
-        create_app(client, agent_tls=tls),
+        create_app(client, agent_tls=tls, limits=limits),
         host=host,
         port=port,
         ssl_certfile=str(tls.cert),

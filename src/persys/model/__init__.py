@@ -5,7 +5,9 @@ from persys.model.node import Capabilities, Node, NodeStatus, NodeUsage, Runtime
 from persys.model.status import Assignment, Phase, WorkloadStatus, WorkloadUsage
 from persys.model.workload import (
     WORKLOAD_TYPES,
+    AccessMode,
     DesiredState,
+    OnDisconnect,
     RestartPolicy,
     Workload,
     WorkloadManifest,
@@ -14,6 +16,7 @@ from persys.model.workload import (
 
 __all__ = [
     "WORKLOAD_TYPES",
+    "AccessMode",
     "Assignment",
     "Capabilities",
     "DesiredState",
@@ -21,6 +24,7 @@ __all__ = [
     "Node",
     "NodeStatus",
     "NodeUsage",
+    "OnDisconnect",
     "Phase",
     "RestartPolicy",
     "RuntimeInfo",

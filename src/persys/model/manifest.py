@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from persys.model.documents import DocumentError, load_yaml_all
 from persys.model.workload import WorkloadManifest
 
 
@@ -55,12 +55,10 @@ def validate_manifest(doc: Any, source: str = "") -> WorkloadManifest:
 def parse_manifests(text: str, source: str = "") -> list[WorkloadManifest]:
     """Parse every document in `text`; all must be valid or none is returned."""
     try:
-        docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-                if d is not None]
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError([f"(document): not valid YAML or JSON{where}"], source) from None
+        # No aliases, bounded nesting, JSON types only (persys.model.documents).
+        docs = [d for d in load_yaml_all(text) if d is not None]
+    except DocumentError as err:
+        raise ManifestError([str(err)], source) from None
     if not docs:
         raise ManifestError(["(document): no manifest found"], source)
     out: list[WorkloadManifest] = []

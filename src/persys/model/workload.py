@@ -8,10 +8,10 @@ import re
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-import yaml
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 from persys.model.base import Model
+from persys.model.documents import DocumentError, load_yaml
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
@@ -28,6 +28,19 @@ class RestartPolicy(StrEnum):
     ALWAYS = "Always"
     ON_FAILURE = "OnFailure"
     NEVER = "Never"
+
+
+class OnDisconnect(StrEnum):
+    """What an agent does with an instance once it has lost every scheduler replica for most of
+    the node grace (before the scheduler may start the instance elsewhere)."""
+
+    STOP = "Stop"  # stop it, start it again only if the scheduler still wants it here
+    KEEP = "Keep"  # leave it running: two copies may run for a while after a relocation
+
+
+class AccessMode(StrEnum):
+    READ_WRITE_ONCE = "ReadWriteOnce"  # one writer at a time: two live copies would corrupt it
+    READ_WRITE_MANY = "ReadWriteMany"  # shared storage that tolerates concurrent writers
 
 
 class Resources(Model):
@@ -119,9 +132,9 @@ class CloudInit(Model):
     def _yaml_mapping(cls, v: str) -> str:
         if v.strip():
             try:
-                doc = yaml.safe_load(v)
-            except yaml.YAMLError as exc:
-                raise ValueError(f"not valid YAML: {exc}") from exc
+                doc = load_yaml(v)  # no aliases, bounded nesting: the scheduler validates this too
+            except DocumentError as exc:
+                raise ValueError(f"not valid YAML: {exc}") from None
             if not isinstance(doc, dict):
                 raise ValueError("must be a YAML mapping")
         return v
@@ -185,6 +198,16 @@ class VolumeSpec(Model):
     mount_path: Annotated[StrictStr, Field(min_length=1)]
     read_only: StrictBool = False
     retain: StrictBool = False
+    # Unset: ReadWriteOnce for `local` and `ceph-rbd` (a directory or block device of one
+    # writer), ReadWriteMany for `nfs`. Unset stays out of the spec's revision hash.
+    access_mode: AccessMode | None = None
+
+    def single_writer(self) -> bool:
+        """Whether two live copies writing this volume would be unsafe."""
+        if self.read_only:
+            return False
+        mode = self.access_mode or (AccessMode.READ_WRITE_MANY if self.driver == "nfs" else AccessMode.READ_WRITE_ONCE)
+        return mode == AccessMode.READ_WRITE_ONCE
 
 
 class WorkloadSpec(Model):
@@ -202,6 +225,9 @@ class WorkloadSpec(Model):
     required_features: list[Annotated[StrictStr, Field(pattern=r"^[a-z]+:.+$")]] = Field(default_factory=list)
     spread_by: StrictStr = ""  # a topology label (e.g. "zone") to spread replicas across
     volumes: list[VolumeSpec] = Field(default_factory=list)
+    # Unset: Stop when a volume is single-writer (see VolumeSpec.single_writer), Keep otherwise;
+    # unset stays out of the revision hash, so specs written before the field keep their revision.
+    on_disconnect: OnDisconnect | None = None
     container: ContainerSpec | None = None
     process: ProcessSpec | None = None
     compose: ComposeSpec | None = None
@@ -218,6 +244,11 @@ class WorkloadSpec(Model):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def disconnect_policy(self) -> OnDisconnect:
+        if self.on_disconnect is not None:
+            return self.on_disconnect
+        return OnDisconnect.STOP if any(v.single_writer() for v in self.volumes) else OnDisconnect.KEEP
 
     def spec_revision(self) -> str:
         """A short content hash: equal specs give equal revisions, any change gives a new one."""

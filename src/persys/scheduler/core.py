@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from persys.events.base import ClusterEvent, EventBus
+from persys.events.outbox import EventOutbox
 from persys.model import (
     Assignment,
     DesiredState,
@@ -38,16 +39,35 @@ from persys.model.workload import index_of, instance_id, workload_of
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.drift import Drift, Reported, detect
-from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, GroupCommit, Unit, commit_units
+from persys.scheduler.group_commit import (
+    FENCE_HEADROOM,
+    TXN_MAX_BYTES,
+    TXN_MAX_OPS,
+    GroupCommit,
+    Unit,
+    commit_units,
+)
 from persys.scheduler.guard import Mode, ModeGuard
 from persys.scheduler.ha import BlockingLease, LeaderElection, leader_address
 from persys.scheduler.heap import HeapGuard
+from persys.scheduler.liveness import GuardConfig, GuardState, end_suspension, judge
+from persys.scheduler.pages import Page, SortedIds, take_page
 from persys.scheduler.placement_adapter import PlacementService, has_local_volumes, to_request
 from persys.scheduler.shards import encode_members
 from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState, Versioned, put_doc
-from persys.store.base import Compare, Delete, KeyValue, LeaseKeeper, Put, StateStore, StoreUnavailable
+from persys.store.base import (
+    Compare,
+    Delete,
+    KeyValue,
+    LeaseKeeper,
+    Put,
+    StateStore,
+    StoreUnavailable,
+    TxnTooLarge,
+    txn_bytes,
+)
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
@@ -60,7 +80,22 @@ SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (s
 
 
 def _chunks(ops: list[Put | Delete], size: int) -> list[list[Put | Delete]]:
-    return [ops[i : i + size] for i in range(0, len(ops), size)]
+    """`ops` in order, at most `size` and TXN_MAX_BYTES to a chunk (an op larger than that goes
+    alone, and the store refuses it)."""
+    chunks: list[list[Put | Delete]] = []
+    n_bytes = 0
+    for op in ops:
+        b = txn_bytes((), (op,))
+        if not chunks or len(chunks[-1]) >= size or n_bytes + b > TXN_MAX_BYTES:
+            chunks.append([])
+            n_bytes = 0
+        chunks[-1].append(op)
+        n_bytes += b
+    return chunks
+
+
+def _page_json(view: dict[str, Any]) -> bytes:
+    return json.dumps(view, separators=(",", ":")).encode()
 
 
 def _placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
@@ -111,8 +146,12 @@ class SchedulerConfig:
     # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
     # which disables recognising a wiped store after a restart of the scheduler itself).
     data_dir: Path | None = None
-    # More than this share of a replica's nodes going silent at once suspends NotReady marking.
+    # More than this share of a replica's nodes going silent at once suspends NotReady marking
+    # (with at least liveness_guard_min_nodes nodes), for at most liveness_suspension_seconds
+    # (None: six grace periods, 60 s by default; 0: never suspend). See liveness.py.
     max_lost_fraction: float = 0.5
+    liveness_guard_min_nodes: int = 10
+    liveness_suspension_seconds: float | None = None
     health_interval_seconds: float = 1.0
     replica_id: str = ""  # unique per replica (default: a random id)
     advertise: str = ""  # address agents should use to reach this replica when it is active
@@ -167,6 +206,9 @@ class LiveNode:
     usage: NodeUsage = field(default_factory=NodeUsage)
     present: set[str] = field(default_factory=set)  # workloads in the last complete report
     reported: bool = False
+    # When the agent itself last spoke (heartbeat, report, registration). Unlike last_heartbeat,
+    # which fresh grace periods move forward, only this can make a node Ready (liveness.py).
+    heard_at: float = float("-inf")
 
 
 class MutationRefused(Exception):
@@ -189,6 +231,16 @@ class NotActive(Exception):
         self.leader = leader
 
 
+class CatchingUp(NotActive):
+    """Elected, but the mirror has not applied every change up to this replica's own leader key
+    yet: it acts on nothing until it has. Agents are told the leader is this replica and retry."""
+
+    def __init__(self, address: str, revision: int, needed: int) -> None:
+        Exception.__init__(self, f"this scheduler replica was elected and is catching up with the state store "
+                                 f"(mirror at revision {revision}, needs {needed}); retry shortly")
+        self.leader = address
+
+
 class Scheduler:
     def __init__(
         self,
@@ -203,6 +255,11 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.clock = clock
         self.state = ClusterState(store)
+        # Lists walk ids in order from a position: kept sorted as the mirror changes (pages.py).
+        self.sorted_workloads = SortedIds("workload", self.state.workloads)
+        self.sorted_nodes = SortedIds("node", self.state.nodes)
+        self.state.subscribe(self.sorted_workloads.on_change)
+        self.state.subscribe(self.sorted_nodes.on_change)
         self.placement = PlacementService(
             self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
         )
@@ -213,7 +270,7 @@ class Scheduler:
         self._backlog_low = asyncio.Event()  # the reconcile backlog is short enough for bulk applies
         self._inflight: set[str] = set()  # instances whose placement is being committed
         self._pending_dirty = False
-        self._liveness_suspended = False
+        self.liveness_guard = GuardState()  # the mass-loss guard (liveness.py)
         self._spec_cache: dict[tuple[str, str], bytes] = {}
         self._drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self._commit_slots = asyncio.Semaphore(self.config.commit_concurrency)
@@ -221,7 +278,6 @@ class Scheduler:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
         self._resync: set[str] = set()  # nodes whose next desired-state message must be a full set
-        self._event_q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started_at = clock()
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
@@ -235,15 +291,23 @@ class Scheduler:
             self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, blocking_lease=blocking_lease,
         )
         self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
+        self.outbox = EventOutbox(events, self.election.replica_id)  # lost events counted, then announced
         self.state.fences["node"] = self._node_fence
         self._member_rev = 0  # mod revision of our /persys/replicas key (sharded mode)
         self._owned: set[str] = set()
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
+        self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
 
     @property
     def is_active(self) -> bool:
-        return self.election.is_leader
+        """Elected AND the mirror has caught up with the store as of the election: a replica that
+        acted on a mirror missing changes would withdraw what it does not know from agents."""
+        return self.election.is_leader and self._active_fence == self.election.fence_revision
+
+    @property
+    def catching_up(self) -> bool:
+        return self.election.is_leader and not self.is_active
 
     # ------------------------------------------------------------------ shards
 
@@ -255,11 +319,15 @@ class Scheduler:
         """Whether this replica serves the node's agent and judges its liveness."""
         if not self.config.sharded:
             return self.is_active
-        return self._member_rev > 0 and self.owner_of(node_id) == self.election.replica_id
+        # Our own membership write must be in the mirror: nothing older is missing from it then.
+        return (self._member_rev > 0 and self.state.revision >= self._member_rev
+                and self.owner_of(node_id) == self.election.replica_id)
 
     def require_owner(self, node_id: str) -> None:
         if not self.owns(node_id):
             if not self.config.sharded:
+                if self.catching_up:
+                    raise CatchingUp(self.config.advertise, self.state.revision, self.election.fence_revision)
                 raise NotActive(self.leader_address())
             raise NotActive(self.state.replicas.get(self.owner_of(node_id), ""))
 
@@ -321,6 +389,15 @@ class Scheduler:
         return "" if addr == self.config.advertise and not self.is_active else addr
 
     async def _elected(self) -> None:
+        # Catch up before acting: the mirror must have applied every change up to our own leader
+        # key (a standby whose watch was cut off may be far behind, or reloading after a
+        # compaction). Until then agents are told to retry and nothing is placed or judged.
+        fence = self.election.fence_revision
+        if self.state.revision < fence:
+            log.warning("replica %s elected at revision %d; catching up (mirror at %d)",
+                        self.election.replica_id, fence, self.state.revision)
+            await self.state.wait_for_revision(fence)
+        self._active_fence = fence
         self.elected_at_wall = time.time()
         # Start from the durable truth: no reservations of an earlier term, fresh liveness.
         self.placement.reset()
@@ -335,6 +412,7 @@ class Scheduler:
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
     async def _deposed(self) -> None:
+        self._active_fence = 0
         self._backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
         for t in self._active_tasks:
             t.cancel()
@@ -411,20 +489,10 @@ class Scheduler:
     # ------------------------------------------------------------------ events
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
-        try:
-            self._event_q.put_nowait(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
-        except asyncio.QueueFull:  # events are observability: dropping beats blocking scheduling
-            pass
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
 
     async def _publisher(self) -> None:
-        while True:
-            batch = [await self._event_q.get()]
-            while len(batch) < 500 and not self._event_q.empty():
-                batch.append(self._event_q.get_nowait())
-            try:
-                await self.events.publish_many(batch)
-            except Exception as err:
-                log.debug("%d events dropped: %s", len(batch), err)
+        await self.outbox.run()
 
     # ------------------------------------------------------------------ change routing
 
@@ -521,6 +589,8 @@ class Scheduler:
             self.heap.tick()
             try:
                 await self.guard.check()
+                if self.guard.store_revision:
+                    self.state.observe_store_revision(self.guard.store_revision, self.clock())
                 if (self.guard.mode == Mode.NORMAL and self.config.data_dir is not None
                         and time.monotonic() - self._last_backup >= self._backup_every):
                     started = self._last_backup = time.monotonic()
@@ -615,6 +685,11 @@ class Scheduler:
         await self._admit()
         now = time.time()
         incoming = [Workload.from_manifest(m, now) for m in manifests]
+        puts = [put_doc(keys.workload(w.id), w) for w in incoming]
+        for i, put in enumerate(puts):  # refuse the batch before anything is written
+            if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
+                raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
+                                  f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")
         fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
         seen: set[str] = set()
         for i, w in enumerate(incoming):
@@ -625,8 +700,7 @@ class Scheduler:
             seen.add(w.id)
         created: dict[int, bool] = {}
         if fresh:
-            units = [Unit([Compare(keys.workload(wid), 0)], [put_doc(keys.workload(wid), incoming[i])])
-                     for wid, i in fresh.items()]
+            units = [Unit([Compare(keys.workload(wid), 0)], [puts[i]]) for wid, i in fresh.items()]
             oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
             for (wid, i), ok in zip(fresh.items(), oks, strict=True):
                 created[i] = ok
@@ -1010,7 +1084,7 @@ class Scheduler:
                 }
             )
             self.live[node.id] = self.live.get(node.id) or LiveNode(self.clock(), now)
-            self.live[node.id].last_heartbeat = self.clock()
+            self.live[node.id].last_heartbeat = self.live[node.id].heard_at = self.clock()
             if cur is not None and _same_node(cur.value, merged):
                 break
             if await self.state.commit([Compare(key, cur.mod_revision if cur else 0)], [Put(key, merged.to_json())],
@@ -1027,7 +1101,7 @@ class Scheduler:
         if node_id not in self.state.nodes:
             return False
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
-        live.last_heartbeat = self.clock()
+        live.last_heartbeat = live.heard_at = self.clock()
         live.last_heartbeat_wall = time.time()
         live.usage = usage
         return True
@@ -1035,7 +1109,7 @@ class Scheduler:
     async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
         self.require_owner(node_id)
         live = self.live.setdefault(node_id, LiveNode(self.clock(), time.time()))
-        live.last_heartbeat = self.clock()
+        live.last_heartbeat = live.heard_at = self.clock()
         gone: set[str] = set()
         listed = {r.workload_id for r in reports}
         if complete:
@@ -1201,49 +1275,72 @@ class Scheduler:
             await ev.wait()
 
     async def _check_nodes(self) -> None:
-        now = self.clock()
-        grace = self.config.node_grace_seconds
-        changes = []
-        owned = 0
+        """Judge the nodes this replica is responsible for (a pure decision, liveness.judge) and
+        record the transitions: NotReady nodes' instances are relocated."""
+        since, grace = self._started_at, self.config.node_grace_seconds
+        nodes: dict[str, Versioned[Node]] = {}
+        heard: dict[str, float] = {}
+        grace_from: dict[str, float] = {}
         for k, (node_id, cur) in enumerate(list(self.state.nodes.items())):
             if k % 256 == 255:
                 await asyncio.sleep(0)  # thousands of nodes: never hold up the loop for long
-                now = self.clock()
             if not self.owns(node_id):
                 continue  # another replica judges this node
-            owned += 1
+            nodes[node_id] = cur
             live = self.live.get(node_id)
-            # After our own restart every node gets a full grace period to reach us.
-            last = live.last_heartbeat if live else self._started_at
-            alive = now - last <= grace
-            if alive != (cur.value.status == NodeStatus.READY):
-                changes.append((node_id, cur, alive, last))
-        lost = sum(1 for *_, alive, _ in changes if not alive)
-        if owned >= 10 and lost > owned * self.config.max_lost_fraction:
-            # Most nodes going silent at once is far likelier to be our own network or load than
-            # a mass failure: relocating everything would only make it worse (compare Kubernetes'
-            # unhealthy-zone rule). Judge again when heartbeats flow.
-            if not self._liveness_suspended:
-                self._liveness_suspended = True
-                self.emit("LivenessSuspended", "cluster", f"{lost} of {owned} nodes silent at once; not marking "
-                          "them NotReady", "TooManyLost")
-            changes = [c for c in changes if c[2]]
-        elif self._liveness_suspended:
-            self._liveness_suspended = False
-            self.emit("LivenessResumed", "cluster", "heartbeats flow again")
-        for node_id, cur, alive, last in changes:
-            node = cur.value
-            status, why = (NodeStatus.READY, "Heartbeating") if alive else (
-                NodeStatus.NOT_READY, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)")
-            updated = node.model_copy(update={"status": status, "status_reason": why})
-            ok = await self.state.commit([Compare(keys.node(node_id), cur.mod_revision)],
-                                         [Put(keys.node(node_id), updated.to_json())], fenced="node")
+            if live is None:
+                continue
+            if live.heard_at >= since:
+                heard[node_id] = live.last_heartbeat  # includes time our event loop stalled
+            elif live.last_heartbeat > since:
+                grace_from[node_id] = live.last_heartbeat  # a fresh grace period (handoff, stall)
+        now = self.clock()
+        verdict = judge({n: c.value.status for n, c in nodes.items()}, heard, now, since, grace,
+                        self.liveness_guard, self._guard_config(), grace_from)
+        self.liveness_guard = verdict.guard
+        for ev in verdict.events:
+            self.emit(ev.kind, "cluster", ev.message, ev.reason)
+        for t in verdict.transitions:
+            cur = nodes[t.node_id]
+            status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
+            updated = cur.value.model_copy(update={"status": status, "status_reason": t.reason})
+            ok = await self.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
+                                         [Put(keys.node(t.node_id), updated.to_json())], fenced="node")
             if ok:
-                self.emit("NodeReady" if alive else "NodeNotReady", f"node/{node_id}", why)
-                if alive:
+                self.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
+                if t.ready:
                     self._pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
-                    self._enqueue_node_workloads(node_id)
+                    self._enqueue_node_workloads(t.node_id)
+
+    def _guard_config(self) -> GuardConfig:
+        return GuardConfig(max_lost_fraction=self.config.max_lost_fraction,
+                           min_nodes=self.config.liveness_guard_min_nodes,
+                           max_seconds=self.config.liveness_suspension_seconds
+                           if self.config.liveness_suspension_seconds is not None
+                           else 6 * self.config.node_grace_seconds)
+
+    def liveness_view(self) -> dict[str, Any]:
+        """The mass-loss guard as health shows it (times as wall-clock seconds)."""
+        g = self.liveness_guard
+        to_wall = time.time() - self.clock()
+        return {
+            "suspended": g.suspended,
+            "since": g.suspended_since + to_wall if g.suspended_since is not None else 0.0,
+            "endsAt": g.ends_at + to_wall if g.suspended else 0.0,
+            "reason": g.reason,
+            "silentNodes": g.silent,
+            "judgedNodes": g.judged,
+        }
+
+    def resume_liveness(self, via: str) -> dict[str, Any]:
+        """An operator ends this replica's liveness suspension (idempotent): silent nodes are
+        judged one by one from the next check."""
+        was = self.liveness_guard.suspended
+        self.liveness_guard, event = end_suspension(self.liveness_guard, via)
+        if event is not None:
+            self.emit(event.kind, "cluster", event.message, event.reason)
+        return {"replicaId": self.election.replica_id, "resumed": was, **self.liveness_view()}
 
     # ------------------------------------------------------------------ node operations
 
@@ -1295,6 +1392,52 @@ class Scheduler:
             return n
 
         return await self.update_node(node_id, change)
+
+    async def delete_node(self, node_id: str, force: bool = False) -> dict[str, Any]:
+        """Remove a node from the cluster (any replica; compare-and-swap). Refused while instances
+        are assigned to it unless `force`, which first withdraws them (they are placed elsewhere,
+        as off a lost node). An agent that registers again later joins as a new node."""
+        self._require_normal()
+        key = keys.node(node_id)
+        withdrawn: set[str] = set()
+        for _ in range(10):
+            cur = self.state.nodes.get(node_id)
+            if cur is None:
+                raise NotFound(f"node {node_id!r}")
+            assigned = dict(self.state.assignments.get(node_id, {}))
+            if assigned and not force:
+                names = ", ".join(sorted(assigned)[:5]) + (", ..." if len(assigned) > 5 else "")
+                raise MutationRefused(
+                    f"node {node_id} still has {len(assigned)} instance(s) assigned ({names}): drain it first "
+                    f"(persysctl drain {node_id}), or delete it with --force to withdraw them and place them "
+                    "elsewhere")
+            units = [Unit(*self._withdraw_from_deleted(node_id, inst, a)) for inst, a in sorted(assigned.items())]
+            oks = await commit_units(lambda c, o: self.state.commit(c, o, fenced=False), units)
+            withdrawn |= {inst for inst, ok in zip(sorted(assigned), oks, strict=True) if ok}
+            # The key goes once nothing is assigned any more, guarded by the revision judged.
+            if all(oks) and await self.state.commit([Compare(key, cur.mod_revision)], [Delete(key)], fenced=False):
+                self.live.pop(node_id, None)
+                self._drift.pop(node_id, None)
+                self._enqueue_pending()  # what waited for this node to stop it is placed now
+                self.emit("NodeDeleted", f"node/{node_id}", "deleted by an operator" + (
+                    f"; {len(withdrawn)} instance(s) withdrawn to be placed elsewhere" if withdrawn else ""),
+                    "Forced" if withdrawn else "Deleted")
+                return {"node": node_id, "deleted": True, "withdrawn": sorted(withdrawn)}
+            await self._refresh(key)
+        raise MutationRefused(f"node {node_id!r} is being changed concurrently; try again")
+
+    def _withdraw_from_deleted(self, node_id: str, inst: str, a: Versioned[Assignment]
+                               ) -> tuple[list[Compare], list[Put | Delete]]:
+        """Withdraw one instance from a node being deleted: it is placed elsewhere once its
+        status no longer points at a node that runs it (the node is gone: nothing to wait for)."""
+        akey = keys.assignment(node_id, inst)
+        st = self.state.statuses.get(inst)
+        prev = st.value if st else WorkloadStatus()
+        new = prev.model_copy(update={
+            "phase": Phase.PENDING, "reason": "Relocating", "relocating_from": node_id, "left_node": "",
+            "message": f"node {node_id} was deleted by an operator; moving it elsewhere", "updated_at": time.time(),
+        })
+        return [Compare(akey, a.mod_revision)], [Delete(akey), Put(keys.status(inst), new.to_json())]
 
     def drain_status(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
@@ -1436,7 +1579,7 @@ class Scheduler:
             "updatedAt": status.updated_at,
         }
 
-    def workload_view(self, wid: str) -> dict[str, Any]:
+    def workload_view(self, wid: str, summary: bool = False) -> dict[str, Any]:
         cur = self.state.workloads.get(wid)
         if cur is None:
             raise NotFound(f"workload {wid!r}")
@@ -1477,12 +1620,21 @@ class Scheduler:
             "instances": instances,
             "createdAt": w.created_at,
             "updatedAt": max([w.updated_at] + [i["updatedAt"] for i in instances]),
-            "spec": w.spec.to_doc(),
+            # Lists leave the spec out: specs may be large, and a page of them would be pages.
+            **({} if summary else {"spec": w.spec.to_doc()}),
         }
 
-    def list_workload_views(self, node_id: str = "") -> list[dict[str, Any]]:
-        views = [self.workload_view(wid) for wid in sorted(self.state.workloads)]
-        return [v for v in views if not node_id or node_id in v["nodes"]]
+    def workload_page(self, after: str, limit: int, node_id: str = "") -> Page:
+        """Workload summaries (views without the spec: `workload_view` has it) after `after` in
+        id order, as JSON; with `node_id`, only workloads with an instance there."""
+
+        def render(wid: str) -> bytes | None:
+            if wid not in self.state.workloads:
+                return None
+            view = self.workload_view(wid, summary=True)
+            return None if node_id and node_id not in view["nodes"] else _page_json(view)
+
+        return take_page(self.sorted_workloads.after(after), render, limit)
 
     def node_view(self, node_id: str) -> dict[str, Any]:
         cur = self.state.nodes.get(node_id)
@@ -1505,24 +1657,42 @@ class Scheduler:
         doc["workloads"] = sorted(a.workload_id for a in assigned)  # instance ids
         return doc
 
-    def list_node_views(self) -> list[dict[str, Any]]:
-        return [self.node_view(n) for n in sorted(self.state.nodes)]
+    def node_page(self, after: str, limit: int) -> Page:
+        """Node views after `after` in id order, as JSON."""
+        return take_page(self.sorted_nodes.after(after),
+                         lambda n: _page_json(self.node_view(n)) if n in self.state.nodes else None, limit)
 
     async def health(self) -> dict[str, Any]:
         store_ok, detail = True, ""
         try:
             st = await self.store.status()
             backend = str(st.get("backend", ""))
+            self.state.observe_store_revision(int(st.get("revision", 0) or 0), self.clock())  # type: ignore[call-overload]
         except Exception as err:
             store_ok, backend, detail = False, "", f"store: {err}"
+        mirror = self.state.health(self.clock())
+        if mirror.detail:
+            detail = (detail + "; " if detail else "") + mirror.detail
+        if self.catching_up:
+            detail = (detail + "; " if detail else "") + (
+                f"elected, catching up with the store (mirror at revision {self.state.revision}, needs "
+                f"{self.election.fence_revision}): agents are asked to retry")
         events_ok = await self.events.healthy()
         if not events_ok:
             detail = (detail + "; " if detail else "") + "events: backend unreachable, events are being dropped"
+        losses = self.outbox.ledger.health()
         if self.guard.mode != Mode.NORMAL:
             detail = (detail + "; " if detail else "") + self.guard.reason
+        liveness = self.liveness_view()
+        if liveness["suspended"]:
+            detail = (detail + "; " if detail else "") + (
+                f"liveness suspended: {liveness['silentNodes']} of {liveness['judgedNodes']} nodes silent "
+                f"({liveness['reason']}), ends in {max(0.0, liveness['endsAt'] - time.time()):.0f}s at the latest "
+                "(persysctl admin liveness resume ends it now)")
         return {
             "replicaId": self.election.replica_id,
             "active": self.is_active,
+            "role": "active" if self.is_active else "catching-up" if self.catching_up else "standby",
             "leader": self.leader_address(),
             "electedAt": self.elected_at_wall,
             "sharded": self.config.sharded,
@@ -1535,6 +1705,11 @@ class Scheduler:
             "workloads": len(self.state.workloads),
             "detail": detail,
             "decisionLatency": self.placement.decision_latency(),
+            **losses,
+            "mirror": {"revision": self.state.revision, "storeRevision": self.state.lag.store_revision,
+                       "lag": mirror.lag, "watch": mirror.watch,
+                       "compactionRecoveries": self.state.compaction_recoveries},
+            "liveness": liveness,
         }
 
 

@@ -15,14 +15,18 @@ flight: under load the batches grow by themselves, at rest each unit goes out at
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from persys.store.base import Compare, Delete, Put
+from persys.store.base import DEFAULT_MAX_TXN_BYTES, Compare, Delete, Put, TxnTooLarge, txn_bytes
 
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops (per branch: compares and operations alike)
 FENCE_HEADROOM = 2  # compares a fenced commit adds in front of ours
+# Bytes a transaction may carry (etcd's --max-request-bytes), less room for the fence's compares.
+TXN_MAX_BYTES = DEFAULT_MAX_TXN_BYTES - 1024
 
+log = logging.getLogger(__name__)
 Ops = Sequence[Put | Delete]
 Commit = Callable[[Sequence[Compare], Ops], Awaitable[bool]]
 
@@ -34,52 +38,62 @@ class Unit:
     done: asyncio.Future[bool] | None = field(default=None)
 
 
-def _transactions(units: Sequence[Unit], max_ops: int) -> Iterator[list[Unit]]:
+def _transactions(units: Sequence[Unit], max_ops: int, max_bytes: int = TXN_MAX_BYTES) -> Iterator[list[Unit]]:
     limit = max_ops - FENCE_HEADROOM
     cur: list[Unit] = []
-    n_cmp = n_ops = 0
+    n_cmp = n_ops = n_bytes = 0
     written: set[str] = set()
     for u in units:
         keys = {op.key for op in u.ops}
-        if cur and (n_cmp + len(u.compares) > limit or n_ops + len(u.ops) > limit or not written.isdisjoint(keys)):
+        size = txn_bytes(u.compares, u.ops)
+        if cur and (n_cmp + len(u.compares) > limit or n_ops + len(u.ops) > limit or n_bytes + size > max_bytes
+                    or not written.isdisjoint(keys)):
             yield cur
-            cur, n_cmp, n_ops, written = [], 0, 0, set()
-        cur.append(u)
+            cur, n_cmp, n_ops, n_bytes, written = [], 0, 0, 0, set()
+        cur.append(u)  # a unit over the limit alone goes alone: the store refuses it, not its neighbours
         n_cmp += len(u.compares)
         n_ops += len(u.ops)
+        n_bytes += size
         written |= keys
     if cur:
         yield cur
 
 
-def pack(units: Sequence[Unit], max_ops: int = TXN_MAX_OPS) -> list[list[Unit]]:
-    """Split units, in order, into transactions within etcd's limits and without a key written
-    twice in one transaction (etcd refuses that)."""
-    return list(_transactions(units, max_ops))
+def pack(units: Sequence[Unit], max_ops: int = TXN_MAX_OPS, max_bytes: int = TXN_MAX_BYTES) -> list[list[Unit]]:
+    """Split units, in order, into transactions within etcd's limits (operations per branch and
+    bytes per request) and without a key written twice in one transaction (etcd refuses that)."""
+    return list(_transactions(units, max_ops, max_bytes))
 
 
 async def _commit_txn(commit: Commit, txn: list[Unit]) -> list[bool]:
     if len(txn) == 1:
-        return [await commit(txn[0].compares, txn[0].ops)]
+        try:
+            return [await commit(txn[0].compares, txn[0].ops)]
+        except TxnTooLarge as err:  # nothing was sent: this unit fails, the others go on
+            log.warning("a write was refused: %s", err)
+            return [False]
     if await commit([c for u in txn for c in u.compares], [o for u in txn for o in u.ops]):
         return [True] * len(txn)
     # Some guard failed; find out which by committing each unit alone.
     return list(await asyncio.gather(*(commit(u.compares, u.ops) for u in txn)))
 
 
-async def commit_units(commit: Commit, units: Sequence[Unit], max_ops: int = TXN_MAX_OPS) -> list[bool]:
+async def commit_units(commit: Commit, units: Sequence[Unit], max_ops: int = TXN_MAX_OPS,
+                       max_bytes: int = TXN_MAX_BYTES) -> list[bool]:
     """Commit every unit (concurrently, packed into as few transactions as fit). Returns
-    whether each landed; a store error propagates."""
-    results = await asyncio.gather(*(_commit_txn(commit, txn) for txn in pack(units, max_ops)))
+    whether each landed (a unit too large for one request did not); a store error propagates."""
+    results = await asyncio.gather(*(_commit_txn(commit, txn) for txn in pack(units, max_ops, max_bytes)))
     return [ok for part in results for ok in part]
 
 
 class GroupCommit:
     """Joins units submitted by concurrent callers into shared transactions."""
 
-    def __init__(self, commit: Commit, max_in_flight: int = 4, max_ops: int = TXN_MAX_OPS) -> None:
+    def __init__(self, commit: Commit, max_in_flight: int = 4, max_ops: int = TXN_MAX_OPS,
+                 max_bytes: int = TXN_MAX_BYTES) -> None:
         self._commit = commit
         self._max_ops = max_ops
+        self._max_bytes = max_bytes
         self._slots = asyncio.Semaphore(max_in_flight)
         self._pending: list[Unit] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -108,7 +122,7 @@ class GroupCommit:
             await asyncio.sleep(0)  # callers woken in the same loop pass join this batch
             # Only the first transaction: the rest may still grow, and packing all of a long
             # backlog on every pass would cost O(backlog) per transaction.
-            txn = next(_transactions(self._pending, self._max_ops))
+            txn = next(_transactions(self._pending, self._max_ops, self._max_bytes))
             del self._pending[: len(txn)]
             task = asyncio.create_task(self._run(txn))
             self._tasks.add(task)

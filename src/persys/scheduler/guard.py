@@ -47,6 +47,7 @@ class ModeGuard:
         self.mirror_revision = mirror_revision
         self.mode = Mode.NORMAL
         self.reason = ""
+        self.store_revision = 0  # the store's revision as the last probe read it
         self.cluster_id = self._remembered()
 
     # ------------------------------------------------------------------ the remembered cluster id
@@ -127,6 +128,7 @@ class ModeGuard:
             except (ValueError, AttributeError):
                 marker_id = ""
         revision = int(status.get("revision", 0) or 0)  # type: ignore[call-overload]
+        self.store_revision = revision
         if not marker_id:
             self.set(Mode.RECOVERY, "the state store answers but this cluster's marker is gone (was it wiped?); "
                                     "frozen: restore a backup or confirm with `persysctl admin recover`")

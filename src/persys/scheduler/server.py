@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -10,6 +11,8 @@ import grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
+from persys.events.redis_stream import redacted
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.security.grpc_tls import server_credentials
@@ -46,20 +49,26 @@ async def start_scheduler(
     tls: TLSFiles,
     config: SchedulerConfig | None = None,
     store_tls: TLSFiles | None = None,
+    limits: InputLimits | None = None,
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
     keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
-    scheduler = Scheduler(store, events, config, blocking_lease=keeper)
-    await scheduler.start()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler), server)
+    # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
+    # (leader key, redirects) must carry the real one before the election can publish it.
+    limits = limits or InputLimits()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limits.max_message_bytes)])
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
-        await scheduler.stop()
         raise OSError(f"cannot listen on {listen}")
+    config = config or SchedulerConfig()
+    if config.advertise.endswith(":0"):
+        config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
+    scheduler = Scheduler(store, events, config, blocking_lease=keeper)
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits), server)
+    await scheduler.start()
     await server.start()
-    log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, events_url)
+    log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
     return RunningScheduler(scheduler, server, port, store, events)

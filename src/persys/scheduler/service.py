@@ -20,16 +20,20 @@ from pydantic import ValidationError
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import Capabilities, DesiredState, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
+from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
+from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
+from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.security.grpc_tls import peer_identity
-from persys.store.base import StoreUnavailable
+from persys.store.base import StoreUnavailable, TxnTooLarge
 
 log = logging.getLogger(__name__)
 
 CLIENT_IDENTITIES = {"gateway", "admin", "scheduler"}
 LEADER_METADATA = "persys-leader"
+UNAVAILABLE_METADATA = "persys-unavailable"  # names the dependency that is down (not this replica)
 
 STATE_TO_PHASE = {
     pb.WORKLOAD_STATE_PENDING: Phase.SCHEDULED,
@@ -61,16 +65,25 @@ async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
     except StoreUnavailable as err:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+    except TxnTooLarge as err:  # nothing was written
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     except ManifestError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
     except ValidationError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
 
 
+def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
+    return pb.LivenessGuard(suspended=doc["suspended"], since=doc["since"], ends_at=doc["endsAt"], reason=doc["reason"],
+                            silent_nodes=doc["silentNodes"], judged_nodes=doc["judgedNodes"])
+
+
 class AgentControlService(pb_grpc.AgentControlServicer):
-    def __init__(self, scheduler: Scheduler, require_identity: bool = True) -> None:
+    def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None
+                 ) -> None:
         self.s = scheduler
         self.require_identity = require_identity
+        self.limits = limits or InputLimits()
 
     # ---------------------------------------------------------------- authorization
 
@@ -125,14 +138,16 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await self.s.register(node)
         cfg = self.s.config
         return pb.RegisterNodeResponse(accepted=True, heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
-                                       report_interval_seconds=cfg.report_interval_seconds)
+                                       report_interval_seconds=cfg.report_interval_seconds,
+                                       node_grace_seconds=cfg.node_grace_seconds)
 
     def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         u = request.usage
         known = self.s.heartbeat(request.node_id, NodeUsage(
             cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
             workloads=u.workloads))
-        return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode)
+        return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode,
+                                    node_grace_seconds=self.s.config.node_grace_seconds)
 
     async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [
@@ -217,17 +232,23 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     # ---------------------------------------------------------------- client side
 
+    async def _check_size(self, context: grpc.aio.ServicerContext, problem: str | None) -> None:
+        if problem:  # before parsing: a huge document costs its bytes, never their parse
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+
     @staticmethod
     def _manifest(raw: bytes) -> WorkloadManifest:
+        # Sizes were checked before (admission.InputLimits): a direct gRPC client meets the gateway's bounds.
         try:
-            doc = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ManifestError([f"(document): not valid JSON: {err}"]) from None
+            doc = load_json(raw)
+        except DocumentError as err:
+            raise ManifestError([str(err)]) from None
         return validate_manifest(doc)
 
     async def ApplyWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                             ) -> pb.ApplyWorkloadResponse:
         await self._as_client(context)
+        await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
         async with _mapped(context):
             w, created, changed = await self.s.apply(self._manifest(request.manifest_json), dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
@@ -238,6 +259,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def ApplyWorkloads(self, request: pb.ApplyWorkloadsRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ApplyWorkloadsResponse:
         await self._as_client(context)
+        await self._check_size(context, self.limits.batch_problem(request.manifests_json))
         async with _mapped(context):
             manifests = []
             for i, raw in enumerate(request.manifests_json):
@@ -254,6 +276,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                            ) -> pb.Document:
+        await self._as_client(context)
+        await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
+
         async def plan() -> dict[str, Any]:
             manifest = self._manifest(request.manifest_json)
             return {
@@ -300,9 +325,22 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
         return await self._document(context, view)
 
-    async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+    async def _page(self, request: pb.ListRequest, context: grpc.aio.ServicerContext,
+                    take: Callable[[str, int], Page]) -> pb.DocumentList:
+        """One page of a list: `limit` items after the `continue_token`'s position."""
         await self._as_client(context)
-        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_workload_views(request.node_id)])
+        try:
+            position, limit = decode_token(request.continue_token), page_limit(request.limit)
+        except BadPageRequest as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        page = take(position.after, limit)
+        token = "" if page.next_after is None else encode_token(page.next_after,
+                                                                  position.revision or self.s.state.revision)
+        return pb.DocumentList(items=page.items, continue_token=token)
+
+    async def ListWorkloads(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+        return await self._page(request, context,
+                                lambda after, limit: self.s.workload_page(after, limit, request.node_id))
 
     async def GetNode(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def view() -> dict[str, Any]:
@@ -311,19 +349,22 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._document(context, view)
 
     async def ListNodes(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
-        await self._as_client(context)
-        return pb.DocumentList(items=[_dumps(v) for v in self.s.list_node_views()])
+        return await self._page(request, context, self.s.node_page)
 
     async def ListEvents(self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
                          ) -> pb.DocumentList:
         await self._as_client(context)
         try:
-            events = await self.s.events.recent(limit=request.limit or 100, subject=request.subject or None)
+            events = await self.s.events.recent(limit=min(max(request.limit, 0) or 100, MAX_EVENTS),
+                                                subject=request.subject or None)
         except Exception as err:  # any backend failure: events are observability, say so plainly
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event stream unavailable: {err}")
+            # The marker tells clients this replica answered: only the event bus is down.
+            context.set_trailing_metadata(((UNAVAILABLE_METADATA, "event-bus"),))
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"event bus unavailable ({err}); the control plane is up")
         return pb.DocumentList(items=[
             _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
-                    "message": e.message}) for e in events
+                    "message": e.message, **({"fields": e.fields} if e.fields else {})}) for e in events
         ])
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthResponse:
@@ -335,7 +376,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             mode=h["mode"], store_ok=h["storeOk"], events_ok=h["eventsOk"], store_backend=h["storeBackend"],
             nodes_ready=h["nodesReady"], workloads=h["workloads"], detail=h["detail"],
             replica_id=h["replicaId"], active=h["active"], leader=h["leader"], elected_at=h["electedAt"],
-            sharded=h["sharded"], owned_nodes=h["ownedNodes"],
+            sharded=h["sharded"], owned_nodes=h["ownedNodes"], liveness=_liveness_pb(h["liveness"]),
+            events_dropped=h["eventsDropped"], events_last_drop_at=h["eventsLastDropAt"],
+            events_drops_unreported=h["eventsDropsUnreported"],
+            role=h["role"], mirror_revision=h["mirror"]["revision"], store_revision=h["mirror"]["storeRevision"],
+            mirror_lag=h["mirror"]["lag"], watch=h["mirror"]["watch"],
+            compaction_recoveries=h["mirror"]["compactionRecoveries"],
         )
 
     # ---------------------------------------------------------------- node operations
@@ -368,6 +414,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._node_op(context, request.node_id,
                                    lambda: self.s.label(request.node_id, dict(request.set), list(request.remove)))
 
+    async def DeleteNode(self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def delete() -> dict[str, Any]:
+            return await self.s.delete_node(request.node_id, force=request.force)
+
+        return await self._document(context, delete)
+
     async def TaintNode(self, request: pb.TaintRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         def add() -> list[Taint]:
             return [Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
@@ -391,8 +443,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 if not isinstance(doc, dict):
                     raise ValueError("a backup is a JSON object")
                 return await self.s.restore(doc, force=request.force)
-            except (ValueError, KeyError, TypeError) as err:
-                raise ManifestError([f"invalid backup: {err}"]) from None
+            except (ValueError, KeyError, TypeError, RecursionError) as err:
+                raise ManifestError([f"invalid backup: {err!s:.300}"]) from None
 
         return await self._document(context, restore)
 
@@ -401,3 +453,12 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "recovering accepts the store's current (empty) contents: confirm explicitly")
         return await self._document(context, self.s.recover)
+
+    async def ResumeLiveness(self, request: pb.ResumeLivenessRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.Document:
+        via = peer_identity(context) if self.require_identity else ""
+
+        async def resume() -> dict[str, Any]:
+            return self.s.resume_liveness(via or "an unauthenticated client")
+
+        return await self._document(context, resume)

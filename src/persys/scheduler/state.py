@@ -4,6 +4,11 @@ Reads are served from memory; writes go to the store with compare-and-swap and a
 into the mirror as soon as they commit, so the writer sees its own writes at once. The watch
 later delivers the same revision again, which is ignored. Tombstones stop an older put from
 resurrecting a key that a newer delete removed.
+
+A watch that meets a compaction (its resume revision is no longer in the store's history: it
+was cut off or too slow while the store compacted) cannot be resumed: the mirror reloads a
+snapshot read at one revision, replaces its content with it in one step (keys gone since are
+removed and their listeners told), and watches again from after that revision.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from pydantic import BaseModel
 from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys
+from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
 from persys.scheduler.shards import decode_members
-from persys.store.base import Compare, Delete, Put, StateStore, WatchEvent
+from persys.store.base import Compare, Delete, KeyValue, Put, StateStore, WatchCompacted, WatchEvent
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
@@ -72,6 +78,12 @@ class ClusterState:
         self._revs: dict[str, int] = {}
         self._listeners: list[Listener] = []
         self._watch_task: asyncio.Task[None] | None = None
+        # Health of the watch (see mirror_health): how far behind, and how it recovers.
+        self.lag = LagTracker()
+        self.recovering = False  # reloading a snapshot after a compacted watch
+        self.watch_error = ""  # the watch's last failure, cleared when it delivers again
+        self.compaction_recoveries = 0
+        self._revision_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -81,10 +93,14 @@ class ClusterState:
         for kv in kvs:
             self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
         self.revision = rev
+        self._wake_waiters()
 
     async def reset(self) -> None:
         """Forget everything and reload from the store (after a restore replaced it)."""
         await self.stop()
+        # Read before forgetting: no await between clearing and refilling, so no task ever
+        # sees an empty mirror.
+        kvs, rev = await self.store.range(keys.ROOT)
         self.workloads.clear()
         self.statuses.clear()
         self.nodes.clear()
@@ -98,10 +114,40 @@ class ClusterState:
         self.shards = ((), 0)
         self._tombstones.clear()
         self._revs.clear()
-        self.revision = 0
-        await self.load()
+        for kv in kvs:
+            self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
+        self.revision = rev
+        self._wake_waiters()
         self.start_following()
         self._notify("reset", "")
+
+    # --- catching up ---
+
+    async def wait_for_revision(self, revision: int) -> None:
+        """Return once the mirror has applied every change up to `revision`."""
+        if self.revision >= revision:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (revision, fut)
+        self._revision_waiters.append(entry)
+        try:
+            await fut
+        finally:
+            with contextlib.suppress(ValueError):
+                self._revision_waiters.remove(entry)
+
+    def _wake_waiters(self) -> None:
+        for rev, fut in self._revision_waiters:
+            if rev <= self.revision and not fut.done():
+                fut.set_result(None)
+
+    def observe_store_revision(self, store_revision: int, now: float) -> None:
+        """A probe read the store's current revision (for the lag in health)."""
+        self.lag.observe(store_revision, self.revision, now)
+
+    def health(self, now: float) -> MirrorHealth:
+        return judge(MirrorSnapshot(self.revision, self.lag.store_revision, self.lag.behind_for(self.revision, now),
+                                    self.recovering, self.watch_error))
 
     def start_following(self) -> None:
         self._watch_task = asyncio.create_task(self._follow(), name="state-watch")
@@ -117,11 +163,55 @@ class ClusterState:
             try:
                 async for ev in self.store.watch(keys.ROOT, start_revision=self.revision + 1):
                     self._apply_event(ev)
+                    if self.watch_error:
+                        self.watch_error = ""
             except asyncio.CancelledError:
                 raise
+            except WatchCompacted as err:
+                # Resuming is impossible: the changes in between are gone. Retrying the same
+                # revision would fail forever and leave the mirror silently stale.
+                log.warning("state watch: %s; reloading a snapshot of the store", err)
+                self.recovering = True
+                try:
+                    await self._reload()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as reload_err:
+                    self.watch_error = f"snapshot reload failed: {reload_err}"
+                    log.warning("state mirror: %s; retrying", self.watch_error)
+                    await asyncio.sleep(1.0)
+                else:
+                    self.recovering = False
+                    self.watch_error = ""
+                    self.compaction_recoveries += 1
+                    log.warning("state mirror reloaded at revision %d after a compacted watch (recovery %d)",
+                                self.revision, self.compaction_recoveries)
             except Exception as err:  # the store's watch resumes itself; this is a last resort
+                self.watch_error = str(err) or type(err).__name__
                 log.warning("state watch interrupted (%s); resuming from revision %d", err, self.revision)
                 await asyncio.sleep(1.0)
+
+    async def _reload(self) -> None:
+        kvs, rev = await self.store.range(keys.ROOT)  # one revision: a consistent snapshot
+        self.replace(kvs, rev)
+
+    def replace(self, kvs: Sequence[KeyValue], revision: int) -> None:
+        """Make the mirror what a snapshot read at `revision` holds, in one step (no await, and
+        listeners are told only once everything is replaced, so none sees a half-updated mirror).
+        Keys the snapshot lacks are deleted as of `revision`; changed keys are updated. Our own
+        writes that landed after the snapshot are newer than it and stay (the stale rule)."""
+        changed: list[tuple[str, str]] = []
+        present = {kv.key for kv in kvs}
+        for key in [k for k in self._revs if k not in present]:
+            changed.append(self._apply_delete(key, revision, notify=False))
+        for kv in kvs:
+            if kv.mod_revision != self._revs.get(kv.key):
+                changed.append(self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False))
+        self.revision = max(self.revision, revision)
+        for kind, ident in changed:
+            if kind:
+                self._notify(kind, ident)
+        self._wake_waiters()
 
     def _apply_event(self, ev: WatchEvent) -> None:
         if ev.type == "put":
@@ -129,6 +219,8 @@ class ClusterState:
         else:
             self._apply_delete(ev.kv.key, ev.revision)
         self.revision = max(self.revision, ev.revision)
+        if self._revision_waiters:
+            self._wake_waiters()
         # Older events can no longer arrive: drop tombstones the watch has passed.
         if len(self._tombstones) > 1024:
             self._tombstones = {k: r for k, r in self._tombstones.items() if r > self.revision}
@@ -139,23 +231,26 @@ class ClusterState:
         return rev <= self._revs.get(key, 0) or rev <= self._tombstones.get(key, 0)
 
     def _apply_put(self, key: str, value: bytes, rev: int, notify: bool = True, doc: BaseModel | None = None
-                   ) -> None:
+                   ) -> tuple[str, str]:
+        """Fold a put in unless it is stale; returns what changed (kind, id), ("", "") if nothing."""
         if self._stale(key, rev):
-            return
+            return "", ""
         self._revs[key] = rev
         self._tombstones.pop(key, None)
         kind, ident = self._fold(key, value, rev, doc)
         if notify and kind:
             self._notify(kind, ident)
+        return kind, ident
 
-    def _apply_delete(self, key: str, rev: int) -> None:
+    def _apply_delete(self, key: str, rev: int, notify: bool = True) -> tuple[str, str]:
         if self._stale(key, rev):
-            return
+            return "", ""
         self._revs.pop(key, None)
         self._tombstones[key] = rev
         kind, ident = self._unfold(key)
-        if kind:
+        if notify and kind:
             self._notify(kind, ident)
+        return kind, ident
 
     def _fold(self, key: str, value: bytes, rev: int, doc: BaseModel | None = None) -> tuple[str, str]:
         try:

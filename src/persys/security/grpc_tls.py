@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from persys.model.limits import GRPC_MAX_MESSAGE_BYTES
 from persys.security.pki import TLSFiles
 
 
@@ -27,7 +28,7 @@ def secure_channel(target: str, files: TLSFiles) -> grpc.aio.Channel:
             ("grpc.keepalive_time_ms", 10_000),
             ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
         ],
     )
 

@@ -19,6 +19,8 @@ from persys.store.base import (
     StoreError,
     StoreUnavailable,
     TLSFiles,
+    TxnTooLarge,
+    WatchCompacted,
     WatchEvent,
 )
 
@@ -34,6 +36,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TLSFiles",
+    "TxnTooLarge",
+    "WatchCompacted",
     "WatchEvent",
     "open_store",
 ]

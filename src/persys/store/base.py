@@ -50,8 +50,26 @@ class CompactedError(StoreError):
     """The requested revision is older than the retained history."""
 
 
+class WatchCompacted(CompactedError):
+    """A watch was asked to start (or, after a reconnect, resume) at a revision older than the
+    retained history: the events in between are gone for good. Every backend raises this from
+    `watch`; the watcher must reload a snapshot (a range, read at one revision) and watch again
+    from the revision after it, dropping keys the snapshot no longer has."""
+
+    def __init__(self, requested: int, compact_revision: int) -> None:
+        super().__init__(f"revision {requested} has been compacted (the oldest revision a watch can start from "
+                         f"is {compact_revision})")
+        self.requested = requested
+        self.compact_revision = compact_revision  # the oldest revision a watch can still start from
+
+
 class LeaseNotFound(StoreError):
     """The lease does not exist (never granted, revoked or expired)."""
+
+
+class TxnTooLarge(StoreError):
+    """A write larger than the store takes in one request: refused before sending, nothing
+    written. Every backend enforces the same limit, so what works embedded works on etcd."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +90,33 @@ class Delete:
     key: str
 
 
+# etcd's default --max-request-bytes is 1.5 MiB for the whole request; what `txn_bytes` does not
+# count (protobuf framing, the raft header) stays well within the 16 KiB left over.
+DEFAULT_MAX_TXN_BYTES = (3 << 19) - (16 << 10)
+OP_OVERHEAD_BYTES = 16  # per compare or operation, beyond its key and value
+
+
+def txn_bytes(compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int:
+    """What a transaction costs against the request limit (keys are ASCII: ids are validated)."""
+    n = sum(len(c.key) for c in compares) + OP_OVERHEAD_BYTES * (len(compares) + len(ops))
+    for op in ops:
+        n += len(op.key) + (len(op.value) if isinstance(op, Put) else 0)
+    return n
+
+
+def check_txn_size(compares: Sequence[Compare], ops: Sequence[Put | Delete], limit: int) -> None:
+    """Raise TxnTooLarge for a transaction over `limit` bytes (before anything is sent)."""
+    size = txn_bytes(compares, ops)
+    if size > limit:
+        first = ops[0].key if ops else (compares[0].key if compares else "")
+        raise TxnTooLarge(f"a write of {size} bytes ({len(ops)} operations, first {first}) exceeds the store's "
+                          f"limit of {limit} bytes per request")
+
+
 @runtime_checkable
 class StateStore(Protocol):
+    max_txn_bytes: int  # the largest write accepted in one request (see txn_bytes)
+
     async def get(self, key: str) -> KeyValue | None: ...
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
@@ -102,7 +145,8 @@ class StateStore(Protocol):
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int | None:
         """Apply ops atomically iff every compare holds. Returns the store revision after the
         transaction, or None if a compare failed (nothing applied). A key may appear at most
-        once in ops."""
+        once in ops. Raises TxnTooLarge (nothing sent) over `max_txn_bytes` by `txn_bytes`;
+        `put` and `cas` too."""
         ...
 
     async def grant_lease(self, ttl: float) -> int:
@@ -119,8 +163,9 @@ class StateStore(Protocol):
 
     def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
         """Every change under prefix, in revision order, from start_revision inclusive
-        (None = changes after the watch is established). Raises CompactedError if the
-        start revision is no longer in history."""
+        (None = changes after the watch is established). Raises WatchCompacted if the
+        start revision, or the revision it resumes from after a reconnect, is no longer in
+        history."""
         ...
 
     async def current_revision(self) -> int: ...

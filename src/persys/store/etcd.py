@@ -5,7 +5,7 @@ Notes on etcd semantics we rely on:
   any TTL below its minimum (ceil(1.5 * election timeout), 2 s with default flags).
 * Lease expiry is detected by etcd's lessor loop (every ~500 ms), so keys go a bit after the TTL.
 * History is kept until someone compacts (etcdctl compact / --auto-compaction-*); watching from
-  a compacted revision raises CompactedError.
+  a compacted revision raises WatchCompacted.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import grpc.aio
 from persys._pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from persys._pb.etcd.mvccpb import kv_pb2
 from persys.store.base import (
+    DEFAULT_MAX_TXN_BYTES,
     CompactedError,
     Compare,
     Delete,
@@ -33,7 +34,9 @@ from persys.store.base import (
     StoreError,
     StoreUnavailable,
     TLSFiles,
+    WatchCompacted,
     WatchEvent,
+    check_txn_size,
     prefix_range_end,
 )
 
@@ -43,6 +46,7 @@ T = TypeVar("T")
 
 _UNAVAILABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _RANGE_PAGE = 1000
+_RANGE_PAGE_BYTES = 4 << 20
 
 _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
     # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
@@ -52,8 +56,8 @@ _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
     # Detect dead connections under long-lived watch streams (etcd's minimum is 5 s).
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
+_MAX_RECEIVE_BYTES = 64 << 20
 
 
 def _target(endpoints: Sequence[str]) -> str:
@@ -77,6 +81,11 @@ def _kv(kv: kv_pb2.KeyValue) -> KeyValue:
     return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
 
+def _too_large(err: StoreError) -> bool:
+    cause = err.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
     code, details = e.code(), e.details() or ""
     if code in _UNAVAILABLE:
@@ -95,13 +104,18 @@ class EtcdStore:
         *,
         tls: TLSFiles | None = None,
         timeout: float = 5.0,
+        max_txn_bytes: int = DEFAULT_MAX_TXN_BYTES,
+        max_receive_bytes: int = _MAX_RECEIVE_BYTES,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.endpoints = list(endpoints)
         self.target = _target(self.endpoints)
         self.timeout = timeout
-        options = list(_CHANNEL_OPTIONS)
+        # Match etcd's --max-request-bytes: a larger write is refused here with TxnTooLarge
+        # rather than by etcd with an error that looks like any other failure.
+        self.max_txn_bytes = max_txn_bytes
+        options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
         self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
             self._creds = grpc.ssl_channel_credentials(
@@ -151,17 +165,29 @@ class EtcdStore:
         end = prefix_range_end(prefix.encode())
         revision = 0  # pages after the first read at the first page's revision: one snapshot
         while True:
-            resp = await self._call(
-                self._kv.Range,
-                rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision),
-            )
+            try:
+                resp = await self._call(
+                    self._kv.Range,
+                    rpc_pb2.RangeRequest(key=start, range_end=end, limit=page, revision=revision),
+                )
+            except StoreError as err:
+                # Pages are counted in keys, and large values can make one larger than a message
+                # may be: ask for fewer keys at a time (one key always fits: values are bounded).
+                if page > 1 and _too_large(err):
+                    page //= 2
+                    continue
+                raise
             revision = revision or resp.header.revision
+            size = resp.ByteSize()
             yield [_kv(kv) for kv in resp.kvs], revision
             if not resp.more or not resp.kvs:
                 return
             start = resp.kvs[-1].key + b"\0"
+            if size > _RANGE_PAGE_BYTES:  # large values: fewer keys a page, so a page stays a few MiB
+                page = max(1, page * _RANGE_PAGE_BYTES // size)
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        check_txn_size((), (Put(key, value),), self.max_txn_bytes)
         resp = await self._call(self._kv.Put, rpc_pb2.PutRequest(key=key.encode(), value=value, lease=lease))
         return int(resp.header.revision)
 
@@ -176,6 +202,7 @@ class EtcdStore:
         return tresp.succeeded and tresp.responses[0].response_delete_range.deleted > 0
 
     async def _txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> rpc_pb2.TxnResponse:
+        check_txn_size(compares, ops, self.max_txn_bytes)
         req = rpc_pb2.TxnRequest(
             compare=[
                 rpc_pb2.Compare(
@@ -278,10 +305,8 @@ class EtcdStore:
                         break
                     assert isinstance(resp, rpc_pb2.WatchResponse)
                     if resp.compact_revision:
-                        raise CompactedError(
-                            f"revision {next_rev} has been compacted"
-                            f" (compact revision {resp.compact_revision})"
-                        )
+                        # etcd's compact_revision is the oldest revision still watchable.
+                        raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
                     if resp.canceled:
                         raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
                     if resp.created:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from persys.store.base import (
-    CompactedError,
+    DEFAULT_MAX_TXN_BYTES,
     Compare,
     Delete,
     KeyValue,
@@ -32,7 +32,9 @@ from persys.store.base import (
     Put,
     StoreError,
     StoreUnavailable,
+    WatchCompacted,
     WatchEvent,
+    check_txn_size,
     prefix_range_end,
 )
 
@@ -111,8 +113,10 @@ class SqliteStore:
         *,
         history_limit: int = 100_000,
         sweep_interval: float = 0.1,
+        max_txn_bytes: int = DEFAULT_MAX_TXN_BYTES,
     ) -> None:
         self.path = str(path)
+        self.max_txn_bytes = max_txn_bytes  # etcd's limit here too: one contract for both backends
         self.history_limit = history_limit
         self.sweep_interval = sweep_interval
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="persys-sqlite")
@@ -368,11 +372,13 @@ class SqliteStore:
             yield kvs[i : i + page], rev
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        check_txn_size((), (Put(key, value),), self.max_txn_bytes)
         rev, _ = await self._run(self._txn_sync, (), (Put(key, value, lease),))
         assert rev is not None
         return rev
 
     async def cas(self, key: str, value: bytes, expected_mod_revision: int, lease: int = 0) -> int | None:
+        check_txn_size((), (Put(key, value),), self.max_txn_bytes)
         rev, _ = await self._run(
             self._txn_sync, (Compare(key, expected_mod_revision),), (Put(key, value, lease),)
         )
@@ -384,6 +390,7 @@ class SqliteStore:
         return bool(events)
 
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> int | None:
+        check_txn_size(compares, ops, self.max_txn_bytes)
         rev, _ = await self._run(self._txn_sync, tuple(compares), tuple(ops))
         return rev
 
@@ -425,9 +432,8 @@ class SqliteStore:
                     while True:
                         rows, compact, current = await self._run(self._history_sync, w.prefix, cursor)
                         if cursor[0] < compact:
-                            raise CompactedError(
-                                f"revision {cursor[0] + 1} has been compacted (compact revision {compact})"
-                            )
+                            # History up to `compact` is deleted: compact + 1 is the oldest left.
+                            raise WatchCompacted(cursor[0] + 1, compact + 1)
                         for row in rows:
                             yield _event(row)
                         if len(rows) < _REPLAY_PAGE:

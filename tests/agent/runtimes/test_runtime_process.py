@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
 
 CG = Path("/sys/fs/cgroup")
@@ -65,6 +66,9 @@ async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
     for o in await cleaner.list():
         await cleaner.remove(o.workload_id)
     await r.close()
+    for ctl in CGROUP_CONTROLLERS:  # this test agent's own cgroup directory
+        with contextlib.suppress(OSError):
+            (CG / ctl / r.cgroup_parent).rmdir()
 
 
 async def test_probe(rt: ProcessRuntime) -> None:
@@ -86,10 +90,10 @@ async def test_start_own_group_limits_and_adoption(rt: ProcessRuntime, tmp_path:
     assert await wait_for(execd)
 
     if rt.cgroups_enabled:
-        mem = CG / "memory" / "persys" / w.workload_id
+        mem = CG / "memory" / rt.cgroup_parent / w.workload_id
         assert int((mem / "memory.limit_in_bytes").read_text()) == 32 * 1024 * 1024
         assert str(pid) in (mem / "cgroup.procs").read_text().split()
-        cpu = CG / "cpu" / "persys" / w.workload_id
+        cpu = CG / "cpu" / rt.cgroup_parent / w.workload_id
         assert int((cpu / "cpu.cfs_quota_us").read_text()) == 25_000
         assert int((cpu / "cpu.cfs_period_us").read_text()) == 100_000
 
@@ -113,7 +117,7 @@ async def test_start_own_group_limits_and_adoption(rt: ProcessRuntime, tmp_path:
     after = await rt2.inspect(w.workload_id)
     assert after is not None and after.state is RuntimeState.STOPPED and after.exit_code is None
     if rt.cgroups_enabled:
-        assert not (CG / "memory" / "persys" / w.workload_id).exists()
+        assert not (CG / "memory" / rt.cgroup_parent / w.workload_id).exists()
 
 
 async def test_stop_kills_whole_group(rt: ProcessRuntime) -> None:
@@ -207,7 +211,7 @@ async def test_without_cgroups(tmp_path: Path) -> None:
     obs = await rt.start(w)
     got = await rt.inspect(w.workload_id)
     assert got is not None and got.state is RuntimeState.RUNNING and got.memory_bytes > 0
-    assert not (CG / "memory" / "persys" / w.workload_id).exists()
+    assert not (CG / "memory" / rt.cgroup_parent / w.workload_id).exists()
     await rt.remove(w.workload_id)
     assert not pid_alive(int(obs.runtime_id))
 
@@ -215,7 +219,7 @@ async def test_without_cgroups(tmp_path: Path) -> None:
 AGENT_SCRIPT = """
 import asyncio, sys
 from persys.agent.runtimes.base import RuntimeWorkload
-from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from persys.model.workload import ProcessSpec, WorkloadSpec
 
 async def main():

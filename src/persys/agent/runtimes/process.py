@@ -29,6 +29,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
@@ -101,11 +102,12 @@ class ProcessRuntime:
         cgroup_root: str | Path = "/sys/fs/cgroup",
         cgroup_parent: str = "persys",
         use_cgroups: bool | None = None,  # None: use them when writable
+        agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
     ) -> None:
         self._dir = Path(state_dir) / "process"
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
-        self._cg_parent = cgroup_parent
+        self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
         self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
         self._cpu_samples: dict[str, tuple[float, int]] = {}  # workload -> (monotonic, cpu ns)
@@ -115,6 +117,11 @@ class ProcessRuntime:
     def cgroups_enabled(self) -> bool:
         return self._cgroups
 
+    @property
+    def cgroup_parent(self) -> str:
+        """This agent's cgroup directory under each controller (`persys/<agent>`)."""
+        return self._cg_parent
+
     # ---- cgroups -------------------------------------------------------------------------------
 
     def _cgroups_writable(self) -> bool:
@@ -123,7 +130,7 @@ class ProcessRuntime:
             if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
                 return False
             try:
-                (base / self._cg_parent).mkdir(exist_ok=True)
+                (base / self._cg_parent).mkdir(parents=True, exist_ok=True)
             except OSError:
                 return False
         return True
@@ -148,10 +155,11 @@ class ProcessRuntime:
                 (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
             if "memory" in dirs:
                 limit = res.memory_mb * 1024 * 1024 if res.memory_mb else -1
-                (dirs["memory"] / "memory.limit_in_bytes").write_text(str(limit))
-                # Without this the limit only bounds RAM and the rest spills to swap (if any).
-                with contextlib.suppress(OSError):
-                    (dirs["memory"] / "memory.memsw.limit_in_bytes").write_text(str(limit))
+                # The swap limit too, or the limit only bounds RAM and the rest spills to swap
+                # (if any). The order depends on what a reused (leftover) cgroup holds now.
+                mem = dirs["memory"]
+                for name, value in memory_limit_writes(limit, _read_int(mem / MEMORY), (mem / MEMSW).exists()):
+                    (mem / name).write_text(str(value))
         except OSError as exc:
             raise RuntimeFailure(f"cgroup setup for {w.workload_id}: {exc}") from exc
         return [str(d / "cgroup.procs") for d in dirs.values()]

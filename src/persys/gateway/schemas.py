@@ -1,0 +1,112 @@
+"""What the REST API accepts and answers, as pydantic models and OpenAPI fragments.
+
+Small JSON bodies (labels, taints) are pydantic request models that FastAPI validates, so a
+wrongly typed field is a 422 naming it. Manifest, batch, backup and image bodies are read with a
+size limit and parsed off the event loop (`bodies`), so they are described to OpenAPI here from
+the same pydantic models instead.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
+
+from persys.model.limits import BATCH_MAX_ITEMS
+from persys.model.workload import NAME_RE, WorkloadManifest
+
+
+def _encodable(v: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"): valid for Python, not for protobuf's UTF-8.
+    try:
+        v.encode()
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return v
+
+
+Key = Annotated[StrictStr, Field(min_length=1, max_length=253), AfterValidator(_encodable)]
+Value = Annotated[StrictStr, Field(max_length=1024), AfterValidator(_encodable)]
+
+WORKLOAD_ID = NAME_RE.pattern
+INSTANCE_ID = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[0-9]{1,9})?$"
+ImageKind = Literal["docker", "rootfs", "disk", "kernel", "initrd"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LabelChange(_Body):
+    """Set and remove operator labels of a node."""
+
+    set: dict[Key, Value] = Field(default_factory=dict, max_length=256)
+    remove: list[Key] = Field(default_factory=list, max_length=256)
+
+
+class TaintSpec(_Body):
+    key: Key
+    value: Value = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class TaintChange(_Body):
+    """Add operator taints to a node; `remove` holds keys or `key:Effect`."""
+
+    add: list[TaintSpec] = Field(default_factory=list, max_length=256)
+    remove: list[Key] = Field(default_factory=list, max_length=256)
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+# Statuses every route that asks the scheduler may answer (scheduler errors map onto these).
+SCHEDULER_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("Invalid request (each problem names its field path)"),
+    403: _error("The scheduler refused this certificate"),
+    404: _error("Not found"),
+    409: _error("Conflict or failed precondition (e.g. the cluster is not in a mode that allows this)"),
+    422: {"description": "Invalid parameter or body field (FastAPI validation; `detail` names each)"},
+    502: _error("The scheduler or an agent failed in an unexpected way"),
+    503: _error("The scheduler is unreachable, degraded or in recovery"),
+    504: _error("The scheduler did not answer in time"),
+}
+TOO_LARGE: dict[int | str, dict[str, Any]] = {413: _error("The body exceeds its size limit (named in the answer)")}
+AGENT_ERRORS: dict[int | str, dict[str, Any]] = {501: _error("The node's agent serves no such endpoint")}
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "code": {"type": "string"},
+                   "problems": {"type": "array", "items": {"type": "string"}}, "limit": {"type": "integer"}},
+    "required": ["error"],
+}
+
+
+def json_body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "description": description,
+                            "content": {"application/json": {"schema": schema}}}}
+
+
+MANIFEST_BODY = json_body({"$ref": "#/components/schemas/WorkloadManifest"},
+                          "A workload manifest as JSON (YAML is accepted too)")
+BATCH_BODY = json_body({"type": "array", "maxItems": BATCH_MAX_ITEMS,
+                        "items": {"$ref": "#/components/schemas/WorkloadManifest"}},
+                       "A list of workload manifests as JSON (YAML is accepted too)")
+BACKUP_BODY = {"requestBody": {"required": False, "description": "A backup written by GET /v1/admin/backup "
+                               "(omit with `latest`)",
+                               "content": {"application/json": {"schema": {"type": "object"}}}}}
+IMAGE_BODY = {"requestBody": {"required": True, "description": "The image file, streamed",
+                              "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                  "format": "binary"}}}}}
+
+
+def add_components(doc: dict[str, Any]) -> dict[str, Any]:
+    """Put the manifest's JSON schema and the error shape into the OpenAPI document's components."""
+    schema = WorkloadManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(schema.pop("$defs", {}))
+    schemas["WorkloadManifest"] = schema
+    schemas["Error"] = ERROR_SCHEMA
+    return doc

@@ -1,0 +1,49 @@
+"""Bounds on what clients may send, shared by the gateway, the scheduler's gRPC service and persysctl.
+
+One place, so a direct gRPC client meets the same limits as a REST client. The gateway's byte
+limits can be changed with `persys gateway` options (`GatewayLimits`); the scheduler enforces
+the defaults below, which the gateway's cannot usefully exceed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# One manifest (a workload's JSON or YAML document).
+MANIFEST_MAX_BYTES = 1 * MiB
+# A bulk apply: every manifest together, and how many.
+BATCH_MAX_BYTES = 16 * MiB
+BATCH_MAX_ITEMS = 1000
+# Other small JSON bodies (labels, taints).
+SMALL_BODY_MAX_BYTES = 64 * KiB
+# A backup sent to restore; also the largest gRPC message a scheduler or client accepts.
+RESTORE_MAX_BYTES = 64 * MiB
+GRPC_MAX_MESSAGE_BYTES = RESTORE_MAX_BYTES
+# An image upload (streamed to disk on the node, never held in memory).
+IMAGE_MAX_BYTES = 8 * GiB
+# Nesting of mappings and lists in any document; real manifests stay under 10.
+MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """The gateway's request-body limits in bytes (checked before anything is parsed)."""
+
+    manifest_bytes: int = MANIFEST_MAX_BYTES
+    batch_bytes: int = BATCH_MAX_BYTES
+    batch_items: int = BATCH_MAX_ITEMS
+    small_body_bytes: int = SMALL_BODY_MAX_BYTES
+    restore_bytes: int = RESTORE_MAX_BYTES
+    image_bytes: int = IMAGE_MAX_BYTES
+    max_depth: int = MAX_DEPTH
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"

@@ -1,0 +1,122 @@
+"""The state mirror after a compacted watch, and the catch-up rule before acting as active
+(real embedded store; the mirror's watch is stopped to make it miss changes, as a cut-off
+standby's would)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from persys.events.memory import MemoryEventBus
+from persys.model import Workload, parse_manifests
+from persys.scheduler import keys
+from persys.scheduler.core import CatchingUp, Scheduler, SchedulerConfig
+from persys.scheduler.state import ClusterState
+from persys.store.sqlite import SqliteStore
+
+HISTORY = 50  # small: a few dozen writes compact what the mirror has not read
+
+
+def workload(name: str, command: str = "60") -> bytes:
+    doc = f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: {name}}}
+spec: {{type: process, process: {{command: [sleep, "{command}"]}}}}
+"""
+    return Workload.from_manifest(parse_manifests(doc)[0], time.time()).to_json()
+
+
+async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def test_a_mirror_that_missed_a_compaction_reloads_and_drops_vanished_keys(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db", history_limit=HISTORY)
+    try:
+        for i in range(5):
+            await store.put(keys.workload(f"w{i}"), workload(f"w{i}"))
+        state = ClusterState(store)
+        await state.load()
+        assert set(state.workloads) == {f"w{i}" for i in range(5)}
+        seen: list[tuple[str, str, frozenset[str]]] = []
+        state.subscribe(lambda kind, ident: seen.append((kind, ident, frozenset(state.workloads))))
+
+        # The mirror does not follow meanwhile: deletes, a change and creations it never sees,
+        # then enough other writes that the store compacts them away.
+        await store.delete(keys.workload("w0"))
+        await store.delete(keys.workload("w1"))
+        changed_rev = await store.put(keys.workload("w2"), workload("w2", "120"))
+        for i in range(5, 8):
+            await store.put(keys.workload(f"w{i}"), workload(f"w{i}"))
+        for i in range(HISTORY * 2):
+            await store.put("/elsewhere/churn", str(i).encode())
+
+        state.start_following()
+        await asyncio.wait_for(state.wait_for_revision(await store.current_revision()), 10)
+        want = {"w2", "w3", "w4", "w5", "w6", "w7"}
+        assert set(state.workloads) == want
+        assert state.workloads["w2"].mod_revision == changed_rev
+        assert state.compaction_recoveries == 1 and not state.recovering
+        notified = {(kind, ident) for kind, ident, _ in seen}
+        assert {("workload", "w0"), ("workload", "w1"), ("workload", "w2"), ("workload", "w7")} <= notified
+        assert ("workload", "w3") not in notified  # unchanged keys are left alone
+        # Listeners are told only once the whole snapshot is in: none saw a half-replaced mirror.
+        assert all(names == want for _, _, names in seen)
+        health = state.health(time.monotonic())
+        assert (health.watch, health.detail) == ("healthy", "")
+
+        # The watch goes on from the snapshot's revision.
+        rev = await store.put(keys.workload("w8"), workload("w8"))
+        await asyncio.wait_for(state.wait_for_revision(rev), 10)
+        assert "w8" in state.workloads
+        await state.stop()
+    finally:
+        await store.close()
+
+
+async def test_an_elected_replica_acts_only_once_its_mirror_caught_up(tmp_path: Path) -> None:
+    s = Scheduler(SqliteStore(tmp_path / "state.db"), MemoryEventBus(),
+                  SchedulerConfig(data_dir=tmp_path / "sched", backup_interval_seconds=0, advertise="me:7443",
+                                  monitor_interval_seconds=0.05))
+    await s.start()
+    try:
+        assert s.is_active
+        # Its mirror stops following (a cut-off watch) and it loses the leadership ...
+        await s.state.stop()
+        await s.election.stop()
+        assert not s.is_active and not s.catching_up
+        await s.store.put(keys.workload("late"), workload("late"))
+        # ... and wins it again at a revision its mirror has not reached.
+        s.election.start()
+        await until(lambda: s.election.is_leader)
+        assert s.catching_up and not s.is_active
+        assert "late" not in s.state.workloads
+        with pytest.raises(CatchingUp) as refused:
+            s.require_owner("n1")
+        assert refused.value.leader == "me:7443"  # agents are told to stay and retry here
+        h = await s.health()
+        assert (h["role"], h["active"]) == ("catching-up", False)
+        assert "catching up" in h["detail"]
+        assert h["mirror"]["revision"] < s.election.fence_revision <= h["mirror"]["storeRevision"]
+
+        s.state.start_following()
+        await until(lambda: s.is_active)
+        assert "late" in s.state.workloads
+        s.require_owner("n1")
+        deadline = asyncio.get_running_loop().time() + 10
+        while (h := await s.health())["mirror"]["lag"]:  # its own writes reach the mirror by the watch
+            assert asyncio.get_running_loop().time() < deadline, h
+            await asyncio.sleep(0.01)
+        assert (h["role"], h["active"], h["mirror"]["watch"]) == ("active", True, "healthy")
+    finally:
+        await s.stop()
+        await s.store.close()

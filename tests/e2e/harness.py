@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -248,3 +250,127 @@ def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]
 def active_replica(c: Components) -> dict | None:  # type: ignore[type-arg]
     """The health of the replica that says it is active, if any."""
     return next((h for h in replica_healths(c).values() if h["active"]), None)
+
+
+class TcpProxy:
+    """A TCP forwarder to `upstream` ("host:port") on a port the kernel picks (bound to port 0),
+    for cutting one process off from a server (etcd) while others still reach it. Unlike
+    tests/tcp_proxy.py (resets and refused connects), this one stalls silently, as a partition
+    does, so calls hang until their own deadlines.
+
+    `cut()` behaves like a network partition, not like a refusal: open connections stay open but
+    carry nothing any more, and new ones are accepted and then ignored. `heal()` closes every
+    connection (the clients reconnect) and forwards again. Runs its own event loop in a thread."""
+
+    def __init__(self, upstream: str) -> None:
+        import threading
+
+        host, _, port = upstream.rpartition(":")
+        self.upstream = (host, int(port))
+        self.cut_off = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tcp-proxy", daemon=True)
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._accept, "127.0.0.1", 0), self.loop).result(10)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        if self.cut_off:
+            return  # accepted, never answered: a partition
+        try:
+            ur, uw = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+        self._writers.add(uw)
+        await asyncio.gather(self._pipe(reader, uw), self._pipe(ur, writer), return_exceptions=True)
+        for w in (writer, uw):
+            w.close()
+            self._writers.discard(w)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        while data := await src.read(65536):
+            if self.cut_off:
+                continue  # dropped on the floor, as by a broken network
+            dst.write(data)
+            await dst.drain()
+        dst.close()
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        async def run() -> None:
+            fn()
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def cut(self) -> None:
+        self._call(lambda: setattr(self, "cut_off", True))
+
+    def heal(self) -> None:
+        def heal() -> None:
+            self.cut_off = False
+            for w in list(self._writers):
+                w.close()
+            self._writers.clear()
+        self._call(heal)
+
+    def close(self) -> None:
+        def close() -> None:
+            self._server.close()
+            for w in list(self._writers):
+                w.close()
+            self._writers.clear()
+        self._call(close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def instance_snapshot(store_url: str) -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:
+    """From the store itself: each instance's (phase, node, runtime id, restarts) and each node's
+    status, to tell whether anything restarted, moved or went NotReady."""
+    import json
+
+    from persys.scheduler import keys
+    from persys.store import open_store
+
+    async def read() -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:
+        store = open_store(store_url)
+        try:
+            statuses, _ = await store.range(keys.STATUS)
+            nodes, _ = await store.range(keys.NODES)
+        finally:
+            await store.close()
+        inst = {}
+        for kv in statuses:
+            d = json.loads(kv.value)
+            inst[kv.key.removeprefix(keys.STATUS)] = (str(d.get("phase", "")), str(d.get("nodeId", "")),
+                                                      str(d.get("runtimeId", "")), int(d.get("restarts", 0)))
+        return inst, {kv.key.removeprefix(keys.NODES): str(json.loads(kv.value).get("status")) for kv in nodes}
+
+    return asyncio.run(read())
+
+
+def delete_workloads(c: Components, store_url: str) -> None:
+    """Delete every workload (waiting until its processes are gone); kill what still runs after that,
+    so nothing a test or benchmark started outlives it."""
+    import json
+
+    p = c.ctl("get", "workloads", "-o", "json", check=False)
+    names = [w["name"] for w in json.loads(p.stdout)] if p.returncode == 0 and p.stdout.strip() else []
+    for name in names:
+        c.ctl("delete", "workload", name, check=False)
+    try:
+        left, _ = instance_snapshot(store_url)
+    except Exception:
+        left = {}
+    for _, _, rid, _ in left.values():
+        if rid.isdigit() and pid_alive(int(rid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(rid), signal.SIGKILL)  # each process workload leads its own group

@@ -24,6 +24,7 @@ from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.agent import disconnect
+from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.localstate import LocalState
 from persys.agent.runtimes.base import (
@@ -75,6 +76,7 @@ class AgentConfig:
     failure_grace: float = 30.0  # a retryable failure is reported Failed only once it lasts this long
     listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
     advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
+    ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
     image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
 
 
@@ -126,6 +128,7 @@ class Agent:
         self.target = self._targets[0]
         self._channel_gen = 0
         self._switch_lock = asyncio.Lock()
+        self._suspect_until: dict[str, float] = {}  # replica -> until when its pointers are not followed
         self._stub: pb_grpc.AgentControlStub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
@@ -242,30 +245,47 @@ class Agent:
 
     async def _after_error(self, err: grpc.aio.AioRpcError, gen: int) -> None:
         """Follow a standby's pointer to the active replica, or try the next known replica."""
-        code = err.code()
-        if code not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED):
-            return
+        leader = ""
+        for k, v in (err.trailing_metadata() or ()):
+            if k == "persys-leader":
+                leader = str(v)
+        await self._move(err.code().name, leader, gen, str(err.details()))
+
+    async def _move(self, code: str, pointer: str, gen: int, why: str) -> None:
+        """Leave the current replica if `code` says so (see persys.agent.failover)."""
         async with self._switch_lock:
             if gen != self._channel_gen:
                 return  # another loop already switched
-            leader = ""
-            for k, v in (err.trailing_metadata() or ()):
-                if k == "persys-leader":
-                    leader = str(v)
-            if leader and leader != self.target:
-                nxt = leader
-            elif code == grpc.StatusCode.FAILED_PRECONDITION:
-                return  # a standby that knows no active replica yet: ask again later
-            elif self.target not in self._targets:
-                nxt = self._targets[0]  # a redirect led to a replica that is gone: start over
-            elif len(self._targets) > 1:
-                nxt = self._targets[(self._targets.index(self.target) + 1) % len(self._targets)]
-            else:
-                return
-            log.info("switching scheduler %s -> %s (%s)", self.target, nxt, err.details())
+            now = time.monotonic()
+            if abandons(code, pointer, self.target):
+                self._suspect_until[self.target] = now + self._ack_deadline()
+            nxt = next_target(self._targets, self.target, code, pointer, self._suspect_until, now)
+            if nxt is None:
+                return  # stay: ask again later (a standby learns the new active within a lease TTL)
+            log.info("switching scheduler %s -> %s (%s)", self.target, nxt, why)
             await self._connect(nxt)
             self.registered.clear()  # register with the replica we now talk to
+
+    def _ack_deadline(self) -> float:
+        """No answer on the update stream for this long: the replica is gone for us."""
+        return self.config.ack_deadline or 2 * self.heartbeat_interval
+
+    def _switched_under(self, gen: int) -> bool:
+        """Whether a call ended in CancelledError because the agent switched replicas under it
+        (closing a channel cancels its calls), not because the loop itself is being stopped."""
+        task = asyncio.current_task()
+        return gen != self._channel_gen and not (task is not None and task.cancelling())
+
+    async def _ack_watchdog(self, deadline: AckDeadline, gen: int) -> None:
+        while True:
+            left = deadline.due_in(time.monotonic())
+            if left <= 0:
+                break
+            await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
+        log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
+                    deadline.seconds)
+        # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
+        await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
 
     @property
     def stub(self) -> pb_grpc.AgentControlStub:
@@ -312,7 +332,8 @@ class Agent:
                 log.warning("registration failed (%s); retrying in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                # A standby answers at once: ask again soon, the election takes about a lease TTL.
+                delay = min(delay * 2, 1.0 if err.code() == grpc.StatusCode.FAILED_PRECONDITION else 5.0)
 
     async def _heartbeat_loop(self) -> None:
         await self.registered.wait()
@@ -357,9 +378,12 @@ class Agent:
             gen = self._channel_gen
             call = self.stub.StreamUpdates()
             self._updates = call
+            deadline = AckDeadline(self._ack_deadline(), time.monotonic())
+            watchdog = asyncio.create_task(self._ack_watchdog(deadline, gen), name="agent-ack-deadline")
             self._heartbeat_now.set()
             try:
                 async for ack in call:
+                    deadline.acked(time.monotonic())
                     delay = 0.2
                     if ack.HasField("heartbeat"):
                         self.contact.answered(ack.heartbeat.acknowledged)
@@ -370,7 +394,11 @@ class Agent:
                     return
                 log.info("update stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
             finally:
+                watchdog.cancel()
                 self._updates = None
                 self.contact.reset()
                 self._reported = None  # a new stream (or replica) starts with a complete report
@@ -404,6 +432,9 @@ class Agent:
             except grpc.aio.AioRpcError as err:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

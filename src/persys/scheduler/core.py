@@ -386,7 +386,10 @@ class Scheduler:
             ev.set()
 
     def leader_address(self) -> str:
-        return leader_address(self.state.leader)
+        addr = leader_address(self.state.leader)
+        # A replica that is not active never names itself: its mirror may be stale (it was cut off
+        # or frozen), and pointing agents back at it would keep them from the real active replica.
+        return "" if addr == self.config.advertise and not self.is_active else addr
 
     async def _elected(self) -> None:
         # Catch up before acting: the mirror must have applied every change up to our own leader

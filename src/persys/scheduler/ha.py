@@ -14,11 +14,21 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from persys.scheduler import keys
-from persys.store.base import Compare, KeepAliveSchedule, LeaseKeeper, Put, StateStore, StoreError
+from persys.scheduler.takeover import watch_holder
+from persys.store.base import (
+    Compare,
+    KeepAliveSchedule,
+    LeaseKeeper,
+    Put,
+    StateStore,
+    StoreError,
+    WatchEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +50,14 @@ class ThreadedLeaseKeeper:
     the keeper.
     """
 
-    def __init__(self, lease_factory: Callable[[], BlockingLease], lease_id: int, ttl: float) -> None:
+    def __init__(self, lease_factory: Callable[[], BlockingLease], lease_id: int, ttl: float,
+                 granted_at: float | None = None) -> None:
         self.lease_factory = lease_factory
         self.lease_id = lease_id
         self.ttl = ttl
+        # Until when the lease is certainly alive: the send time of the last confirmed request
+        # (the grant, then each keep-alive) plus the TTL. Read without a lock: a float swap.
+        self.confirmed_until = (time.monotonic() if granted_at is None else granted_at) + ttl
         self.lost = asyncio.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,11 +70,22 @@ class ThreadedLeaseKeeper:
             schedule = KeepAliveSchedule(self.lease_id, self.ttl)
             try:
                 while not self._stop.wait(schedule.interval):
+                    # A call must not outlive the lease it refreshes: wait at most until the
+                    # confirmed lifetime ends, then the lease is presumed lost.
+                    sent = time.monotonic()
+                    budget = self.confirmed_until - sent
+                    if budget <= 0:
+                        log.warning("lease %x: no keep-alive confirmed for its whole TTL", self.lease_id)
+                        break
                     try:
-                        schedule.refreshed(lease.keep_alive(self.lease_id, timeout=self.ttl))
+                        remaining = lease.keep_alive(self.lease_id, timeout=budget)
                     except StoreError as err:
-                        if schedule.failed(err):
+                        if schedule.failed(err) or time.monotonic() >= self.confirmed_until:
                             break
+                        continue
+                    schedule.refreshed(remaining)
+                    # etcd restarts the TTL when it receives the request, after we sent it.
+                    self.confirmed_until = sent + min(self.ttl, remaining)
                 else:
                     return  # stopped
                 with contextlib.suppress(RuntimeError):  # the loop may be closing
@@ -82,6 +107,16 @@ class ThreadedLeaseKeeper:
 
 
 class LeaderElection:
+    """Campaign for `/persys/leader`; lead while the lease is confirmed and the key is ours.
+
+    A leader steps down the moment (a) its lease is not confirmed any more (no keep-alive
+    confirmed within the TTL, measured from when the last confirmed request was sent: a frozen
+    or cut-off process stops counting itself leader as soon as it runs again), or (b) its watch
+    of the leader key shows any change after its own write (deleted, or someone else's value).
+    While waiting, a standby watches the holder's process (see `takeover`) to take over a dead
+    one without waiting for its lease to expire.
+    """
+
     def __init__(
         self,
         store: StateStore,
@@ -91,6 +126,7 @@ class LeaderElection:
         on_deposed: Callable[[], Awaitable[None]],
         ttl: float = 2.0,
         blocking_lease: Callable[[], BlockingLease] | None = None,
+        fast_takeover: bool = True,
     ) -> None:
         self.store = store
         self.replica_id = replica_id
@@ -99,16 +135,29 @@ class LeaderElection:
         self.on_deposed = on_deposed
         self.ttl = ttl
         self.blocking_lease = blocking_lease  # given: keep-alives from a thread, on their own connection
+        self.fast_takeover = fast_takeover
         self.fence_revision = 0  # mod revision of our leader key while we lead; 0 otherwise
         self._task: asyncio.Task[None] | None = None
         self._lease = 0
+        self._keeper: LeaseKeeper | ThreadedLeaseKeeper | None = None
+        self._resigning = False
         # Set once the first campaign has an outcome (won, or someone else leads), so a starting
         # replica can answer "am I active?" before serving.
         self.settled = asyncio.Event()
 
     @property
+    def value(self) -> bytes:
+        return json.dumps({"id": self.replica_id, "address": self.address}).encode()
+
+    @property
     def is_leader(self) -> bool:
-        return self.fence_revision > 0
+        return self.fence_revision > 0 and not self._resigning and self._lease_confirmed()
+
+    def _lease_confirmed(self) -> bool:
+        keeper = self._keeper
+        if isinstance(keeper, ThreadedLeaseKeeper):
+            return time.monotonic() < keeper.confirmed_until
+        return keeper is not None and not keeper.lost.is_set()
 
     def fence(self) -> list[Compare]:
         """The compare every write of the active replica carries."""
@@ -118,19 +167,21 @@ class LeaderElection:
         self._task = asyncio.create_task(self._run(), name="leader-election")
 
     async def stop(self) -> None:
+        """Resign: release the lease first (a standby takes over at once), then stop campaigning."""
         lease = self._lease
+        self._resigning = True  # no write of ours is fenced valid from here on
+        if lease:
+            with contextlib.suppress(Exception):
+                await self.store.revoke_lease(lease)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if lease:
-            # Step down at once so a standby need not wait for the lease to expire.
-            with contextlib.suppress(Exception):
-                await self.store.revoke_lease(lease)
-            self._lease = 0
+            self._task = None
+        self._lease = 0
 
     async def _run(self) -> None:
-        while True:
+        while not self._resigning:  # a resigning replica does not campaign again
             try:
                 await self._campaign_once()
             except asyncio.CancelledError:
@@ -142,17 +193,18 @@ class LeaderElection:
             await asyncio.sleep(self.ttl / 4)
 
     async def _campaign_once(self) -> None:
+        granted_at = time.monotonic()
         lease = await self.store.grant_lease(self.ttl)
         self._lease = lease
         keeper: LeaseKeeper | ThreadedLeaseKeeper = (
-            ThreadedLeaseKeeper(self.blocking_lease, lease, self.ttl) if self.blocking_lease
+            ThreadedLeaseKeeper(self.blocking_lease, lease, self.ttl, granted_at) if self.blocking_lease
             else LeaseKeeper(self.store, lease, self.ttl)
         )
         keeper.start()
+        self._keeper = keeper
         try:
-            value = json.dumps({"id": self.replica_id, "address": self.address}).encode()
             while not keeper.lost.is_set():
-                rev = await self.store.txn([Compare(keys.LEADER, 0)], [Put(keys.LEADER, value, lease)])
+                rev = await self.store.txn([Compare(keys.LEADER, 0)], [Put(keys.LEADER, self.value, lease)])
                 if rev is not None:
                     await self._lead(rev, keeper)
                     return
@@ -160,39 +212,89 @@ class LeaderElection:
                 await self._wait_for_vacancy(keeper)
         finally:
             await keeper.stop()
+            self._keeper = None
             self._lease = 0
 
     async def _lead(self, revision: int, keeper: LeaseKeeper | ThreadedLeaseKeeper) -> None:
         self.fence_revision = revision
         log.info("replica %s is now the active scheduler (fence revision %d)", self.replica_id, revision)
+        changed = asyncio.create_task(self._key_changed_after(revision), name="leader-key-watch")
         try:
             await self.on_elected()
             self.settled.set()
-            await keeper.lost.wait()
-            log.warning("replica %s lost its leader lease", self.replica_id)
+            why = await self._until_deposed(keeper, changed)
+            log.warning("replica %s steps down: %s", self.replica_id, why)
         finally:
             self.fence_revision = 0
+            changed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await changed
             await self.on_deposed()
+
+    async def _until_deposed(self, keeper: LeaseKeeper | ThreadedLeaseKeeper, changed: asyncio.Task[str]) -> str:
+        lost = asyncio.ensure_future(keeper.lost.wait())
+        try:
+            while True:
+                if not self._lease_confirmed():
+                    return "leader lease not confirmed within its TTL"
+                # Wake when the confirmed lifetime would end, in case the keeper thread is late.
+                left = (keeper.confirmed_until - time.monotonic() if isinstance(keeper, ThreadedLeaseKeeper)
+                        else self.ttl)
+                done, _ = await asyncio.wait({lost, changed}, timeout=max(left, 0.01) + 0.001,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if changed in done:
+                    return changed.result()
+                if lost in done:
+                    return "leader lease lost"
+        finally:
+            lost.cancel()
+
+    async def _key_changed_after(self, revision: int) -> str:
+        """Return when the leader key changes after our own write at `revision`."""
+        while True:
+            try:
+                async for ev in self.store.watch(keys.LEADER, start_revision=revision + 1):
+                    if ev.kv.key == keys.LEADER:
+                        return "leader key deleted" if ev.type == "delete" else "leader key taken by another replica"
+            except asyncio.CancelledError:
+                raise
+            except StoreError as err:
+                log.debug("leader key watch: %s; resuming", err)
+                await asyncio.sleep(self.ttl / 10)
 
     async def _wait_for_vacancy(self, keeper: LeaseKeeper | ThreadedLeaseKeeper) -> None:
         """Return when the leader key is gone (or our own lease was lost)."""
         start = await self.store.current_revision() + 1
-        if await self.store.get(keys.LEADER) is None:
+        holder = await self.store.get(keys.LEADER)
+        if holder is None:
             return
         watch = self.store.watch(keys.LEADER, start_revision=start)
         lost = asyncio.ensure_future(keeper.lost.wait())
+        guard: asyncio.Future[bool] = (
+            asyncio.ensure_future(watch_holder(self.store, holder, leader_address(holder.value), self.value))
+            if self.fast_takeover and holder.value != self.value else asyncio.get_running_loop().create_future())
+        nxt: asyncio.Future[WatchEvent] | None = None
         try:
             while True:
-                nxt = asyncio.ensure_future(anext(watch))
-                done, _ = await asyncio.wait({nxt, lost}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt is None:
+                    nxt = asyncio.ensure_future(anext(watch))
+                waiting: set[asyncio.Future[Any]] = {nxt, lost, guard}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if lost in done:
-                    nxt.cancel()
                     return
-                ev = nxt.result()
-                if ev.type == "delete" and ev.kv.key == keys.LEADER:
-                    return
+                if guard in done:
+                    if guard.exception() is None and guard.result():
+                        return  # the dead holder's key is cleared: campaign now
+                    guard = asyncio.get_running_loop().create_future()  # no verdict: the lease decides
+                if nxt in done:
+                    ev = nxt.result()
+                    nxt = None
+                    if ev.type == "delete" and ev.kv.key == keys.LEADER:
+                        return
         finally:
-            lost.cancel()
+            for f in (nxt, lost, guard):
+                if f is not None:
+                    f.cancel()
             with contextlib.suppress(Exception):
                 await watch.aclose()  # type: ignore[attr-defined]
 

@@ -1,0 +1,75 @@
+"""Which scheduler replica an agent talks to next, and when it gives up on the current one.
+
+A replica that stops acknowledging heartbeats (frozen, cut off from the network, overloaded
+beyond its deadline) is abandoned after `AckDeadline`; so is one that says it is not active
+without naming another replica. Replicas abandoned recently are "suspect" for a while: a
+standby's pointer to one of them comes from a mirror that has not seen the election yet, so the
+agent stays with the standby (asking again) rather than going back. Pure: times come in as
+arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Why the agent is looking for another replica (gRPC status names, plus our own deadline).
+ACK_DEADLINE = "ACK_DEADLINE"
+MOVING_CODES = frozenset({"FAILED_PRECONDITION", "UNAVAILABLE", "DEADLINE_EXCEEDED", ACK_DEADLINE})
+
+
+@dataclass
+class AckDeadline:
+    """No acknowledgement on the update stream for `seconds` (since it opened or since the last
+    one) means the replica is gone for us, whatever TCP says (a frozen process's kernel keeps the
+    connection open and buffers our heartbeats)."""
+
+    seconds: float
+    last: float = 0.0  # when the stream opened or last answered; 0 = no stream open
+
+    def opened(self, now: float) -> None:
+        self.last = now
+
+    def acked(self, now: float) -> None:
+        self.last = now
+
+    def closed(self) -> None:
+        self.last = 0.0
+
+    def due_in(self, now: float) -> float:
+        """Seconds until the deadline (inf with no stream open)."""
+        return float("inf") if self.last <= 0 else self.last + self.seconds - now
+
+    def expired(self, now: float) -> bool:
+        return self.due_in(now) <= 0
+
+
+def abandons(code: str, pointer: str, current: str) -> bool:
+    """Whether this answer makes the current replica suspect: it is unreachable or silent, or it
+    is not active and cannot name the active one. A replica naming itself was just elected and
+    is catching up with the store: the agent stays and asks again (a replica that is not active
+    never names itself)."""
+    if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", ACK_DEADLINE):
+        return True
+    return code == "FAILED_PRECONDITION" and pointer == ""
+
+
+def next_target(targets: Sequence[str], current: str, code: str, pointer: str,
+                suspect_until: Mapping[str, float], now: float) -> str | None:
+    """The replica to try next, or None to stay (and ask the current one again later)."""
+    if code not in MOVING_CODES or (code == "FAILED_PRECONDITION" and pointer == current):
+        return None  # not a reason to move, or the elected replica catching up: ask it again
+
+    def ok(t: str) -> bool:
+        return t != current and suspect_until.get(t, 0.0) <= now
+
+    if pointer and ok(pointer):
+        return pointer
+    if not targets:
+        return None
+    start = targets.index(current) + 1 if current in targets else 0
+    for k in range(len(targets)):
+        t = targets[(start + k) % len(targets)]
+        if ok(t):
+            return t
+    return None

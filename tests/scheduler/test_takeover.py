@@ -1,0 +1,30 @@
+"""The standby's fast-takeover verdict, table-driven from tests/scheduler/takeover_cases/cases.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from persys.scheduler import keys
+from persys.scheduler.takeover import Probe, should_clear
+from persys.store.base import KeyValue
+
+CASES = yaml.safe_load((Path(__file__).parent / "takeover_cases" / "cases.yaml").read_text())
+
+
+def kv(doc: dict[str, Any] | None) -> KeyValue | None:
+    if doc is None:
+        return None
+    return KeyValue(keys.LEADER, str(doc["value"]).encode(), create_revision=doc["rev"], mod_revision=doc["rev"],
+                    version=1, lease=0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_should_clear(case: dict[str, Any]) -> None:
+    watched = kv(case["watched"])
+    assert watched is not None
+    got = should_clear(watched, kv(case["now"]), Probe(case["probe"]), str(case.get("own", "me")).encode())
+    assert got is case["expect"]

@@ -36,7 +36,6 @@ sys.path.insert(0, str(REPO))
 
 from tests.e2e.harness import (  # noqa: E402
     Components,
-    TcpProxy,
     active_replica,
     delete_workloads,
     eventually,
@@ -45,6 +44,7 @@ from tests.e2e.harness import (  # noqa: E402
     replica_healths,
 )
 from tests.fixtures_infra import start_etcd  # noqa: E402
+from tests.tcp_proxy import TcpProxy  # noqa: E402
 
 GRACE_DEFAULT = 10.0
 

@@ -1,7 +1,7 @@
 """Chaos: an agent partitioned from its scheduler (the agent and its host keep running) must not
 leave a second live copy of an `onDisconnect: Stop` workload once the scheduler starts it on
 another node; `Keep` workloads run on. Real etcd, scheduler and two agents as OS processes; the
-partition is a TCP proxy (tests/e2e/tcp_proxy.py) between one agent and the scheduler."""
+partition is a TCP proxy (tests/tcp_proxy.py) between one agent and the scheduler."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import pytest
 from persys.client import SchedulerClient
 from persys.security.pki import TLSFiles
 from tests.e2e.harness import Proc, eventually, persys, pid_alive
-from tests.e2e.tcp_proxy import TcpProxy
 from tests.fixtures_infra import start_etcd
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 GRACE = 5.0  # the scheduler's node grace (default 10), shortened to keep the test quick
@@ -99,7 +99,7 @@ def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewher
     try:
         cluster = c = Cluster(tmp_path, etcd.url)
         dirs, call, where, agent = c.dirs, c.call, c.where, c.agent
-        proxy = TcpProxy(("127.0.0.1", c.port))
+        proxy = TcpProxy(f"127.0.0.1:{c.port}")
         agent_a = agent("a", proxy.address)  # only "a" exists at first: everything lands there
         fenced, kept, pinned = "fenced", "kept", "pinned"
         for doc in (manifest(fenced, onDisconnect="Stop"), manifest(kept),

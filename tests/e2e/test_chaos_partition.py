@@ -14,7 +14,6 @@ import pytest
 
 from tests.e2e.harness import (
     Components,
-    TcpProxy,
     active_replica,
     delete_workloads,
     eventually,
@@ -23,6 +22,7 @@ from tests.e2e.harness import (
     replica_healths,
 )
 from tests.fixtures_infra import start_etcd
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 NODES = ("n1", "n2")

@@ -51,7 +51,7 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
     etcd = start_etcd(tmp_path / "etcd")
     links = [TcpProxy(etcd.endpoint) for _ in range(2)]  # each replica's own way to etcd
     c = Components(tmp_path, etcd.url, nodes=("n1",), replicas=2,
-                   replica_store_urls=tuple(f"etcd://{link.endpoint}" for link in links),
+                   replica_store_urls=tuple(f"etcd://{link.address}" for link in links),
                    agent_args=("--cpu-millicores", "64000", "--memory-mb", "64000"))
     try:
         active = eventually(lambda: active_replica(c), 10, "an active replica")[0]
@@ -63,7 +63,7 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         c.ctl("apply", "-f", str(tmp_path / "first.yaml"))
         eventually(lambda: running_pids(c, first), 60, "first workloads running")
 
-        link.cut()  # the standby's watch breaks and cannot resume
+        link.reset()  # the standby's watch breaks and cannot resume
         deleted, kept = first[:DELETED], first[DELETED:]
         added = [f"cwa{i:02d}" for i in range(ADDED)]
         (tmp_path / "added.yaml").write_text("\n---\n".join(process_manifest(n, cpu=10) for n in added))
@@ -73,7 +73,7 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         wanted = kept + added
         pids, _ = eventually(lambda: running_pids(c, wanted), 60, "added workloads running")
         etcd.etcdctl("compact", str(store_revision(etcd.url)))  # history the standby missed is gone
-        link.restore()
+        link.heal()
 
         def recovered() -> dict | None:  # type: ignore[type-arg]
             h = replica_healths(c).get(b)

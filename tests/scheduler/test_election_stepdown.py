@@ -16,8 +16,8 @@ from persys.scheduler import keys
 from persys.scheduler.ha import LeaderElection
 from persys.store import open_store
 from persys.store.etcd import EtcdStore
-from tests.e2e.harness import TcpProxy
 from tests.fixtures_infra import start_etcd
+from tests.tcp_proxy import TcpProxy
 
 
 @pytest.fixture

@@ -582,18 +582,18 @@ async def test_watch_compacted_while_disconnected(
 
         server: EtcdServer = request.getfixturevalue("etcd_server")
         proxy = TcpProxy(server.endpoint)
-        watcher = EtcdStore([proxy.endpoint])
+        watcher = EtcdStore([proxy.address])
     first_live = await store.put(p + "k", b"live")
     it = watcher.watch(p, first_live)
     try:
         (ev,) = await take(it, 1)
         assert ev.revision == first_live
         if proxy is not None:
-            proxy.cut()
+            proxy.reset()
             for i in range(3):
                 await store.put(p + "k", str(i).encode())
             server.etcdctl("compact", str(await store.current_revision()))
-            proxy.restore()
+            proxy.heal()
         else:
             # The consumer does not read: its live buffer overflows and the watch must re-read
             # history that is compacted by then.

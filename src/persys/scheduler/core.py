@@ -1802,7 +1802,8 @@ class Scheduler:
         try:
             st = await self.store.status()
             backend = str(st.get("backend", ""))
-            self.state.observe_store_revision(int(st.get("revision", 0) or 0), self.clock())  # type: ignore[call-overload]
+            revision = st.get("revision", 0)
+            self.state.observe_store_revision(revision if isinstance(revision, int) else 0, self.clock())
         except Exception as err:
             store_ok, backend, detail = False, "", f"store: {err}"
         mirror = self.state.health(self.clock())

@@ -131,6 +131,7 @@ class Agent:
         self._suspect_until: dict[str, float] = {}  # replica -> until when its pointers are not followed
         self._stub: pb_grpc.AgentControlStub | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False  # stop() is ending the tasks: their end is expected
         self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
         self._reported: dict[str, tuple[object, ...]] | None = None  # what the scheduler was last told
         self._last_full_report = 0.0
@@ -179,9 +180,24 @@ class Agent:
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
             asyncio.create_task(self._disconnect_loop(), name="agent-disconnect"),
         ]
+        for t in self._tasks:
+            t.add_done_callback(self._task_ended)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        """A long-lived loop must never end while the agent runs: say so loudly if one does.
+        (The updates loop ends by itself against a scheduler without StreamUpdates.)"""
+        if self._stopping:
+            return
+        if task.cancelled():
+            log.error("agent task %s was cancelled while the agent runs", task.get_name())
+        elif (exc := task.exception()) is not None:
+            log.error("agent task %s died: %r", task.get_name(), exc, exc_info=exc)
+        elif task.get_name() != "agent-updates":
+            log.error("agent task %s ended while the agent runs", task.get_name())
 
     async def stop(self) -> None:
         """Stop the agent only: workloads keep running and are adopted by the next agent."""
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -277,15 +293,19 @@ class Agent:
         return gen != self._channel_gen and not (task is not None and task.cancelling())
 
     async def _ack_watchdog(self, deadline: AckDeadline, gen: int) -> None:
-        while True:
+        """Leave a replica that acknowledges nothing within the deadline. When there is nowhere
+        to go (one replica, or every other one suspect) the stream stays and is watched again:
+        the next silent deadline tries again."""
+        while gen == self._channel_gen:
             left = deadline.due_in(time.monotonic())
-            if left <= 0:
-                break
-            await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
-        log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
-                    deadline.seconds)
-        # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
-        await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
+            if left > 0:
+                await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
+                continue
+            log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
+                        deadline.seconds)
+            # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
+            await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
+            deadline.rearm(time.monotonic())  # stayed: a full deadline again before the next try
 
     @property
     def stub(self) -> pb_grpc.AgentControlStub:
@@ -328,6 +348,10 @@ class Agent:
                 self.registered.set()
                 delay = 0.2
                 log.info("registered node %s with %s", self.config.node_id, self.target)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
+                continue  # the replica was switched under the call: register with the new one
             except grpc.aio.AioRpcError as err:
                 log.warning("registration failed (%s); retrying in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
@@ -355,6 +379,9 @@ class Agent:
                     self._on_heartbeat_answer(resp)
                     if resp.acknowledged:
                         self.contact.contact(sent)
+                except asyncio.CancelledError:
+                    if not self._switched_under(gen):
+                        raise
                 except grpc.aio.AioRpcError as err:
                     log.debug("heartbeat failed: %s", err.details())
                     await self._after_error(err, gen)
@@ -490,6 +517,9 @@ class Agent:
                 gen = self._channel_gen
                 try:
                     await self._report(observed)
+                except asyncio.CancelledError:
+                    if not self._switched_under(gen):
+                        raise
                 except grpc.aio.AioRpcError as err:
                     log.debug("status report failed: %s", err.details())
                     await self._after_error(err, gen)

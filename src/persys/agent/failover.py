@@ -33,6 +33,12 @@ class AckDeadline:
     def acked(self, now: float) -> None:
         self.last = now
 
+    def rearm(self, now: float) -> None:
+        """The deadline passed and the agent stayed: watch for another full deadline (unless
+        the stream has closed meanwhile)."""
+        if self.last > 0:
+            self.last = now
+
     def closed(self) -> None:
         self.last = 0.0
 

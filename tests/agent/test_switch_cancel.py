@@ -1,0 +1,125 @@
+"""A replica switch closes the old channel, and grpc.aio raises CancelledError in whoever awaits
+one of its calls: the agent's loops must survive that (and only that), the acknowledgement
+watchdog keeps watching a stream it could not leave, and a loop that dies says so."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys.agent.agent import Agent, AgentConfig
+from persys.agent.failover import AckDeadline
+
+
+class SwitchingStub:
+    """Each method's first call behaves like a call on a channel closed by a switch: the agent's
+    channel generation moves on and the call raises CancelledError; later calls answer."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.calls: dict[str, int] = {}
+
+    async def _call(self, name: str, answer: Any) -> Any:
+        n = self.calls[name] = self.calls.get(name, 0) + 1
+        if n == 1:
+            self.agent._channel_gen += 1
+            raise asyncio.CancelledError
+        return answer
+
+    async def RegisterNode(self, req: Any, **kw: Any) -> Any:
+        return await self._call("RegisterNode", pb.RegisterNodeResponse(heartbeat_interval_seconds=0))
+
+    async def Heartbeat(self, req: Any, **kw: Any) -> Any:
+        return await self._call("Heartbeat", pb.HeartbeatResponse(acknowledged=True))
+
+    async def ReportStatus(self, req: Any, **kw: Any) -> Any:
+        return await self._call("ReportStatus", pb.ReportStatusResponse())
+
+
+def _agent(tmp_path: Path, **kw: Any) -> Agent:
+    return Agent(AgentConfig(node_id="n1", scheduler="a", state_dir=tmp_path / "agent", **kw), [])
+
+
+async def _until(cond: Any, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize(("loop", "method"), [
+    ("_register_loop", "RegisterNode"),
+    ("_heartbeat_loop", "Heartbeat"),
+    ("_reconcile_loop", "ReportStatus"),
+])
+async def test_loops_survive_a_switch_under_their_call(tmp_path: Path, loop: str, method: str) -> None:
+    agent = _agent(tmp_path, reconcile_interval=0.05)
+    agent.heartbeat_interval = 0.05
+    stub = SwitchingStub(agent)
+    agent._stub = stub  # type: ignore[assignment]
+    if loop != "_register_loop":
+        agent.registered.set()
+    task = asyncio.create_task(getattr(agent, loop)())
+    try:
+        await _until(lambda: stub.calls.get(method, 0) >= 2)
+        assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        agent.local.close()
+
+
+async def test_a_cancelled_call_without_a_switch_still_ends_the_loop(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+
+    class Cancelled:
+        async def RegisterNode(self, req: Any, **kw: Any) -> Any:
+            raise asyncio.CancelledError
+
+    agent._stub = Cancelled()  # type: ignore[assignment]
+    with pytest.raises(asyncio.CancelledError):
+        await agent._register_loop()
+    agent.local.close()
+
+
+async def test_ack_watchdog_rearms_when_there_is_nowhere_to_go(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, ack_deadline=0.1)  # one replica: _move stays
+    moves: list[float] = []
+    real_move = agent._move
+
+    async def move(code: str, pointer: str, gen: int, why: str) -> None:
+        moves.append(time.monotonic())
+        await real_move(code, pointer, gen, why)
+
+    agent._move = move  # type: ignore[method-assign]
+    deadline = AckDeadline(0.1, time.monotonic())
+    watchdog = asyncio.create_task(agent._ack_watchdog(deadline, agent._channel_gen))
+    await _until(lambda: len(moves) >= 3)
+    assert all(b - a >= 0.09 for a, b in itertools.pairwise(moves)), "a full deadline between tries"
+    agent._channel_gen += 1  # switched by another loop: this stream's watchdog is done
+    await asyncio.wait_for(watchdog, 1.0)
+    agent.local.close()
+
+
+async def test_a_loop_that_ends_while_the_agent_runs_is_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    agent = _agent(tmp_path)
+
+    async def dies() -> None:
+        raise RuntimeError("boom")
+
+    task = asyncio.create_task(dies(), name="agent-test")
+    task.add_done_callback(agent._task_ended)
+    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError):
+        await task
+    await asyncio.sleep(0)
+    assert any("agent-test" in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
+    agent.local.close()

@@ -30,7 +30,8 @@ def test_decide(case: dict[str, Any]) -> None:
         heartbeat_interval=case.get("heartbeat", 3.0),
         policies={w: OnDisconnect(p) for w, p in case["policies"].items()}, fenced=case.get("fenced", {})))
     got = {"silent_for": v.silent_for, "stop_after": v.stop_after, "disconnected": v.disconnected,
-           "fence": list(v.fence), "release": list(v.release), "next_check": v.next_check}
+           "fence": list(v.fence), "release": list(v.release), "next_check": v.next_check,
+           "resync": v.resync}
     for key, want in case["expect"].items():
         numeric = isinstance(want, (int, float)) and not isinstance(want, bool)
         assert got[key] == (pytest.approx(want) if numeric else want), key

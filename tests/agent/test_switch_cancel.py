@@ -123,3 +123,47 @@ async def test_a_loop_that_ends_while_the_agent_runs_is_logged(
     await asyncio.sleep(0)
     assert any("agent-test" in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
     agent.local.close()
+
+
+class FakeWatch:
+    """A WatchAssignments call that yields nothing and ends like grpc.aio's when cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return True
+
+    def __aiter__(self) -> FakeWatch:
+        return self
+
+    async def __anext__(self) -> Any:
+        await self.cancelled.wait()
+        raise asyncio.CancelledError
+
+
+async def test_reopening_the_watch_for_a_full_set_keeps_the_loop(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    calls: list[FakeWatch] = []
+
+    class Stub:
+        def WatchAssignments(self, req: Any, **kw: Any) -> FakeWatch:
+            calls.append(FakeWatch())
+            return calls[-1]
+
+    agent._stub = Stub()  # type: ignore[assignment]
+    agent.registered.set()
+    task = asyncio.create_task(agent._watch_loop())
+    try:
+        await _until(lambda: agent._watch_call is not None)
+        agent._reopen_watch()
+        agent._reopen_watch()  # asked again at once: one reopening is enough
+        await _until(lambda: len(calls) == 2 and agent._watch_call is calls[1])
+        assert calls[0].cancelled.is_set() and not calls[1].cancelled.is_set()
+        assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        agent.local.close()

@@ -50,6 +50,7 @@ STATE_TO_PB = {
     RuntimeState.MISSING: pb.WORKLOAD_STATE_MISSING,
 }
 BACKOFF_CAP = 30.0
+RESYNC_EVERY = 5.0  # seconds between reopenings of the desired-state stream to get a full set
 
 
 def _backoff(attempts: int) -> float:
@@ -133,6 +134,9 @@ class Agent:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False  # stop() is ending the tasks: their end is expected
         self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
+        self._watch_call: grpc.aio.UnaryStreamCall | None = None  # WatchAssignments, when open
+        self._watch_reopen = False  # the agent cancelled the watch call itself to get a full set
+        self._resync_asked = float("-inf")
         self._reported: dict[str, tuple[object, ...]] | None = None  # what the scheduler was last told
         self._last_full_report = 0.0
         self._send_lock = asyncio.Lock()
@@ -450,9 +454,11 @@ class Agent:
         while True:
             await self.registered.wait()
             gen = self._channel_gen
+            self._watch_reopen = False
             try:
                 call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.config.node_id,
                                                                              deltas=True))
+                self._watch_call = call
                 async for ds in call:
                     delay = 0.2
                     await self._accept_desired(ds)
@@ -460,8 +466,14 @@ class Agent:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 await self._after_error(err, gen)
             except asyncio.CancelledError:
-                if not self._switched_under(gen):
+                task = asyncio.current_task()
+                reopen = self._watch_reopen and not (task is not None and task.cancelling())
+                if not (reopen or self._switched_under(gen)):
                     raise
+                if reopen:
+                    delay = 0.2
+            finally:
+                self._watch_call = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -675,8 +687,23 @@ class Agent:
             v = self._disconnect_verdict()
             if v.fence or v.release:
                 self._wake.set()
+            if v.resync:
+                self._reopen_watch()
             wait = 1.0 if v.next_check is None else v.next_check - time.monotonic()
             await asyncio.sleep(min(max(wait, 0.05), 1.0))
+
+    def _reopen_watch(self) -> None:
+        """Instances stopped for disconnection wait for a full desired set, but acknowledgements
+        came back without the desired-state stream reopening (the scheduler sends a full set
+        only when one opens): cancel the call so the watch loop opens a new one."""
+        call, now = self._watch_call, time.monotonic()
+        if call is None or now - self._resync_asked < RESYNC_EVERY:
+            return
+        self._resync_asked = now
+        log.info("acknowledged again after a disconnection stop: reopening the desired-state stream "
+                 "for a full desired set")
+        self._watch_reopen = True
+        call.cancel()
 
     async def _report(self, observed: dict[str, tuple[Runtime, ObservedWorkload]]) -> None:
         reports = []

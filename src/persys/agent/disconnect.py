@@ -11,6 +11,9 @@ too: only the loss of every replica counts.
 A stopped ("fenced") instance is not started again by the agent on its own: only once a replica
 acknowledged a heartbeat sent after the fencing and a full desired set (normal mode) arrived
 after it, i.e. once the scheduler, not the agent, says whether the instance still belongs here.
+The scheduler sends a full set only when a WatchAssignments stream opens (or on a mode change or
+drift resync), so when acknowledgements come back without that stream reopening (a short stall,
+a single replica) the verdict asks for a `resync`: the agent reopens the stream to get one.
 
 `decide` is pure (a snapshot in, a verdict out); `AckClock` only keeps the heartbeat send times.
 """
@@ -65,6 +68,7 @@ class Verdict:
     fence: tuple[str, ...]  # to stop now and not start on our own
     release: tuple[str, ...]  # fenced before; the scheduler's desired state decides again
     next_check: float | None  # clock value at which the verdict changes by itself
+    resync: bool = False  # fenced instances wait only for a full desired set: ask for one
 
 
 def decide(s: Snapshot) -> Verdict:
@@ -75,13 +79,19 @@ def decide(s: Snapshot) -> Verdict:
     fence: tuple[str, ...] = ()
     if disconnected:
         fence = tuple(sorted(w for w, p in s.policies.items() if p == OnDisconnect.STOP and w not in s.fenced))
+
+    def heard_since(at: float) -> bool:
+        return not disconnected and s.last_ack is not None and s.last_ack > at
+
+    def full_set_since(at: float) -> bool:
+        return s.last_full_set is not None and s.last_full_set > at
+
     release = tuple(sorted(
         w for w, at in s.fenced.items()
-        if w not in s.policies or (
-            not disconnected and s.last_ack is not None and s.last_ack > at
-            and s.last_full_set is not None and s.last_full_set > at)))
+        if w not in s.policies or (heard_since(at) and full_set_since(at))))
+    resync = any(w not in release and heard_since(at) and not full_set_since(at) for w, at in s.fenced.items())
     watch = limit > 0 and not disconnected and any(p == OnDisconnect.STOP for p in s.policies.values())
-    return Verdict(silent, limit, disconnected, fence, release, since + limit if watch else None)
+    return Verdict(silent, limit, disconnected, fence, release, since + limit if watch else None, resync)
 
 
 class AckClock:

@@ -115,6 +115,10 @@ class Agent:
         self.restarts: dict[str, int] = {}
         self._known: set[str] = set()  # every workload desired here since start (or in local state)
         self._orphans: dict[str, float] = {}  # workload -> when first seen undesired and unknown
+        # Desired here with a spec this agent cannot read (a workload the scheduler quarantines
+        # after a stricter model, an old local record): kept as they run, never removed.
+        self._unreadable: set[str] = set()
+        self._kept_logged: set[str] = set()
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
         self.heartbeat_interval = 3.0
@@ -156,7 +160,8 @@ class Agent:
             try:
                 spec = WorkloadSpec.model_validate_json(rec.spec_json)
             except ValueError:
-                log.error("discarding unreadable local record for %s", wid)
+                log.error("unreadable local record for %s: an instance of it is kept as it is", wid)
+                self._unreadable.add(wid)
                 continue
             self.desired[wid] = Desired(rec.revision, rec.generation, DesiredState(rec.desired_state), spec)
             self._known.add(wid)
@@ -481,11 +486,15 @@ class Agent:
         """Take a full desired set or a delta (see DesiredState in the proto)."""
         self.mode = ds.mode or "normal"
         changed: dict[str, Desired] = {}
+        unreadable: set[str] = set()
+        dropped = set(self._unreadable)
         for a in ds.workloads:
             try:
                 spec = WorkloadSpec.model_validate_json(a.spec_json)
             except ValueError as err:
-                log.error("scheduler sent an unreadable spec for %s: %s", a.workload_id, err)
+                if a.workload_id not in self._unreadable:
+                    log.error("scheduler sent an unreadable spec for %s: %s", a.workload_id, err)
+                unreadable.add(a.workload_id)
                 continue
             d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
             old = self.desired.get(a.workload_id)
@@ -497,8 +506,14 @@ class Agent:
             self.synced = True
             self._full_set_at = time.monotonic()
             removed = set(self.desired) - {a.workload_id for a in ds.workloads}
+            self._unreadable = unreadable  # the scheduler's list replaces what we had
         else:
             removed = set() if holding else set(ds.removed) & set(self.desired)
+            if not holding:
+                self._unreadable -= set(ds.removed)
+            self._unreadable = (self._unreadable - set(changed)) | unreadable
+        self._kept_logged &= self._unreadable
+        removed |= dropped - self._unreadable - set(changed)  # unreadable local records no longer listed
         incoming = {wid: d for wid, d in self.desired.items() if wid not in removed}
         incoming.update(changed)
         self.desired = incoming
@@ -633,6 +648,14 @@ class Agent:
         if self.synced and self.mode == "normal":
             for wid, (rt, _o) in observed.items():
                 if wid in self.desired:
+                    self._orphans.pop(wid, None)
+                    continue
+                if wid in self._unreadable:
+                    # Listed for this node, but in a form this agent cannot read: neither start
+                    # nor remove it (the scheduler keeps such a workload as it is, too).
+                    if wid not in self._kept_logged:
+                        self._kept_logged.add(wid)
+                        log.warning("keeping %s as it is: its desired spec is unreadable here", wid)
                     self._orphans.pop(wid, None)
                     continue
                 if wid not in self._known:

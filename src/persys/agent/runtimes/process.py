@@ -142,6 +142,23 @@ class ProcessRuntime:
             if (self._cg_root / ctl / "cgroup.procs").exists()
         }
 
+    def _meta_cg_dirs(self, meta: ProcessMeta) -> dict[str, Path]:
+        """The cgroups an instance was started in, as recorded then (`meta.cgroups`): a process
+        adopted after an agent upgrade may live under an older layout than the one computed now
+        (`persys/<instance>` before `persys/<agent>/<instance>`). Unrecorded: the computed ones."""
+        if not meta.cgroups:
+            return self._cg_dirs(meta.workload_id)
+        dirs: dict[str, Path] = {}
+        for raw in meta.cgroups:
+            d = Path(raw)
+            try:
+                ctl: str | None = d.relative_to(self._cg_root).parts[0]
+            except (ValueError, IndexError):
+                ctl = next((c for c in CGROUP_CONTROLLERS if c in d.parts), None)
+            if ctl is not None:
+                dirs[ctl] = d
+        return dirs
+
     def _setup_cgroups(self, w: RuntimeWorkload) -> list[str]:
         res = w.spec.resources
         dirs = self._cg_dirs(w.workload_id)
@@ -164,14 +181,14 @@ class ProcessRuntime:
             raise RuntimeFailure(f"cgroup setup for {w.workload_id}: {exc}") from exc
         return [str(d / "cgroup.procs") for d in dirs.values()]
 
-    def _cleanup_cgroups(self, workload_id: str) -> None:
-        for d in self._cg_dirs(workload_id).values():
+    def _cleanup_cgroups(self, meta: ProcessMeta) -> None:
+        for d in self._meta_cg_dirs(meta).values():
             with contextlib.suppress(OSError):  # busy (a straggler still inside) or already gone
                 d.rmdir()
 
-    def _cgroup_pids(self, workload_id: str) -> list[int]:
+    def _cgroup_pids(self, meta: ProcessMeta) -> list[int]:
         pids: set[int] = set()
-        for d in self._cg_dirs(workload_id).values():
+        for d in self._meta_cg_dirs(meta).values():
             with contextlib.suppress(OSError, ValueError):
                 pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
         return sorted(pids)
@@ -241,8 +258,8 @@ class ProcessRuntime:
     # ---- usage ---------------------------------------------------------------------------------
 
     def _cpu_ns(self, meta: ProcessMeta) -> int:
-        dirs = self._cg_dirs(meta.workload_id)
-        if self._cgroups and "cpuacct" in dirs:
+        dirs = self._meta_cg_dirs(meta)
+        if (self._cgroups or meta.cgroups) and "cpuacct" in dirs:
             v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
             if v is not None:
                 return v
@@ -253,8 +270,8 @@ class ProcessRuntime:
         return ticks * 1_000_000_000 // _CLK_TCK
 
     def _memory(self, meta: ProcessMeta) -> int:
-        dirs = self._cg_dirs(meta.workload_id)
-        if self._cgroups and "memory" in dirs:
+        dirs = self._meta_cg_dirs(meta)
+        if (self._cgroups or meta.cgroups) and "memory" in dirs:
             v = _read_int(dirs["memory"] / "memory.usage_in_bytes")
             if v is not None:
                 return v
@@ -360,13 +377,13 @@ class ProcessRuntime:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(meta.pgid, sig)
         # Processes that left the group (setsid) are still caught by their cgroup.
-        for pid in self._cgroup_pids(meta.workload_id):
+        for pid in self._cgroup_pids(meta):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
     def _all_gone(self, meta: ProcessMeta) -> bool:
         self._alive(meta)  # reaps our own child so it does not linger as a zombie
-        return not _group_members(meta.pgid) and not self._cgroup_pids(meta.workload_id)
+        return not _group_members(meta.pgid) and not self._cgroup_pids(meta)
 
     async def _wait_gone(self, meta: ProcessMeta, within: float) -> bool:
         deadline = time.monotonic() + within
@@ -383,7 +400,7 @@ class ProcessRuntime:
             return
         # The pgid is only trusted while its leader is provably ours (pid + start time).
         leader_ours = self._alive(meta)
-        if leader_ours or self._cgroup_pids(workload_id):
+        if leader_ours or self._cgroup_pids(meta):
             if leader_ours:
                 meta.stopped_by_agent = True
                 self._save(meta)
@@ -398,7 +415,7 @@ class ProcessRuntime:
                 meta.exit_code = meta.exit_code if meta.exit_code is not None else code
         meta.finished_at = meta.finished_at or time.time()
         self._save(meta)
-        self._cleanup_cgroups(workload_id)
+        self._cleanup_cgroups(meta)
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:

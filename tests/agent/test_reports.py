@@ -70,3 +70,16 @@ async def test_reports_carry_changes_and_are_complete_when_something_is_gone(
     await s.delete("a")
     await until(lambda: "a" not in s.state.workloads)
     assert any(complete and ids == {"b", "c"} for complete, ids in seen), seen
+
+
+async def test_agent_reopens_its_desired_state_stream_for_a_full_set(
+        cluster: tuple[RunningScheduler, Agent, list[tuple[bool, set[str]]]]) -> None:
+    """After a disconnection stop the agent may cancel its own WatchAssignments call (real gRPC:
+    the stream ends in CancelledError) to get a full set: the loop goes on and one arrives."""
+    _sched, agent, _seen = cluster
+    await until(lambda: agent._full_set_at is not None and agent._watch_call is not None)
+    first = agent._full_set_at
+    watch = next(t for t in agent._tasks if t.get_name() == "agent-watch")
+    agent._reopen_watch()
+    await until(lambda: agent._full_set_at != first)
+    assert not watch.done()

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent.agent import Agent, AgentConfig
+from persys.agent.agent import Agent, AgentConfig, Desired
 from persys.agent.failover import AckDeadline
+from persys.model import DesiredState, WorkloadSpec
 
 
 class SwitchingStub:
@@ -162,6 +163,29 @@ async def test_reopening_the_watch_for_a_full_set_keeps_the_loop(tmp_path: Path)
         await _until(lambda: len(calls) == 2 and agent._watch_call is calls[1])
         assert calls[0].cancelled.is_set() and not calls[1].cancelled.is_set()
         assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        agent.local.close()
+
+
+async def test_acks_after_a_disconnection_stop_without_a_full_set_reopen_the_watch(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    spec = WorkloadSpec.model_validate({"type": "process", "process": {"command": ["sleep", "1"]},
+                                        "onDisconnect": "Stop"})
+    agent.desired["db"] = Desired("r1", 1, DesiredState.RUNNING, spec)
+    agent.node_grace = 10.0
+    now = time.monotonic()
+    agent.fenced["db"] = now - 2.0
+    agent._full_set_at = now - 60.0
+    agent.contact.contact(now - 1.0)  # acknowledged after the stop, no full set since
+    watch = FakeWatch()
+    agent._watch_call = watch  # type: ignore[assignment]
+    task = asyncio.create_task(agent._disconnect_loop())
+    try:
+        await asyncio.wait_for(watch.cancelled.wait(), 2.0)
+        assert agent._watch_reopen and "db" in agent.fenced  # released only by the full set
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

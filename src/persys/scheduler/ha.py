@@ -21,8 +21,10 @@ from typing import Any, Protocol
 from persys.scheduler import keys
 from persys.scheduler.takeover import watch_holder
 from persys.store.base import (
+    CompactedError,
     Compare,
     KeepAliveSchedule,
+    KeyValue,
     LeaseKeeper,
     Put,
     StateStore,
@@ -251,13 +253,28 @@ class LeaderElection:
 
     async def _key_changed_after(self, revision: int) -> str:
         """Return when the leader key changes after our own write at `revision`."""
+        start = revision + 1
         while True:
             try:
-                async for ev in self.store.watch(keys.LEADER, start_revision=revision + 1):
+                async for ev in self.store.watch(keys.LEADER, start_revision=start):
                     if ev.kv.key == keys.LEADER:
                         return "leader key deleted" if ev.type == "delete" else "leader key taken by another replica"
             except asyncio.CancelledError:
                 raise
+            except CompactedError as err:
+                # The history since our write is gone: resuming from there would fail forever.
+                # Read the key itself instead; unchanged, watch again from now on.
+                log.warning("leader key watch: %s; checking the key itself", err)
+                try:
+                    at = await self.store.current_revision()
+                    why = leader_key_change(await self.store.get(keys.LEADER), revision, self.value)
+                except StoreError as read_err:
+                    log.warning("leader key watch: %s; retrying", read_err)
+                    await asyncio.sleep(self.ttl / 10)
+                    continue
+                if why is not None:
+                    return why
+                start = at + 1
             except StoreError as err:
                 log.debug("leader key watch: %s; resuming", err)
                 await asyncio.sleep(self.ttl / 10)
@@ -297,6 +314,15 @@ class LeaderElection:
                     f.cancel()
             with contextlib.suppress(Exception):
                 await watch.aclose()  # type: ignore[attr-defined]
+
+
+def leader_key_change(now: KeyValue | None, revision: int, own_value: bytes) -> str | None:
+    """Why the leader key as read now is no longer the one we wrote at `revision`; None if it is."""
+    if now is None:
+        return "leader key deleted"
+    if now.mod_revision != revision or now.value != own_value:
+        return "leader key taken by another replica"
+    return None
 
 
 def leader_address(value: bytes | None) -> str:

@@ -620,6 +620,9 @@ class Scheduler:
         try:
             await self._place(needs)
             return
+        except StoreUnavailable as err:
+            await self._requeue_unplaced(needs, err)
+            return
         except Exception as err:
             if len({w.id for w, _, _ in needs}) == 1:
                 self._undo_place(needs)
@@ -635,10 +638,22 @@ class Scheduler:
         for wid, items in by_workload.items():
             try:
                 await self._place(items)
+            except StoreUnavailable as err:
+                await self._requeue_unplaced(items, err)
             except Exception as err:
                 self._undo_place(items)
                 log.warning("placing %s failed: %s", wid, failures.describe(err))
                 await self._mark_failed(wid, [i for _, _, i in items], failures.PLACEMENT_ERROR, err)
+
+    async def _requeue_unplaced(self, needs: list[tuple[Workload, int, str]], err: StoreUnavailable) -> None:
+        """The store failed, not the placement: nothing is wrong with these workloads. Release
+        what was reserved for them and look at them again once the store answers."""
+        self._undo_place(needs)
+        wids = list(dict.fromkeys(w.id for w, _, _ in needs))
+        log.warning("store unavailable while placing %d workload(s): %s; retrying", len(wids), err)
+        await asyncio.sleep(1.0)
+        for wid in wids:
+            self._enqueue(wid)
 
     def _undo_place(self, needs: list[tuple[Workload, int, str]]) -> None:
         """Release what a failed `_place` reserved for instances it did not hand to a commit."""

@@ -20,8 +20,12 @@ class WorkerWatch:
         self.last_at = now
 
     def problem(self, running: bool, active: bool, now: float) -> str:
-        """What is wrong with the worker ("" when nothing is)."""
-        if active and not running:
+        """What is wrong with the worker ("" when nothing is). Only the active replica runs a
+        worker: a standby reports nothing (an earlier term's failure is no reason to call it
+        unready)."""
+        if not active:
+            return ""
+        if not running:
             return "reconcile worker is not running"
         if now - self.last_at < RECENT_SECONDS:
             return (f"reconcile worker failed {self.failures} time(s) and was restarted; "

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
+
+import pytest
 
 from persys.model import Phase, parse_manifests
 from persys.scheduler import keys
@@ -175,3 +178,19 @@ async def test_a_store_outage_while_marking_pending_requeues_instead_of_failing(
     assert not any(e.kind == "PlacementFailed" for e in await s.events.recent(limit=100))
     assert not s.placement.ledger.get("w")
 
+
+async def test_deposition_logs_an_active_task_that_had_already_failed(
+    make: Callable, caplog: pytest.LogCaptureFixture
+) -> None:
+    s: Scheduler = await make()
+
+    async def boom() -> None:
+        raise RuntimeError("worker bug before deposition")
+
+    t = asyncio.create_task(boom(), name="reconcile-worker")
+    await asyncio.wait({t})
+    s._active_tasks.append(t)  # ended, its done-callback not (yet) run
+    with caplog.at_level(logging.ERROR, logger="persys.scheduler.core"):
+        await s._deposed()
+    assert "RuntimeError: worker bug before deposition" in caplog.text
+    assert s._active_tasks == []

@@ -1,15 +1,17 @@
-"""The leader's watch of its own key survives a compaction of the history since its write: it
-reads the key instead of resuming a watch that can never start again."""
+"""The leader's watch of its own key survives a compaction of the history since its write (it
+reads the key instead of resuming a watch that can never start again); an elected replica's
+catch-up is bounded and raced against losing the leadership. On the embedded store."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from persys.scheduler import keys
-from persys.scheduler.ha import LeaderElection, leader_key_change
+from persys.scheduler.ha import CATCH_UP_TTLS, LeaderElection, leader_key_change
 from persys.store.base import KeyValue
 from persys.store.sqlite import SqliteStore
 
@@ -67,4 +69,56 @@ async def test_key_replaced_during_compacted_history_is_noticed(tmp_path: Path) 
         got = await asyncio.wait_for(e._key_changed_after(rev), 2)
         assert got == "leader key taken by another replica"
     finally:
+        await store.close()
+
+
+def counting(events: list[str], name: str, block: asyncio.Event | None = None) -> Callable[[], Awaitable[None]]:
+    async def hook() -> None:
+        events.append(name)
+        if block is not None:
+            await block.wait()
+
+    return hook
+
+
+async def until(cond: Callable[[], bool], within: float) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_catch_up_that_never_ends_resigns_after_its_bound(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    events: list[str] = []
+    never = asyncio.Event()
+    e = LeaderElection(store, "a", "127.0.0.1:1", counting(events, "elected", never), counting(events, "deposed"),
+                       ttl=0.3)
+    e.start()
+    try:
+        await until(lambda: "elected" in events, 5)
+        t0 = asyncio.get_running_loop().time()
+        await until(lambda: "deposed" in events, 5)
+        took = asyncio.get_running_loop().time() - t0
+        assert CATCH_UP_TTLS * 0.3 - 0.1 <= took <= CATCH_UP_TTLS * 0.3 + 1.0
+        assert await store.get(keys.LEADER) is None or events.count("elected") == 2  # gave the key up
+        never.set()
+        await until(lambda: events.count("elected") == 2 and e.is_leader, 5)  # and campaigns again
+    finally:
+        await e.stop()
+        await store.close()
+
+
+async def test_losing_the_key_while_catching_up_steps_down_at_once(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    events: list[str] = []
+    e = LeaderElection(store, "a", "127.0.0.1:1", counting(events, "elected", asyncio.Event()),
+                       counting(events, "deposed"), ttl=10.0)  # the bound (50 s) is far off
+    e.start()
+    try:
+        await until(lambda: "elected" in events, 5)
+        assert await store.delete(keys.LEADER)
+        await until(lambda: "deposed" in events, 2)  # not after the bound, nor the lease's TTL
+    finally:
+        await e.stop()
         await store.close()

@@ -33,6 +33,7 @@ from persys.store.base import (
 )
 
 log = logging.getLogger(__name__)
+CATCH_UP_TTLS = 5  # an elected replica not ready (mirror caught up) within this many TTLs resigns
 
 
 class BlockingLease(Protocol):
@@ -143,6 +144,7 @@ class LeaderElection:
         self._lease = 0
         self._keeper: LeaseKeeper | ThreadedLeaseKeeper | None = None
         self._resigning = False
+        self._pause = 0.0  # how long to wait before the next campaign (after giving up a term)
         # Set once the first campaign has an outcome (won, or someone else leads), so a starting
         # replica can answer "am I active?" before serving.
         self.settled = asyncio.Event()
@@ -166,6 +168,7 @@ class LeaderElection:
         return [Compare(keys.LEADER, self.fence_revision)] if self.fence_revision else []
 
     def start(self) -> None:
+        self._resigning = False  # started again after stop(): campaign again
         self._task = asyncio.create_task(self._run(), name="leader-election")
 
     async def stop(self) -> None:
@@ -192,7 +195,8 @@ class LeaderElection:
                 log.warning("leader election: %s; retrying", err)
             except Exception:
                 log.exception("leader election failed; retrying")
-            await asyncio.sleep(self.ttl / 4)
+            pause, self._pause = self._pause, 0.0
+            await asyncio.sleep(max(self.ttl / 4, pause))
 
     async def _campaign_once(self) -> None:
         granted_at = time.monotonic()
@@ -221,16 +225,35 @@ class LeaderElection:
         self.fence_revision = revision
         log.info("replica %s is now the active scheduler (fence revision %d)", self.replica_id, revision)
         changed = asyncio.create_task(self._key_changed_after(revision), name="leader-key-watch")
+        # Watched from the start: the catch-up in on_elected can take long (a mirror far behind,
+        # or reloading), and leadership may be lost meanwhile.
+        deposed = asyncio.create_task(self._until_deposed(keeper, changed), name="leader-deposed")
+        elected: asyncio.Future[None] = asyncio.ensure_future(self.on_elected())
         try:
-            await self.on_elected()
-            self.settled.set()
-            why = await self._until_deposed(keeper, changed)
+            limit = CATCH_UP_TTLS * self.ttl
+            first: set[asyncio.Future[Any]] = {elected, deposed}
+            done, _ = await asyncio.wait(first, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            if elected in done:
+                elected.result()  # its failure ends the term (the election logs it and campaigns again)
+                self.settled.set()
+                why = await deposed
+            elif deposed in done:
+                why = deposed.result() + " (while catching up)"
+            else:
+                # Stuck: a replica that cannot act must not hold the leadership either. Give it up
+                # (another replica takes over at once) and campaign again a little later.
+                why = f"not ready within {limit:.1f} s of its election ({CATCH_UP_TTLS} x TTL); resigning"
+                self._pause = 2 * self.ttl
+                with contextlib.suppress(Exception):
+                    await self.store.revoke_lease(self._lease)
             log.warning("replica %s steps down: %s", self.replica_id, why)
         finally:
             self.fence_revision = 0
-            changed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await changed
+            for t in (elected, deposed, changed):
+                t.cancel()
+            for t in (elected, deposed, changed):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
             await self.on_deposed()
 
     async def _until_deposed(self, keeper: LeaseKeeper | ThreadedLeaseKeeper, changed: asyncio.Task[str]) -> str:

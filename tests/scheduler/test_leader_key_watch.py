@@ -5,6 +5,7 @@ catch-up is bounded and raced against losing the leadership. On the embedded sto
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from persys.scheduler import keys
 from persys.scheduler.ha import CATCH_UP_TTLS, LeaderElection, leader_key_change
+from persys.scheduler.takeover import COOLDOWN_TTLS
 from persys.store.base import KeyValue
 from persys.store.sqlite import SqliteStore
 
@@ -119,6 +121,8 @@ async def test_losing_the_key_while_catching_up_steps_down_at_once(tmp_path: Pat
         await until(lambda: "elected" in events, 5)
         assert await store.delete(keys.LEADER)
         await until(lambda: "deposed" in events, 2)  # not after the bound, nor the lease's TTL
+        # Deposed by a change of its key: no fast takeover of its own for a while.
+        assert e._no_fast_takeover_until - time.monotonic() > (COOLDOWN_TTLS - 1) * 10.0
     finally:
         await e.stop()
         await store.close()

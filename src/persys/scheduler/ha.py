@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from persys.scheduler import keys
-from persys.scheduler.takeover import watch_holder
+from persys.scheduler.takeover import COOLDOWN_TTLS, MIN_HOLD_TTLS, watch_holder
 from persys.store.base import (
     CompactedError,
     Compare,
@@ -145,6 +146,10 @@ class LeaderElection:
         self._keeper: LeaseKeeper | ThreadedLeaseKeeper | None = None
         self._resigning = False
         self._pause = 0.0  # how long to wait before the next campaign (after giving up a term)
+        # Fast-takeover damping (see takeover): when we first saw the holder's key at its mod
+        # revision, and until when we use no fast takeover after our own key was changed.
+        self._holder_seen: tuple[int, float] = (0, 0.0)
+        self._no_fast_takeover_until = -math.inf
         # Set once the first campaign has an outcome (won, or someone else leads), so a starting
         # replica can answer "am I active?" before serving.
         self.settled = asyncio.Event()
@@ -249,6 +254,10 @@ class LeaderElection:
             log.warning("replica %s steps down: %s", self.replica_id, why)
         finally:
             self.fence_revision = 0
+            if changed.done() and not changed.cancelled():
+                # Deposed by a change of our key (a fast takeover, perhaps a false one): take
+                # nobody's key that way for a while, or two replicas could trade it back and forth.
+                self._no_fast_takeover_until = time.monotonic() + COOLDOWN_TTLS * self.ttl
             for t in (elected, deposed, changed):
                 t.cancel()
             for t in (elected, deposed, changed):
@@ -308,10 +317,14 @@ class LeaderElection:
         holder = await self.store.get(keys.LEADER)
         if holder is None:
             return
+        if holder.mod_revision != self._holder_seen[0]:
+            self._holder_seen = (holder.mod_revision, time.monotonic())
         watch = self.store.watch(keys.LEADER, start_revision=start)
         lost = asyncio.ensure_future(keeper.lost.wait())
         guard: asyncio.Future[bool] = (
-            asyncio.ensure_future(watch_holder(self.store, holder, leader_address(holder.value), self.value))
+            asyncio.ensure_future(watch_holder(self.store, holder, leader_address(holder.value), self.value,
+                                               first_seen=self._holder_seen[1], min_hold=MIN_HOLD_TTLS * self.ttl,
+                                               cooldown_until=self._no_fast_takeover_until))
             if self.fast_takeover and holder.value != self.value else asyncio.get_running_loop().create_future())
         nxt: asyncio.Future[WatchEvent] | None = None
         try:

@@ -34,6 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from persys.scheduler.core import SchedulerConfig  # noqa: E402
+from persys.scheduler.takeover import MIN_HOLD_TTLS  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Components,
     active_replica,
@@ -63,6 +65,10 @@ def stop_active_once(tmp: Path, sig: int) -> tuple[float, float]:
         leader, _ = eventually(lambda: active_replica(c), 15, "an active replica")
         victim = c.schedulers[int(str(leader["replicaId"])[1:])]
         assert victim.proc is not None
+        if sig == signal.SIGKILL:
+            # A standby trusts a refused port only from a holder it has seen lead for a while
+            # (fast-takeover damping); a crash moments after an election waits for the lease.
+            time.sleep(MIN_HOLD_TTLS * SchedulerConfig.leader_ttl_seconds + 0.5)
         t0 = time.time()
         victim.proc.send_signal(sig)
         c.ctl("apply", "-f", "-", stdin=process_manifest("probe"))

@@ -14,6 +14,7 @@ import pytest
 
 from persys.scheduler import keys
 from persys.scheduler.ha import LeaderElection
+from persys.scheduler.takeover import MIN_HOLD_TTLS
 from persys.store import open_store
 from persys.store.etcd import EtcdStore
 from tests.fixtures_infra import start_etcd
@@ -99,16 +100,42 @@ async def test_a_standby_takes_over_a_dead_holder_without_waiting_for_its_lease(
     lease = await store.grant_lease(30)
     await store.put(keys.LEADER, json.dumps({"id": "dead", "address": f"127.0.0.1:{port}"}).encode(), lease)
     events: list[str] = []
-    e = election(store, "b", events)
+    e = election(store, "b", events, ttl=0.5)
     e.start()
     try:
         await until(lambda: e.settled.is_set(), 10)
-        await asyncio.sleep(0.3)  # the standby holds its connection to the holder
+        # The standby holds its connection to the holder, and has seen it hold the key long
+        # enough (MIN_HOLD_TTLS) for a refusal to be trusted.
+        await asyncio.sleep(MIN_HOLD_TTLS * 0.5 + 0.3)
         assert not e.is_leader, "a live holder is left alone"
         holder.close()  # the process dies: the kernel resets its connections and refuses new ones
         took = await until(lambda: e.is_leader, 5)
         assert took < 2.0, f"took over after {took:.2f}s (the dead holder's lease has 30 s)"
     finally:
         holder.close()
+        await e.stop()
+        await store.close()
+
+
+async def test_a_refusing_holder_elected_moments_ago_is_not_cleared_at_once(etcd_url: str) -> None:
+    """A REJECT rule between replicas refuses like a dead process: a standby waits MIN_HOLD_TTLS
+    before trusting it, so leadership does not flip back and forth every second."""
+    store = open_store(etcd_url)
+    assert isinstance(store, EtcdStore)
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))
+    port = refusing.getsockname()[1]  # bound, never listening: connects are refused
+    lease = await store.grant_lease(30)
+    await store.put(keys.LEADER, json.dumps({"id": "new", "address": f"127.0.0.1:{port}"}).encode(), lease)
+    events: list[str] = []
+    e = election(store, "b", events, ttl=0.5)
+    t0 = time.monotonic()
+    e.start()
+    try:
+        took = await until(lambda: e.is_leader, 10)
+        assert time.monotonic() - t0 >= MIN_HOLD_TTLS * 0.5, f"cleared a fresh holder's key after {took:.2f}s"
+        assert took < MIN_HOLD_TTLS * 0.5 + 3.0
+    finally:
+        refusing.close()
         await e.stop()
         await store.close()

@@ -43,6 +43,14 @@ def test_worker_health(case: dict[str, Any]) -> None:
     assert watch.problem(case["running"], case["active"], case["now"]) == case["expect"]
 
 
+@pytest.mark.parametrize("case", CASES["restart"], ids=[c["name"] for c in CASES["restart"]])
+def test_worker_restart_backs_off(case: dict[str, Any]) -> None:
+    watch = WorkerWatch()
+    for at, error in case["failures"]:
+        watch.failed(error, at)
+    assert watch.restart_delay() == case["expect"]
+
+
 def test_describe_is_one_bounded_line() -> None:
     text = failures.describe(ValueError("a\nb " + "x" * 2000))
     assert text.startswith("ValueError: a b x") and "\n" not in text and len(text) == failures.MESSAGE_LIMIT

@@ -120,3 +120,25 @@ async def test_an_elected_replica_acts_only_once_its_mirror_caught_up(tmp_path: 
     finally:
         await s.stop()
         await s.store.close()
+
+
+@pytest.mark.parametrize("bad", [b"[1, 2]", b'"text"', b"42", b"null", b"not json"])
+async def test_a_replica_value_of_the_wrong_shape_is_skipped_and_the_mirror_goes_on(
+    tmp_path: Path, bad: bytes
+) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    try:
+        await store.put(keys.REPLICAS + "old-bad", bad)
+        state = ClusterState(store)
+        await state.load()  # a replica starting with it in the store
+        state.start_following()
+        await store.put(keys.REPLICAS + "bad", bad)
+        last = await store.put(keys.workload("w"), workload("w"))
+        await asyncio.wait_for(state.wait_for_revision(last), 5)
+        assert "w" in state.workloads and not {"bad", "old-bad"} & set(state.replicas)
+        assert state.watch_error == ""  # the watch never broke on it
+        await store.put(keys.REPLICAS + "good", b'{"address": "10.0.0.1:7000"}')
+        await until(lambda: state.replicas.get("good") == "10.0.0.1:7000")
+    finally:
+        await state.stop()
+        await store.close()

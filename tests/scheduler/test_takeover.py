@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,5 +27,7 @@ def kv(doc: dict[str, Any] | None) -> KeyValue | None:
 def test_should_clear(case: dict[str, Any]) -> None:
     watched = kv(case["watched"])
     assert watched is not None
-    got = should_clear(watched, kv(case["now"]), Probe(case["probe"]), str(case.get("own", "me")).encode())
+    got = should_clear(watched, kv(case["now"]), Probe(case["probe"]), str(case.get("own", "me")).encode(),
+                       held_for=float(case.get("held_for", math.inf)), min_hold=float(case.get("min_hold", 0.0)),
+                       cooling_down=bool(case.get("cooling_down", False)))
     assert got is case["expect"]

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
+
+import pytest
 
 from persys.model import Phase, parse_manifests
 from persys.scheduler import keys
@@ -16,6 +19,7 @@ from persys.scheduler.core import Scheduler
 from persys.scheduler.placement.framework import PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status
+from persys.store.base import StoreUnavailable
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
 
@@ -152,3 +156,41 @@ async def test_a_dead_worker_is_reported_and_restarted_and_stop_is_prompt(make: 
     t0 = time.monotonic()
     await asyncio.wait_for(s.stop(), 15)
     assert time.monotonic() - t0 < 10
+
+
+async def test_a_store_outage_while_marking_pending_requeues_instead_of_failing(make: Callable) -> None:
+    s: Scheduler = await make()  # no node: the workload is marked pending, a store write
+    real = s.state.commit
+    outages = {"left": 2}
+
+    async def flaky(compares: list, ops: list, fenced: bool | str = True) -> bool:  # type: ignore[type-arg]
+        if fenced and outages["left"] and any(op.key == keys.status("w") for op in ops):
+            outages["left"] -= 1
+            raise StoreUnavailable("etcd unreachable (injected)")
+        return await real(compares, ops, fenced)
+
+    s.state.commit = flaky  # type: ignore[method-assign]
+    (m,) = parse_manifests(manifest("w"))
+    await s.apply(m)
+    await settle(s, lambda: "w" in s.state.statuses and s.state.statuses["w"].value.reason == "Unschedulable",
+                 within=10)
+    assert outages["left"] == 0
+    assert not any(e.kind == "PlacementFailed" for e in await s.events.recent(limit=100))
+    assert not s.placement.ledger.get("w")
+
+
+async def test_deposition_logs_an_active_task_that_had_already_failed(
+    make: Callable, caplog: pytest.LogCaptureFixture
+) -> None:
+    s: Scheduler = await make()
+
+    async def boom() -> None:
+        raise RuntimeError("worker bug before deposition")
+
+    t = asyncio.create_task(boom(), name="reconcile-worker")
+    await asyncio.wait({t})
+    s._active_tasks.append(t)  # ended, its done-callback not (yet) run
+    with caplog.at_level(logging.ERROR, logger="persys.scheduler.core"):
+        await s._deposed()
+    assert "RuntimeError: worker bug before deposition" in caplog.text
+    assert s._active_tasks == []

@@ -420,10 +420,15 @@ class Scheduler:
         for t in self._active_tasks:
             t.cancel()
         for t in self._active_tasks:
-            # A worker that died has said so already (_worker_ended): its error must not
-            # escape into the election, which would then never stop.
+            # Its error must not escape into the election, which would then never stop; but a
+            # task that had already ended on its own (before the cancel) is logged here, since
+            # _worker_ended says nothing of a task it no longer counts as active.
+            already = t.done() and not t.cancelled()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+            if already and (err := t.exception()) is not None:
+                log.error("active-replica task %s had failed: %s", t.get_name(), failures.describe(err),
+                          exc_info=err)
         self._active_tasks = []
         for ev in self._node_changed.values():
             ev.set()  # agents' streams end and they look for the active replica
@@ -565,9 +570,13 @@ class Scheduler:
         for inst in self.state.pending:
             self._enqueue(workload_of(inst))
 
-    async def _worker(self) -> None:
+    async def _worker(self, delay: float = 0.0) -> None:
         """Drain the queue in batches: reconcile each workload, then place what needs a node
-        in one engine pass (reserving as it goes) and commit the placements concurrently."""
+        in one engine pass (reserving as it goes) and commit the placements concurrently.
+        `delay`: wait that long first (a restart after repeated failures backs off)."""
+        if delay > 0:
+            log.warning("restarting the reconcile worker in %.1f s", delay)
+            await asyncio.sleep(delay)
         while True:
             batch = [await self._queue.get()]
             while len(batch) < self.config.batch_size and not self._queue.empty():
@@ -594,8 +603,8 @@ class Scheduler:
             if needs:
                 await self._place_isolated(needs)
 
-    def _start_worker(self) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._worker(), name="reconcile-worker")
+    def _start_worker(self, delay: float = 0.0) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._worker(delay), name="reconcile-worker")
         task.add_done_callback(self._worker_ended)
         return task
 
@@ -610,7 +619,7 @@ class Scheduler:
         self.worker_watch.failed(why, self.clock())
         self._active_tasks.remove(task)
         if self.is_active:
-            self._active_tasks.append(self._start_worker())
+            self._active_tasks.append(self._start_worker(self.worker_watch.restart_delay()))
             for wid in [*self.state.workloads, *self.state.refused]:
                 self._enqueue(wid)  # the batch it held is lost: look at everything again
 
@@ -619,6 +628,9 @@ class Scheduler:
         that fails is marked (with the reason) and every other is placed."""
         try:
             await self._place(needs)
+            return
+        except StoreUnavailable as err:
+            await self._requeue_unplaced(needs, err)
             return
         except Exception as err:
             if len({w.id for w, _, _ in needs}) == 1:
@@ -635,10 +647,22 @@ class Scheduler:
         for wid, items in by_workload.items():
             try:
                 await self._place(items)
+            except StoreUnavailable as err:
+                await self._requeue_unplaced(items, err)
             except Exception as err:
                 self._undo_place(items)
                 log.warning("placing %s failed: %s", wid, failures.describe(err))
                 await self._mark_failed(wid, [i for _, _, i in items], failures.PLACEMENT_ERROR, err)
+
+    async def _requeue_unplaced(self, needs: list[tuple[Workload, int, str]], err: StoreUnavailable) -> None:
+        """The store failed, not the placement: nothing is wrong with these workloads. Release
+        what was reserved for them and look at them again once the store answers."""
+        self._undo_place(needs)
+        wids = list(dict.fromkeys(w.id for w, _, _ in needs))
+        log.warning("store unavailable while placing %d workload(s): %s; retrying", len(wids), err)
+        await asyncio.sleep(1.0)
+        for wid in wids:
+            self._enqueue(wid)
 
     def _undo_place(self, needs: list[tuple[Workload, int, str]]) -> None:
         """Release what a failed `_place` reserved for instances it did not hand to a commit."""

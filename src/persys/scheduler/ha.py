@@ -13,16 +13,19 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from persys.scheduler import keys
-from persys.scheduler.takeover import watch_holder
+from persys.scheduler.takeover import COOLDOWN_TTLS, MIN_HOLD_TTLS, watch_holder
 from persys.store.base import (
+    CompactedError,
     Compare,
     KeepAliveSchedule,
+    KeyValue,
     LeaseKeeper,
     Put,
     StateStore,
@@ -31,6 +34,7 @@ from persys.store.base import (
 )
 
 log = logging.getLogger(__name__)
+CATCH_UP_TTLS = 5  # an elected replica not ready (mirror caught up) within this many TTLs resigns
 
 
 class BlockingLease(Protocol):
@@ -141,6 +145,11 @@ class LeaderElection:
         self._lease = 0
         self._keeper: LeaseKeeper | ThreadedLeaseKeeper | None = None
         self._resigning = False
+        self._pause = 0.0  # how long to wait before the next campaign (after giving up a term)
+        # Fast-takeover damping (see takeover): when we first saw the holder's key at its mod
+        # revision, and until when we use no fast takeover after our own key was changed.
+        self._holder_seen: tuple[int, float] = (0, 0.0)
+        self._no_fast_takeover_until = -math.inf
         # Set once the first campaign has an outcome (won, or someone else leads), so a starting
         # replica can answer "am I active?" before serving.
         self.settled = asyncio.Event()
@@ -164,6 +173,7 @@ class LeaderElection:
         return [Compare(keys.LEADER, self.fence_revision)] if self.fence_revision else []
 
     def start(self) -> None:
+        self._resigning = False  # started again after stop(): campaign again
         self._task = asyncio.create_task(self._run(), name="leader-election")
 
     async def stop(self) -> None:
@@ -190,7 +200,8 @@ class LeaderElection:
                 log.warning("leader election: %s; retrying", err)
             except Exception:
                 log.exception("leader election failed; retrying")
-            await asyncio.sleep(self.ttl / 4)
+            pause, self._pause = self._pause, 0.0
+            await asyncio.sleep(max(self.ttl / 4, pause))
 
     async def _campaign_once(self) -> None:
         granted_at = time.monotonic()
@@ -219,16 +230,39 @@ class LeaderElection:
         self.fence_revision = revision
         log.info("replica %s is now the active scheduler (fence revision %d)", self.replica_id, revision)
         changed = asyncio.create_task(self._key_changed_after(revision), name="leader-key-watch")
+        # Watched from the start: the catch-up in on_elected can take long (a mirror far behind,
+        # or reloading), and leadership may be lost meanwhile.
+        deposed = asyncio.create_task(self._until_deposed(keeper, changed), name="leader-deposed")
+        elected: asyncio.Future[None] = asyncio.ensure_future(self.on_elected())
         try:
-            await self.on_elected()
-            self.settled.set()
-            why = await self._until_deposed(keeper, changed)
+            limit = CATCH_UP_TTLS * self.ttl
+            first: set[asyncio.Future[Any]] = {elected, deposed}
+            done, _ = await asyncio.wait(first, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            if elected in done:
+                elected.result()  # its failure ends the term (the election logs it and campaigns again)
+                self.settled.set()
+                why = await deposed
+            elif deposed in done:
+                why = deposed.result() + " (while catching up)"
+            else:
+                # Stuck: a replica that cannot act must not hold the leadership either. Give it up
+                # (another replica takes over at once) and campaign again a little later.
+                why = f"not ready within {limit:.1f} s of its election ({CATCH_UP_TTLS} x TTL); resigning"
+                self._pause = 2 * self.ttl
+                with contextlib.suppress(Exception):
+                    await self.store.revoke_lease(self._lease)
             log.warning("replica %s steps down: %s", self.replica_id, why)
         finally:
             self.fence_revision = 0
-            changed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await changed
+            if changed.done() and not changed.cancelled():
+                # Deposed by a change of our key (a fast takeover, perhaps a false one): take
+                # nobody's key that way for a while, or two replicas could trade it back and forth.
+                self._no_fast_takeover_until = time.monotonic() + COOLDOWN_TTLS * self.ttl
+            for t in (elected, deposed, changed):
+                t.cancel()
+            for t in (elected, deposed, changed):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
             await self.on_deposed()
 
     async def _until_deposed(self, keeper: LeaseKeeper | ThreadedLeaseKeeper, changed: asyncio.Task[str]) -> str:
@@ -251,13 +285,28 @@ class LeaderElection:
 
     async def _key_changed_after(self, revision: int) -> str:
         """Return when the leader key changes after our own write at `revision`."""
+        start = revision + 1
         while True:
             try:
-                async for ev in self.store.watch(keys.LEADER, start_revision=revision + 1):
+                async for ev in self.store.watch(keys.LEADER, start_revision=start):
                     if ev.kv.key == keys.LEADER:
                         return "leader key deleted" if ev.type == "delete" else "leader key taken by another replica"
             except asyncio.CancelledError:
                 raise
+            except CompactedError as err:
+                # The history since our write is gone: resuming from there would fail forever.
+                # Read the key itself instead; unchanged, watch again from now on.
+                log.warning("leader key watch: %s; checking the key itself", err)
+                try:
+                    at = await self.store.current_revision()
+                    why = leader_key_change(await self.store.get(keys.LEADER), revision, self.value)
+                except StoreError as read_err:
+                    log.warning("leader key watch: %s; retrying", read_err)
+                    await asyncio.sleep(self.ttl / 10)
+                    continue
+                if why is not None:
+                    return why
+                start = at + 1
             except StoreError as err:
                 log.debug("leader key watch: %s; resuming", err)
                 await asyncio.sleep(self.ttl / 10)
@@ -268,10 +317,14 @@ class LeaderElection:
         holder = await self.store.get(keys.LEADER)
         if holder is None:
             return
+        if holder.mod_revision != self._holder_seen[0]:
+            self._holder_seen = (holder.mod_revision, time.monotonic())
         watch = self.store.watch(keys.LEADER, start_revision=start)
         lost = asyncio.ensure_future(keeper.lost.wait())
         guard: asyncio.Future[bool] = (
-            asyncio.ensure_future(watch_holder(self.store, holder, leader_address(holder.value), self.value))
+            asyncio.ensure_future(watch_holder(self.store, holder, leader_address(holder.value), self.value,
+                                               first_seen=self._holder_seen[1], min_hold=MIN_HOLD_TTLS * self.ttl,
+                                               cooldown_until=self._no_fast_takeover_until))
             if self.fast_takeover and holder.value != self.value else asyncio.get_running_loop().create_future())
         nxt: asyncio.Future[WatchEvent] | None = None
         try:
@@ -297,6 +350,15 @@ class LeaderElection:
                     f.cancel()
             with contextlib.suppress(Exception):
                 await watch.aclose()  # type: ignore[attr-defined]
+
+
+def leader_key_change(now: KeyValue | None, revision: int, own_value: bytes) -> str | None:
+    """Why the leader key as read now is no longer the one we wrote at `revision`; None if it is."""
+    if now is None:
+        return "leader key deleted"
+    if now.mod_revision != revision or now.value != own_value:
+        return "leader key taken by another replica"
+    return None
 
 
 def leader_address(value: bytes | None) -> str:

@@ -443,6 +443,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 if not isinstance(doc, dict):
                     raise ValueError("a backup is a JSON object")
                 return await self.s.restore(doc, force=request.force)
+            except NotFound:
+                raise  # no local backup (a KeyError too): NOT_FOUND, not an invalid one
             except (ValueError, KeyError, TypeError, RecursionError) as err:
                 raise ManifestError([f"invalid backup: {err!s:.300}"]) from None
 

@@ -302,8 +302,10 @@ class ClusterState:
             if key == keys.SHARDS:
                 self.shards = (decode_members(value), rev)
                 return "shards", ""
-        except ValueError as err:
-            log.error("ignoring undecodable document at %s: %s", key, err)
+        except (ValueError, TypeError, AttributeError) as err:
+            # Valid JSON of the wrong shape (a list where an object belongs) too: one bad value
+            # must not stop the mirror, which would otherwise be handed the same event forever.
+            log.error("ignoring undecodable document at %s: %s: %s", key, type(err).__name__, err)
         return "", ""
 
     def _unfold(self, key: str) -> tuple[str, str]:

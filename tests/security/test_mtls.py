@@ -77,3 +77,15 @@ def test_ca_is_reused_and_keys_are_private(tmp_path: Path) -> None:
     assert files.cert.read_bytes() == again.cert.read_bytes()
     assert (ca.ca_key_path.stat().st_mode & 0o777) == 0o600
     assert (files.key.stat().st_mode & 0o777) == 0o600
+
+
+def test_servers_accept_the_keepalive_pings_our_clients_send() -> None:
+    """A server that counts our idle pings as abuse ends the connection (GOAWAY too_many_pings)
+    and fails the calls on it: seen as a 503 from the gateway under a schemathesis run."""
+    from persys.security.grpc_tls import CLIENT_KEEPALIVE_OPTIONS, SERVER_KEEPALIVE_OPTIONS, server_options
+
+    client, server = dict(CLIENT_KEEPALIVE_OPTIONS), dict(server_options())
+    assert dict(SERVER_KEEPALIVE_OPTIONS).items() <= server.items()
+    if client["grpc.keepalive_permit_without_calls"]:
+        assert server["grpc.keepalive_permit_without_calls"] == 1
+    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] < client["grpc.keepalive_time_ms"]

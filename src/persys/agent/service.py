@@ -17,7 +17,7 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.model.limits import MiB, human_bytes
-from persys.security.grpc_tls import peer_identity, secure_channel, server_credentials
+from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, secure_channel, server_credentials
 from persys.security.pki import TLSFiles
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
 
 
 async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(agent), server)
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:

@@ -15,7 +15,7 @@ from persys.events.redis_stream import redacted
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
-from persys.security.grpc_tls import server_credentials
+from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.pki import TLSFiles
 from persys.store import open_store
 from persys.store.base import StateStore
@@ -59,7 +59,7 @@ async def start_scheduler(
     # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
     # (leader key, redirects) must carry the real one before the election can publish it.
     limits = limits or InputLimits()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limits.max_message_bytes)])
+    server = grpc.aio.server(options=server_options(limits.max_message_bytes))
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")

@@ -20,14 +20,30 @@ def channel_credentials(files: TLSFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
+CLIENT_KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+# Our clients ping every 10 s, also between calls, to notice a dead peer. A server's defaults
+# (pings without calls not permitted, at most one every 5 minutes) count those as abuse and end
+# the connection with GOAWAY "too_many_pings", failing the calls on it: accept what we send.
+SERVER_KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+]
+
+
+def server_options(max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    return [*SERVER_KEEPALIVE_OPTIONS, ("grpc.max_receive_message_length", max_message_bytes)]
+
+
 def secure_channel(target: str, files: TLSFiles) -> grpc.aio.Channel:
     return grpc.aio.secure_channel(
         target,
         channel_credentials(files),
         options=[
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.keepalive_permit_without_calls", 1),
+            *CLIENT_KEEPALIVE_OPTIONS,
             ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
         ],
     )

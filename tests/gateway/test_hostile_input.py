@@ -262,10 +262,11 @@ def test_image_upload_over_the_agent_cap_is_refused_and_leaves_no_file(cluster: 
     address = cluster.client().get("/v1/nodes/n1").json()["address"]
 
     async def data() -> object:
-        for _ in range(AGENT_IMAGE_CAP // MiB + 2):
+        # The last chunk crosses the cap; nothing is sent after it and the stream is held open (not
+        # half-closed): a send racing the agent's refusal fails on the client's side with INTERNAL
+        # ("Failed execute_batch"), hiding the agent's status, which is what ends the call here.
+        for _ in range(AGENT_IMAGE_CAP // MiB + 1):
             yield os.urandom(MiB)
-        # Hold the stream open past the cap instead of half-closing it: a send racing the agent's
-        # refusal would surface as a client-side INTERNAL; the agent's status ends the call.
         await asyncio.Event().wait()
 
     async def upload() -> None:

@@ -73,6 +73,8 @@ def test_plan_and_explain(tmp_path: Path) -> None:
         eventually(lambda: sum(w["phase"] == "Running" for w in json.loads(
             ctl("get", "workloads", "-o", "json", env=env).stdout) if w["name"].startswith("bulk-")) == 3, 15,
             "bulk Running")
+        for i in range(3):  # persys dev leaves running workloads alone when it stops: remove ours
+            ctl("delete", "workload", f"bulk-{i}", env=env)
     finally:
         dev.stop(signal.SIGINT)
 

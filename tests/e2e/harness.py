@@ -277,6 +277,18 @@ def instance_snapshot(store_url: str) -> tuple[dict[str, tuple[str, str, str, in
     return asyncio.run(read())
 
 
+def kill_process_workloads(tmp: Path) -> None:
+    """Kill every process workload the agents under `tmp` still run (each leads its own process
+    group), found from their runtime records: nothing a test started outlives it."""
+    import json
+
+    for meta in tmp.glob("agent-*/runtimes/process/*/meta.json"):
+        pid = json.loads(meta.read_text()).get("pid")
+        if pid and pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 def delete_workloads(c: Components, store_url: str) -> None:
     """Delete every workload (waiting until its processes are gone); kill what still runs after that,
     so nothing a test or benchmark started outlives it."""

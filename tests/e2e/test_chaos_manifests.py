@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import ssl
 import time
@@ -20,7 +19,7 @@ import yaml
 
 from persys.scheduler import keys
 from persys.store import open_store
-from tests.e2e.harness import Components, eventually, pid_alive, process_manifest
+from tests.e2e.harness import Components, eventually, kill_process_workloads, process_manifest
 from tests.fixtures_infra import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.e2e
@@ -35,10 +34,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Components, EtcdServer]]:
     yield c, etcd
     c.stop()
     etcd.stop()
-    for p in Path(tmp_path).glob("agent-*/runtimes/process/*/meta.json"):
-        pid = json.loads(p.read_text()).get("pid")
-        if pid and pid_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+    kill_process_workloads(tmp_path)
 
 
 def bad_manifest(name: str) -> dict:  # type: ignore[type-arg]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Components, eventually, pid_alive, process_manifest
+from tests.e2e.harness import Components, eventually, kill_process_workloads, pid_alive, process_manifest
 from tests.fixtures_infra import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.e2e
@@ -25,13 +25,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Components, EtcdServer]]:
     yield c, etcd
     c.stop()
     etcd.stop()
-    for p in Path(tmp_path).glob("agent-*/runtimes/process/*/meta.json"):
-        pid = json.loads(p.read_text()).get("pid")
-        if pid and pid_alive(pid):
-            import os
-            import signal
-
-            os.killpg(pid, signal.SIGKILL)
+    kill_process_workloads(tmp_path)
 
 
 def running_pid(c: Components, name: str) -> int:

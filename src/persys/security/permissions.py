@@ -15,6 +15,7 @@ class Rule:
     verb: str
     resource: str
     audited: bool = False
+    at_gateway: bool = False  # the gateway does it without the scheduler, so the gateway records it
 
 
 def _r(verb: str, resource: str) -> Rule:
@@ -84,7 +85,7 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/v1/workloads/{workload_id}"): _m("delete", "workloads"),
     ("POST", "/v1/workloads/{workload_id}/{action}"): _m("control", "workloads"),
     ("GET", "/v1/workloads/{workload_id}/logs"): _r("logs", "workloads"),
-    ("POST", "/v1/nodes/{node_id}/images"): _m("load-image", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/images"): Rule("load-image", "nodes", audited=True, at_gateway=True),
     ("GET", "/v1/nodes"): _r("list", "nodes"),
     ("GET", "/v1/nodes/{node_id}"): _r("get", "nodes"),
     ("DELETE", "/v1/nodes/{node_id}"): _m("delete", "nodes"),

@@ -24,7 +24,7 @@ from persys._pb.persys.v1 import auth_pb2, control_pb2
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
 from persys.security.pki import TLSFiles
-from tests.e2e.harness import eventually
+from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.security.role_certs import role_identities
 
@@ -227,3 +227,42 @@ def test_audit_names_the_principal_through_the_gateway(cluster: tuple[GatewayClu
         finally:
             for i in range(3):
                 admin.delete(f"/v1/workloads/b{i}")
+
+
+def test_persysctl_auth_and_audit(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:
+    c, _ = cluster
+    env = c.ctl_env()  # the legacy admin certificate: group persys:admins
+    me = json.loads(ctl("auth", "whoami", "-o", "json", env=env).stdout)
+    assert (me["principal"], me["roles"], me["credential"]) == ("user:admin", ["admin"], "certificate")
+    assert ctl("auth", "can-i", "delete", "nodes", env=env).stdout.startswith("yes")
+    made = ctl("auth", "token", "create", "robot", "--role", "viewer", "--ttl", "1h", env=env)
+    secret = made.stdout.strip()
+    assert secret.startswith("persys_") and "not shown again" in made.stderr
+    token_id = secret.split("_")[1]
+
+    # A configuration with a token and no certificate at all.
+    only_token = c.tmp / "token.yaml"
+    only_token.write_text(yaml.safe_dump({"server": c.url, "ca": str(c.pki / "ca.crt"), "token": secret}))
+    robot = {"PERSYS_CONFIG": str(only_token)}
+    assert json.loads(ctl("auth", "whoami", "-o", "json", env=robot).stdout)["principal"] == "user:robot"
+    assert json.loads(ctl("get", "workloads", "-o", "json", env=robot).stdout) == []
+    refused = ctl("auth", "can-i", "apply", "workloads", env=robot, check=False)
+    assert refused.returncode == 1 and refused.stdout.startswith("no")
+    applied = ctl("apply", "-f", "-", env=robot, check=False, stdin=yaml.safe_dump(MANIFEST))
+    assert applied.returncode == 1 and "apply" in applied.stderr and "workloads" in applied.stderr
+    # --token (or $PERSYS_TOKEN) wins over the configured certificate.
+    assert json.loads(ctl("--token", secret, "auth", "whoami", "-o", "json", env=env).stdout)["roles"] == ["viewer"]
+
+    listed = json.loads(ctl("auth", "token", "list", "-o", "json", env=env).stdout)
+    assert [t["state"] for t in listed if t["id"] == token_id] == ["active"]
+    assert "revoked" in ctl("auth", "token", "revoke", token_id, env=env).stdout
+    gone = ctl("get", "workloads", env=robot, check=False)
+    assert gone.returncode == 1 and "revoked" in gone.stderr
+
+    audit = json.loads(ctl("audit", "--who", "user:admin", "--since", "10m", "-o", "json", env=env).stdout)
+    actions = [(r["action"].rsplit("/", 1)[-1], r["result"]) for r in audit]
+    assert ("CreateToken", "OK") in actions and ("RevokeToken", "OK") in actions
+    assert all("persys_" not in json.dumps(r) for r in audit)  # no secret in the log
+    denied = json.loads(ctl("audit", "--who", "user:robot", "-o", "json", env=env).stdout)
+    assert any(r["action"].endswith("/ApplyWorkload") and r["result"] == "PERMISSION_DENIED" for r in denied) \
+        or any(r["action"] == "POST /v1/workloads" and r["result"] == "403" for r in denied)

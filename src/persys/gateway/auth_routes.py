@@ -24,7 +24,8 @@ class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._@-]{0,62}$")
     role: str = Field(pattern="^(admin|operator|viewer)$")
-    ttlSeconds: float = Field(0, ge=0, le=MAX_TTL, allow_inf_nan=False, description="0: 30 days")
+    ttl_seconds: float = Field(0, alias="ttlSeconds", ge=0, le=MAX_TTL, allow_inf_nan=False,
+                               description="0: 30 days")
     description: str = Field("", max_length=256)
 
 
@@ -44,7 +45,7 @@ def auth_router(client: SchedulerClient) -> APIRouter:
     @router.post("/v1/auth/tokens", status_code=201)
     async def create_token(body: TokenRequest) -> dict[str, Any]:
         """Create an API token. The answer's `token` is the secret: shown this once, stored hashed."""
-        return await client.create_token(body.name, body.role, body.ttlSeconds, body.description)
+        return await client.create_token(body.name, body.role, body.ttl_seconds, body.description)
 
     @router.get("/v1/auth/tokens")
     async def list_tokens() -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from persys.scheduler.audit import AuditLog
-from persys.scheduler.token_store import TokenRefused, TokenStore
+from persys.scheduler.token_store import TokenRefusedError, TokenStore
 from persys.security import forwarding
 from persys.security.identity import ANONYMOUS, Identity, Kind, from_certificate, from_subject
 from persys.security.permissions import NODE_RPCS, RPC_RULES, Rule
@@ -48,7 +48,7 @@ class Caller:
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("persys_caller")
 
 
-class Refused(Exception):
+class CallRefusedError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -120,13 +120,13 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
         if auth:
             scheme, _, token = auth.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise Refused(grpc.StatusCode.UNAUTHENTICATED, "authorization: expected 'Bearer <token>'")
+                raise CallRefusedError(grpc.StatusCode.UNAUTHENTICATED, "authorization: expected 'Bearer <token>'")
             try:
                 identity, credential = await self.tokens.authenticate(token.strip())
-            except TokenRefused as err:
-                raise Refused(grpc.StatusCode.UNAUTHENTICATED, f"token refused: {err}") from None
+            except TokenRefusedError as err:
+                raise CallRefusedError(grpc.StatusCode.UNAUTHENTICATED, f"token refused: {err}") from None
             except StoreError as err:
-                raise Refused(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}") from None
+                raise CallRefusedError(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}") from None
             return Caller(identity, via, credential, rid)
         if peer.kind is Kind.GATEWAY:
             principal = forwarding.principal_from(md.get(forwarding.ON_BEHALF_OF, ""))
@@ -143,7 +143,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
                 raise AssertionError("unreachable")
             try:
                 caller = await self.resolve(context, rule)
-            except Refused as err:
+            except CallRefusedError as err:
                 if rule.audited:
                     await self._record(Caller(peer_of(context)), method, request, None, err.code.name)
                 await context.abort(err.code, str(err))

@@ -14,7 +14,7 @@ from persys.store.base import StateStore
 TOKENS = "/persys-auth/tokens/"
 
 
-class TokenRefused(Exception):
+class TokenRefusedError(Exception):
     """An unknown, malformed, expired or revoked token."""
 
 
@@ -55,9 +55,9 @@ class TokenStore:
         from the store each time: a revocation holds at once on every replica."""
         parts = parse(token)
         if parts is None:
-            raise TokenRefused("malformed token")
+            raise TokenRefusedError("malformed token")
         record = await self.get(parts[0])
         why = verify(record, parts[1], time.time())
         if why or record is None:
-            raise TokenRefused(why or "unknown token")
+            raise TokenRefusedError(why or "unknown token")
         return record.identity(), f"token {record.id}"

@@ -143,12 +143,11 @@ class Authorization:
                 await send(message)
             return
         rule = rest_rule(method, template) or Rule("call", f"{method} {template}")  # unknown: no role grants it
-        refusal = await self._check(scope, headers, rule, rid, template)
-        if refusal is not None:
-            for message in refusal:
+        caller = await self._check(scope, headers, rule, rid, template)
+        if not isinstance(caller, Caller):  # refused: the answer, sent before anything is read
+            for message in caller:
                 await send(message)
             return
-        caller: Caller = scope["state"]["persys_caller"]
         token = forwarding.forward(forwarding.metadata_for(caller.identity, caller.token, rid))
         status: list[int] = []
 
@@ -166,7 +165,8 @@ class Authorization:
                                    str(status[0]) if status else "ERROR", rid)
 
     async def _check(self, scope: Scope, headers: dict[str, str], rule: Rule, rid: str, template: str
-                     ) -> tuple[Message, Message] | None:
+                     ) -> Caller | tuple[Message, Message]:
+        """The allowed caller, or the refusal to send."""
         base = {"verb": rule.verb, "resource": rule.resource}
         try:
             caller = await self._caller(scope, headers, rid)
@@ -183,8 +183,7 @@ class Authorization:
                 await self._record(caller.identity.principal, caller.credential, scope["method"], template, scope,
                                    "403", rid)
             return _json(403, {"error": f"{decision.reason} (needs {rule.verb} on {rule.resource})", **base}, rid)
-        scope["state"]["persys_caller"] = caller
-        return None
+        return caller
 
     async def _caller(self, scope: Scope, headers: dict[str, str], rid: str) -> Caller | None:
         auth = headers.get("authorization", "")
@@ -194,7 +193,7 @@ class Authorization:
                 raise SchedulerError("UNAUTHENTICATED", "Authorization: expected 'Bearer <token>'")
             identity, credential = await self._token_identity(token.strip(), rid)
             return Caller(identity, token.strip(), credential)
-        der = scope.get("state", {}).get(PEER_CERT)
+        der = (scope.get("state") or {}).get(PEER_CERT)
         if not der:
             return None
         return Caller(_identity_of_der(der), None, "certificate")

@@ -23,7 +23,7 @@ from google.protobuf import message_factory
 from persys._pb.persys.v1 import auth_pb2, control_pb2
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
-from persys.security.pki import TLSFiles
+from persys.security.pki import ClusterCA, TLSFiles
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.security.role_certs import role_identities
@@ -266,3 +266,13 @@ def test_persysctl_auth_and_audit(cluster: tuple[GatewayCluster, dict[str, TLSFi
     denied = json.loads(ctl("audit", "--who", "user:robot", "-o", "json", env=env).stdout)
     assert any(r["action"].endswith("/ApplyWorkload") and r["result"] == "PERMISSION_DENIED" for r in denied) \
         or any(r["action"] == "POST /v1/workloads" and r["result"] == "403" for r in denied)
+
+
+def test_a_certificate_from_another_ca_is_still_refused(cluster: tuple[GatewayCluster, dict[str, TLSFiles]],
+                                                        tmp_path: Path) -> None:
+    c, _ = cluster
+    rogue = ClusterCA(tmp_path / "rogue")
+    rogue.ensure()
+    bad = rogue.issue("admin", "admin")  # a certificate is optional now, but one presented is verified
+    with http(c, bad) as client, pytest.raises(httpx.HTTPError):
+        client.get("/v1/workloads")

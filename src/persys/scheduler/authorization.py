@@ -144,8 +144,11 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
             try:
                 caller = await self.resolve(context, rule)
             except CallRefusedError as err:
-                if rule.audited:
-                    await self._record(Caller(peer_of(context)), method, request, None, err.code.name)
+                if rule.audited:  # as whom is unknown: the peer, or through a gateway nobody
+                    peer = peer_of(context)
+                    who = Caller(ANONYMOUS, peer.principal, "token (refused)") if peer.kind is Kind.GATEWAY \
+                        else Caller(peer, "", "token (refused)")
+                    await self._record(who, method, request, None, err.code.name)
                 await context.abort(err.code, str(err))
                 raise AssertionError("unreachable") from None
             refusal: tuple[grpc.StatusCode, str] | None

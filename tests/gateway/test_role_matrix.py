@@ -167,6 +167,7 @@ def test_node_certificate_probes_are_refused_and_write_nothing(
     assert {(r["action"], r["result"], r["via"]) for r in records} == {
         ("POST /v1/workloads", "403", "gateway:gateway"), ("GET /v1/admin/backup", "403", "gateway:gateway"),
         ("POST /v1/admin/restore", "403", "gateway:gateway")}
+    assert {r["object"]["query"] for r in records} == {"", "latest=true&force=true"}
 
 
 def test_viewer_cannot_mutate(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:

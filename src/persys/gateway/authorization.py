@@ -224,7 +224,9 @@ class Authorization:
         try:
             await self.client.record_audit({
                 "principal": principal, "credential": credential, "action": f"{method} {template}",
-                "object": {"path": scope["path"][:200]}, "result": result, "requestId": rid})
+                "object": {"path": scope["path"][:200],
+                           "query": scope.get("query_string", b"").decode("latin-1")[:200]},
+                "result": result, "requestId": rid})
         except SchedulerError as err:
             log.warning("audit: could not record %s %s by %s: %s", method, template, principal, err.message)
 

@@ -57,7 +57,7 @@ from etcdprobe import EtcdProbe, txn_baseline
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.security.grpc_tls import channel_credentials
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

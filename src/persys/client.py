@@ -11,7 +11,7 @@ import grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.security.grpc_tls import secure_channel
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 
 class SchedulerError(Exception):

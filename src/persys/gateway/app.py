@@ -43,7 +43,7 @@ from persys.gateway.schemas import (
 )
 from persys.model.limits import GatewayLimits
 from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import uvicorn
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.model.limits import GatewayLimits
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 

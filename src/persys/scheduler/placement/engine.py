@@ -7,12 +7,12 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from time import perf_counter
 from types import MappingProxyType
 from typing import Any
 
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
+from .nodebits import LabelBits, range_bits
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
     Reservation,
@@ -24,7 +24,7 @@ from .snapshot import (
     stable_hash,
 )
 from .status import Status
-from .verdicts import FilterVerdicts, LabelBits, Rejections, ShapeVerdicts, range_bits, summarise
+from .verdicts import FilterVerdicts, Rejections, ShapeVerdicts, summarise
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ def aggregate_rejections(statuses: Iterable[Status]) -> str:
 def _filter_key(f: Filter, request: WorkloadRequest) -> object:
     # A static filter's verdict depends on the node's static facts and on the part of the request
     # named by its `static_key` (default: the workload type).
-    return f.static_key(request) if hasattr(f, "static_key") else request.type
+    return f.static_key(request)
 
 
 def _shape_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest) -> ShapeVerdicts:
@@ -139,12 +139,12 @@ def _shape_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: Wor
     static index: each static filter's verdict once per node set and static key (shapes that
     differ only in their selector share the readiness, runtime and taint passes), and their
     combination once per shape."""
-    cache = snapshot._static.caches
+    cache = snapshot.static.caches
     keys = tuple(_filter_key(f, request) for f in static)
     shape_key = ("shape", tuple(id(f) for f in static), keys)
     hit = cache.get(shape_key)
     if hit is None:
-        order = snapshot._static.order
+        order = snapshot.static.order
         ctx = PlacementContext(snapshot, request)
         parts = []
         for f, fkey in zip(static, keys, strict=True):
@@ -163,7 +163,7 @@ def refresh_static_verdicts(snapshot: Snapshot, node_ids: Iterable[str]) -> None
     label, readiness), for every filter and key seen so far: O(filter keys x changed nodes)
     instead of forgetting them all, which at thousands of nodes costs a full pass per key. The
     node set must be the one the memo was filled with (the caller starts a fresh memo otherwise)."""
-    static = snapshot._static
+    static = snapshot.static
     changed = [(i, static.order[i]) for i in (static.by_id.get(node_id) for node_id in node_ids) if i is not None]
     if not changed:
         return
@@ -266,7 +266,7 @@ def decide(
         evaluated = n if last < 0 else (last - start) % n + 1  # last < 0: every node was looked at
         if verdicts is not None:
             static_groups = verdicts.within((1 << n) - 1 if last < 0 else range_bits(start, last, n))
-    rejected_nodes = Rejections(rejections, static_groups, snapshot._static.order)
+    rejected_nodes = Rejections(rejections, static_groups, snapshot.static.order)
 
     if not feasible:
         return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated)
@@ -289,8 +289,7 @@ def decide(
     candidates = [nodes[i] for i in feasible]
     sums = [base] * len(candidates)
     for scorer, norm in per_node:
-        many = getattr(scorer, "score_many", None)  # optional batch form (see scorers.py)
-        values = many(candidates, request, ctx) if many else [scorer.score(n, request, ctx) for n in candidates]
+        values = scorer.score_many(candidates, request, ctx)
         sums = [t + norm * v for t, v in zip(sums, values, strict=True)]
     totals = list(zip(sums, feasible, strict=True))
 
@@ -337,7 +336,6 @@ def place_many_from(
     requests: Sequence[WorkloadRequest],
     ledger: Reservations,
     config: PlacementConfig = DEFAULT_CONFIG,
-    timings: list[float] | None = None,
 ) -> tuple[list[Decision], Snapshot]:
     """``place_many`` for a caller that keeps the overlaid snapshot between calls.
 
@@ -345,33 +343,51 @@ def place_many_from(
     new ones too. Overlaying the whole ledger costs O(reserved nodes) per call, which a scheduler
     placing one workload at a time would otherwise pay for every placement.
     """
-    # Each reservation changes one node. Rather than copying the whole view per decision (O(nodes)
-    # each), the batch works on private copies made once: the snapshots decide() sees during the
-    # batch share them and never leave this function; the returned one owns them afterwards.
-    effective = list(current.effective)
-    by_node = dict(current.reservations.by_node)
-    groups = dict(current._reserved_groups)
-    batch = Snapshot._derive(current, ReservationView(MappingProxyType(by_node)), effective, groups)
-    index = current._static.by_id
-    decisions: list[Decision] = []
-    for request in requests:
-        started = perf_counter()
-        decision = decide(batch, request, config)
-        if timings is not None:  # measurement only: how long each decision took, in seconds
-            timings.append(perf_counter() - started)
-        decisions.append(decision)
+    batch = PlacementBatch(current, ledger, config)
+    decisions = [batch.place(request) for request in requests]
+    return decisions, batch.snapshot()
+
+
+class PlacementBatch:
+    """Decisions one at a time over one overlaid snapshot, reserving in ``ledger`` after each
+    success (``place_many_from`` step by step: a caller that measures each decision holds the
+    clock, the engine does not)."""
+
+    __slots__ = ("_batch", "_by_node", "_current", "_effective", "_groups", "config", "ledger")
+
+    def __init__(self, current: Snapshot, ledger: Reservations, config: PlacementConfig = DEFAULT_CONFIG) -> None:
+        # Each reservation changes one node. Rather than copying the whole view per decision
+        # (O(nodes) each), the batch works on private copies made once: the snapshots decide()
+        # sees during the batch share them and never leave it; snapshot() hands out its own.
+        self._current = current
+        self.ledger = ledger
+        self.config = config
+        self._effective = list(current.effective)
+        self._by_node = dict(current.reservations.by_node)
+        self._groups = dict(current.reserved_groups)
+        self._batch = Snapshot.derive(current, ReservationView(MappingProxyType(self._by_node)), self._effective,
+                                      self._groups)
+
+    def place(self, request: WorkloadRequest) -> Decision:
+        decision = decide(self._batch, request, self.config)
         node_id = decision.node_id
         if node_id is None:
-            continue
-        ledger.reserve(
+            return decision
+        self.ledger.reserve(
             Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb, request.disk_mb,
                         request.group)
         )
-        on_node = ledger.on_node(node_id)
-        i = index[node_id]
-        effective[i] = apply_reserved(current._static.order[i], on_node)
-        by_node[node_id] = on_node
-        held = groups.get(request.group, frozenset())
+        on_node = self.ledger.on_node(node_id)
+        current = self._current
+        i = current.static.by_id[node_id]
+        self._effective[i] = apply_reserved(current.static.order[i], on_node)
+        self._by_node[node_id] = on_node
+        held = self._groups.get(request.group, frozenset())
         if i not in held:
-            groups[request.group] = held | {i}
-    return decisions, Snapshot._derive(current, batch.reservations, tuple(effective), groups)
+            self._groups[request.group] = held | {i}
+        return decision
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot showing every reservation the batch made; ends the batch (the snapshot
+        takes over its spread groups)."""
+        return Snapshot.derive(self._current, self._batch.reservations, tuple(self._effective), self._groups)

@@ -32,7 +32,7 @@ from bench.scale.infra import rss_bytes  # noqa: E402
 from persys._pb.persys.v1 import control_pb2 as pb  # noqa: E402
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
 from persys.security.grpc_tls import channel_credentials  # noqa: E402
-from persys.security.pki import TLSFiles  # noqa: E402
+from persys.tlsfiles import TLSFiles  # noqa: E402
 from tests.e2e.harness import Components  # noqa: E402
 from tests.fixtures_infra import start_etcd  # noqa: E402
 

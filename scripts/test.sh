@@ -1,14 +1,57 @@
 #!/usr/bin/env bash
 # One command for a fresh Debian 12 machine: install what the tests need (etcd, Redis, Docker
 # engine, ...), start the Docker engine if it is not running, and run the whole suite.
+#
+#   scripts/test.sh [PYTEST ARGS]   everything (what .ci/run runs)
+#   scripts/test.sh --fast          the contributors' lane: lint, types, import contracts and the
+#                                   tests that need no external service (marked `unit` by
+#                                   tests/lanes.py), run with etcd, Redis, Docker and QEMU off
+#                                   PATH; needs only the venv (scripts/install.sh --test once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh --test
-scripts/start-dockerd.sh
-scripts/start-libvirtd.sh
-examples/images/build-busybox.sh >/dev/null
+
+fast=0
+if [[ "${1:-}" == "--fast" ]]; then
+  fast=1
+  shift
+fi
+
+if ((fast)); then
+  [[ -x .venv/bin/lint-imports ]] || scripts/install.sh --test
+else
+  scripts/install.sh --test
+  scripts/start-dockerd.sh
+  scripts/start-libvirtd.sh
+  examples/images/build-busybox.sh >/dev/null
+fi
+
 echo "==> lint"
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy src
+contracts=$(.venv/bin/lint-imports 2>&1) || { echo "$contracts"; exit 1; }  # the import contracts (pyproject.toml)
+echo "$contracts" | grep -E "^Contracts:"
+
+if ((fast)); then
+  echo "==> unit tests (no external service)"
+  # A PATH without the service binaries: a test that would start one fails here instead of
+  # passing slowly (tests/lanes.py decides what is `unit`; the directories skipped below hold
+  # none, and skipping them saves their collection).
+  bin=$(mktemp -d)
+  trap 'rm -rf "$bin"' EXIT
+  .venv/bin/python - "$bin" <<'PY'
+import fnmatch, os, sys
+hide = ("etcd*", "redis-*", "docker*", "containerd*", "runc", "qemu-*", "virsh", "libvirtd", "firecracker")
+for d in os.environ["PATH"].split(":"):
+    if os.path.isdir(d):
+        for name in os.listdir(d):
+            link = os.path.join(sys.argv[1], name)
+            if not any(fnmatch.fnmatch(name, p) for p in hide) and not os.path.lexists(link):
+                os.symlink(os.path.join(d, name), link)
+PY
+  PATH=$bin DOCKER_HOST=unix:///nonexistent .venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" \
+    --ignore=tests/e2e --ignore=tests/gateway --ignore=tests/agent/runtimes "$@"
+  exit
+fi
+
 echo "==> tests"
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"

@@ -49,7 +49,7 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.scheduler.heap import HeapGuard
 from persys.scheduler.stalls import StallWatchdog
 from persys.security.grpc_tls import channel_credentials
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger("hollow")
 

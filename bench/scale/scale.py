@@ -57,7 +57,7 @@ from etcdprobe import EtcdProbe, txn_baseline
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.security.grpc_tls import channel_credentials
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -302,105 +302,27 @@ class Bench:
     async def _burst(self, probe: EtcdProbe) -> None:
         a, res = self.a, self.res
         m = a.workloads
-        bodies = [mix.manifest_json(i) for i in range(m)]
-        names = [mix.workload_name(i) for i in range(m)]
         st0 = await probe.status()
         keys0 = await probe.count("/persys/")
-        accept: dict[str, float] = {}
-        errors: dict[str, int] = {}
-        failed: set[str] = set()
         creds = channel_credentials(TLSFiles(self.pki / "ca.crt", self.pki / "admin.crt", self.pki / "admin.key"))
         channels = [grpc.aio.secure_channel(self.target, creds, options=[
             ("grpc.use_local_subchannel_pool", 1), ("persys.bench.apply", i),
             ("grpc.max_receive_message_length", 64 << 20)]) for i in range(max(1, a.apply_channels))]
-        stubs = [pb_grpc.AgentControlStub(c) for c in channels]
-        per_call = max(1, a.apply_batch)
-        counter = iter([list(range(i, min(m, i + per_call))) for i in range(0, m, per_call)])
-        stop_applying = asyncio.Event()
-
-        async def call(stub: pb_grpc.AgentControlStub, idx: list[int]) -> None:
-            if per_call == 1:
-                await stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=bodies[idx[0]]), timeout=120)
-            else:
-                await stub.ApplyWorkloads(pb.ApplyWorkloadsRequest(manifests_json=[bodies[i] for i in idx]),
-                                          timeout=120)
-
-        async def worker(k: int) -> None:
-            stub = stubs[k % len(stubs)]
-            for idx in counter:
-                for attempt in range(10):
-                    try:
-                        await call(stub, idx)
-                        t = time.monotonic()
-                        for i in idx:
-                            accept[names[i]] = t
-                        break
-                    except grpc.aio.AioRpcError as err:
-                        if stop_applying.is_set():
-                            return  # in flight when the burst was cut off: neither accepted nor failed
-                        errors[err.code().name] = errors.get(err.code().name, 0) + 1
-                        if err.code() not in RETRY_CODES or attempt == 9:
-                            failed.update(names[i] for i in idx)
-                            res.setdefault("apply_error_examples", []).append(f"{names[idx[0]]}: {err.details()}")
-                            break
-                        await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
-
-        log(f"applying {m} workloads, {a.concurrency} calls of {per_call} in flight over {len(channels)} channels")
+        ap = _Applier([pb_grpc.AgentControlStub(c) for c in channels], m, max(1, a.apply_batch), res)
+        log(f"applying {m} workloads, {a.concurrency} calls of {ap.per_call} in flight over {len(channels)} channels")
         t0 = time.monotonic()
         cpu0 = self.sched_cpu()
-        applier = asyncio.gather(*(worker(k) for k in range(a.concurrency)))
+        applier = asyncio.gather(*(ap.worker(k) for k in range(a.concurrency)))
         prof = asyncio.create_task(self._profile()) if a.profiler == "py-spy" else None
-        timeline: list[dict[str, float]] = []
-        outcome = "complete"
-        last_recv, last_change, last_print = 0, t0, 0.0
-        applies_done_at: float | None = None
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         try:
-            while True:
-                await asyncio.sleep(0.5)
-                self.check_alive()
-                now = time.monotonic()
-                if applier.done() and applies_done_at is None:
-                    applier.result()
-                    applies_done_at = now
-                st = await self.hollow_stats()
-                recv = st["received"]
-                if recv != last_recv:
-                    last_recv, last_change = recv, now
-                timeline.append({"t": round(now - t0, 2), "applied": len(accept), "received": recv})
-                if now - last_print >= a.progress_every:
-                    last_print = now
-                    rss = infra.rss_bytes(self.sched.pid) / 2**20 if self.sched else 0
-                    recent = [p for p in timeline if p["t"] >= now - t0 - 10]
-                    rate = 0.0
-                    if len(recent) > 1:
-                        dt = max(1e-9, recent[-1]["t"] - recent[0]["t"])
-                        rate = (recent[-1]["received"] - recent[0]["received"]) / dt
-                    log(f"t={now - t0:6.1f}s applied {len(accept):6d}/{m}  placed+delivered {recv:6d}  "
-                        f"({rate:6.1f}/s last 10 s)  scheduler RSS {rss:6.0f} MiB")
-                if recv >= m - len(failed) and applier.done():
-                    break
-                if now - t0 > a.max_seconds:
-                    outcome = "time budget exhausted"
-                    break
-                if self.cut_short:
-                    outcome = "cut short by Ctrl-C"
-                    break
-                if self.sched is not None and infra.rss_bytes(self.sched.pid) > a.rss_limit_gib * 2**30:
-                    outcome = f"scheduler RSS above --rss-limit-gib {a.rss_limit_gib}"
-                    break
-                if infra.mem_available_bytes() < a.min_free_mib * 2**20:
-                    outcome = f"memory guard: less than {a.min_free_mib} MiB available on the machine"
-                    break
-                if now - last_change > a.stall_seconds and applier.done():
-                    outcome = f"stalled: nothing delivered for {a.stall_seconds:.0f}s"
-                    break
+            outcome, timeline = await self._watch_burst(applier, ap, t0)
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             t_end = time.monotonic()
             cpu1 = self.sched_cpu()
-            stop_applying.set()
+            ap.stop.set()
             if not applier.done():
                 applier.cancel()
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
@@ -420,6 +342,73 @@ class Bench:
             res["scheduler_frozen_at_cutoff"] = True
             log("scheduler frozen (SIGSTOP) for the measurements; it is stopped afterwards")
 
+        b = await self._burst_figures(ap, outcome, t0, t_end)
+        b["scheduler_cpu_seconds"] = round(cpu1 - cpu0, 1)
+        b["scheduler_cpu_utilisation"] = round((cpu1 - cpu0) / max(1e-9, t_end - t0), 2)
+        b["timeline"] = timeline[:: max(1, len(timeline) // 400)]
+        res["burst"] = b
+
+        # Let the RUNNING reports land, then look at etcd.
+        if self.placed_complete:
+            await self._settle(probe)
+        await self._etcd_figures(probe, ap, b, st0, keys0, t_end - t0)
+
+    async def _watch_burst(self, applier: asyncio.Future[list[None]], ap: _Applier, t0: float
+                           ) -> tuple[str, list[dict[str, float]]]:
+        """Follow the burst every half second until it ends: how it ended, and the timeline."""
+        a = self.a
+        timeline: list[dict[str, float]] = []
+        last_recv, last_change, last_print = 0, t0, 0.0
+        applies_done_at: float | None = None
+        while True:
+            await asyncio.sleep(0.5)
+            self.check_alive()
+            now = time.monotonic()
+            if applier.done() and applies_done_at is None:
+                applier.result()
+                applies_done_at = now
+            st = await self.hollow_stats()
+            recv = st["received"]
+            if recv != last_recv:
+                last_recv, last_change = recv, now
+            timeline.append({"t": round(now - t0, 2), "applied": len(ap.accept), "received": recv})
+            if now - last_print >= a.progress_every:
+                last_print = now
+                self._progress(timeline, now - t0, len(ap.accept), recv)
+            outcome = self._burst_end(now - t0, now - last_change, recv, len(ap.failed), applier.done())
+            if outcome:
+                return outcome, timeline
+
+    def _progress(self, timeline: list[dict[str, float]], elapsed: float, applied: int, recv: int) -> None:
+        rss = infra.rss_bytes(self.sched.pid) / 2**20 if self.sched else 0
+        recent = [p for p in timeline if p["t"] >= elapsed - 10]
+        rate = 0.0
+        if len(recent) > 1:
+            dt = max(1e-9, recent[-1]["t"] - recent[0]["t"])
+            rate = (recent[-1]["received"] - recent[0]["received"]) / dt
+        log(f"t={elapsed:6.1f}s applied {applied:6d}/{self.a.workloads}  placed+delivered {recv:6d}  "
+            f"({rate:6.1f}/s last 10 s)  scheduler RSS {rss:6.0f} MiB")
+
+    def _burst_end(self, elapsed: float, quiet: float, recv: int, failed: int, applies_done: bool) -> str:
+        """Why the burst ends now ("complete", or what cut it off), or "" to go on."""
+        a = self.a
+        if recv >= a.workloads - failed and applies_done:
+            return "complete"
+        if elapsed > a.max_seconds:
+            return "time budget exhausted"
+        if self.cut_short:
+            return "cut short by Ctrl-C"
+        if self.sched is not None and infra.rss_bytes(self.sched.pid) > a.rss_limit_gib * 2**30:
+            return f"scheduler RSS above --rss-limit-gib {a.rss_limit_gib}"
+        if infra.mem_available_bytes() < a.min_free_mib * 2**20:
+            return f"memory guard: less than {a.min_free_mib} MiB available on the machine"
+        if quiet > a.stall_seconds and applies_done:
+            return f"stalled: nothing delivered for {a.stall_seconds:.0f}s"
+        return ""
+
+    async def _burst_figures(self, ap: _Applier, outcome: str, t0: float, t_end: float) -> dict[str, Any]:
+        """Rates and latencies of the burst, from the hollow agents' receipt times."""
+        names, accept, m = ap.names, ap.accept, self.a.workloads
         # Receipt times from the hollow agents (CLOCK_MONOTONIC, comparable across processes).
         recv_t: dict[str, float] = {}
         for k, h in enumerate(self.hollows):
@@ -430,8 +419,8 @@ class Bench:
         n_recv = len(burst_recv)
         applied_t = sorted(accept.values())
         lat = [recv_t[w] - accept[w] for w in names if w in recv_t and w in accept]
-        b: dict[str, Any] = {"outcome": outcome, "workloads": m, "applied": len(accept), "apply_failed": len(failed),
-                             "apply_errors_by_code": errors, "delivered": n_recv,
+        b: dict[str, Any] = {"outcome": outcome, "workloads": m, "applied": len(accept), "apply_failed": len(ap.failed),
+                             "apply_errors_by_code": ap.errors, "delivered": n_recv,
                              "elapsed_seconds": round(t_end - t0, 2)}
         if applied_t:
             b["apply_seconds"] = round(applied_t[-1] - t0, 2)
@@ -448,14 +437,12 @@ class Bench:
                 b["projected_seconds_for_all"] = round(m / b["placements_per_s"], 0)
         b["latency_apply_accepted_to_received"] = dist_ms(lat)
         b["negative_latencies"] = sum(1 for x in lat if x < 0)
-        b["scheduler_cpu_seconds"] = round(cpu1 - cpu0, 1)
-        b["scheduler_cpu_utilisation"] = round((cpu1 - cpu0) / max(1e-9, t_end - t0), 2)
-        b["timeline"] = timeline[:: max(1, len(timeline) // 400)]
-        res["burst"] = b
+        return b
 
-        # Let the RUNNING reports land, then look at etcd.
-        if self.placed_complete:
-            await self._settle(probe)
+    async def _etcd_figures(self, probe: EtcdProbe, ap: _Applier, b: dict[str, Any], st0: dict[str, Any],
+                            keys0: int, elapsed: float) -> None:
+        """What the burst wrote to etcd, per placement; the scheduler's own stored timestamps."""
+        names = ap.names
         st1 = await probe.status()
         keys1 = await probe.count("/persys/")
         kinds = await probe.key_stats("/persys/")
@@ -471,16 +458,16 @@ class Bench:
             b["latency_scheduler_apply_to_decision"] = {"error": repr(err)}
         committed = sum(1 for w in names if w in ac)
         b["assignments_committed"] = committed
-        b["committed_per_s"] = round(committed / max(1e-9, t_end - t0), 1)
+        b["committed_per_s"] = round(committed / max(1e-9, elapsed), 1)
         unit = committed or 1
         delta = st1["revision"] - st0["revision"]
-        res["etcd"] = {
+        self.res["etcd"] = {
             "revision_before": st0["revision"], "revision_after": st1["revision"], "revision_delta": delta,
             "revisions_per_placement": round(delta / unit, 3),
             "basis": "all writes from the first apply until settled (apply, placement, RUNNING status, node "
                      "and leader updates) / assignments committed"
             if self.placed_complete else
-            f"partial run: all writes so far (including the apply txns of {len(accept) - committed} applied but "
+            f"partial run: all writes so far (including the apply txns of {len(ap.accept) - committed} applied but "
             "unplaced workloads) / assignments committed so far",
             "keys_before": keys0, "keys_after": keys1, "keys_per_placement": round((keys1 - keys0) / unit, 3),
             "db_size_before": st0["db_size"], "db_size_after": st1["db_size"],
@@ -661,8 +648,171 @@ def machine() -> dict[str, Any]:
     }
 
 
+class _Applier:
+    """The burst's apply calls: workers take batches of manifests off one shared counter and
+    retry what the scheduler refuses for a moment (RETRY_CODES), with a doubling pause."""
+
+    def __init__(self, stubs: list[pb_grpc.AgentControlStub], m: int, per_call: int, res: dict[str, Any]) -> None:
+        self.stubs = stubs
+        self.bodies = [mix.manifest_json(i) for i in range(m)]
+        self.names = [mix.workload_name(i) for i in range(m)]
+        self.per_call = per_call
+        self.res = res
+        self.counter = iter([list(range(i, min(m, i + per_call))) for i in range(0, m, per_call)])
+        self.accept: dict[str, float] = {}
+        self.errors: dict[str, int] = {}
+        self.failed: set[str] = set()
+        self.stop = asyncio.Event()  # set when the burst ends: calls in flight then count for nothing
+
+    async def _call(self, stub: pb_grpc.AgentControlStub, idx: list[int]) -> None:
+        if self.per_call == 1:
+            await stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=self.bodies[idx[0]]), timeout=120)
+        else:
+            await stub.ApplyWorkloads(pb.ApplyWorkloadsRequest(manifests_json=[self.bodies[i] for i in idx]),
+                                      timeout=120)
+
+    async def worker(self, k: int) -> None:
+        stub = self.stubs[k % len(self.stubs)]
+        for idx in self.counter:
+            if not await self._apply(stub, idx):
+                return
+
+    async def _apply(self, stub: pb_grpc.AgentControlStub, idx: list[int]) -> bool:
+        """Apply one batch (accepted, or failed for good); False when the burst was cut off."""
+        for attempt in range(10):
+            try:
+                await self._call(stub, idx)
+            except grpc.aio.AioRpcError as err:
+                if self.stop.is_set():
+                    return False  # in flight when the burst was cut off: neither accepted nor failed
+                self.errors[err.code().name] = self.errors.get(err.code().name, 0) + 1
+                if err.code() not in RETRY_CODES or attempt == 9:
+                    self.failed.update(self.names[i] for i in idx)
+                    self.res.setdefault("apply_error_examples", []).append(f"{self.names[idx[0]]}: {err.details()}")
+                    return True
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+                continue
+            t = time.monotonic()
+            for i in idx:
+                self.accept[self.names[i]] = t
+            return True
+        return True
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "NOT met")
+
+
+def _summary_burst(b: dict[str, Any], res: dict[str, Any]) -> list[str]:
+    """The burst: outcome, rates, latencies."""
+    lines: list[str] = []
+    if not b:
+        return lines
+    lines.append(f"burst                 {b.get('outcome')}: {b.get('delivered')}/{b.get('workloads')} placed and "
+                 f"delivered in {b.get('elapsed_seconds')} s; applies accepted at {b.get('applies_per_s')}/s")
+    lines.append(f"                      assignments committed to etcd: {b.get('assignments_committed')} "
+                 f"({b.get('committed_per_s')}/s); delivered to the agents: {b.get('delivered')}")
+    lines.append(f"durable placements/s  {b.get('placements_per_s')} overall ({b.get('placements_per_s_basis')}), "
+                 f"{b.get('sustained_placements_per_s')} sustained (middle 80%)")
+    if "projected_seconds_for_all" in b:
+        lines.append(f"                      projected time for all {b['workloads']}: "
+                     f"{b['projected_seconds_for_all'] / 60:.0f} min")
+    lat = b.get("latency_apply_accepted_to_received", {})
+    lines.append(f"latency (burst)       apply accepted -> received by agent: p50 {lat.get('p50_ms')} ms, "
+                 f"p99 {lat.get('p99_ms')} ms (includes queueing behind the burst)")
+    il = b.get("latency_scheduler_apply_to_decision", {})
+    lines.append(f"                      scheduler's stored timestamps, apply -> decision: p50 {il.get('p50_ms')} "
+                 f"ms, p99 {il.get('p99_ms')} ms")
+    if el := res.get("engine_decision_latency"):
+        lines.append(f"                      placement engine per decision (scheduler's last {el['decisions']}): "
+                     f"p50 {el['p50_ms']} ms, p99 {el['p99_ms']} ms, max {el['max_ms']} ms")
+    return lines
+
+
+def _summary_probes(res: dict[str, Any]) -> list[str]:
+    """The serial probe applies on the idle cluster."""
+    lines: list[str] = []
+    for key, when in (("idle_probe_before_workloads", "empty cluster"), ("idle_probe", "after the burst")):
+        if x := res.get(key, {}).get("apply_accepted_to_received"):
+            lines.append(f"latency (idle probe)  {res[key]['workloads']} serial applies on the idle {when}, "
+                         f"accepted -> received: p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, max {x['max_ms']} ms")
+            if slowest := res[key].get("slowest"):
+                lines.append("                      slowest: " + ", ".join(
+                    f"probe #{s['probe']} {s['ms']} ms" for s in slowest))
+            if f := res[key].get("etcd_wal_fsyncs"):
+                lines.append(f"                      etcd WAL fsyncs meanwhile: {f['total']}, of which "
+                             f"{f.get('over_8ms', '?')} over 8 ms, {f.get('over_16ms', '?')} over 16 ms, "
+                             f"{f.get('over_32ms', '?')} over 32 ms")
+    return lines
+
+
+def _summary_resources(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    """Peak memory, and what the burst cost etcd."""
+    lines: list[str] = []
+    rss = res.get("scheduler_peak_rss_bytes")
+    if rss:
+        etcd_mib, hollow_mib = res.get("etcd_peak_rss_bytes", 0) / 2**20, res.get("hollow_peak_rss_bytes", 0) / 2**20
+        hwm = res.get("scheduler_vmhwm_bytes", 0) / 2**20
+        lines.append(f"scheduler peak RSS    {rss / 2**20:.0f} MiB sampled every 0.5 s (kernel VmHWM {hwm:.0f} MiB); "
+                     f"etcd {etcd_mib:.0f} MiB, hollow agents {hollow_mib:.0f} MiB")
+    if e:
+        lines.append(f"etcd                  {e['revisions_per_placement']} revisions (txns) per placement, "
+                     f"{e['keys_per_placement']} keys per placement, {e['db_bytes_per_placement']} db bytes per "
+                     f"placement; keys {e['keys_before']} -> {e['keys_after']}")
+        kinds = ", ".join(f"{k}: {v['keys']} keys/{v['puts']} puts/{v['avg_value_bytes']} B"
+                          for k, v in e.get("by_kind", {}).items())
+        lines.append(f"                      {kinds}")
+    return lines
+
+
+def _summary_agents(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    """What the hollow agents saw."""
+    lines: list[str] = []
+    if hf := res.get("hollow_final"):
+        nodes_kind = e.get("by_kind", {}).get("nodes", {})
+        lines.append(f"agent side            heartbeat errors {hf['heartbeat_errors']} of "
+                     f"{hf['heartbeat_errors'] + hf['heartbeats_ok']}, watch-stream interruptions "
+                     f"{hf['stream_errors']}, report errors {hf['report_errors']}, desired-state messages "
+                     f"{hf['desired_msgs']} carrying {hf['desired_items']} items; node documents rewritten "
+                     f"{nodes_kind.get('puts', 0) - nodes_kind.get('keys', 0)} times (Ready/NotReady)")
+        if hf.get("errors_by_code_all"):
+            lines.append("                      errors by call and status: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(hf["errors_by_code_all"].items())))
+    return lines
+
+
+def _summary_heartbeats(res: dict[str, Any]) -> list[str]:
+    """What heartbeats cost the scheduler."""
+    lines: list[str] = []
+    for key in ("heartbeat_before_workloads", "heartbeat"):
+        h = res.get(key, {})
+        if h.get("skipped"):
+            lines.append(f"heartbeat cost        skipped: {h['skipped']}")
+        elif h:
+            lines.append(f"heartbeat cost        ({h['label']}) {h['heartbeats']} heartbeats in "
+                         f"{h['window_seconds']} s ({h['heartbeats_per_s']}/s): "
+                         f"{h['cpu_ms_per_heartbeat']} ms scheduler CPU each "
+                         f"({h['marginal_cpu_ms_per_heartbeat']} marginal); RTT p99 {h['heartbeat_rtt_p99_ms']} ms")
+            lines.append(f"                      no etcd writes during heartbeats: {h['no_etcd_writes']} "
+                         f"(revision {h['etcd_revision_before']} -> {h['etcd_revision_after']})")
+    return lines
+
+
+def _summary_baseline(res: dict[str, Any], b: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    """The raw etcd transaction baseline, and the placement rate against it."""
+    lines: list[str] = []
+    rate = b.get("placements_per_s")
+    base = res.get("baseline_etcd_txn", {})
+    for key, t in base.items():
+        frac = f"; placements/s = {100 * rate / t['txn_per_s']:.1f}% of it" if rate else ""
+        lines.append(f"baseline              raw etcd txn ({key.replace('_', ' ')}): {t['txn_per_s']} txn/s, "
+                     f"p50 {t['p50_ms']} ms, p99 {t['p99_ms']} ms{frac}")
+    if base and rate and e:
+        best = max(t["txn_per_s"] for t in base.values())
+        ceiling = best / max(1e-9, e["revisions_per_placement"])
+        lines.append(f"                      ceiling at {e['revisions_per_placement']} txns/placement: "
+                     f"{ceiling:.0f} placements/s; measured = {100 * rate / ceiling:.1f}% of it")
+    return lines
 
 
 def summary(res: dict[str, Any]) -> str:
@@ -670,7 +820,6 @@ def summary(res: dict[str, Any]) -> str:
     b = res.get("burst", {})
     e = res.get("etcd", {})
     ip = res.get("idle_probe") or res.get("idle_probe_before_workloads") or {}
-    base = res.get("baseline_etcd_txn", {})
     lines = [
         "",
         f"== Persys scale benchmark: {a.get('nodes')} nodes, {a.get('workloads')} workloads, "
@@ -686,80 +835,14 @@ def summary(res: dict[str, Any]) -> str:
     reg = res.get("registration")
     if reg:
         lines.append(f"registration          {reg['nodes']} nodes in {reg['seconds']} s ({reg['nodes_per_s']}/s)")
-    if b:
-        lines.append(f"burst                 {b.get('outcome')}: {b.get('delivered')}/{b.get('workloads')} placed and "
-                     f"delivered in {b.get('elapsed_seconds')} s; applies accepted at {b.get('applies_per_s')}/s")
-        lines.append(f"                      assignments committed to etcd: {b.get('assignments_committed')} "
-                     f"({b.get('committed_per_s')}/s); delivered to the agents: {b.get('delivered')}")
-        lines.append(f"durable placements/s  {b.get('placements_per_s')} overall ({b.get('placements_per_s_basis')}), "
-                     f"{b.get('sustained_placements_per_s')} sustained (middle 80%)")
-        if "projected_seconds_for_all" in b:
-            lines.append(f"                      projected time for all {b['workloads']}: "
-                         f"{b['projected_seconds_for_all'] / 60:.0f} min")
-        lat = b.get("latency_apply_accepted_to_received", {})
-        lines.append(f"latency (burst)       apply accepted -> received by agent: p50 {lat.get('p50_ms')} ms, "
-                     f"p99 {lat.get('p99_ms')} ms (includes queueing behind the burst)")
-        il = b.get("latency_scheduler_apply_to_decision", {})
-        lines.append(f"                      scheduler's stored timestamps, apply -> decision: p50 {il.get('p50_ms')} "
-                     f"ms, p99 {il.get('p99_ms')} ms")
-        if el := res.get("engine_decision_latency"):
-            lines.append(f"                      placement engine per decision (scheduler's last {el['decisions']}): "
-                         f"p50 {el['p50_ms']} ms, p99 {el['p99_ms']} ms, max {el['max_ms']} ms")
-    for key, when in (("idle_probe_before_workloads", "empty cluster"), ("idle_probe", "after the burst")):
-        if x := res.get(key, {}).get("apply_accepted_to_received"):
-            lines.append(f"latency (idle probe)  {res[key]['workloads']} serial applies on the idle {when}, "
-                         f"accepted -> received: p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, max {x['max_ms']} ms")
-            if slowest := res[key].get("slowest"):
-                lines.append("                      slowest: " + ", ".join(
-                    f"probe #{s['probe']} {s['ms']} ms" for s in slowest))
-            if f := res[key].get("etcd_wal_fsyncs"):
-                lines.append(f"                      etcd WAL fsyncs meanwhile: {f['total']}, of which "
-                             f"{f.get('over_8ms', '?')} over 8 ms, {f.get('over_16ms', '?')} over 16 ms, "
-                             f"{f.get('over_32ms', '?')} over 32 ms")
+    lines += _summary_burst(b, res)
+    lines += _summary_probes(res)
+    lines += _summary_resources(res, e)
+    lines += _summary_agents(res, e)
+    lines += _summary_heartbeats(res)
+    lines += _summary_baseline(res, b, e)
     rss = res.get("scheduler_peak_rss_bytes")
-    if rss:
-        etcd_mib, hollow_mib = res.get("etcd_peak_rss_bytes", 0) / 2**20, res.get("hollow_peak_rss_bytes", 0) / 2**20
-        hwm = res.get("scheduler_vmhwm_bytes", 0) / 2**20
-        lines.append(f"scheduler peak RSS    {rss / 2**20:.0f} MiB sampled every 0.5 s (kernel VmHWM {hwm:.0f} MiB); "
-                     f"etcd {etcd_mib:.0f} MiB, hollow agents {hollow_mib:.0f} MiB")
-    if e:
-        lines.append(f"etcd                  {e['revisions_per_placement']} revisions (txns) per placement, "
-                     f"{e['keys_per_placement']} keys per placement, {e['db_bytes_per_placement']} db bytes per "
-                     f"placement; keys {e['keys_before']} -> {e['keys_after']}")
-        kinds = ", ".join(f"{k}: {v['keys']} keys/{v['puts']} puts/{v['avg_value_bytes']} B"
-                          for k, v in e.get("by_kind", {}).items())
-        lines.append(f"                      {kinds}")
-    if hf := res.get("hollow_final"):
-        nodes_kind = e.get("by_kind", {}).get("nodes", {})
-        lines.append(f"agent side            heartbeat errors {hf['heartbeat_errors']} of "
-                     f"{hf['heartbeat_errors'] + hf['heartbeats_ok']}, watch-stream interruptions "
-                     f"{hf['stream_errors']}, report errors {hf['report_errors']}, desired-state messages "
-                     f"{hf['desired_msgs']} carrying {hf['desired_items']} items; node documents rewritten "
-                     f"{nodes_kind.get('puts', 0) - nodes_kind.get('keys', 0)} times (Ready/NotReady)")
-        if hf.get("errors_by_code_all"):
-            lines.append("                      errors by call and status: " + ", ".join(
-                f"{k} {v}" for k, v in sorted(hf["errors_by_code_all"].items())))
-    for key in ("heartbeat_before_workloads", "heartbeat"):
-        h = res.get(key, {})
-        if h.get("skipped"):
-            lines.append(f"heartbeat cost        skipped: {h['skipped']}")
-        elif h:
-            lines.append(f"heartbeat cost        ({h['label']}) {h['heartbeats']} heartbeats in "
-                         f"{h['window_seconds']} s ({h['heartbeats_per_s']}/s): "
-                         f"{h['cpu_ms_per_heartbeat']} ms scheduler CPU each "
-                         f"({h['marginal_cpu_ms_per_heartbeat']} marginal); RTT p99 {h['heartbeat_rtt_p99_ms']} ms")
-            lines.append(f"                      no etcd writes during heartbeats: {h['no_etcd_writes']} "
-                         f"(revision {h['etcd_revision_before']} -> {h['etcd_revision_after']})")
     rate = b.get("placements_per_s")
-    for key, t in base.items():
-        frac = f"; placements/s = {100 * rate / t['txn_per_s']:.1f}% of it" if rate else ""
-        lines.append(f"baseline              raw etcd txn ({key.replace('_', ' ')}): {t['txn_per_s']} txn/s, "
-                     f"p50 {t['p50_ms']} ms, p99 {t['p99_ms']} ms{frac}")
-    if base and rate and e:
-        best = max(t["txn_per_s"] for t in base.values())
-        ceiling = best / max(1e-9, e["revisions_per_placement"])
-        lines.append(f"                      ceiling at {e['revisions_per_placement']} txns/placement: "
-                     f"{ceiling:.0f} placements/s; measured = {100 * rate / ceiling:.1f}% of it")
     if hs := res.get("profile"):
         lines.append(hotspots.render(hs, 10))
     elif res.get("profile_error"):

@@ -14,7 +14,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.security import forwarding
 from persys.security.grpc_tls import secure_channel
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 
 class SchedulerError(Exception):
@@ -24,6 +24,14 @@ class SchedulerError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def _document(raw: bytes | str) -> dict[str, Any]:
+    """A JSON object the scheduler sent; anything else is a broken reply, not a document."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise SchedulerError("INTERNAL", f"the scheduler sent a JSON {type(doc).__name__} where an object belongs")
+    return doc
 
 
 def _liveness_doc(g: pb.LivenessGuard) -> dict[str, Any]:
@@ -84,11 +92,11 @@ class SchedulerClient:
 
     async def plan(self, manifest: dict[str, Any]) -> dict[str, Any]:
         resp = await self._call("PlanWorkload", pb.ApplyWorkloadRequest(manifest_json=json.dumps(manifest).encode()))
-        return json.loads(resp.json)
+        return _document(resp.json)
 
     async def explain(self, workload_id: str, node_id: str = "") -> dict[str, Any]:
         resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id))
-        return json.loads(resp.json)
+        return _document(resp.json)
 
     async def control(self, workload_id: str, action: str) -> dict[str, Any]:
         return await self._doc("ControlWorkload", pb.ControlWorkloadRequest(workload_id=workload_id, action=action))
@@ -98,7 +106,7 @@ class SchedulerClient:
         return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}
 
     async def get_workload(self, workload_id: str) -> dict[str, Any]:
-        return json.loads((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)
+        return _document((await self._call("GetWorkload", pb.GetRequest(id=workload_id))).json)
 
     async def list_page(self, kind: str, node_id: str = "", limit: int = 0, token: str = ""
                         ) -> tuple[list[dict[str, Any]], str]:
@@ -122,7 +130,7 @@ class SchedulerClient:
         return [w async for page in self.list_all("workloads", node_id) for w in page]
 
     async def get_node(self, node_id: str) -> dict[str, Any]:
-        return json.loads((await self._call("GetNode", pb.GetRequest(id=node_id))).json)
+        return _document((await self._call("GetNode", pb.GetRequest(id=node_id))).json)
 
     async def list_nodes(self) -> list[dict[str, Any]]:
         return [n async for page in self.list_all("nodes") for n in page]
@@ -132,7 +140,7 @@ class SchedulerClient:
         return [json.loads(i) for i in resp.items]
 
     async def _doc(self, method: str, request: Any) -> dict[str, Any]:
-        return json.loads((await self._call(method, request)).json)
+        return _document((await self._call(method, request)).json)
 
     async def cordon(self, node_id: str, on: bool) -> dict[str, Any]:
         return await self._doc("CordonNode", pb.CordonRequest(node_id=node_id, cordon=on))
@@ -171,15 +179,15 @@ class SchedulerClient:
         return results
 
     async def backup(self) -> dict[str, Any]:
-        return json.loads((await self._call("Backup", pb.BackupRequest())).json)
+        return _document((await self._call("Backup", pb.BackupRequest())).json)
 
     async def restore(self, backup: dict[str, Any] | None, force: bool = False) -> dict[str, Any]:
         req = pb.RestoreRequest(backup_json=json.dumps(backup).encode() if backup else b"", force=force,
                                 latest_local=backup is None)
-        return json.loads((await self._call("Restore", req)).json)
+        return _document((await self._call("Restore", req)).json)
 
     async def recover(self) -> dict[str, Any]:
-        return json.loads((await self._call("Recover", pb.RecoverRequest(confirm_empty=True))).json)
+        return _document((await self._call("Recover", pb.RecoverRequest(confirm_empty=True))).json)
 
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())

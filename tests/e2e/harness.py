@@ -227,7 +227,7 @@ def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]
     import asyncio
 
     from persys.client import SchedulerClient, SchedulerError
-    from persys.security.pki import TLSFiles
+    from persys.tlsfiles import TLSFiles
 
     async def ask() -> dict[int, dict]:  # type: ignore[type-arg]
         tls = TLSFiles(c.pki / "ca.crt", c.pki / "admin.crt", c.pki / "admin.key")

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from persys.client import SchedulerClient
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import Proc, eventually, persys, pid_alive
 from tests.fixtures_infra import start_etcd
 from tests.tcp_proxy import TcpProxy

@@ -19,8 +19,8 @@ import yaml
 
 from persys.client import SchedulerClient, SchedulerError
 from persys.model.limits import BATCH_MAX_BYTES, BATCH_MAX_ITEMS, MANIFEST_MAX_BYTES
-from persys.security.pki import TLSFiles
 from persys.store.etcd import EtcdStore
+from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import Components, eventually
 from tests.fixtures_infra import EtcdServer, start_etcd
 

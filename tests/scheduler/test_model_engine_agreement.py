@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -19,6 +20,8 @@ from persys.model.manifest import validate_manifest
 from persys.scheduler import placement as pl
 from persys.scheduler.placement_adapter import PlacementService, to_request
 from persys.scheduler.state import ClusterState, Versioned
+
+pytestmark = pytest.mark.slow  # pure, but a minute of examples: the full suite runs it, the fast lane not
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,7 +16,7 @@ from persys.model import Phase, parse_manifests
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.core import Scheduler
-from persys.scheduler.placement.framework import PlacementContext
+from persys.scheduler.placement.framework import Filter, PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status
 from persys.store.base import StoreUnavailable
@@ -97,7 +97,7 @@ async def test_refused_stored_workloads_load_at_start_without_crashing_the_mirro
     await settle(s2, lambda: s2.state.placement_of.get("fine") == "n1")
 
 
-class Poison:
+class Poison(Filter):
     """Fault injection: a filter that raises for one workload, as an engine bug would."""
 
     name = "poison"

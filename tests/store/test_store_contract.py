@@ -26,7 +26,7 @@ from persys.store import (
     WatchEvent,
     open_store,
 )
-from persys.store.base import DEFAULT_MAX_TXN_BYTES
+from persys.store.base import DEFAULT_MAX_TXN_BYTES, BlockingLeases
 from persys.store.etcd import EtcdStore
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import EtcdServer, start_etcd
@@ -612,3 +612,18 @@ async def test_watch_compacted_while_disconnected(
         if proxy is not None:
             await watcher.close()
             proxy.close()
+
+
+async def test_blocking_leases_capability(store: StateStore, backend: str) -> None:
+    # The scheduler asks for the capability, not the backend class: etcd offers thread-side
+    # keep-alives (its process's loop may be saturated), the embedded store has no need of them.
+    assert isinstance(store, BlockingLeases) == (backend == "etcd")
+    if isinstance(store, BlockingLeases):
+        lease = await store.grant_lease(5)
+        keeper = store.blocking_lease()
+        try:
+            ttl = await asyncio.to_thread(keeper.keep_alive, lease)
+        finally:
+            keeper.close()
+        assert 0 < ttl <= 5
+        await store.revoke_lease(lease)

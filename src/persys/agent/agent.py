@@ -38,7 +38,7 @@ from persys.agent.runtimes.base import (
 from persys.model import DesiredState, RestartPolicy, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.security.grpc_tls import secure_channel
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 FULL_REPORT_SECONDS = 10.0  # a complete report at least this often; changes go out at once

@@ -18,7 +18,7 @@ from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.model.limits import MiB, human_bytes
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, secure_channel, server_credentials
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
     from persys.agent.agent import Agent

@@ -5,27 +5,22 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from typing import Any
 
 import typer
 from rich.table import Table
+
+from persys.cli import api as ctl
+from persys.cli.api import OutputOpt, ServerOpt
 
 auth_app = typer.Typer(help="Who you are, what you may do, and API tokens.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens: bearer credentials for scripts and CI (admins only).",
                         no_args_is_help=True)
 auth_app.add_typer(token_app, name="token")
 
-OutputOpt = typer.Option("table", "--output", "-o", help="Output format: table, json or yaml.")
-ServerOpt = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file.")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _ctl() -> Any:
-    # ctl registers these commands, so it is imported by the time one runs.
-    from persys.cli import ctl
-
-    return ctl
 
 
 def seconds(text: str) -> float:
@@ -43,7 +38,6 @@ def _when(ts: float) -> str:
 @auth_app.command("whoami")
 def whoami(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     """Your identity as the control plane sees it: principal, groups, roles, credential."""
-    ctl = _ctl()
     me = ctl.Api(server).request("GET", "/v1/auth/whoami")
     if output != "table":
         ctl.emit(me, output)
@@ -58,7 +52,6 @@ def can_i(verb: str = typer.Argument(..., help="e.g. apply, delete, list, backup
           resource: str = typer.Argument(..., help="e.g. workloads, nodes, cluster, tokens, audit"),
           server: str | None = ServerOpt) -> None:
     """Whether you may perform VERB on RESOURCE: prints yes or no (exit code 0 or 1) and why."""
-    ctl = _ctl()
     r = ctl.Api(server).request("GET", "/v1/auth/can-i", params={"verb": verb, "resource": resource})
     ctl.out.print(f"{'yes' if r['allowed'] else 'no'} ({r['reason']})", markup=False, highlight=False)
     if not r["allowed"]:
@@ -72,7 +65,6 @@ def token_create(name: str = typer.Argument(..., help="The user the token acts a
                  description: str = typer.Option("", "--description"),
                  output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     """Create a token. Its secret is printed this once: the control plane keeps only a hash."""
-    ctl = _ctl()
     try:
         ttl_seconds = seconds(ttl)
     except ValueError as e:
@@ -90,7 +82,6 @@ def token_create(name: str = typer.Argument(..., help="The user the token acts a
 @token_app.command("list")
 def token_list(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     """Every token: id, user, role, state, expiry (never a secret)."""
-    ctl = _ctl()
     items = ctl.Api(server).request("GET", "/v1/auth/tokens")
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("ID", "USER", "ROLE", "STATE", "EXPIRES", "CREATED BY", "DESCRIPTION"):
@@ -105,7 +96,6 @@ def token_list(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
 def token_revoke(token_id: str = typer.Argument(..., help="The token's id (persysctl auth token list)."),
                  server: str | None = ServerOpt) -> None:
     """Revoke a token: every replica refuses it from now on."""
-    ctl = _ctl()
     r = ctl.Api(server).request("DELETE", f"/v1/auth/tokens/{token_id}")
     ctl.out.print(f"token {r['id']} ({r['name']}) {r['state']}", markup=False, highlight=False)
 
@@ -116,7 +106,6 @@ def audit_command(since: str = typer.Option("", "--since", help="Only newer reco
                   limit: int = typer.Option(100, "--limit", min=1, max=10_000, help="The newest N matches."),
                   output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     """The audit log: who changed what, when, with what result (admins only)."""
-    ctl = _ctl()
     try:
         start = 0.0 if not since else (float(since) if since.replace(".", "", 1).isdigit() and float(since) > 1e9
                                        else time.time() - seconds(since))

@@ -26,7 +26,8 @@ from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_B
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
-from persys.security.pki import ClusterCA, TLSFiles, standard_identities
+from persys.security.pki import ClusterCA, standard_identities
+from persys.tlsfiles import TLSFiles
 
 app = typer.Typer(
     name="persys",

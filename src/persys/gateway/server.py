@@ -15,7 +15,7 @@ from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.gateway.authorization import PeerCertProtocol
 from persys.model.limits import GatewayLimits
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 

@@ -923,7 +923,7 @@ class Scheduler:
         """After a lost compare-and-swap, fold the winner's write into the mirror."""
         kv = await self.store.get(key)
         if kv is not None:
-            self.state._apply_put(kv.key, kv.value, kv.mod_revision)
+            self.state.fold_read(kv)
 
     def plan(self, manifest: WorkloadManifest) -> list[tuple[str, pl.Decision]]:
         """Where the workload's replicas would go now, and why. Writes and reserves nothing."""

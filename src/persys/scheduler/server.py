@@ -21,10 +21,9 @@ from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.service import AgentControlService
 from persys.scheduler.token_store import TokenStore
 from persys.security.grpc_tls import server_credentials, server_options
-from persys.security.pki import TLSFiles
 from persys.store import open_store
-from persys.store.base import StateStore
-from persys.store.etcd import EtcdStore
+from persys.store.base import BlockingLeases, StateStore
+from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ async def start_scheduler(
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
-    keeper = store.blocking_lease if isinstance(store, EtcdStore) else None
+    keeper = store.blocking_lease if isinstance(store, BlockingLeases) else None
     # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
     # (leader key, redirects) must carry the real one before the election can publish it.
     limits = limits or InputLimits()

@@ -217,6 +217,11 @@ class ClusterState:
                 self._notify(kind, ident)
         self._wake_waiters()
 
+    def fold_read(self, kv: KeyValue) -> None:
+        """Fold in a value read from the store directly (the winner of a lost compare-and-swap);
+        the stale rule applies, so a newer value the watch already delivered stays."""
+        self._apply_put(kv.key, kv.value, kv.mod_revision)
+
     def _apply_event(self, ev: WatchEvent) -> None:
         if ev.type == "put":
             self._apply_put(ev.kv.key, ev.kv.value, ev.kv.mod_revision)

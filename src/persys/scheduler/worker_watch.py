@@ -29,7 +29,7 @@ class WorkerWatch:
         every worker at once must not spin the event loop)."""
         if self.streak <= 1:
             return 0.0
-        return min(RESTART_DELAY_FIRST * 2 ** (self.streak - 2), RESTART_DELAY_MAX)
+        return min(RESTART_DELAY_FIRST * 2.0 ** (self.streak - 2), RESTART_DELAY_MAX)
 
     def problem(self, running: bool, active: bool, now: float) -> str:
         """What is wrong with the worker ("" when nothing is). Only the active replica runs a

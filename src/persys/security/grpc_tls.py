@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from persys.model.limits import GRPC_MAX_MESSAGE_BYTES
-from persys.security.pki import TLSFiles
+from persys.tlsfiles import TLSFiles
 
 
 def server_credentials(files: TLSFiles) -> grpc.ServerCredentials:

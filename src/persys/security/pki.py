@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -17,23 +16,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from persys.tlsfiles import TLSFiles as TLSFiles  # moved to a leaf module; re-exported for older callers
+
 CA_VALIDITY = dt.timedelta(days=3650)
 LEAF_VALIDITY = dt.timedelta(days=365)
-
-
-@dataclass(frozen=True, slots=True)
-class TLSFiles:
-    """Paths of one identity's PEM files plus the cluster CA that verifies peers."""
-
-    ca: Path
-    cert: Path
-    key: Path
-    # Name to verify in the peer's certificate when dialing an IP literal whose certificate
-    # carries a DNS name (None: the address itself).
-    server_name: str | None = None
-
-    def read(self) -> tuple[bytes, bytes, bytes]:
-        return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from persys.security.pki import TLSFiles as TLSFiles  # re-exported: one TLS triple everywhere
+from persys.tlsfiles import TLSFiles as TLSFiles  # re-exported: one TLS triple everywhere
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,25 @@ class StateStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ThreadLease(Protocol):
+    """Lease keep-alives a plain thread can call: blocking, on a connection of its own."""
+
+    def keep_alive(self, lease_id: int, timeout: float | None = None) -> float: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class BlockingLeases(Protocol):
+    """A store capability: keep-alives that get through while the event loop is saturated.
+
+    Only a networked backend needs it (etcd); the embedded store lives in the process it serves.
+    Callers ask `isinstance(store, BlockingLeases)` instead of naming a backend class.
+    """
+
+    def blocking_lease(self) -> ThreadLease: ...
 
 
 def prefix_range_end(prefix: bytes) -> bytes:

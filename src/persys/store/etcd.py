@@ -97,6 +97,15 @@ def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
     return StoreError(f"etcd error ({code.name}): {details}")
 
 
+def _raise_if_ended(resp: rpc_pb2.WatchResponse, next_rev: int | None) -> None:
+    """A watch response that ends the watch: compacted history or a cancellation by etcd."""
+    if resp.compact_revision:
+        # etcd's compact_revision is the oldest revision still watchable.
+        raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
+    if resp.canceled:
+        raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
+
+
 class EtcdStore:
     def __init__(
         self,
@@ -197,9 +206,9 @@ class EtcdStore:
     async def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
         if expected_mod_revision is None:
             resp = await self._call(self._kv.DeleteRange, rpc_pb2.DeleteRangeRequest(key=key.encode()))
-            return resp.deleted > 0
+            return int(resp.deleted) > 0
         tresp = await self._txn([Compare(key, expected_mod_revision)], [Delete(key)])
-        return tresp.succeeded and tresp.responses[0].response_delete_range.deleted > 0
+        return bool(tresp.succeeded) and int(tresp.responses[0].response_delete_range.deleted) > 0
 
     async def _txn(self, compares: Sequence[Compare], ops: Sequence[Put | Delete]) -> rpc_pb2.TxnResponse:
         check_txn_size(compares, ops, self.max_txn_bytes)
@@ -304,11 +313,7 @@ class EtcdStore:
                     if resp is grpc.aio.EOF:
                         break
                     assert isinstance(resp, rpc_pb2.WatchResponse)
-                    if resp.compact_revision:
-                        # etcd's compact_revision is the oldest revision still watchable.
-                        raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
-                    if resp.canceled:
-                        raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
+                    _raise_if_ended(resp, next_rev)
                     if resp.created:
                         backoff, outage_logged = 0.1, False
                         if next_rev is None:  # "from now": pin it so a reconnect misses nothing

@@ -89,6 +89,7 @@ class _Watcher:
         self.wakeup = asyncio.Event()
         self.overflow_from: int | None = None
         self.closed = False
+        self.seen_upto = 0  # live events at or below this revision were already replayed
 
     def matches(self, key: str) -> bool:
         return key.encode().startswith(self.prefix)
@@ -423,23 +424,12 @@ class SqliteStore:
                 self._loop = asyncio.get_running_loop()
             floor = start_revision if start_revision and start_revision > 0 else None
             replay_from = floor
-            seen_upto = 0  # live events at or below this revision were already replayed
             if replay_from is None:
-                seen_upto = await self.current_revision()
+                w.seen_upto = await self.current_revision()
             while True:
                 if replay_from is not None:
-                    cursor = (replay_from - 1, 1 << 62)
-                    while True:
-                        rows, compact, current = await self._run(self._history_sync, w.prefix, cursor)
-                        if cursor[0] < compact:
-                            # History up to `compact` is deleted: compact + 1 is the oldest left.
-                            raise WatchCompacted(cursor[0] + 1, compact + 1)
-                        for row in rows:
-                            yield _event(row)
-                        if len(rows) < _REPLAY_PAGE:
-                            seen_upto = max(seen_upto, current)
-                            break
-                        cursor = (rows[-1][0], rows[-1][1])
+                    async for ev in self._replay(w, replay_from):
+                        yield ev
                     replay_from = None
                     continue
                 if not w.events:
@@ -447,17 +437,33 @@ class SqliteStore:
                         return
                     w.wakeup.clear()
                     if w.overflow_from is not None:
-                        replay_from = max(w.overflow_from, seen_upto + 1)
+                        replay_from = max(w.overflow_from, w.seen_upto + 1)
                         w.overflow_from = None
                         continue
                     await w.wakeup.wait()
                     continue
                 ev = w.events.popleft()
-                if ev.revision <= seen_upto or (floor is not None and ev.revision < floor):
+                if ev.revision <= w.seen_upto or (floor is not None and ev.revision < floor):
                     continue
                 yield ev
         finally:
             self._watchers.discard(w)
+
+    async def _replay(self, w: _Watcher, replay_from: int) -> AsyncIterator[WatchEvent]:
+        """The watch's history from `replay_from` on, a page at a time; afterwards `w.seen_upto`
+        covers the store revision the replay reached (live events up to it are duplicates)."""
+        cursor = (replay_from - 1, 1 << 62)
+        while True:
+            rows, compact, current = await self._run(self._history_sync, w.prefix, cursor)
+            if cursor[0] < compact:
+                # History up to `compact` is deleted: compact + 1 is the oldest left.
+                raise WatchCompacted(cursor[0] + 1, compact + 1)
+            for row in rows:
+                yield _event(row)
+            if len(rows) < _REPLAY_PAGE:
+                w.seen_upto = max(w.seen_upto, current)
+                return
+            cursor = (rows[-1][0], rows[-1][1])
 
     async def close(self) -> None:
         if self._closed:

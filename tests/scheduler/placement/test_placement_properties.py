@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,8 @@ from persys.scheduler.placement import (
     place_many,
     refresh_static_verdicts,
 )
+
+pytestmark = pytest.mark.slow  # pure, but minutes of examples: the full suite runs them, the fast lane not
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TYPES = ["container", "process", "microvm", "vm"]

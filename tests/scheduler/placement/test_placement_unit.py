@@ -144,7 +144,7 @@ def test_pending_large_cluster_evaluates_everything() -> None:
     )
 
 
-class OnlyEvenNodes:
+class OnlyEvenNodes(Filter):
     """A custom dynamic filter: proves the Protocol is the extension point."""
 
     name = "only_even"
@@ -157,7 +157,7 @@ class OnlyEvenNodes:
         return None if int(node.id[1:]) % 2 == 0 else Status("odd", "odd node", self.name)
 
 
-class PreferHighIds:
+class PreferHighIds(Scorer):
     name = "high_ids"
 
     def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
@@ -216,8 +216,8 @@ def test_replacing_nodes_matches_a_snapshot_built_from_scratch() -> None:
     replaced = base.replacing(changed)
     fresh = Snapshot(tuple(changed[0] if n.id == "n1" else changed[1] if n.id == "n4" else n for n in nodes))
     assert replaced.effective == fresh.effective
-    assert replaced._static.service_nodes == fresh._static.service_nodes
-    assert (replaced._static.has_soft_taints, replaced._static.has_hard_taints) == (True, False)
+    assert replaced.static.service_nodes == fresh.static.service_nodes
+    assert (replaced.static.has_soft_taints, replaced.static.has_hard_taints) == (True, False)
     request = WorkloadRequest(id="w", cpu_millicores=100, service="s0")
     assert decide(replaced, request) == decide(fresh, request)
     with pytest.raises(KeyError):

@@ -14,7 +14,8 @@ from persys.scheduler.placement import (
     aggregate_rejections,
     decide,
 )
-from persys.scheduler.placement.verdicts import Rejections, bits_of, positions, range_bits
+from persys.scheduler.placement.nodebits import bits_of, positions, range_bits
+from persys.scheduler.placement.verdicts import Rejections
 
 
 @given(st.sets(st.integers(0, 2000)))

@@ -7,14 +7,15 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from time import perf_counter
 from types import MappingProxyType
 from typing import Any
 
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
+from .nodebits import LabelBits, range_bits
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
+    NodeInfo,
     Reservation,
     Reservations,
     ReservationView,
@@ -24,7 +25,7 @@ from .snapshot import (
     stable_hash,
 )
 from .status import Status
-from .verdicts import FilterVerdicts, LabelBits, Rejections, ShapeVerdicts, range_bits, summarise
+from .verdicts import FilterVerdicts, Rejections, ShapeVerdicts, summarise
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,7 @@ def aggregate_rejections(statuses: Iterable[Status]) -> str:
 def _filter_key(f: Filter, request: WorkloadRequest) -> object:
     # A static filter's verdict depends on the node's static facts and on the part of the request
     # named by its `static_key` (default: the workload type).
-    return f.static_key(request) if hasattr(f, "static_key") else request.type
+    return f.static_key(request)
 
 
 def _shape_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: WorkloadRequest) -> ShapeVerdicts:
@@ -139,12 +140,12 @@ def _shape_verdicts(snapshot: Snapshot, static: tuple[Filter, ...], request: Wor
     static index: each static filter's verdict once per node set and static key (shapes that
     differ only in their selector share the readiness, runtime and taint passes), and their
     combination once per shape."""
-    cache = snapshot._static.caches
+    cache = snapshot.static.caches
     keys = tuple(_filter_key(f, request) for f in static)
     shape_key = ("shape", tuple(id(f) for f in static), keys)
     hit = cache.get(shape_key)
     if hit is None:
-        order = snapshot._static.order
+        order = snapshot.static.order
         ctx = PlacementContext(snapshot, request)
         parts = []
         for f, fkey in zip(static, keys, strict=True):
@@ -163,7 +164,7 @@ def refresh_static_verdicts(snapshot: Snapshot, node_ids: Iterable[str]) -> None
     label, readiness), for every filter and key seen so far: O(filter keys x changed nodes)
     instead of forgetting them all, which at thousands of nodes costs a full pass per key. The
     node set must be the one the memo was filled with (the caller starts a fresh memo otherwise)."""
-    static = snapshot._static
+    static = snapshot.static
     changed = [(i, static.order[i]) for i in (static.by_id.get(node_id) for node_id in node_ids) if i is not None]
     if not changed:
         return
@@ -192,56 +193,40 @@ def feasible_nodes_to_find(total: int, percentage: int | None) -> int:
     return max(MIN_FEASIBLE_NODES_TO_FIND, total * percentage // 100)
 
 
-def decide(
-    snapshot: Snapshot, request: WorkloadRequest, config: PlacementConfig = DEFAULT_CONFIG
-) -> Decision:
-    """Filter every node (first rejecting filter is its reason), score the feasible ones, pick one.
+@dataclass(slots=True)
+class _Chain:
+    """A request's filter chain: the dynamic filters, the memoised verdicts of the static ones,
+    and per static filter the dynamic filters placed before it (for a node failing static filter
+    k only those can still be its first reason; the static verdict is reused from the cache)."""
 
-    Pure and deterministic: the same snapshot, request and config give the same Decision whatever
-    the order of ``snapshot.nodes``. Reservations must already be applied to ``snapshot``.
-    """
-    ctx = PlacementContext(snapshot, request)
-    nodes = snapshot.effective
+    dynamic: tuple[Filter, ...]
+    verdicts: ShapeVerdicts | None
+    before: list[tuple[Filter, ...]]
+
+
+def _chain(snapshot: Snapshot, request: WorkloadRequest, config: PlacementConfig, ctx: PlacementContext) -> _Chain:
     active = tuple(f for f in config.filters if f.applies(request, ctx))
     static = tuple(f for f in active if f.static)
     dynamic = tuple(f for f in active if not f.static)
     verdicts = _shape_verdicts(snapshot, static, request) if static else None
-    # For a node failing static filter k, only the dynamic filters placed before it in the chain
-    # can still be its (first) reason; the static verdict is reused from the cache.
-    before: list[tuple[Filter, ...]] = []
-    for f in static:
-        pos = active.index(f)
-        before.append(tuple(g for g in active[:pos] if not g.static))
+    before = [tuple(g for g in active[:active.index(f)] if not g.static) for f in static]
+    return _Chain(dynamic, verdicts, before)
 
+
+def _scan(nodes: Sequence[NodeInfo], walk: Iterable[int], failures: list[tuple[int, Status] | None] | None,
+          filter_chain: _Chain, request: WorkloadRequest, ctx: PlacementContext, to_find: int
+          ) -> tuple[list[int], dict[str, Status], int, int]:
+    """Walk nodes until `to_find` are feasible: (feasible positions, rejections seen node by
+    node, nodes evaluated, position of the last node walked or -1 when the walk ran out).
+    `failures` (the node-by-node walk only) is each node's first static rejection."""
     rejections: dict[str, Status] = {}
     feasible: list[int] = []
-    n = len(nodes)
-    to_find = feasible_nodes_to_find(n, config.percentage_of_nodes_to_score)
-    seed = stable_hash(request.id)
-    # When sampling, start at a per-workload offset in id order: deterministic, independent of
-    # the caller's node order, and different workloads look at different parts of the cluster.
-    start = seed % n if to_find < n else 0
+    dynamic, before = filter_chain.dynamic, filter_chain.before
     evaluated = 0
-    # The usual case (no dynamic filter precedes a static one for this request): a statically
-    # rejected node's reason is its static verdict, so walk only the nodes passing every static
-    # filter and take the static rejections of the walked range afterwards as bit-set groups:
-    # the same decision and explanation as the node-by-node walk, without a Python step per
-    # rejected node.
-    fast = verdicts is None or not any(before)
-    failures: list[tuple[int, Status] | None] = []
-    if fast:
-        passing = verdicts.passing() if verdicts is not None else range(n)
-        k0 = bisect_left(passing, start)
-        walk: Iterable[int] = chain(passing[k0:], passing[:k0])
-    else:
-        assert verdicts is not None
-        failures = verdicts.rows()
-        walk = chain(range(start, n), range(start))
-    last = -1
     for i in walk:
         node = nodes[i]
         evaluated += 1
-        fail = None if fast else failures[i]
+        fail = None if failures is None else failures[i]
         if fail is not None:  # the node-by-node walk only
             status = fail[1]
             for f in before[fail[0]]:
@@ -259,18 +244,62 @@ def decide(
         else:
             feasible.append(i)
             if len(feasible) >= to_find:
-                last = i
-                break
-    static_groups: tuple[tuple[Status, int], ...] = ()
-    if fast:
-        evaluated = n if last < 0 else (last - start) % n + 1  # last < 0: every node was looked at
-        if verdicts is not None:
-            static_groups = verdicts.within((1 << n) - 1 if last < 0 else range_bits(start, last, n))
-    rejected_nodes = Rejections(rejections, static_groups, snapshot._static.order)
+                return feasible, rejections, evaluated, i
+    return feasible, rejections, evaluated, -1
 
+
+def _filter_nodes(snapshot: Snapshot, request: WorkloadRequest, config: PlacementConfig, ctx: PlacementContext
+                  ) -> tuple[list[int], Rejections, int]:
+    """The feasible nodes' positions, every rejection with its reason, and how many nodes were
+    looked at."""
+    nodes = snapshot.effective
+    filter_chain = _chain(snapshot, request, config, ctx)
+    verdicts = filter_chain.verdicts
+    n = len(nodes)
+    to_find = feasible_nodes_to_find(n, config.percentage_of_nodes_to_score)
+    # When sampling, start at a per-workload offset in id order: deterministic, independent of
+    # the caller's node order, and different workloads look at different parts of the cluster.
+    start = stable_hash(request.id) % n if to_find < n else 0
+    # The usual case (no dynamic filter precedes a static one for this request): a statically
+    # rejected node's reason is its static verdict, so walk only the nodes passing every static
+    # filter and take the static rejections of the walked range afterwards as bit-set groups:
+    # the same decision and explanation as the node-by-node walk, without a Python step per
+    # rejected node.
+    if verdicts is not None and any(filter_chain.before):
+        walk: Iterable[int] = chain(range(start, n), range(start))
+        feasible, rejections, evaluated, _ = _scan(nodes, walk, verdicts.rows(), filter_chain, request, ctx, to_find)
+        return feasible, Rejections(rejections, (), snapshot.static.order), evaluated
+    passing = verdicts.passing() if verdicts is not None else range(n)
+    k0 = bisect_left(passing, start)
+    feasible, rejections, _, last = _scan(nodes, chain(passing[k0:], passing[:k0]), None, filter_chain, request, ctx,
+                                          to_find)
+    evaluated = n if last < 0 else (last - start) % n + 1  # last < 0: every node was looked at
+    static_groups: tuple[tuple[Status, int], ...] = ()
+    if verdicts is not None:
+        static_groups = verdicts.within((1 << n) - 1 if last < 0 else range_bits(start, last, n))
+    return feasible, Rejections(rejections, static_groups, snapshot.static.order), evaluated
+
+
+def decide(
+    snapshot: Snapshot, request: WorkloadRequest, config: PlacementConfig = DEFAULT_CONFIG
+) -> Decision:
+    """Filter every node (first rejecting filter is its reason), score the feasible ones, pick one.
+
+    Pure and deterministic: the same snapshot, request and config give the same Decision whatever
+    the order of ``snapshot.nodes``. Reservations must already be applied to ``snapshot``.
+    """
+    ctx = PlacementContext(snapshot, request)
+    feasible, rejected_nodes, evaluated = _filter_nodes(snapshot, request, config, ctx)
+    n = len(snapshot.effective)
     if not feasible:
         return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated)
+    scores = _rank(snapshot.effective, feasible, request, config, ctx)
+    return Decision(request.id, scores[0].node_id, scores, rejected_nodes, len(feasible), n, evaluated)
 
+
+def _rank(nodes: Sequence[NodeInfo], feasible: list[int], request: WorkloadRequest, config: PlacementConfig,
+          ctx: PlacementContext) -> list[NodeScore]:
+    """The top candidates among the feasible nodes, best first, with their score breakdowns."""
     # Weights are normalised so totals stay in [0, 100] whatever the configuration.
     weighted = [(s, config.weight(s.name)) for s in config.scorers if config.weight(s.name) > 0]
     weight_sum = sum(w for _, w in weighted)
@@ -289,8 +318,7 @@ def decide(
     candidates = [nodes[i] for i in feasible]
     sums = [base] * len(candidates)
     for scorer, norm in per_node:
-        many = getattr(scorer, "score_many", None)  # optional batch form (see scorers.py)
-        values = many(candidates, request, ctx) if many else [scorer.score(n, request, ctx) for n in candidates]
+        values = scorer.score_many(candidates, request, ctx)
         sums = [t + norm * v for t, v in zip(sums, values, strict=True)]
     totals = list(zip(sums, feasible, strict=True))
 
@@ -313,7 +341,7 @@ def decide(
             breakdown[scorer.name] = norm * scorer.score(nodes[i], request, ctx)
         ordered = {s.name: breakdown[s.name] for s, _ in weighted}
         scores.append(NodeScore(nodes[i].id, total, ordered))
-    return Decision(request.id, nodes[pool[0][1]].id, scores, rejected_nodes, len(feasible), n, evaluated)
+    return scores
 
 
 def place_many(
@@ -337,7 +365,6 @@ def place_many_from(
     requests: Sequence[WorkloadRequest],
     ledger: Reservations,
     config: PlacementConfig = DEFAULT_CONFIG,
-    timings: list[float] | None = None,
 ) -> tuple[list[Decision], Snapshot]:
     """``place_many`` for a caller that keeps the overlaid snapshot between calls.
 
@@ -345,33 +372,51 @@ def place_many_from(
     new ones too. Overlaying the whole ledger costs O(reserved nodes) per call, which a scheduler
     placing one workload at a time would otherwise pay for every placement.
     """
-    # Each reservation changes one node. Rather than copying the whole view per decision (O(nodes)
-    # each), the batch works on private copies made once: the snapshots decide() sees during the
-    # batch share them and never leave this function; the returned one owns them afterwards.
-    effective = list(current.effective)
-    by_node = dict(current.reservations.by_node)
-    groups = dict(current._reserved_groups)
-    batch = Snapshot._derive(current, ReservationView(MappingProxyType(by_node)), effective, groups)
-    index = current._static.by_id
-    decisions: list[Decision] = []
-    for request in requests:
-        started = perf_counter()
-        decision = decide(batch, request, config)
-        if timings is not None:  # measurement only: how long each decision took, in seconds
-            timings.append(perf_counter() - started)
-        decisions.append(decision)
+    batch = PlacementBatch(current, ledger, config)
+    decisions = [batch.place(request) for request in requests]
+    return decisions, batch.snapshot()
+
+
+class PlacementBatch:
+    """Decisions one at a time over one overlaid snapshot, reserving in ``ledger`` after each
+    success (``place_many_from`` step by step: a caller that measures each decision holds the
+    clock, the engine does not)."""
+
+    __slots__ = ("_batch", "_by_node", "_current", "_effective", "_groups", "config", "ledger")
+
+    def __init__(self, current: Snapshot, ledger: Reservations, config: PlacementConfig = DEFAULT_CONFIG) -> None:
+        # Each reservation changes one node. Rather than copying the whole view per decision
+        # (O(nodes) each), the batch works on private copies made once: the snapshots decide()
+        # sees during the batch share them and never leave it; snapshot() hands out its own.
+        self._current = current
+        self.ledger = ledger
+        self.config = config
+        self._effective = list(current.effective)
+        self._by_node = dict(current.reservations.by_node)
+        self._groups = dict(current.reserved_groups)
+        self._batch = Snapshot.derive(current, ReservationView(MappingProxyType(self._by_node)), self._effective,
+                                      self._groups)
+
+    def place(self, request: WorkloadRequest) -> Decision:
+        decision = decide(self._batch, request, self.config)
         node_id = decision.node_id
         if node_id is None:
-            continue
-        ledger.reserve(
+            return decision
+        self.ledger.reserve(
             Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb, request.disk_mb,
                         request.group)
         )
-        on_node = ledger.on_node(node_id)
-        i = index[node_id]
-        effective[i] = apply_reserved(current._static.order[i], on_node)
-        by_node[node_id] = on_node
-        held = groups.get(request.group, frozenset())
+        on_node = self.ledger.on_node(node_id)
+        current = self._current
+        i = current.static.by_id[node_id]
+        self._effective[i] = apply_reserved(current.static.order[i], on_node)
+        self._by_node[node_id] = on_node
+        held = self._groups.get(request.group, frozenset())
         if i not in held:
-            groups[request.group] = held | {i}
-    return decisions, Snapshot._derive(current, batch.reservations, tuple(effective), groups)
+            self._groups[request.group] = held | {i}
+        return decision
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot showing every reservation the batch made; ends the batch (the snapshot
+        takes over its spread groups)."""
+        return Snapshot.derive(self._current, self._batch.reservations, tuple(self._effective), self._groups)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .framework import Filter, PlacementContext
+from .nodebits import NodeBits
 from .snapshot import LabelConstraint, NodeInfo, WorkloadRequest
 from .status import Status
-from .verdicts import NodeBits
 
 
-class NodeReady:
+class NodeReady(Filter):
     name = "node_ready"
     static = True
     _status = Status("node_not_ready", "node not ready", name)
@@ -22,7 +22,7 @@ class NodeReady:
         return None if node.ready else self._status
 
 
-class NodeSchedulable:
+class NodeSchedulable(Filter):
     name = "node_schedulable"
     static = True
     _status = Status("node_unschedulable", "node cordoned or draining", name)
@@ -34,7 +34,7 @@ class NodeSchedulable:
         return None if node.schedulable else self._status
 
 
-class NodeAffinity:
+class NodeAffinity(Filter):
     """Pinned node (an existing node-local volume lives there) and placement exclusions."""
 
     name = "node_affinity"
@@ -51,7 +51,7 @@ class NodeAffinity:
         return None
 
 
-class TaintToleration:
+class TaintToleration(Filter):
     """NoSchedule/NoExecute taints must be tolerated; PreferNoSchedule only costs score."""
 
     name = "taint_toleration"
@@ -61,7 +61,7 @@ class TaintToleration:
         return request.tolerations
 
     def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
-        return ctx.snapshot._static.has_hard_taints
+        return ctx.snapshot.static.has_hard_taints
 
     def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
         if not node.taints:
@@ -74,7 +74,7 @@ class TaintToleration:
         return None
 
 
-class RuntimeSupported:
+class RuntimeSupported(Filter):
     name = "runtime"
     static = True
 
@@ -87,7 +87,7 @@ class RuntimeSupported:
         return Status("runtime_unsupported", f"no {request.type} runtime", self.name)
 
 
-class RuntimeFeatures:
+class RuntimeFeatures(Filter):
     name = "runtime_features"
     static = False
 
@@ -103,7 +103,7 @@ class RuntimeFeatures:
         )
 
 
-class StorageDrivers:
+class StorageDrivers(Filter):
     name = "storage_drivers"
     static = False
 
@@ -117,7 +117,7 @@ class StorageDrivers:
         return Status("storage_driver_missing", f"no {','.join(sorted(missing))} storage driver", self.name)
 
 
-class NodeSelector:
+class NodeSelector(Filter):
     name = "node_selector"
     static = True  # labels are static node facts; the verdict depends on the selector only
 
@@ -146,7 +146,7 @@ class NodeSelector:
         return Status("node_selector_mismatch", f"node selector {key}={want} not matched", self.name)
 
 
-class LabelConstraints:
+class LabelConstraints(Filter):
     name = "label_constraints"
     static = True  # labels are static node facts; the verdict depends on the constraints only
 
@@ -182,7 +182,7 @@ def _accepts(c: LabelConstraint) -> Callable[[str | None], bool]:
 # usage fluctuates, and a decision must be reproducible from the snapshot alone.
 
 
-class CpuFit:
+class CpuFit(Filter):
     name = "cpu_fit"
     static = False
 
@@ -196,7 +196,7 @@ class CpuFit:
         return Status("insufficient_cpu", "insufficient cpu", self.name, request.cpu_millicores, free, "cpu")
 
 
-class MemoryFit:
+class MemoryFit(Filter):
     name = "memory_fit"
     static = False
 
@@ -210,7 +210,7 @@ class MemoryFit:
         return Status("insufficient_memory", "insufficient memory", self.name, request.memory_mb, free, "MiB")
 
 
-class DiskFit:
+class DiskFit(Filter):
     name = "disk_fit"
     static = False
 

@@ -13,7 +13,7 @@ from .framework import PlacementContext, Scorer
 from .snapshot import NodeInfo, WorkloadRequest
 
 
-class CpuHeadroom:
+class CpuHeadroom(Scorer):
     """Fraction of CPU left free after placement: spreads load instead of packing."""
 
     name = "cpu_headroom"
@@ -30,7 +30,7 @@ class CpuHeadroom:
                 if n.cpu_millicores > 0 and n.cpu_millicores - n.committed_cpu - need > 0 else 0.0 for n in nodes]
 
 
-class MemoryHeadroom:
+class MemoryHeadroom(Scorer):
     name = "memory_headroom"
 
     def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
@@ -45,7 +45,7 @@ class MemoryHeadroom:
                 if n.memory_mb > 0 and n.memory_mb - n.committed_memory_mb - need > 0 else 0.0 for n in nodes]
 
 
-class Spread:
+class Spread(Scorer):
     """Fewer replicas of the same service on the node, and in its topology domain, is better.
 
     Without ``spread_label`` only the node counts; with it, node and domain weigh half each.
@@ -56,11 +56,11 @@ class Spread:
 
     def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
         snap = ctx.snapshot
-        static = snap._static
+        static = snap.static
         group = request.group
         # Nodes holding replicas: from the base index plus any reservation overlay.
         positions = set(static.service_nodes.get(group, ()))
-        positions.update(snap._reserved_groups.get(group, ()))
+        positions.update(snap.reserved_groups.get(group, ()))
         if not positions:
             ctx.scratch["spread.domains"] = {}
             return 100.0  # no replica anywhere: every node is equally good, skip per-node work
@@ -96,7 +96,7 @@ class Spread:
         return out
 
 
-class Commitments:
+class Commitments(Scorer):
     """Fewer workloads already on the node is better (smaller blast radius, less churn)."""
 
     name = "commitments"
@@ -111,13 +111,13 @@ class Commitments:
         return [100.0 / (1 + n.workload_count) for n in nodes]
 
 
-class TaintPenalty:
+class TaintPenalty(Scorer):
     """Each untolerated PreferNoSchedule taint halves the score."""
 
     name = "taint_penalty"
 
     def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
-        return None if ctx.snapshot._static.has_soft_taints else 100.0
+        return None if ctx.snapshot.static.has_soft_taints else 100.0
 
     def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
         return self.score_many((node,), request, ctx)[0]

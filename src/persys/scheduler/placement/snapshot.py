@@ -303,7 +303,7 @@ def _taint_kinds(nodes: Iterable[NodeInfo]) -> tuple[bool, bool]:
     return bool(effects - {"PreferNoSchedule"}), "PreferNoSchedule" in effects
 
 
-class _Static:
+class StaticIndex:
     """Facts derived once per set of base nodes and shared by every reservation overlay.
 
     Only request-independent data lives here; anything touched by reservations does not.
@@ -327,11 +327,11 @@ class _Static:
         # Lazily filled, request-type keyed caches (e.g. which nodes pass the static filters).
         self.caches: dict[Any, Any] = {}
 
-    def replacing(self, changed: Iterable[NodeInfo]) -> _Static:
+    def replacing(self, changed: Iterable[NodeInfo]) -> StaticIndex:
         """The same node set with some nodes' facts replaced: O(changed nodes) index upkeep
         instead of sorting and indexing every node again. The memo is shared (see
         Snapshot.sharing_static_caches for when that is sound)."""
-        new = object.__new__(_Static)
+        new = object.__new__(StaticIndex)
         order = list(self.order)
         services = dict(self.service_nodes)
         for node in changed:
@@ -362,43 +362,47 @@ class Snapshot:
 
     nodes: tuple[NodeInfo, ...]
     reservations: ReservationView = EMPTY_VIEW
-    _static: _Static = field(init=False, repr=False, compare=False)
+    # Request-independent facts of the base nodes, shared by every overlay of them (read-only
+    # for the engine, filters and scorers; only the snapshot builds one).
+    static: StaticIndex = field(init=False, repr=False, compare=False)
     # A tuple, except inside place_many_from, which overlays its batch on a private list.
     _effective: Sequence[NodeInfo] = field(init=False, repr=False, compare=False)
     # Spread group -> positions of nodes where reservations hold members of it (the base's own
-    # placements are in _static.service_nodes), so spreading never scans the whole ledger.
-    _reserved_groups: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
+    # placements are in static.service_nodes), so spreading never scans the whole ledger.
+    reserved_groups: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
-        static = _Static(self.nodes)
-        object.__setattr__(self, "_static", static)
+        static = StaticIndex(self.nodes)
+        object.__setattr__(self, "static", static)
         object.__setattr__(self, "_effective", _overlay(static, static.order, self.reservations))
-        object.__setattr__(self, "_reserved_groups", _groups_of(static, self.reservations))
+        object.__setattr__(self, "reserved_groups", _groups_of(static, self.reservations))
 
     @classmethod
-    def _assemble(cls, nodes: tuple[NodeInfo, ...], view: ReservationView, static: _Static,
+    def _assemble(cls, nodes: tuple[NodeInfo, ...], view: ReservationView, static: StaticIndex,
                   effective: Sequence[NodeInfo], reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
         # Skips __post_init__: the caller brings a static index it already has.
         snap = object.__new__(cls)
         object.__setattr__(snap, "nodes", nodes)
         object.__setattr__(snap, "reservations", view)
-        object.__setattr__(snap, "_static", static)
+        object.__setattr__(snap, "static", static)
         object.__setattr__(snap, "_effective", effective)
-        object.__setattr__(snap, "_reserved_groups", reserved_groups)
+        object.__setattr__(snap, "reserved_groups", reserved_groups)
         return snap
 
     @classmethod
-    def _derive(cls, base: Snapshot, view: ReservationView, effective: Sequence[NodeInfo],
-                reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
-        # The static index is reused, so an overlay costs O(nodes) copies only.
-        return cls._assemble(base.nodes, view, base._static, effective, reserved_groups)
+    def derive(cls, base: Snapshot, view: ReservationView, effective: Sequence[NodeInfo],
+               reserved_groups: Mapping[str, frozenset[int]]) -> Snapshot:
+        """`base`'s nodes seen through `view`, whose folded-in nodes (`effective`) and spread
+        groups the caller computed (the engine's batch overlay); the static index is reused, so
+        an overlay costs O(nodes) copies only."""
+        return cls._assemble(base.nodes, view, base.static, effective, reserved_groups)
 
     def replacing(self, changed: Sequence[NodeInfo]) -> Snapshot:
         """This snapshot's node set with some nodes' facts replaced (every id must already be in
         it), without reservations; shares the static-verdict memo, so the caller must refresh
         the verdicts of nodes whose static facts changed (refresh_static_verdicts)."""
-        static = self._static.replacing(changed)
+        static = self.static.replacing(changed)
         return Snapshot._assemble(static.order, EMPTY_VIEW, static, static.order, {})
 
     def sharing_static_caches(self, caches: dict[Any, Any]) -> Snapshot:
@@ -406,13 +410,13 @@ class Snapshot:
         snapshots). Only for a caller that knows the node set and every node's static facts
         (readiness, cordon, labels, taints, runtimes) are the same as when `caches` was filled:
         capacity may differ, static verdicts cannot."""
-        self._static.caches = caches
+        self.static.caches = caches
         return self
 
     def with_reservations(self, view: ReservationView) -> Snapshot:
         """Same base nodes seen through ``view`` (replaces, never stacks, any earlier overlay)."""
-        return Snapshot._derive(self, view, _overlay(self._static, self._static.order, view),
-                                _groups_of(self._static, view))
+        return Snapshot.derive(self, view, _overlay(self.static, self.static.order, view),
+                                _groups_of(self.static, view))
 
     @property
     def effective(self) -> Sequence[NodeInfo]:
@@ -420,22 +424,22 @@ class Snapshot:
         return self._effective
 
     def node(self, node_id: str) -> NodeInfo | None:
-        i = self._static.by_id.get(node_id)
+        i = self.static.by_id.get(node_id)
         return None if i is None else self._effective[i]
 
     def base_node(self, node_id: str) -> NodeInfo | None:
-        i = self._static.by_id.get(node_id)
-        return None if i is None else self._static.order[i]
+        i = self.static.by_id.get(node_id)
+        return None if i is None else self.static.order[i]
 
     @property
     def ids(self) -> tuple[str, ...]:
-        return tuple(n.id for n in self._static.order)
+        return tuple(n.id for n in self.static.order)
 
     def __len__(self) -> int:
         return len(self._effective)
 
 
-def _groups_of(static: _Static, view: ReservationView) -> dict[str, frozenset[int]]:
+def _groups_of(static: StaticIndex, view: ReservationView) -> dict[str, frozenset[int]]:
     groups: dict[str, set[int]] = {}
     for node_id, reserved in view.by_node.items():
         i = static.by_id.get(node_id)
@@ -446,7 +450,7 @@ def _groups_of(static: _Static, view: ReservationView) -> dict[str, frozenset[in
     return {k: frozenset(v) for k, v in groups.items()}
 
 
-def _overlay(static: _Static, order: tuple[NodeInfo, ...], view: ReservationView) -> tuple[NodeInfo, ...]:
+def _overlay(static: StaticIndex, order: tuple[NodeInfo, ...], view: ReservationView) -> tuple[NodeInfo, ...]:
     if not view:
         return order
     effective = list(order)

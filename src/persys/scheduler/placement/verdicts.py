@@ -12,109 +12,20 @@ copying and aggregating the rejections it walked past than deciding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .framework import Filter, PlacementContext
+from .nodebits import NodeBits, bits_of, positions
 from .snapshot import NodeInfo, WorkloadRequest
 from .status import Status, fmt_amount
-
-_BYTE_POSITIONS = tuple(tuple(j for j in range(8) if b >> j & 1) for b in range(256))
-
-
-def positions(bits: int) -> list[int]:
-    """Indices of the set bits, ascending (a byte at a time: sparse and dense sets are cheap)."""
-    out: list[int] = []
-    if bits <= 0:
-        return out
-    for k, byte in enumerate(bits.to_bytes((bits.bit_length() + 7) // 8, "little")):
-        if byte:
-            base = 8 * k
-            out.extend([base + j for j in _BYTE_POSITIONS[byte]])
-    return out
-
-
-def bits_of(indices: Iterable[int], n: int) -> int:
-    """The bit set with exactly these indices (< n) set, built in O(n) rather than O(n^2/64)."""
-    buf = bytearray((n + 7) // 8)
-    for i in indices:
-        buf[i >> 3] |= 1 << (i & 7)
-    return int.from_bytes(buf, "little")
-
-
-def range_bits(start: int, last: int, n: int) -> int:
-    """Positions start..last inclusive, wrapping past n - 1 to 0 when last < start."""
-    between = ((1 << (last + 1)) - 1) ^ ((1 << start) - 1)
-    return between if start <= last else ((1 << n) - 1) ^ between
-
-
-class LabelBits:
-    """The nodes carrying each value of one label key (None: nodes without the key)."""
-
-    __slots__ = ("by_value", "key")
-
-    def __init__(self, key: str, order: Sequence[NodeInfo]) -> None:
-        self.key = key
-        found: dict[str | None, list[int]] = {}
-        for i, node in enumerate(order):
-            found.setdefault(node.labels.get(key), []).append(i)
-        n = len(order)
-        self.by_value: dict[str | None, int] = {v: bits_of(members, n) for v, members in found.items()}
-
-    def refresh(self, i: int, node: NodeInfo) -> None:
-        bit = 1 << i
-        for value, bits in list(self.by_value.items()):
-            if bits & bit:
-                self.by_value[value] = bits ^ bit
-        value = node.labels.get(self.key)
-        self.by_value[value] = self.by_value.get(value, 0) | bit
-
-
-class NodeBits:
-    """What a filter's optional ``static_groups`` sees: the node count and, per label key, which
-    nodes carry which value (built on first use and memoised with the verdicts)."""
-
-    __slots__ = ("_cache", "_order", "all", "n")
-
-    def __init__(self, order: Sequence[NodeInfo], cache: dict[Any, Any]) -> None:
-        self._order = order
-        self._cache = cache
-        self.n = len(order)
-        self.all = (1 << self.n) - 1
-
-    def label(self, key: str) -> dict[str | None, int]:
-        hit = self._cache.get(("label_bits", key))
-        if hit is None:
-            hit = self._cache[("label_bits", key)] = LabelBits(key, self._order)
-        index: LabelBits = hit
-        return index.by_value
-
-    def first_unmet(self, checks: Iterable[tuple[Status, int]]) -> dict[Status, int]:
-        """Each node's first failed check, for checks given in order as (the Status of failing
-        it, the nodes meeting it): Status -> the nodes for which that check is the first unmet."""
-        groups: dict[Status, int] = {}
-        remaining = self.all
-        for status, meeting in checks:
-            failing = remaining & ~meeting
-            if failing:
-                groups[status] = failing
-                remaining &= meeting
-        return groups
-
-    def matching(self, key: str, accepts: Callable[[str | None], bool]) -> int:
-        """The nodes whose value of ``key`` (None when absent) ``accepts`` says yes to."""
-        found = 0
-        for value, bits in self.label(key).items():
-            if accepts(value):
-                found |= bits
-        return found
 
 
 class FilterVerdicts:
     """One static filter's verdict on every node under one static key: Status -> nodes.
 
-    A filter may compute its verdict for all nodes at once with an optional
-    ``static_groups(request, nodes: NodeBits) -> dict[Status, int]`` (the label filters do, from
+    A filter may compute its verdict for all nodes at once with
+    ``static_groups(request, nodes: NodeBits) -> dict[Status, int] | None`` (the label filters do, from
     the label index); otherwise it is asked node by node. A changed node is always re-asked with
     ``check``, so both forms must agree (a property test holds them to it)."""
 
@@ -125,9 +36,8 @@ class FilterVerdicts:
         self.filter = filter_
         self.request = request  # any request with this static key: what refresh() checks against
         self.groups: dict[Status, int] = {}
-        in_bulk = getattr(filter_, "static_groups", None)
-        if in_bulk is not None:
-            bulk: dict[Status, int] = in_bulk(request, NodeBits(order, ctx.snapshot._static.caches))
+        bulk = filter_.static_groups(request, NodeBits(order, ctx.snapshot.static.caches))
+        if bulk is not None:
             self.groups = {status: bits for status, bits in bulk.items() if bits}
             return
         found: dict[Status, list[int]] = {}

@@ -1,0 +1,95 @@
+"""Routes the gateway serves by calling a node's agent over mutual TLS: logs and image upload."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from persys.agent.service import fetch_logs, send_image
+from persys.client import SchedulerClient
+from persys.gateway.body_limit import BodyTooLarge
+from persys.gateway.routes.common import NodeId, WorkloadId
+from persys.gateway.schemas import AGENT_ERRORS, IMAGE_BODY, INSTANCE_ID, SCHEDULER_ERRORS, TOO_LARGE, ImageKind
+from persys.tlsfiles import TLSFiles
+
+
+def _error(message: str, status_code: int) -> JSONResponse:
+    return JSONResponse({"error": message, "problems": []}, status_code=status_code)
+
+
+async def _logs(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id: str, instance: str,
+                tail: int) -> JSONResponse:
+    view = await client.get_workload(workload_id)
+    if not instance and not view["instances"]:
+        return _error(f"{workload_id} has no instances", 404)
+    inst = instance or view["instances"][0]["instance"]
+    match = [i for i in view["instances"] if i["instance"] == inst]
+    if not match:
+        return _error(f"{workload_id} has no instance {inst}", 404)
+    node_id = match[0]["node"]
+    if not node_id:
+        return _error(f"{inst} is not placed on any node ({match[0]['reason']})", 409)
+    node = await client.get_node(node_id)
+    if not node.get("address") or agent_tls is None:
+        return _error(f"the agent on {node_id} serves no logs endpoint", 501)
+    try:
+        text = await fetch_logs(node["address"], agent_tls, inst, tail)
+    except grpc.aio.AioRpcError as err:
+        return _error(f"agent on {node_id}: {err.details()}", 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502)
+    return JSONResponse({"instance": inst, "node": node_id, "text": text})
+
+
+async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, node_id: str,
+                      kind: str, name: str) -> JSONResponse:
+    node = await client.get_node(node_id)
+    if not node.get("address") or agent_tls is None:
+        return _error(f"the agent on {node_id} serves no image endpoint", 501)
+
+    too_large: list[BodyTooLarge] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for piece in request.stream():  # counted against the image limit by BodyLimit
+                if piece:
+                    yield piece
+        except BodyTooLarge as err:
+            too_large.append(err)
+            raise  # gRPC cancels the upload; the agent deletes what it spooled
+
+    try:
+        detail = await send_image(node["address"], agent_tls, kind, name, body())
+    except asyncio.CancelledError:
+        if too_large:  # the cancellation is the upload's, not this request's
+            raise too_large[0] from None
+        raise
+    except grpc.aio.AioRpcError as err:
+        codes = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.RESOURCE_EXHAUSTED: 413}
+        return _error(f"agent on {node_id}: {err.details()}", codes.get(err.code(), 502))
+    return JSONResponse({"node": node_id, "detail": detail})
+
+
+def agent_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/workloads/{workload_id}/logs", tags=["workloads"],
+                responses={**SCHEDULER_ERRORS, **AGENT_ERRORS})
+    async def logs(workload_id: str = WorkloadId,
+                   instance: str = Query("", pattern=f"^$|{INSTANCE_ID}", description="empty: the first instance"),
+                   tail: int = Query(100, ge=1, le=10_000)) -> JSONResponse:
+        """The tail of an instance's output, fetched from its node's agent over mutual TLS."""
+        return await _logs(client, agent_tls, workload_id, instance, tail)
+
+    @router.post("/v1/nodes/{node_id}/images", tags=["nodes"], openapi_extra=IMAGE_BODY,
+                 responses={**SCHEDULER_ERRORS, **TOO_LARGE, **AGENT_ERRORS})
+    async def load_image(request: Request, node_id: str = NodeId, kind: ImageKind = "docker",
+                         name: str = Query("", max_length=255)) -> JSONResponse:
+        """Put an image on a node (the body is the file, streamed through to the node's disk): kind docker
+        (a `docker save` tarball), rootfs (a filesystem tarball imported as `name`), or disk / kernel / initrd
+        for VMs (registered as `name`)."""
+        return await _load_image(client, agent_tls, request, node_id, kind, name)
+
+    return router

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from persys.agent.agent import Agent, AgentConfig
+from persys.agent.link import GrpcLink
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
 from persys.scheduler.core import WorkloadReport
@@ -77,9 +78,11 @@ async def test_agent_reopens_its_desired_state_stream_for_a_full_set(
     """After a disconnection stop the agent may cancel its own WatchAssignments call (real gRPC:
     the stream ends in CancelledError) to get a full set: the loop goes on and one arrives."""
     _sched, agent, _seen = cluster
-    await until(lambda: agent._full_set_at is not None and agent._watch_call is not None)
+    link = agent.link
+    assert isinstance(link, GrpcLink)
+    await until(lambda: agent._full_set_at is not None and link._watch_call is not None)
     first = agent._full_set_at
     watch = next(t for t in agent._tasks if t.get_name() == "agent-watch")
-    agent._reopen_watch()
+    link.reopen_watch()
     await until(lambda: agent._full_set_at != first)
     assert not watch.done()

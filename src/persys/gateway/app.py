@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from persys import __version__
-from persys.agent.service import fetch_logs, send_image
+from persys.agent_client import fetch_logs, send_image
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import bodies
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge

@@ -98,6 +98,9 @@ class LinkOptions:
     heartbeat_interval: float = 0.0  # fixed interval; 0 = as the scheduler says at registration
     register_timeout: float = 10.0
     register_gate: asyncio.Semaphore | None = None  # bounds concurrent registrations (hollow nodes)
+    # Share of an interval the first heartbeat waits after registering: nodes started together
+    # in one process (hollow nodes) spread their heartbeats instead of sending them in step.
+    heartbeat_phase: float = 0.0
     # Opens a channel to a replica; None = `dial` with the link's TLS files. A channel from a
     # given factory is shared (hollow nodes multiplex over a few) and never closed here.
     channel_factory: Callable[[str], grpc.aio.Channel] | None = None
@@ -317,6 +320,8 @@ class GrpcLink:
 
     async def _heartbeat_loop(self) -> None:
         await self._registered.wait()
+        if self.options.heartbeat_phase > 0:
+            await asyncio.sleep(self.options.heartbeat_phase * self._heartbeat_interval)
         while True:
             req = self.handler.heartbeat_request()
             self._heartbeat_now.clear()

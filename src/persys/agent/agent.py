@@ -315,7 +315,6 @@ class Agent:
         await asyncio.to_thread(persist)
         self._wake.set()
 
-
     # ------------------------------------------------------------------ local reconciliation
 
     async def _reconcile_loop(self) -> None:
@@ -375,6 +374,9 @@ class Agent:
     async def reconcile_once(self) -> Observed:
         """Drive local runtimes toward the desired set; returns what is observed afterwards."""
         observed = await self._observe()
+        # The desired set and the runtimes are replaced (never changed in place) when new ones
+        # arrive: the actions are carried out against those they were decided on.
+        desired, runtimes = self.desired, self.runtimes
         p = plan.plan(self.snapshot(observed, time.monotonic()))
         await self._record_disconnect(p)
         self.failures, self._orphans = p.failures, p.orphans
@@ -383,7 +385,13 @@ class Agent:
                 self._kept_logged.add(wid)
                 log.warning("keeping %s as it is: its desired spec is unreadable here", wid)
         for action in p.actions:
-            await self._execute(action, observed)
+            wid = action.workload_id
+            if action.kind == "start":
+                await self._start(action, desired[wid], runtimes[action.runtime])
+            elif action.kind == "stop":
+                await runtimes[action.runtime].stop(wid)
+            else:
+                await self._remove(action, observed[wid][0])
         return await self._observe() if p.actions else observed
 
     async def _record_disconnect(self, p: plan.Plan) -> None:
@@ -399,27 +407,22 @@ class Agent:
             await asyncio.to_thread(self.local.clear_disconnect_stops, list(v.release))
         self.fenced, self._resume = p.fenced, p.resume
 
-    async def _execute(self, action: plan.Action, observed: Observed) -> None:
+    async def _remove(self, action: plan.Action, rt: Runtime) -> None:
         wid = action.workload_id
-        if action.kind == "stop":
-            await self.runtimes[action.runtime].stop(wid)
-        elif action.kind == "start":
-            await self._start(action)
+        if action.orphan_for is not None:
+            log.warning("removing orphan %s: unknown to the scheduler for %.0fs", wid, action.orphan_for)
         else:
-            if action.orphan_for is not None:
-                log.warning("removing orphan %s: unknown to the scheduler for %.0fs", wid, action.orphan_for)
-            else:
-                log.info("removing %s: no longer desired on this node", wid)
-            await observed[wid][0].remove(wid)
-            self._orphans.pop(wid, None)
-            self.failures.pop(wid, None)
-            self.restarts.pop(wid, None)
+            log.info("removing %s: no longer desired on this node", wid)
+        await rt.remove(wid)
+        self._orphans.pop(wid, None)
+        self.failures.pop(wid, None)
+        self.restarts.pop(wid, None)
 
-    async def _start(self, action: plan.Action) -> None:
+    async def _start(self, action: plan.Action, d: Desired, rt: Runtime) -> None:
         wid = action.workload_id
-        d, prev, now = self.desired[wid], self.failures.get(wid), time.monotonic()
+        prev, now = self.failures.get(wid), time.monotonic()
         try:
-            await self.runtimes[action.runtime].start(RuntimeWorkload(wid, d.revision, d.generation, d.spec))
+            await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,

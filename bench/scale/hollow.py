@@ -1,19 +1,21 @@
-"""Hollow agents: thousands of simulated nodes in one process, speaking the real agent protocol.
+"""Hollow agents: thousands of simulated nodes in one process, on the real agent link.
 
-Like Kubernetes' kubemark "hollow nodes": every simulated node registers, heartbeats, holds its
-own WatchAssignments stream (asking for deltas), sends heartbeats and reports on its own
-StreamUpdates stream exactly as `persys.agent.agent.Agent` does, but
-runs nothing. On every DesiredState it immediately reports WORKLOAD_STATE_RUNNING for each
-assigned workload (complete=true). Differences from the real agent, on purpose:
+Like Kubernetes' kubemark "hollow nodes": every simulated node speaks to the scheduler through
+the agent's own link (`persys.agent.link.GrpcLink`: registration, heartbeats and reports on its
+StreamUpdates stream with their acknowledgements, its WatchAssignments stream asking for deltas,
+the acknowledgement deadline), with a fake runtime behind it: on every DesiredState it reports
+WORKLOAD_STATE_RUNNING for each assigned workload at once. Differences from the real agent, on
+purpose:
 
 * one certificate with common name `admin` for the whole process (the scheduler lets `admin`
   act for any node), instead of one `node:<id>` certificate per node: issuing 5,000 leaf
   certificates would dominate the set-up time and measures nothing about the scheduler;
-* nodes are multiplexed over `--channels` mTLS connections (the real agent has one each);
+* nodes are multiplexed over `--channels` mTLS connections (the link's channel factory; the
+  real agent has one each), and registrations are bounded by `--register-concurrency`;
 * spec_json is not parsed, nothing is persisted locally, and there is no periodic complete
   report unless `--report-interval` is set (the real agent sends one at least every 10 s);
 * the heartbeat interval comes from `--heartbeat-interval` (default 10 s), not from the
-  scheduler's RegisterNodeResponse (3 s);
+  scheduler's RegisterNodeResponse (3 s), and each node's first heartbeat is offset within it;
 * long-lived objects are frozen out of the garbage collector's way every second (the
   scheduler's own HeapGuard), so that this process's collections do not show up as latency.
 
@@ -36,7 +38,7 @@ import os
 import signal
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,28 +47,13 @@ from mix import node_profile
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.agent.link import GrpcLink, LinkOptions
 from persys.scheduler.heap import HeapGuard
 from persys.scheduler.stalls import StallWatchdog
 from persys.security.grpc_tls import channel_credentials
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger("hollow")
-
-
-@dataclass
-class HollowNode:
-    index: int
-    node_id: str
-    stub: pb_grpc.AgentControlStub
-    request: pb.RegisterNodeRequest
-    desired: dict[str, tuple[str, int]] = field(default_factory=dict)  # workload -> (revision, generation)
-    synced: bool = False
-    reporting: bool = False
-    dirty: bool = False
-    updates: Any = None  # the open StreamUpdates call (heartbeats and reports), as the agent keeps one
-    hb_sent: collections.deque[float] = field(default_factory=collections.deque)  # unanswered heartbeats
-    unreported: set[str] | None = None  # changed since the last report; None: send a complete one
 
 
 @dataclass
@@ -92,6 +79,156 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
+class HollowNode:
+    """One simulated node: the link's handler, with a fake runtime that runs whatever it is given."""
+
+    def __init__(self, hollow: Hollow, index: int, channel: grpc.aio.Channel, gate: asyncio.Semaphore) -> None:
+        self.hollow = hollow
+        self.index = index
+        p = node_profile(index)
+        self.node_id = p.node_id
+        self.request = pb.RegisterNodeRequest(
+            node_id=p.node_id,
+            address=f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}",
+            agent_version=f"{__version__}+hollow",
+            capabilities=pb.NodeCapabilities(
+                runtimes=[
+                    pb.RuntimeCapability(workload_type="container", version="24.0.0-hollow", features=["cgroups:v2"]),
+                    pb.RuntimeCapability(workload_type="process", version="hollow", features=["cgroups:v2"]),
+                ],
+                storage_drivers=["local"],
+                cpu_millicores=p.cpu_millicores,
+                memory_mb=p.memory_mb,
+                disk_mb=p.disk_mb,
+            ),
+            labels=p.labels,
+            taints=[pb.Taint(key=k, value=v, effect=e) for k, v, e in p.taints],
+        )
+        self.desired: dict[str, tuple[str, int]] = {}  # workload -> (revision, generation)
+        self.ever_registered = False
+        self.synced = False
+        self.reporting = False
+        self.dirty = False
+        self.unreported: set[str] | None = None  # changed since the last report; None: send a complete one
+        options = LinkOptions(heartbeat_interval=hollow.args.heartbeat_interval, register_timeout=60.0,
+                              register_gate=gate, heartbeat_phase=(index * 0.6180339887) % 1.0,
+                              channel_factory=lambda _target: channel)
+        self.link = GrpcLink(self.node_id, [hollow.args.scheduler], None, self, options)
+
+    # ------------------------------------------------------------------ LinkHandler
+
+    def register_request(self) -> pb.RegisterNodeRequest:
+        return self.request
+
+    def heartbeat_request(self) -> pb.HeartbeatRequest | None:
+        if self.hollow.paused:
+            return None
+        return pb.HeartbeatRequest(
+            node_id=self.node_id,
+            usage=pb.NodeUsage(cpu_percent=1.0, memory_used_mb=256, disk_used_mb=1024, workloads=len(self.desired)),
+        )
+
+    def on_registered(self, resp: pb.RegisterNodeResponse) -> None:
+        h = self.hollow
+        if self.ever_registered:
+            return
+        self.ever_registered = True
+        h.c.registered += 1
+        if h.c.registered == len(h.nodes):
+            h.register_done = time.monotonic()
+        if h.args.report_interval > 0:
+            h.spawn(self._periodic_reports())
+
+    def on_heartbeat_answer(self, resp: pb.HeartbeatResponse, sent: float | None) -> None:
+        h = self.hollow
+        h.c.heartbeats_ok += 1
+        if sent is not None:
+            h.hb_latency.append(time.monotonic() - sent)
+        if resp.reregister:
+            h.c.reregisters += 1
+
+    def on_new_stream(self) -> None:
+        self.unreported = None  # a new stream starts with a complete report, as the agent's does
+
+    def on_call_failed(self, call: str, err: grpc.aio.AioRpcError) -> None:
+        h = self.hollow
+        counter = {"register": "register_errors", "heartbeat": "heartbeat_errors", "report": "report_errors"}
+        name = counter.get(call, "stream_errors")
+        setattr(h.c, name, getattr(h.c, name) + 1)
+        h.errors_by_code[f"{call} {err.code().name}"] += 1
+        h.c.last_error = f"{call} {self.node_id}: {err.code().name} {err.details()}"
+
+    async def accept_desired(self, ds: pb.DesiredState) -> None:
+        h = self.hollow
+        now = time.monotonic()
+        if not self.synced:
+            self.synced = True
+            h.c.streams_ready += 1
+        h.c.desired_msgs += 1
+        h.c.desired_items += len(ds.workloads)
+        if ds.full:  # otherwise a delta: changed workloads plus `removed`
+            self.desired = {}
+            self.unreported = None
+        if ds.removed:
+            self.unreported = None  # something is gone: the next report is complete, as the agent's is
+        for wid in ds.removed:
+            self.desired.pop(wid, None)
+        for a in ds.workloads:
+            wid = a.workload_id
+            h.received(wid, now)
+            self.desired[wid] = (a.revision, a.generation)
+            if self.unreported is not None:
+                self.unreported.add(wid)
+        self._schedule_report()
+
+    # ------------------------------------------------------------------ the fake runtime's reports
+
+    def _schedule_report(self) -> None:
+        if self.reporting:
+            self.dirty = True  # coalesce: the running report loop sends the latest set again
+            return
+        self.reporting = True
+        self.hollow.spawn(self._report())
+
+    async def _report(self) -> None:
+        h = self.hollow
+        try:
+            while not h.stopping.is_set():
+                self.dirty = False
+                # Like the agent: only what changed, or everything when a complete report is due.
+                complete = self.unreported is None
+                wids = list(self.desired) if complete else [w for w in self.unreported or () if w in self.desired]
+                self.unreported = set()
+                req = pb.ReportStatusRequest(
+                    node_id=self.node_id,
+                    workloads=[
+                        pb.WorkloadReport(
+                            workload_id=wid, revision=self.desired[wid][0], generation=self.desired[wid][1],
+                            state=pb.WORKLOAD_STATE_RUNNING, runtime_id=f"hollow-{wid}",
+                        )
+                        for wid in wids
+                    ],
+                    complete=complete,
+                )
+                if await self.link.report(req):
+                    h.c.reports_ok += 1
+                else:
+                    self.unreported = None
+                    self.dirty = True
+                    await asyncio.sleep(1.0)
+                if not self.dirty:
+                    return
+        finally:
+            self.reporting = False
+
+    async def _periodic_reports(self) -> None:
+        while True:
+            await asyncio.sleep(self.hollow.args.report_interval)
+            if self.synced:
+                self.unreported = None  # the periodic report is a complete one
+                self._schedule_report()
+
+
 class Hollow:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -115,9 +252,10 @@ class Hollow:
             )
             for i in range(max(1, args.channels))
         ]
-        stubs = [pb_grpc.AgentControlStub(c) for c in self.channels]
-        self.nodes = [self._node(args.offset + i, stubs[i % len(stubs)]) for i in range(args.nodes)]
+        gate = asyncio.Semaphore(max(1, args.register_concurrency))
         self.c = Counters()
+        self.nodes = [HollowNode(self, args.offset + i, self.channels[i % len(self.channels)], gate)
+                      for i in range(args.nodes)]
         self.first_seen: dict[str, float] = {}
         self.waiters: dict[str, list[asyncio.Future[float]]] = {}
         self.hb_latency: list[float] = []
@@ -125,233 +263,22 @@ class Hollow:
         self.paused = False
         self.register_started = 0.0
         self.register_done = 0.0
-        self._tasks: list[asyncio.Task[None]] = []
+        self._links: list[asyncio.Task[None]] = []
         self._bg: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
 
-    @staticmethod
-    def _node(i: int, stub: pb_grpc.AgentControlStub) -> HollowNode:
-        p = node_profile(i)
-        req = pb.RegisterNodeRequest(
-            node_id=p.node_id,
-            address=f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}",
-            agent_version=f"{__version__}+hollow",
-            capabilities=pb.NodeCapabilities(
-                runtimes=[
-                    pb.RuntimeCapability(workload_type="container", version="24.0.0-hollow", features=["cgroups:v2"]),
-                    pb.RuntimeCapability(workload_type="process", version="hollow", features=["cgroups:v2"]),
-                ],
-                storage_drivers=["local"],
-                cpu_millicores=p.cpu_millicores,
-                memory_mb=p.memory_mb,
-                disk_mb=p.disk_mb,
-            ),
-            labels=p.labels,
-            taints=[pb.Taint(key=k, value=v, effect=e) for k, v, e in p.taints],
-        )
-        return HollowNode(i, p.node_id, stub, req)
-
-    # ------------------------------------------------------------------ per-node protocol
-
-    async def _register(self, node: HollowNode, sem: asyncio.Semaphore | None = None) -> None:
-        delay = 0.2
-        while True:
-            try:
-                if sem is not None:
-                    async with sem:
-                        await node.stub.RegisterNode(node.request, timeout=60)
-                else:
-                    await node.stub.RegisterNode(node.request, timeout=60)
-                return
-            except grpc.aio.AioRpcError as err:
-                self.c.register_errors += 1
-                self.c.last_error = f"register {node.node_id}: {err.code().name} {err.details()}"
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    async def _run_node(self, node: HollowNode, sem: asyncio.Semaphore) -> None:
-        try:
-            await self._register(node, sem)
-        except Exception as err:  # visible to the driver through stats, never silently lost
-            self.c.register_errors += 1
-            self.c.last_error = f"register {node.node_id}: {err!r}"
+    def received(self, wid: str, now: float) -> None:
+        """First receipt of a workload by any node (what the driver measures)."""
+        if wid in self.first_seen:
             return
-        self.c.registered += 1
-        if self.c.registered == len(self.nodes):
-            self.register_done = time.monotonic()
-        self._spawn(self._watch(node))
-        self._spawn(self._updates(node))
-        self._spawn(self._heartbeats(node))
-        if self.args.report_interval > 0:
-            self._spawn(self._periodic_reports(node))
-
-    async def _watch(self, node: HollowNode) -> None:
-        delay = 0.2
-        while not self.stopping.is_set():
-            call = node.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=node.node_id, deltas=True))
-            try:
-                async for ds in call:
-                    self._on_desired(node, ds)
-                    delay = 0.2
-            except grpc.aio.AioRpcError as err:
-                if self.stopping.is_set() or err.code() == grpc.StatusCode.CANCELLED:
-                    return
-                self.c.stream_errors += 1
-                self.c.last_error = f"watch {node.node_id}: {err.code().name} {err.details()}"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def _updates(self, node: HollowNode) -> None:
-        """The node's StreamUpdates call: heartbeats and reports are written to it; heartbeat
-        acknowledgements come back in order (their latency is measured from the write)."""
-        delay = 0.2
-        while not self.stopping.is_set():
-            call = node.stub.StreamUpdates()
-            node.updates = call
-            try:
-                async for ack in call:
-                    delay = 0.2
-                    if node.hb_sent:
-                        self.c.heartbeats_ok += 1
-                        self.hb_latency.append(time.monotonic() - node.hb_sent.popleft())
-                    if ack.heartbeat.reregister:
-                        self.c.reregisters += 1
-                        await self._register(node)
-            except grpc.aio.AioRpcError as err:
-                if self.stopping.is_set():
-                    return
-                self.c.stream_errors += 1
-                self.errors_by_code[f"updates {err.code().name}"] += 1
-                self.c.last_error = f"updates {node.node_id}: {err.code().name} {err.details()}"
-            finally:
-                node.updates = None
-                self.c.heartbeat_errors += len(node.hb_sent)  # sent, never answered
-                node.hb_sent.clear()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def _write(self, node: HollowNode, update: pb.AgentUpdate) -> bool:
-        call = node.updates
-        if call is None:
-            return False
-        try:
-            await call.write(update)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
-            return False
-        return True
-
-    def _on_desired(self, node: HollowNode, ds: pb.DesiredState) -> None:
-        now = time.monotonic()
-        if not node.synced:
-            node.synced = True
-            self.c.streams_ready += 1
-        self.c.desired_msgs += 1
-        self.c.desired_items += len(ds.workloads)
-        if ds.full:  # otherwise a delta: changed workloads plus `removed`
-            node.desired = {}
-            node.unreported = None
-        if ds.removed:
-            node.unreported = None  # something is gone: the next report is complete, as the agent's is
-        for wid in ds.removed:
-            node.desired.pop(wid, None)
-        for a in ds.workloads:
-            wid = a.workload_id
-            if wid not in self.first_seen:
-                self.first_seen[wid] = now
-                for fut in self.waiters.pop(wid, ()):
-                    if not fut.done():
-                        fut.set_result(now)
-            node.desired[wid] = (a.revision, a.generation)
-            if node.unreported is not None:
-                node.unreported.add(wid)
-        self._schedule_report(node)
-
-    def _schedule_report(self, node: HollowNode) -> None:
-        if node.reporting:
-            node.dirty = True  # coalesce: the running report loop sends the latest set again
-            return
-        node.reporting = True
-        self._spawn(self._report(node))
-
-    async def _report(self, node: HollowNode) -> None:
-        try:
-            while not self.stopping.is_set():
-                node.dirty = False
-                # Like the agent: only what changed, or everything when a complete report is due.
-                complete = node.unreported is None
-                wids = list(node.desired) if complete else [w for w in node.unreported or () if w in node.desired]
-                node.unreported = set()
-                req = pb.ReportStatusRequest(
-                    node_id=node.node_id,
-                    workloads=[
-                        pb.WorkloadReport(
-                            workload_id=wid, revision=node.desired[wid][0], generation=node.desired[wid][1],
-                            state=pb.WORKLOAD_STATE_RUNNING, runtime_id=f"hollow-{wid}",
-                        )
-                        for wid in wids
-                    ],
-                    complete=complete,
-                )
-                try:
-                    if not await self._write(node, pb.AgentUpdate(report=req)):
-                        await node.stub.ReportStatus(req, timeout=60)
-                    self.c.reports_ok += 1
-                except grpc.aio.AioRpcError as err:
-                    node.unreported = None
-                    self.c.report_errors += 1
-                    self.errors_by_code[f"report {err.code().name}"] += 1
-                    self.c.last_error = f"report {node.node_id}: {err.code().name} {err.details()}"
-                    node.dirty = True
-                    await asyncio.sleep(1.0)
-                if not node.dirty:
-                    return
-        finally:
-            node.reporting = False
-
-    async def _periodic_reports(self, node: HollowNode) -> None:
-        while True:
-            await asyncio.sleep(self.args.report_interval)
-            if node.synced:
-                node.unreported = None  # the periodic report is a complete one
-                self._schedule_report(node)
-
-    async def _heartbeats(self, node: HollowNode) -> None:
-        interval = self.args.heartbeat_interval
-        # Spread the nodes evenly over one interval, on an absolute schedule.
-        next_t = time.monotonic() + interval * ((node.index * 0.6180339887) % 1.0)
-        while True:
-            now = time.monotonic()
-            if next_t > now:
-                await asyncio.sleep(next_t - now)
-            next_t = max(next_t + interval, time.monotonic() - interval)
-            if self.paused:
-                continue
-            req = pb.HeartbeatRequest(
-                node_id=node.node_id,
-                usage=pb.NodeUsage(cpu_percent=1.0, memory_used_mb=256, disk_used_mb=1024,
-                                   workloads=len(node.desired)),
-            )
-            t0 = time.monotonic()
-            node.hb_sent.append(t0)
-            if await self._write(node, pb.AgentUpdate(heartbeat=req)):
-                continue  # answered on the update stream
-            node.hb_sent.pop()
-            try:
-                resp = await node.stub.Heartbeat(req, timeout=10)
-            except grpc.aio.AioRpcError as err:
-                self.c.heartbeat_errors += 1
-                self.errors_by_code[f"heartbeat {err.code().name}"] += 1
-                self.c.last_error = f"heartbeat {node.node_id}: {err.code().name} {err.details()}"
-                continue
-            self.c.heartbeats_ok += 1
-            self.hb_latency.append(time.monotonic() - t0)
-            if resp.reregister:
-                self.c.reregisters += 1
-                await self._register(node)
+        self.first_seen[wid] = now
+        for fut in self.waiters.pop(wid, ()):
+            if not fut.done():
+                fut.set_result(now)
 
     # ------------------------------------------------------------------ plumbing
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
@@ -434,10 +361,9 @@ class Hollow:
             loop.add_signal_handler(sig, self.stopping.set)
         server = await asyncio.start_unix_server(self._client, path=self.args.control)
         print(f"hollow ready: {len(self.nodes)} nodes over {len(self.channels)} channels", flush=True)
-        sem = asyncio.Semaphore(max(1, self.args.register_concurrency))
         self.register_started = time.monotonic()
         for node in self.nodes:
-            self._spawn(self._run_node(node, sem))
+            self._links += node.link.start()
         # Thousands of nodes' streams and state are millions of long-lived objects: without this,
         # a full garbage collection now and then stops this process for 40-100 ms, and the probe
         # that was being delivered meanwhile shows it as scheduler latency. The same guard as
@@ -457,10 +383,11 @@ class Hollow:
             if stalls is not None:
                 await stalls.stop()
             server.close()
-            for t in list(self._bg):
+            tasks = [*self._links, *self._bg]
+            for t in tasks:
                 t.cancel()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.gather(*self._bg, return_exceptions=True), timeout=5)
+                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=5)
             for ch in self.channels:
                 with contextlib.suppress(Exception):
                     await ch.close(grace=None)

@@ -62,12 +62,12 @@ async def _agent(tmp_path: Path, rt: FakeRuntime) -> Agent:
 async def test_instance_listed_with_an_unreadable_spec_is_kept(tmp_path: Path) -> None:
     rt = FakeRuntime(["quarantined", "stray"])
     agent = await _agent(tmp_path, rt)
-    await agent._accept_desired(_full("quarantined"))
+    await agent.accept_desired(_full("quarantined"))
     await agent.reconcile_once()
     await agent.reconcile_once()
     assert rt.removed == ["stray"] and rt.running == {"quarantined"}
 
-    await agent._accept_desired(pb.DesiredState(mode="normal", removed=["quarantined"]))  # deleted
+    await agent.accept_desired(pb.DesiredState(mode="normal", removed=["quarantined"]))  # deleted
     await agent.reconcile_once()
     assert rt.removed == ["stray", "quarantined"]
     agent.local.close()
@@ -80,10 +80,10 @@ async def test_unreadable_local_record_is_kept_until_the_scheduler_drops_it(tmp_
     local.close()
     rt = FakeRuntime(["old"])
     agent = await _agent(tmp_path, rt)
-    await agent._accept_desired(_full("old"))  # still listed (quarantined)
+    await agent.accept_desired(_full("old"))  # still listed (quarantined)
     await agent.reconcile_once()
     assert rt.removed == []
-    await agent._accept_desired(_full())  # no longer listed: gone like any other
+    await agent.accept_desired(_full())  # no longer listed: gone like any other
     await agent.reconcile_once()
     assert rt.removed == ["old"] and "old" not in agent.local.desired()
     agent.local.close()

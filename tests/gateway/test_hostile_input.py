@@ -18,7 +18,7 @@ import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.agent.service import send_image
+from persys.agent_client import send_image
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import ctl, eventually

@@ -110,13 +110,15 @@ class AckClock:
         if self._pending:
             self._pending.pop()
 
-    def answered(self, acknowledged: bool) -> None:
+    def answered(self, acknowledged: bool) -> float | None:
         """The next acknowledgement on the stream; a `reregister` answer is no contact (that
-        replica does not count us alive)."""
-        if self._pending:
-            at = self._pending.popleft()
-            if acknowledged:
-                self.contact(at)
+        replica does not count us alive). Returns the send time of the heartbeat it answers."""
+        if not self._pending:
+            return None
+        at = self._pending.popleft()
+        if acknowledged:
+            self.contact(at)
+        return at
 
     def contact(self, at: float) -> None:
         if self.last_ack is None or at > self.last_ack:

@@ -1,4 +1,9 @@
-"""The agent's own gRPC service (AgentService): data the control plane should not relay."""
+"""The agent's own gRPC service (AgentService): data the control plane should not relay.
+
+It sees the agent through `ServedNode` only (which runtimes may hold an instance, where the
+agent keeps its files), so it imports nothing from the agent loop. The client side of these
+calls is `persys.agent_client`.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +11,59 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
-from persys.agent.runtimes.base import RuntimeFailure
-from persys.model.limits import MiB, human_bytes
-from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, secure_channel, server_credentials
+from persys.agent.runtimes.base import Runtime, RuntimeFailure
+from persys.model.limits import human_bytes
+from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, server_credentials
 from persys.tlsfiles import TLSFiles
-
-if TYPE_CHECKING:
-    from persys.agent.agent import Agent
 
 ALLOWED = {"gateway", "scheduler", "admin"}
 
 
+class ServedNode(Protocol):
+    """What AgentService needs from the agent."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def image_max_bytes(self) -> int: ...
+
+    def log_sources(self, workload_id: str) -> tuple[Sequence[Runtime], bool]:
+        """Runtimes that may hold the instance, and whether it is desired here (if not, a
+        runtime is asked only when it knows the instance)."""
+        ...
+
+
 class AgentServiceImpl(apb_grpc.AgentServiceServicer):
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, node: ServedNode) -> None:
+        self.node = node
 
     async def GetLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext) -> apb.LogsResponse:
         who = peer_identity(context)
         if who not in ALLOWED:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not read logs")
         wid, tail = request.workload_id, request.tail or 100
-        desired = self.agent.desired.get(wid)
-        candidates = [self.agent.runtimes[desired.spec.type]] if desired and desired.spec.type in self.agent.runtimes \
-            else list(self.agent.runtimes.values())
+        candidates, desired = self.node.log_sources(wid)
         for rt in candidates:
             try:
-                if desired is None and await rt.inspect(wid) is None:
+                if not desired and await rt.inspect(wid) is None:
                     continue
                 return apb.LogsResponse(text=await rt.logs(wid, tail), runtime=rt.name)
             except RuntimeFailure as err:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        await context.abort(grpc.StatusCode.NOT_FOUND, f"{wid} is not on node {self.agent.config.node_id}")
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"{wid} is not on node {self.node.node_id}")
         raise AssertionError("unreachable")
 
 
@@ -54,10 +72,10 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
         who = peer_identity(context)
         if who not in ALLOWED:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not load images")
-        spool = self.agent.config.state_dir / "incoming"
+        spool = self.node.state_dir / "incoming"
         spool.mkdir(parents=True, exist_ok=True)
         kind = name = ""
-        received, cap = 0, self.agent.config.image_max_bytes
+        received, cap = 0, self.node.image_max_bytes
         fd, tmp = tempfile.mkstemp(dir=spool)
         try:
             # Streamed to disk chunk by chunk, never whole in memory; the spool file goes in
@@ -71,7 +89,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                                             f"image exceeds the upload limit of {human_bytes(cap)}")
                     await asyncio.to_thread(f.write, chunk.data)
             try:
-                detail = await load_image(kind, name, Path(tmp), self.agent.config.state_dir / "runtimes")
+                detail = await load_image(kind, name, Path(tmp), self.node.state_dir / "runtimes")
             except LoadError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             return apb.ImageResult(name=name, detail=detail)
@@ -80,39 +98,11 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                 os.unlink(tmp)
 
 
-async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
+async def serve(node: ServedNode, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS)
-    apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(agent), server)
+    apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(node), server)
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"agent cannot listen on {listen}")
     await server.start()
     return server, port
-
-
-async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes]) -> str:
-    """Stream an image to a node's agent as it arrives, in messages of about 1 MiB (used by the gateway)."""
-
-    async def chunks() -> AsyncIterator[apb.ImageChunk]:
-        buf = bytearray()
-        sent = False
-        async for piece in data:
-            buf += piece
-            if len(buf) >= MiB:
-                yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
-                buf.clear()
-                sent = True
-        if buf or not sent:
-            yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
-
-    async with secure_channel(address, tls) as channel:
-        resp = await apb_grpc.AgentServiceStub(channel).LoadImage(chunks(), timeout=600)
-    return str(resp.detail)
-
-
-async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int) -> str:
-    """Ask a node's agent for an instance's logs (used by the gateway)."""
-    async with secure_channel(address, tls) as channel:
-        resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
-            apb.LogsRequest(workload_id=workload_id, tail=tail), timeout=15)
-    return str(resp.text)

@@ -9,7 +9,7 @@ import grpc
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from persys.agent.service import fetch_logs, send_image
+from persys.agent_client import fetch_logs, send_image
 from persys.client import SchedulerClient
 from persys.gateway.body_limit import BodyTooLarge
 from persys.gateway.routes.common import NodeId, WorkloadId

@@ -1,0 +1,438 @@
+"""The agent's link to the scheduler: the only agent code that speaks gRPC to a replica.
+
+It registers the node, heartbeats, keeps the StreamUpdates call (heartbeats and reports, with
+their acknowledgements) and the WatchAssignments call open, and moves between replicas (the
+choice is the pure `persys.agent.failover`). What it carries comes from and goes to a
+`LinkHandler`: the agent, or a hollow node of the scale benchmark (bench/scale/hollow.py),
+which reuses this link with nothing running behind it, as kubemark's hollow nodes do.
+The agent loop sees the link through the narrow `SchedulerLink` protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.agent import disconnect
+from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
+from persys.security.grpc_tls import secure_channel
+from persys.tlsfiles import TLSFiles
+
+log = logging.getLogger(__name__)
+RESYNC_EVERY = 5.0  # seconds between reopenings of the desired-state stream to get a full set
+
+
+class LinkHandler(Protocol):
+    """What the link needs from the node it speaks for."""
+
+    def register_request(self) -> pb.RegisterNodeRequest: ...
+
+    def heartbeat_request(self) -> pb.HeartbeatRequest | None:
+        """The next heartbeat, or None to skip this beat (a paused hollow node)."""
+        ...
+
+    async def accept_desired(self, ds: pb.DesiredState) -> None: ...
+
+    def on_registered(self, resp: pb.RegisterNodeResponse) -> None: ...
+
+    def on_heartbeat_answer(self, resp: pb.HeartbeatResponse, sent: float | None) -> None:
+        """A replica answered a heartbeat sent at `sent` (monotonic; None when unknown)."""
+        ...
+
+    def on_new_stream(self) -> None:
+        """The update stream (or the replica) changed: the next report must be complete."""
+        ...
+
+    def on_call_failed(self, call: str, err: grpc.aio.AioRpcError) -> None:
+        """A call to the scheduler failed (already logged and acted on here)."""
+        ...
+
+
+class SchedulerLink(Protocol):
+    """What the agent loop uses of its link."""
+
+    @property
+    def registered(self) -> asyncio.Event: ...
+
+    @property
+    def last_ack(self) -> float | None:
+        """Send time of the latest heartbeat a replica acknowledged (persys.agent.disconnect)."""
+        ...
+
+    @property
+    def node_grace(self) -> float: ...
+
+    @property
+    def heartbeat_interval(self) -> float: ...
+
+    def start(self) -> list[asyncio.Task[None]]: ...
+
+    async def close(self) -> None: ...
+
+    def reregister(self) -> None: ...
+
+    def reopen_watch(self) -> None: ...
+
+    async def report(self, req: pb.ReportStatusRequest) -> bool:
+        """Send a status report; False when it did not go out (the next one must be complete)."""
+        ...
+
+
+def dial(target: str, tls: TLSFiles | None) -> grpc.aio.Channel:
+    """The one place the agent opens a channel to a scheduler replica."""
+    return secure_channel(target, tls) if tls else grpc.aio.insecure_channel(target)
+
+
+@dataclass
+class LinkOptions:
+    ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
+    heartbeat_interval: float = 0.0  # fixed interval; 0 = as the scheduler says at registration
+    register_timeout: float = 10.0
+    register_gate: asyncio.Semaphore | None = None  # bounds concurrent registrations (hollow nodes)
+    # Share of an interval the first heartbeat waits after registering: nodes started together
+    # in one process (hollow nodes) spread their heartbeats instead of sending them in step.
+    heartbeat_phase: float = 0.0
+    # Opens a channel to a replica; None = `dial` with the link's TLS files. A channel from a
+    # given factory is shared (hollow nodes multiplex over a few) and never closed here.
+    channel_factory: Callable[[str], grpc.aio.Channel] | None = None
+
+
+class GrpcLink:
+    def __init__(self, node_id: str, targets: Sequence[str], tls: TLSFiles | None, handler: LinkHandler,
+                 options: LinkOptions | None = None) -> None:
+        self.node_id = node_id
+        self.tls = tls
+        self.handler = handler
+        self.options = options or LinkOptions()
+        # Scheduler replicas to try; a standby names the active one and we follow it.
+        self._targets = list(targets)
+        self.target = self._targets[0]
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.AgentControlStub | None = None
+        self._channel_gen = 0
+        self._switch_lock = asyncio.Lock()
+        self._suspect_until: dict[str, float] = {}  # replica -> until when its pointers are not followed
+        self._registered = asyncio.Event()
+        self._unregistered = asyncio.Event()
+        self._unregistered.set()
+        self._updates: grpc.aio.StreamStreamCall | None = None  # heartbeats and reports, when open
+        self._watch_call: grpc.aio.UnaryStreamCall | None = None  # WatchAssignments, when open
+        self._watch_reopen = False  # the link cancelled the watch call itself to get a full set
+        self._resync_asked = float("-inf")
+        self._send_lock = asyncio.Lock()
+        self._heartbeat_now = asyncio.Event()  # (re)connected: heartbeat at once, not at the next tick
+        self.contact = disconnect.AckClock()
+        self._node_grace = 0.0  # the scheduler's, once it tells us
+        self._heartbeat_interval = self.options.heartbeat_interval or 3.0
+        self.report_interval = 2.0
+
+    # ------------------------------------------------------------------ SchedulerLink
+
+    @property
+    def registered(self) -> asyncio.Event:
+        return self._registered
+
+    @property
+    def last_ack(self) -> float | None:
+        return self.contact.last_ack
+
+    @property
+    def node_grace(self) -> float:
+        return self._node_grace
+
+    @node_grace.setter
+    def node_grace(self, value: float) -> None:
+        self._node_grace = value
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self._heartbeat_interval
+
+    @heartbeat_interval.setter
+    def heartbeat_interval(self, value: float) -> None:
+        self._heartbeat_interval = value
+
+    def start(self) -> list[asyncio.Task[None]]:
+        self._connect(self._targets[0])
+        return [
+            asyncio.create_task(self._register_loop(), name="agent-register"),
+            asyncio.create_task(self._watch_loop(), name="agent-watch"),
+            asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"),
+            asyncio.create_task(self._updates_loop(), name="agent-updates"),
+        ]
+
+    async def close(self) -> None:
+        """Close the channel (the caller has cancelled the tasks `start` returned)."""
+        if self._channel is not None and self.options.channel_factory is None:
+            await self._channel.close()
+
+    def reregister(self) -> None:
+        self._registered.clear()
+        self._unregistered.set()
+
+    def reopen_watch(self) -> None:
+        """Cancel the desired-state stream so the watch loop opens a new one, which starts with
+        a full set (asked at most every RESYNC_EVERY seconds)."""
+        call, now = self._watch_call, time.monotonic()
+        if call is None or now - self._resync_asked < RESYNC_EVERY:
+            return
+        self._resync_asked = now
+        log.info("acknowledged again after a disconnection stop: reopening the desired-state stream "
+                 "for a full desired set")
+        self._watch_reopen = True
+        call.cancel()
+
+    async def report(self, req: pb.ReportStatusRequest) -> bool:
+        if await self._send(pb.AgentUpdate(report=req)):
+            return True
+        gen = self._channel_gen
+        try:
+            await self.stub.ReportStatus(req, timeout=10)
+            return True
+        except asyncio.CancelledError:
+            if not self._switched_under(gen):
+                raise
+        except grpc.aio.AioRpcError as err:
+            log.debug("status report failed: %s", err.details())
+            self.handler.on_call_failed("report", err)
+            await self._after_error(err, gen)
+        return False
+
+    # ------------------------------------------------------------------ replicas
+
+    @property
+    def stub(self) -> pb_grpc.AgentControlStub:
+        assert self._stub is not None, "link not started"
+        return self._stub
+
+    def _connect(self, target: str) -> grpc.aio.Channel | None:
+        """Talk to `target` from now on; returns the channel to close (the caller awaits that)."""
+        old = self._channel
+        self.target = target
+        factory = self.options.channel_factory
+        self._channel = factory(target) if factory is not None else dial(target, self.tls)
+        self._stub = pb_grpc.AgentControlStub(self._channel)
+        self._channel_gen += 1
+        return old if factory is None else None
+
+    async def _after_error(self, err: grpc.aio.AioRpcError, gen: int) -> None:
+        """Follow a standby's pointer to the active replica, or try the next known replica."""
+        leader = ""
+        for k, v in (err.trailing_metadata() or ()):
+            if k == "persys-leader":
+                leader = str(v)
+        await self._move(err.code().name, leader, gen, str(err.details()))
+
+    async def _move(self, code: str, pointer: str, gen: int, why: str) -> None:
+        """Leave the current replica if `code` says so (see persys.agent.failover)."""
+        async with self._switch_lock:
+            if gen != self._channel_gen:
+                return  # another loop already switched
+            now = time.monotonic()
+            if abandons(code, pointer, self.target):
+                self._suspect_until[self.target] = now + self._ack_deadline()
+            nxt = next_target(self._targets, self.target, code, pointer, self._suspect_until, now)
+            if nxt is None:
+                return  # stay: ask again later (a standby learns the new active within a lease TTL)
+            log.info("switching scheduler %s -> %s (%s)", self.target, nxt, why)
+            old = self._connect(nxt)
+            if old is not None:
+                await old.close(grace=1.0)
+            self.reregister()  # register with the replica we now talk to
+
+    def _ack_deadline(self) -> float:
+        """No answer on the update stream for this long: the replica is gone for us."""
+        return self.options.ack_deadline or 2 * self._heartbeat_interval
+
+    def _switched_under(self, gen: int) -> bool:
+        """Whether a call ended in CancelledError because the link switched replicas under it
+        (closing a channel cancels its calls), not because the loop itself is being stopped."""
+        task = asyncio.current_task()
+        return gen != self._channel_gen and not (task is not None and task.cancelling())
+
+    async def _ack_watchdog(self, deadline: AckDeadline, gen: int) -> None:
+        """Leave a replica that acknowledges nothing within the deadline. When there is nowhere
+        to go (one replica, or every other one suspect) the stream stays and is watched again:
+        the next silent deadline tries again."""
+        while gen == self._channel_gen:
+            left = deadline.due_in(time.monotonic())
+            if left > 0:
+                await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
+                continue
+            log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
+                        deadline.seconds)
+            # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
+            await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
+            deadline.rearm(time.monotonic())  # stayed: a full deadline again before the next try
+
+    # ------------------------------------------------------------------ loops
+
+    async def _register_once(self) -> pb.RegisterNodeResponse:
+        req = self.handler.register_request()
+        gate = self.options.register_gate
+        resp: pb.RegisterNodeResponse
+        if gate is None:
+            resp = await self.stub.RegisterNode(req, timeout=self.options.register_timeout)
+            return resp
+        async with gate:
+            resp = await self.stub.RegisterNode(req, timeout=self.options.register_timeout)
+        return resp
+
+    async def _register_loop(self) -> None:
+        delay = 0.2
+        while True:
+            await self._unregistered.wait()
+            gen = self._channel_gen
+            try:
+                sent = time.monotonic()
+                resp = await self._register_once()
+                self.contact.contact(sent)  # a registration counts as a heartbeat there
+                self._node_grace = resp.node_grace_seconds or self._node_grace
+                self._heartbeat_now.set()
+                if not self.options.heartbeat_interval:
+                    self._heartbeat_interval = resp.heartbeat_interval_seconds or self._heartbeat_interval
+                self.report_interval = resp.report_interval_seconds or self.report_interval
+                self._unregistered.clear()
+                self._registered.set()
+                delay = 0.2
+                log.info("registered node %s with %s", self.node_id, self.target)
+                self.handler.on_registered(resp)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
+                continue  # the replica was switched under the call: register with the new one
+            except grpc.aio.AioRpcError as err:
+                log.warning("registration failed (%s); retrying in %.1fs", err.details(), delay)
+                self.handler.on_call_failed("register", err)
+                await self._after_error(err, gen)
+                await asyncio.sleep(delay)
+                # A standby answers at once: ask again soon, the election takes about a lease TTL.
+                delay = min(delay * 2, 1.0 if err.code() == grpc.StatusCode.FAILED_PRECONDITION else 5.0)
+
+    async def _heartbeat_loop(self) -> None:
+        await self._registered.wait()
+        if self.options.heartbeat_phase > 0:
+            await asyncio.sleep(self.options.heartbeat_phase * self._heartbeat_interval)
+        while True:
+            req = self.handler.heartbeat_request()
+            self._heartbeat_now.clear()
+            if req is not None:
+                await self._heartbeat(req)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(),
+                                       disconnect.heartbeat_interval(self._heartbeat_interval, self._node_grace))
+
+    async def _heartbeat(self, req: pb.HeartbeatRequest) -> None:
+        """On the update stream when it is open (answered there), else as a call."""
+        self.contact.sent(time.monotonic())
+        if await self._send(pb.AgentUpdate(heartbeat=req)):
+            return
+        self.contact.unsent()
+        gen = self._channel_gen
+        try:
+            sent = time.monotonic()
+            resp = await self.stub.Heartbeat(req, timeout=5)
+            self._on_heartbeat_answer(resp, sent)
+            if resp.acknowledged:
+                self.contact.contact(sent)
+        except asyncio.CancelledError:
+            if not self._switched_under(gen):
+                raise
+        except grpc.aio.AioRpcError as err:
+            log.debug("heartbeat failed: %s", err.details())
+            self.handler.on_call_failed("heartbeat", err)
+            await self._after_error(err, gen)
+
+    def _on_heartbeat_answer(self, resp: pb.HeartbeatResponse, sent: float | None) -> None:
+        self._node_grace = resp.node_grace_seconds or self._node_grace
+        if resp.reregister:
+            self.reregister()
+            self.handler.on_new_stream()
+        self.handler.on_heartbeat_answer(resp, sent)
+
+    async def _updates_loop(self) -> None:
+        """Keep one StreamUpdates call open for heartbeats and reports (see the proto). Against a
+        scheduler without it, the link falls back to one call per heartbeat and report."""
+        delay = 0.2
+        while True:
+            await self._registered.wait()
+            gen = self._channel_gen
+            call = self.stub.StreamUpdates()
+            self._updates = call
+            deadline = AckDeadline(self._ack_deadline(), time.monotonic())
+            watchdog = asyncio.create_task(self._ack_watchdog(deadline, gen), name="agent-ack-deadline")
+            self._heartbeat_now.set()
+            try:
+                async for ack in call:
+                    deadline.acked(time.monotonic())
+                    delay = 0.2
+                    if ack.HasField("heartbeat"):
+                        sent = self.contact.answered(ack.heartbeat.acknowledged)
+                        self._on_heartbeat_answer(ack.heartbeat, sent)
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("scheduler %s has no update stream; using one call per update", self.target)
+                    return
+                log.info("update stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
+                self.handler.on_call_failed("updates", err)
+                await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                if not self._switched_under(gen):
+                    raise
+            finally:
+                watchdog.cancel()
+                self._updates = None
+                self.contact.reset()
+                self.handler.on_new_stream()  # a new stream (or replica) starts with a complete report
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _send(self, update: pb.AgentUpdate) -> bool:
+        """Write to the update stream; False when it is not open (the caller makes a call instead)."""
+        call = self._updates
+        if call is None:
+            return False
+        async with self._send_lock:  # one write at a time on a stream
+            try:
+                await call.write(update)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as err:
+                log.debug("update stream write failed: %s", err)
+                return False
+        return True
+
+    async def _watch_loop(self) -> None:
+        delay = 0.2
+        while True:
+            await self._registered.wait()
+            gen = self._channel_gen
+            self._watch_reopen = False
+            try:
+                call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.node_id, deltas=True))
+                self._watch_call = call
+                async for ds in call:
+                    delay = 0.2
+                    await self.handler.accept_desired(ds)
+            except grpc.aio.AioRpcError as err:
+                log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
+                self.handler.on_call_failed("watch", err)
+                await self._after_error(err, gen)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                reopen = self._watch_reopen and not (task is not None and task.cancelling())
+                if not (reopen or self._switched_under(gen)):
+                    raise
+                if reopen:
+                    delay = 0.2
+            finally:
+                self._watch_call = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from persys.agent.runtimes.base import Runtime, RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.compose import (
+from persys.agent.runtimes.compose.runtime import (
     COMPOSE_PROJECT,
     LABEL_RUNTIME,
     ComposeRuntime,

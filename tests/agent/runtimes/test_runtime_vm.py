@@ -18,9 +18,9 @@ from typing import TypeVar
 import pytest
 
 from persys.agent.runtimes.base import ObservedWorkload, Runtime, RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.cloudinit import VOLUME_ID, build_seed, read_seed_iso
-from persys.agent.runtimes.images import ImageError, ImageRegistry
-from persys.agent.runtimes.libvirt_vm import (
+from persys.agent.runtimes.vm.cloudinit import VOLUME_ID, build_seed, read_seed_iso
+from persys.agent.runtimes.vm.images import ImageError, ImageRegistry
+from persys.agent.runtimes.vm.runtime import (
     DomainConfig,
     DomainMeta,
     LibvirtVMRuntime,

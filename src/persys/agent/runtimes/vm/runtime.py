@@ -43,8 +43,8 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
-from persys.agent.runtimes.cloudinit import SeedError, build_seed
-from persys.agent.runtimes.images import ImageError, ImageRecord, ImageRegistry
+from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
+from persys.agent.runtimes.vm.images import ImageError, ImageRecord, ImageRegistry
 from persys.model.workload import VMSpec
 
 log = logging.getLogger(__name__)

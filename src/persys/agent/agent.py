@@ -741,10 +741,7 @@ class Agent:
                 r.state = STATE_TO_PB[o.state]
                 r.runtime_id = o.runtime_id
                 r.message = o.message
-                u = self.usage.get(wid, o)
-                r.cpu_percent, r.memory_bytes = u.cpu_percent, u.memory_bytes
-                r.disk_read_bytes, r.disk_write_bytes = u.disk_read_bytes, u.disk_write_bytes
-                r.net_rx_bytes, r.net_tx_bytes = u.net_rx_bytes, u.net_tx_bytes
+                self.usage.get(wid, o).usage.copy_into(r)
                 if o.exit_code is not None:
                     r.exit_code, r.has_exit_code = o.exit_code, True
                 if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:

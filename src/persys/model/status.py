@@ -21,12 +21,31 @@ class Phase(StrEnum):
 
 
 class WorkloadUsage(Model):
-    cpu_percent: float = 0.0
+    """What one workload instance uses, the one type for it from the runtime that measures it to
+    the API that shows it. The byte counters are cumulative since the instance started; 0 where the
+    runtime cannot tell. The protobuf `WorkloadReport` spells the same fields (`of`, `copy_into`)."""
+
+    cpu_percent: float = 0.0  # 100 = one full host core, as `docker stats` counts
     memory_bytes: int = 0
     disk_read_bytes: int = 0
     disk_write_bytes: int = 0
     net_rx_bytes: int = 0
     net_tx_bytes: int = 0
+
+    @classmethod
+    def of(cls, source: object) -> WorkloadUsage:
+        """The figures of anything that has them as attributes of the same names (a protobuf
+        report). Not validated: they come typed from protobuf, and reports arrive in bulk."""
+        return cls.model_construct(**{name: getattr(source, name) for name in cls.model_fields})
+
+    def copy_into(self, target: object) -> None:
+        """Sets the same-named attributes of `target` (a protobuf report) to these figures."""
+        for name in type(self).model_fields:
+            setattr(target, name, getattr(self, name))
+
+    @property
+    def measured(self) -> bool:
+        return any(getattr(self, name) for name in type(self).model_fields)
 
 
 class WorkloadStatus(Model):

@@ -2,17 +2,17 @@
 
 Each VM boots a copy-on-write qcow2 overlay of a registered base image (`images.py`), never the
 base itself, optionally straight from a kernel, with an optional cloud-init NoCloud seed as an IDE
-cdrom. Its serial console goes to a file, which is what `logs()` returns. Per-workload files live
-in `<state_dir>/vm/<id>/` (disk.qcow2, seed.iso, console.log).
+cdrom (`cloudinit.py`). Its serial console goes to a file, which is what `logs()` returns.
+Per-workload files live in `<state_dir>/vm/<id>/` (disk.qcow2, seed.iso, console.log).
 
-Domains are persistent and carry a `<persys:workload>` metadata element (id, revision,
-generation, node scope labels). Like containers, they are found again through libvirt, never
-through memory: a restarted agent adopts a running domain of the desired revision instead of
-booting a second copy. Every libvirt call blocks, so each runs in a worker thread.
+Domains are persistent and carry a `<persys:workload>` metadata element (`domain.py`). Like
+containers, they are found again through libvirt, never through memory: a restarted agent adopts
+a running domain of the desired revision instead of booting a second copy. Every libvirt call
+blocks, so each runs in a worker thread (`libvirt.py` holds the binding and the connection).
 
-Hardware acceleration is chosen by `detect_accelerator()`, which really runs a few instructions
-under KVM: where /dev/kvm exists but KVM is unusable or emulated (nested virtualisation), domains
-fall back to `type='qemu'` (TCG).
+Hardware acceleration is chosen by `detect_accelerator()` (`runtimes/kvm.py`), which really runs a
+few instructions under KVM: where /dev/kvm exists but KVM is unusable or emulated (nested
+virtualisation), domains fall back to `type='qemu'` (TCG).
 """
 
 from __future__ import annotations
@@ -20,19 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import importlib
-import json
 import logging
-import os
 import shutil
 import subprocess
-import tempfile
-import threading
 import time
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -43,264 +37,29 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
+from persys.agent.runtimes.vm.domain import NAME_PREFIX, DomainConfig, DomainMeta, domain_name, domain_xml, parse_meta
 from persys.agent.runtimes.vm.images import ImageError, ImageRecord, ImageRegistry
+from persys.agent.runtimes.vm.libvirt import (
+    DEFAULT_URI,
+    LIBVIRT_QEMU_LOG_DIR,
+    Connection,
+    addresses,
+    err_code,
+    load_libvirt,
+    lv_module,
+    map_state,
+    sum_indexed,
+    version_str,
+)
+from persys.agent.runtimes.workdir import tail_text, workload_dir
 from persys.model.workload import VMSpec
 
 log = logging.getLogger(__name__)
 
-Accelerator = Literal["kvm", "tcg"]
-NS = "https://persys.dev/xmlns/libvirt-vm/v1"
-NAME_PREFIX = "persys-"
-DEFAULT_URI = "qemu:///system"
-LIBVIRT_QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
-
-ET.register_namespace("persys", NS)
 T = TypeVar("T")
-
-
-# ---- libvirt binding -------------------------------------------------------------------------
-
-
-@functools.cache
-def _load_libvirt() -> tuple[Any, str]:
-    """(module, "") or (None, why). Imported lazily so the agent runs on nodes without libvirt."""
-    try:
-        mod = importlib.import_module("libvirt")
-    except ImportError as exc:
-        return None, f"python binding not installed (pip install libvirt-python): {exc}"
-    # libvirt's default handler prints every error to stderr; they arrive as exceptions anyway.
-    mod.registerErrorHandler(lambda _ctx, _err: None, None)
-    return mod, ""
-
-
-def _lv() -> Any:
-    mod, why = _load_libvirt()
-    if mod is None:
-        raise RuntimeFailure(why, code="RuntimeUnavailable")
-    return mod
-
-
-def _err_code(exc: BaseException) -> int:
-    get = getattr(exc, "get_error_code", None)
-    return int(get() or 0) if get is not None else 0
-
-
-def _version_str(v: int) -> str:
-    return f"{v // 1_000_000}.{v // 1000 % 1000}.{v % 1000}"
-
-
-# ---- accelerator detection -------------------------------------------------------------------
-
-# A 64 KiB "BIOS" whose reset vector (F000:FFF0) runs ~10M iterations of `dec ecx; jnz` and then
-# writes to the isa-debug-exit port, making QEMU exit with status (0x2a << 1) | 1 = 85.
-# Real KVM finishes in milliseconds; emulated/nested KVM (about 1000x slower here) times out,
-# and KVM that cannot even set up the vCPU fails at once. No SeaBIOS, no kernel, no disk.
-_RESET_VECTOR = bytes.fromhex(
-    "66b900009800"  # mov ecx, 0x980000
-    "6649"  # dec ecx
-    "75fc"  # jnz -4 (back to dec)
-    "b02a"  # mov al, 0x2a
-    "e6f4"  # out 0xf4, al
-    "f4"  # hlt
-)
-_PROBE_EXIT = 85
-_accel_cache: dict[str, tuple[Accelerator, str]] = {}
-_accel_lock = threading.Lock()
-
-
-def _probe_bios() -> bytes:
-    image = bytearray(b"\xf4" * 65536)  # hlt everywhere else
-    image[0xFFF0 : 0xFFF0 + len(_RESET_VECTOR)] = _RESET_VECTOR
-    return bytes(image)
-
-
-def _try_kvm(qemu: str, timeout: float) -> tuple[Accelerator, str]:
-    if not qemu:
-        return "tcg", "qemu-system-x86_64 not found"
-    if not os.path.exists("/dev/kvm"):
-        return "tcg", "/dev/kvm does not exist"
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg", "/dev/kvm is not accessible"
-    with tempfile.NamedTemporaryFile(prefix="persys-kvm-probe-", suffix=".bin") as bios:
-        bios.write(_probe_bios())
-        bios.flush()
-        # The default CPU model: the same one libvirt gives a domain without a <cpu> element.
-        cmd = [
-            qemu, "-accel", "kvm", "-machine", "pc", "-nodefaults", "-no-user-config",
-            "-display", "none", "-serial", "none", "-monitor", "none", "-m", "16",
-            "-bios", bios.name, "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-        ]  # fmt: skip
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return "tcg", f"a 10M-instruction KVM guest did not finish within {timeout:g}s (emulated/nested KVM)"
-        except OSError as exc:
-            return "tcg", f"cannot run {qemu}: {exc}"
-    if proc.returncode == _PROBE_EXIT:
-        return "kvm", "KVM ran the probe guest"
-    last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    return "tcg", f"KVM probe failed: {last}"
-
-
-def detect_accelerator(qemu: str | None = None, *, timeout: float = 2.0) -> Accelerator:
-    """ "kvm" when KVM really runs guest code at hardware speed, else "tcg". Cached per binary;
-    takes well under a second where KVM works or fails outright, at most `timeout` otherwise."""
-    return detect_accelerator_with_reason(qemu, timeout=timeout)[0]
-
-
-def detect_accelerator_with_reason(qemu: str | None = None, *, timeout: float = 2.0) -> tuple[Accelerator, str]:
-    exe = qemu or shutil.which("qemu-system-x86_64") or ""
-    with _accel_lock:
-        if exe not in _accel_cache:
-            _accel_cache[exe] = _try_kvm(exe, timeout)
-            log.info("VM accelerator: %s (%s)", *_accel_cache[exe])
-        return _accel_cache[exe]
-
-
-# ---- domain XML ------------------------------------------------------------------------------
-
-
-@dataclass
-class DomainMeta:
-    workload_id: str
-    revision: str
-    generation: int
-    started_at: float
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DomainConfig:
-    name: str
-    domain_type: Literal["kvm", "qemu"]
-    vcpus: int
-    memory_mb: int
-    disk: Path
-    console_log: Path
-    meta: DomainMeta
-    uuid: str = ""
-    seed: Path | None = None
-    kernel: str = ""
-    initrd: str = ""
-    cmdline: str = ""
-    networks: tuple[str, ...] = ()
-
-
-def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrib: str) -> ET.Element:
-    el = ET.SubElement(parent, tag, attrib)
-    if text is not None:
-        el.text = text
-    return el
-
-
-def _interface(devices: ET.Element, net: str) -> None:
-    if net == "user":
-        iface = _sub(devices, "interface", type="user")  # QEMU's own NAT: no bridge, no firewall rules
-    elif net.startswith("bridge:"):
-        iface = _sub(devices, "interface", type="bridge")
-        _sub(iface, "source", bridge=net.removeprefix("bridge:"))
-    else:
-        iface = _sub(devices, "interface", type="network")
-        _sub(iface, "source", network=net.removeprefix("network:"))
-    _sub(iface, "model", type="virtio")
-
-
-def domain_xml(cfg: DomainConfig) -> str:
-    dom = ET.Element("domain", type=cfg.domain_type)
-    _sub(dom, "name", cfg.name)
-    if cfg.uuid:
-        _sub(dom, "uuid", cfg.uuid)  # redefining an existing name must keep its uuid
-    md = ET.SubElement(_sub(dom, "metadata"), f"{{{NS}}}workload")
-    _sub(md, f"{{{NS}}}id", cfg.meta.workload_id)
-    _sub(md, f"{{{NS}}}revision", cfg.meta.revision)
-    _sub(md, f"{{{NS}}}generation", str(cfg.meta.generation))
-    _sub(md, f"{{{NS}}}startedAt", f"{cfg.meta.started_at:.3f}")
-    for k, v in sorted(cfg.meta.labels.items()):
-        _sub(md, f"{{{NS}}}label", key=k, value=v)
-    _sub(dom, "memory", str(cfg.memory_mb), unit="MiB")
-    _sub(dom, "currentMemory", str(cfg.memory_mb), unit="MiB")
-    _sub(dom, "vcpu", str(cfg.vcpus), placement="static")
-    os_el = _sub(dom, "os")
-    # i440fx: the only x86 machine with an IDE bus, which is where NoCloud seeds conventionally go.
-    _sub(os_el, "type", "hvm", arch="x86_64", machine="pc")
-    if cfg.kernel:
-        _sub(os_el, "kernel", cfg.kernel)
-        if cfg.initrd:
-            _sub(os_el, "initrd", cfg.initrd)
-        cmdline = cfg.cmdline
-        if "console=" not in cmdline:
-            cmdline = f"{cmdline} console=ttyS0".strip()  # logs() reads the serial console
-        _sub(os_el, "cmdline", cmdline)
-    else:
-        _sub(os_el, "boot", dev="hd")
-    features = _sub(dom, "features")
-    _sub(features, "acpi")  # shutdown() presses the ACPI power button
-    _sub(features, "apic")
-    _sub(dom, "on_poweroff", "destroy")
-    _sub(dom, "on_reboot", "restart")
-    _sub(dom, "on_crash", "destroy")  # a crashed guest is a failed workload; the agent's policy restarts it
-    devices = _sub(dom, "devices")
-    disk = _sub(devices, "disk", type="file", device="disk")
-    _sub(disk, "driver", name="qemu", type="qcow2", discard="unmap")
-    _sub(disk, "source", file=str(cfg.disk))
-    _sub(disk, "target", dev="vda", bus="virtio")
-    if cfg.seed is not None:
-        cd = _sub(devices, "disk", type="file", device="cdrom")
-        _sub(cd, "driver", name="qemu", type="raw")
-        _sub(cd, "source", file=str(cfg.seed))
-        _sub(cd, "target", dev="hdc", bus="ide")
-        _sub(cd, "readonly")
-    for net in cfg.networks:
-        _interface(devices, net)
-    if cfg.networks:
-        # Lets `inspect` ask a guest agent for addresses that no DHCP lease table knows.
-        chan = _sub(devices, "channel", type="unix")
-        _sub(chan, "target", type="virtio", name="org.qemu.guest_agent.0")
-    # The serial port writes to a file (appending across restarts); the console is the same port.
-    # No <graphics>: none is the default, and `<graphics type='none'/>` is not valid XML for libvirt.
-    serial = _sub(devices, "serial", type="file")
-    _sub(serial, "source", path=str(cfg.console_log), append="on")
-    _sub(serial, "target", port="0")
-    console = _sub(devices, "console", type="file")
-    _sub(console, "source", path=str(cfg.console_log), append="on")
-    _sub(console, "target", type="serial", port="0")
-    _sub(devices, "controller", type="usb", model="none")
-    balloon = _sub(devices, "memballoon", model="virtio")
-    _sub(balloon, "stats", period="5")  # guest-side memory figures when the guest has the driver
-    rng = _sub(devices, "rng", model="virtio")
-    _sub(rng, "backend", "/dev/urandom", model="random")  # cloud images block on entropy otherwise
-    return ET.tostring(dom, encoding="unicode")
-
-
-def parse_meta(xml_desc: str) -> DomainMeta | None:
-    """The persys metadata of a domain's XML, or None for domains persys does not manage."""
-    try:
-        root = ET.fromstring(xml_desc)
-    except ET.ParseError:
-        return None
-    el = root.find(f"metadata/{{{NS}}}workload")
-    if el is None:
-        return None
-    wid = el.findtext(f"{{{NS}}}id") or ""
-    if not wid:
-        return None
-    try:
-        generation = int(el.findtext(f"{{{NS}}}generation") or 0)
-        started_at = float(el.findtext(f"{{{NS}}}startedAt") or 0)
-    except ValueError:
-        generation, started_at = 0, 0.0
-    labels = {lab.get("key", ""): lab.get("value", "") for lab in el.findall(f"{{{NS}}}label")}
-    return DomainMeta(wid, el.findtext(f"{{{NS}}}revision") or "", generation, started_at, labels)
-
-
-def domain_name(workload_id: str, scope: Mapping[str, str]) -> str:
-    """`persys-<id>`, plus a hash of the node scope when there is one, so agents of several nodes
-    on one host (dev clusters, tests) never collide on a name or touch each other's domains."""
-    if not scope:
-        return f"{NAME_PREFIX}{workload_id}"
-    digest = hashlib.sha256(json.dumps(sorted(scope.items())).encode()).hexdigest()[:8]
-    return f"{NAME_PREFIX}{digest}-{workload_id}"
 
 
 # ---- the runtime -----------------------------------------------------------------------------
@@ -336,38 +95,20 @@ class LibvirtVMRuntime:
         self._shutdown_timeout = shutdown_timeout
         self._accel_setting = accelerator
         self._qemu_img = qemu_img
-        self._conn: Any = None
-        self._conn_lock = threading.Lock()  # worker threads share one connection
+        self._conn = Connection(uri)
         self._lock = asyncio.Lock()  # serialises start/stop/remove so adoption checks are not racy
-        self._cpu_samples: dict[str, tuple[float, int, int]] = {}  # id -> (monotonic, cpu ns, domain id)
+        self._cpu = CpuSampler(settle=0.25)
 
     # ---- plumbing ------------------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        lv = _lv()
-        with self._conn_lock:
-            if self._conn is not None:
-                try:
-                    if self._conn.isAlive():
-                        return self._conn
-                except lv.libvirtError:
-                    pass
-                with contextlib.suppress(lv.libvirtError):
-                    self._conn.close()
-                self._conn = None
-            try:
-                self._conn = lv.open(self._uri)
-            except lv.libvirtError as exc:
-                raise RuntimeFailure(f"libvirt not reachable at {self._uri}: {exc}") from exc
-            return self._conn
+        return self._conn.get()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
 
     def _wdir(self, workload_id: str) -> Path:
-        if not workload_id or "/" in workload_id or workload_id in (".", ".."):
-            raise RuntimeFailure(f"invalid workload id {workload_id!r}", code="InvalidSpec", terminal=True)
-        return self._dir / workload_id
+        return workload_dir(self._dir, workload_id)
 
     def _accelerator(self) -> Accelerator:
         if self._accel_setting != "auto":
@@ -376,17 +117,10 @@ class LibvirtVMRuntime:
 
     async def close(self) -> None:
         # Deliberately leaves domains running: they belong to the node, not to this agent process.
-        def _close() -> None:
-            with self._conn_lock:
-                if self._conn is not None:
-                    with contextlib.suppress(Exception):
-                        self._conn.close()
-                    self._conn = None
-
-        await self._run(_close)
+        await self._run(self._conn.close)
 
     async def probe(self) -> Probe:
-        mod, why = _load_libvirt()
+        mod, why = load_libvirt()
         if mod is None:
             return Probe(available=False, reason=why)
         try:
@@ -405,7 +139,7 @@ class LibvirtVMRuntime:
         accel = self._accelerator()
         features = [
             f"accel:{accel}",
-            f"libvirt:{_version_str(conn.getLibVersion())}",
+            f"libvirt:{version_str(conn.getLibVersion())}",
             "disk:qcow2-overlay",
             "boot:direct-kernel",
             "console:serial-file",
@@ -417,7 +151,7 @@ class LibvirtVMRuntime:
             pass  # VMs still run; only workloads with cloudInit fail (with a clear reason)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._dir.chmod(0o711)  # QEMU runs as libvirt-qemu and must pass through to each VM's files
-        return Probe(available=True, version=f"qemu-{_version_str(hv)}", features=tuple(features))
+        return Probe(available=True, version=f"qemu-{version_str(hv)}", features=tuple(features))
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -427,13 +161,13 @@ class LibvirtVMRuntime:
     def _find_sync(self, workload_id: str, strict: bool = False) -> _Found | None:
         """Our domain of a workload. A foreign domain holding its name is None, or a terminal
         Conflict when `strict` (starting would have to take that name)."""
-        lv = _lv()
+        lv = lv_module()
         conn = self._connect()
         try:
             dom = conn.lookupByName(domain_name(workload_id, self._labels))
             xml = dom.XMLDesc(0)
         except lv.libvirtError as exc:
-            if _err_code(exc) == lv.VIR_ERR_NO_DOMAIN:
+            if err_code(exc) == lv.VIR_ERR_NO_DOMAIN:
                 return None
             raise RuntimeFailure(f"look up VM {workload_id}: {exc}") from exc
         meta = parse_meta(xml)
@@ -448,11 +182,11 @@ class LibvirtVMRuntime:
         return _Found(dom, meta, xml)
 
     def _observe_sync(self, f: _Found, *, ask_agent: bool = False) -> ObservedWorkload:
-        lv = _lv()
+        lv = lv_module()
         try:
             state, reason = f.dom.state()
         except lv.libvirtError as exc:
-            if _err_code(exc) == lv.VIR_ERR_NO_DOMAIN:  # removed between lookup and now
+            if err_code(exc) == lv.VIR_ERR_NO_DOMAIN:  # removed between lookup and now
                 return ObservedWorkload(
                     f.meta.workload_id,
                     f.meta.revision,
@@ -470,15 +204,15 @@ class LibvirtVMRuntime:
             runtime_id=f.dom.UUIDString(),
             started_at=f.meta.started_at,
         )
-        obs.state, obs.exit_code, obs.message = _map_state(lv, state, reason)
+        obs.state, obs.exit_code, obs.message = map_state(lv, state, reason)
         if obs.state is RuntimeState.RUNNING and "<interface" in f.xml:
-            ips = _addresses(lv, f.dom, ask_agent)
+            ips = addresses(lv, f.dom, ask_agent)
             if ips:
                 obs.message = " ".join(x for x in (obs.message, "ip " + ",".join(ips)) if x)
         return obs
 
     def _stats_sync(self, f: _Found) -> tuple[int, dict[str, Any]]:
-        lv = _lv()
+        lv = lv_module()
         flags = (
             lv.VIR_DOMAIN_STATS_CPU_TOTAL
             | lv.VIR_DOMAIN_STATS_BALLOON
@@ -496,22 +230,19 @@ class LibvirtVMRuntime:
         if not st:
             return
         # rss: what the VM costs the host; `current` (the guest's RAM size) when rss is unknown.
-        obs.memory_bytes = int(st.get("balloon.rss") or st.get("balloon.current") or 0) * 1024
-        obs.disk_read_bytes = _sum_indexed(st, "block", "rd.bytes")
-        obs.disk_write_bytes = _sum_indexed(st, "block", "wr.bytes")
-        obs.net_rx_bytes = _sum_indexed(st, "net", "rx.bytes")
-        obs.net_tx_bytes = _sum_indexed(st, "net", "tx.bytes")
-        now, used = time.monotonic(), int(st.get("cpu.time", 0))
-        prev = self._cpu_samples.get(obs.workload_id)
-        if prev is None or prev[2] != dom_id or not 0.2 <= now - prev[0] <= 60:
-            # No recent sample of this QEMU process to compare with: take a short second one.
-            prev = (now, used, dom_id)
-            await asyncio.sleep(0.25)
-            dom_id, st2 = await self._run(self._stats_sync, f)
-            now, used = time.monotonic(), int(st2.get("cpu.time", used))
-        self._cpu_samples[obs.workload_id] = (now, used, dom_id)
-        # 100% = one full host core, the same convention as `docker stats`.
-        obs.cpu_percent = round(max(0, used - prev[1]) / ((now - prev[0]) * 1e9) * 100, 3)
+        u = obs.usage
+        u.memory_bytes = int(st.get("balloon.rss") or st.get("balloon.current") or 0) * 1024
+        u.disk_read_bytes = sum_indexed(st, "block", "rd.bytes")
+        u.disk_write_bytes = sum_indexed(st, "block", "wr.bytes")
+        u.net_rx_bytes = sum_indexed(st, "net", "rx.bytes")
+        u.net_tx_bytes = sum_indexed(st, "net", "tx.bytes")
+        used = int(st.get("cpu.time", 0))
+
+        async def read_again() -> int:
+            _, again = await self._run(self._stats_sync, f)
+            return int(again.get("cpu.time", used))
+
+        u.cpu_percent = await self._cpu.percent(obs.workload_id, used, read_again, identity=dom_id)
 
     async def inspect(self, workload_id: str) -> ObservedWorkload | None:
         f = await self._run(self._find_sync, workload_id)
@@ -523,7 +254,7 @@ class LibvirtVMRuntime:
         return obs
 
     def _list_sync(self) -> list[ObservedWorkload]:
-        lv = _lv()
+        lv = lv_module()
         try:
             doms = self._connect().listAllDomains(0)
         except lv.libvirtError as exc:
@@ -548,7 +279,7 @@ class LibvirtVMRuntime:
         return await self._run(self._list_sync)
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
-        return await self._run(_tail, self._wdir(workload_id) / "console.log", tail)
+        return await self._run(tail_text, self._wdir(workload_id) / "console.log", tail)
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -608,13 +339,13 @@ class LibvirtVMRuntime:
         )
 
     def _boot_sync(self, cfg: DomainConfig) -> _Found:
-        lv = _lv()
+        lv = lv_module()
         conn = self._connect()
         xml = domain_xml(cfg)
         try:
             dom = conn.defineXML(xml)
         except lv.libvirtError as exc:
-            code = _err_code(exc)
+            code = err_code(exc)
             terminal = code in (lv.VIR_ERR_XML_ERROR, lv.VIR_ERR_XML_DETAIL, lv.VIR_ERR_CONFIG_UNSUPPORTED)
             raise RuntimeFailure(
                 f"define VM: {exc}", code="InvalidSpec" if terminal else "RuntimeError", terminal=terminal
@@ -622,7 +353,7 @@ class LibvirtVMRuntime:
         try:
             dom.create()
         except lv.libvirtError as exc:
-            code = _err_code(exc)
+            code = err_code(exc)
             msg = str(exc)
             if "Permission denied" in msg:
                 msg += " (QEMU runs as an unprivileged user: every directory above the state dir must be searchable)"
@@ -635,14 +366,14 @@ class LibvirtVMRuntime:
 
     def _discard_sync(self, f: _Found | None, workload_id: str) -> None:
         """Destroy and undefine the domain, then delete its disk, seed and console log."""
-        lv = _lv()
+        lv = lv_module()
         if f is not None:
             name = f.dom.name()
             try:
                 if f.dom.isActive():
                     f.dom.destroy()
             except lv.libvirtError as exc:
-                if _err_code(exc) not in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
+                if err_code(exc) not in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
                     raise RuntimeFailure(f"destroy VM {workload_id}: {exc}") from exc
             flags = (
                 lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
@@ -653,13 +384,13 @@ class LibvirtVMRuntime:
             try:
                 f.dom.undefineFlags(flags)
             except lv.libvirtError as exc:
-                if _err_code(exc) != lv.VIR_ERR_NO_DOMAIN:
+                if err_code(exc) != lv.VIR_ERR_NO_DOMAIN:
                     raise RuntimeFailure(f"undefine VM {workload_id}: {exc}") from exc
             # libvirt's own per-domain log would otherwise pile up, one file per workload ever run.
             with contextlib.suppress(OSError):
                 (LIBVIRT_QEMU_LOG_DIR / f"{name}.log").unlink(missing_ok=True)
         shutil.rmtree(self._wdir(workload_id), ignore_errors=True)
-        self._cpu_samples.pop(workload_id, None)
+        self._cpu.forget(workload_id)
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
         vm = w.spec.vm
@@ -694,7 +425,7 @@ class LibvirtVMRuntime:
                 if not reuse_disk:
                     await self._run(self._discard_sync, await self._run(self._find_sync, w.workload_id), w.workload_id)
                 raise
-            self._cpu_samples.pop(w.workload_id, None)
+            self._cpu.forget(w.workload_id)
             return await self._run(self._observe_sync, booted)
 
     async def stop(self, workload_id: str) -> None:
@@ -704,7 +435,7 @@ class LibvirtVMRuntime:
             f = await self._run(self._find_sync, workload_id)
             if f is None:
                 return
-            lv = _lv()
+            lv = lv_module()
             try:
                 if not await self._run(f.dom.isActive):
                     return
@@ -718,7 +449,7 @@ class LibvirtVMRuntime:
                         await asyncio.sleep(0.25)
                 await self._run(f.dom.destroy)
             except lv.libvirtError as exc:
-                if _err_code(exc) not in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
+                if err_code(exc) not in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
                     raise RuntimeFailure(f"stop VM {workload_id}: {exc}") from exc
 
     async def remove(self, workload_id: str) -> None:
@@ -727,73 +458,3 @@ class LibvirtVMRuntime:
             await self._run(self._discard_sync, f, workload_id)
 
 
-# ---- helpers ---------------------------------------------------------------------------------
-
-
-def _map_state(lv: Any, state: int, reason: int) -> tuple[RuntimeState, int | None, str]:
-    """libvirt (state, reason) -> (state, exit code, message). A guest that powered itself off
-    counts as exit code 0, so `OnFailure` does not restart it."""
-    if state in (lv.VIR_DOMAIN_RUNNING, lv.VIR_DOMAIN_BLOCKED):
-        return RuntimeState.RUNNING, None, ""
-    if state == lv.VIR_DOMAIN_PAUSED:
-        return RuntimeState.RUNNING, None, "paused"
-    if state == lv.VIR_DOMAIN_PMSUSPENDED:
-        return RuntimeState.RUNNING, None, "suspended by the guest"
-    if state == lv.VIR_DOMAIN_SHUTDOWN:
-        return RuntimeState.RUNNING, None, "shutting down"
-    if state == lv.VIR_DOMAIN_CRASHED:
-        return RuntimeState.FAILED, None, "guest crashed"
-    if state == lv.VIR_DOMAIN_SHUTOFF:
-        if reason == lv.VIR_DOMAIN_SHUTOFF_SHUTDOWN:
-            return RuntimeState.STOPPED, 0, "guest powered off"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_DESTROYED:
-            return RuntimeState.STOPPED, None, "powered off from the host"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_CRASHED:
-            return RuntimeState.FAILED, None, "guest crashed"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_FAILED:
-            return RuntimeState.FAILED, None, "QEMU failed to start the VM"
-        if reason == getattr(lv, "VIR_DOMAIN_SHUTOFF_DAEMON", -1):
-            return RuntimeState.FAILED, None, "QEMU ended while libvirtd was down"
-        return RuntimeState.STOPPED, None, "not running"
-    return RuntimeState.FAILED, None, f"unknown domain state {state}/{reason}"
-
-
-def _sum_indexed(stats: Mapping[str, Any], group: str, key: str) -> int:
-    count = int(stats.get(f"{group}.count", 0) or 0)
-    return sum(int(stats.get(f"{group}.{i}.{key}", 0) or 0) for i in range(count))
-
-
-def _addresses(lv: Any, dom: Any, ask_agent: bool) -> list[str]:
-    """Best effort, cheapest first: libvirt's DHCP leases, the host's ARP table, and (only when
-    asked: a round trip into the guest, which can wait on a busy agent) the guest agent."""
-    sources = [lv.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, lv.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP]
-    if ask_agent:
-        sources.append(lv.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT)
-    for src in sources:
-        try:
-            ifaces = dom.interfaceAddresses(src)
-        except lv.libvirtError:
-            continue
-        ips = [
-            a["addr"]
-            for name, iface in sorted((ifaces or {}).items())
-            if name != "lo"
-            for a in (iface.get("addrs") or [])
-            if a.get("addr") and not str(a["addr"]).startswith(("127.", "::1", "fe80:"))
-        ]
-        if ips:
-            return ips
-    return []
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - (1 << 20)))  # the last 1 MiB is plenty and bounds memory
-            data = f.read()
-    except FileNotFoundError:
-        return ""
-    kept = data.decode(errors="replace").splitlines(keepends=True)[-lines:] if lines > 0 else []
-    return "".join(kept)

@@ -21,8 +21,16 @@ class _Sample:
 
 
 class CpuSampler:
-    def __init__(self, settle: float) -> None:
+    def __init__(
+        self,
+        settle: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._settle = settle  # the gap between two readings taken back to back
+        self._clock = clock
+        self._sleep = sleep
         self._samples: dict[str, _Sample] = {}
 
     async def percent(
@@ -30,13 +38,13 @@ class CpuSampler:
     ) -> float:
         """100% = one full host core, the same convention as `docker stats`. `used_ns` was just
         read; `read_again` reads the counter once more when no recent sample is kept."""
-        now = time.monotonic()
+        now = self._clock()
         prev = self._samples.get(key)
         if prev is None or prev.identity != identity or not 0.2 <= now - prev.at <= 60:
             prev = _Sample(now, used_ns, identity)
-            await asyncio.sleep(self._settle)
+            await self._sleep(self._settle)
             used_ns = await read_again()
-            now = time.monotonic()
+            now = self._clock()
         self._samples[key] = _Sample(now, used_ns, identity)
         return round(max(0, used_ns - prev.used_ns) / ((now - prev.at) * 1e9) * 100, 3)
 

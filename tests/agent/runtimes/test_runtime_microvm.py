@@ -19,7 +19,7 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.microvm import FirecrackerHypervisor, MicroVMRuntime, QemuHypervisor
 from persys.agent.runtimes.microvm.kernel import ensure_elf_kernel
-from persys.agent.runtimes.microvm.supervise import proc_info
+from persys.agent.runtimes.supervision import proc_info
 from persys.model.manifest import parse_manifests
 from persys.model.workload import WorkloadSpec
 from tests.microvm_fixtures import (  # noqa: F401

@@ -38,6 +38,7 @@ from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
 CGROUP_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
+
 # Moves itself into the cgroups and then execs the command, so the command is limited from its
 # very first instruction. A shell wrapper instead of preexec_fn: preexec_fn is unsafe in a
 # threaded process (asyncio.to_thread workers), a tiny sh is not.

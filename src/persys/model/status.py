@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from enum import StrEnum
 from typing import Any
 
@@ -33,19 +34,25 @@ class WorkloadUsage(Model):
     net_tx_bytes: int = 0
 
     @classmethod
-    def of(cls, source: object) -> WorkloadUsage:
+    def of(cls, source: object) -> WorkloadUsage | None:
         """The figures of anything that has them as attributes of the same names (a protobuf
-        report). Not validated: they come typed from protobuf, and reports arrive in bulk."""
-        return cls.model_construct(**{name: getattr(source, name) for name in cls.model_fields})
+        report), or None when all are 0: nothing measured, not worth a record per instance."""
+        values = _read_usage(source)
+        return cls(**dict(zip(_USAGE_FIELDS, values, strict=True))) if any(values) else None
 
     def copy_into(self, target: object) -> None:
         """Sets the same-named attributes of `target` (a protobuf report) to these figures."""
-        for name in type(self).model_fields:
+        for name in _USAGE_FIELDS:
             setattr(target, name, getattr(self, name))
 
     @property
     def measured(self) -> bool:
-        return any(getattr(self, name) for name in type(self).model_fields)
+        return any(getattr(self, name) for name in _USAGE_FIELDS)
+
+
+# Read once: pydantic's `model_fields` costs microseconds per access, and reports come in bulk.
+_USAGE_FIELDS: tuple[str, ...] = tuple(WorkloadUsage.model_fields)
+_read_usage = operator.attrgetter(*_USAGE_FIELDS)
 
 
 class WorkloadStatus(Model):

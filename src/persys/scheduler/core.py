@@ -179,7 +179,7 @@ class WorkloadReport:
     terminal: bool = False
     runtime_id: str = ""
     restarts: int = 0
-    usage: WorkloadUsage = field(default_factory=WorkloadUsage)
+    usage: WorkloadUsage | None = None  # None: nothing measured
 
 
 @dataclass(slots=True)
@@ -1280,7 +1280,7 @@ class Scheduler:
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
-            if r.usage.measured:
+            if r.usage is not None and r.usage.measured:
                 self.usage[r.workload_id] = r.usage
             else:
                 self.usage.pop(r.workload_id, None)  # nothing measured: not worth a record per instance

@@ -89,10 +89,10 @@ def test_usage_round_trip_through_the_protobuf_report() -> None:
     usage.copy_into(report)
     assert (report.cpu_percent, report.memory_bytes, report.net_tx_bytes) == (12.5, 1 << 20, 4)
     assert WorkloadUsage.of(report) == usage
+    assert WorkloadUsage.of(pb.WorkloadReport(workload_id="idle")) is None  # nothing measured
     # Every usage field is in the message under the same name, and nothing else is called so.
     assert set(WorkloadUsage.model_fields) <= {f.name for f in pb.WorkloadReport.DESCRIPTOR.fields}
-    assert usage.measured and not WorkloadUsage.of(pb.WorkloadReport()).measured
-    assert WorkloadUsage(net_tx_bytes=1).measured
+    assert usage.measured and WorkloadUsage(net_tx_bytes=1).measured and not WorkloadUsage().measured
 
 
 @dataclass

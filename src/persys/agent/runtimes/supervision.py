@@ -80,10 +80,19 @@ def group_members(pgid: int) -> list[int]:
 
 
 def spawn_session(
-    argv: list[str], *, cwd: Path | str, stdout: Path, stderr: Path | None = None, env: Mapping[str, str] | None = None
+    argv: list[str],
+    *,
+    cwd: Path | str,
+    stdout: Path,
+    stderr: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: list[int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Starts `argv` leading its own session and process group, output appended to files
-    (stderr to `stdout` when not given). Raises OSError when it cannot be started."""
+    (stderr to `stdout` when not given), as `user`/`group` when given (the agent's own
+    otherwise). Raises OSError when it cannot be started."""
     with open(stdout, "ab") as out, contextlib.ExitStack() as stack:
         err = stack.enter_context(open(stderr, "ab")) if stderr is not None else subprocess.STDOUT
         return subprocess.Popen(
@@ -95,6 +104,9 @@ def spawn_session(
             env=None if env is None else dict(env),
             close_fds=True,
             start_new_session=True,  # own session + group: survives the agent, killable as a unit
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
         )
 
 

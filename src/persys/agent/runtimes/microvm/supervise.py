@@ -137,15 +137,16 @@ class VMMProcesses:
         return f"{what}" + (f" (exit code {code})" if code is not None else "") + (f": {last}" if last else "")
 
     async def wait_socket(self, handle: VMHandle, within: float) -> bool:
-        """Waits until the VMM created its API socket; False if it died first or time ran out."""
+        """Waits until the VMM accepts connections on its API socket; False if it died first or
+        time ran out. The socket file appears at bind(), a moment before listen(): on a busy host
+        a connection in between is refused, so the file alone is not yet an answer."""
         deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if path_exists(handle.api_socket):
+        while True:
+            if path_exists(handle.api_socket) and await _accepts(handle.api_socket):
                 return True
-            if not self.alive(handle):
+            if not self.alive(handle) or time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.02)
-        return path_exists(handle.api_socket)
 
     def _gone(self, handle: VMHandle) -> bool:
         return not is_alive(handle.vmm_pid, handle.vmm_start_ticks) and not is_alive(
@@ -193,6 +194,17 @@ class VMMProcesses:
     def forget(self) -> None:
         """Drops the reaping duty for our children (agent shutdown): the VMs keep running."""
         self._children.clear()
+
+
+async def _accepts(path: str) -> bool:
+    try:
+        _, writer = await asyncio.open_unix_connection(path)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 def read_exit_code(path: Path) -> int | None:

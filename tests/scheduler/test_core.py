@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 
 from persys.events.memory import MemoryEventBus
-from persys.model import Capabilities, Node, NodeStatus, NodeUsage, Phase, RuntimeInfo, Taint, parse_manifests
+from persys.model import (
+    Capabilities,
+    Node,
+    NodeStatus,
+    NodeUsage,
+    Phase,
+    RuntimeInfo,
+    Taint,
+    WorkloadUsage,
+    parse_manifests,
+)
 from persys.scheduler import keys
 from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
 from persys.store import open_store
@@ -139,7 +149,8 @@ async def test_reports_drive_status_and_delete_waits_for_the_agent(make: Callabl
     (m,) = parse_manifests(manifest("web"))
     w, _, _ = await s.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
-    run = WorkloadReport("web", w.revision, w.generation, Phase.RUNNING, runtime_id="123", memory_bytes=42)
+    run = WorkloadReport("web", w.revision, w.generation, Phase.RUNNING, runtime_id="123",
+                         usage=WorkloadUsage(memory_bytes=42))
     await s.report("n1", [run], complete=True)
     assert s.workload_view("web")["phase"] == "Running"
     assert s.workload_view("web")["usage"]["memoryBytes"] == 42

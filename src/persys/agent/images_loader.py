@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiodocker
 
-from persys.agent.runtimes.images import ImageError, ImageRegistry
+from persys.agent.runtimes.vm.images import ImageError, ImageRegistry
 
 CONTAINER_KINDS = ("docker", "rootfs")
 VM_KINDS = ("disk", "kernel", "initrd")

@@ -86,9 +86,7 @@ def _observation(r: pb.WorkloadReport, o: ObservedWorkload, u: ObservedWorkload)
     r.state = STATE_TO_PB[o.state]
     r.runtime_id = o.runtime_id
     r.message = o.message
-    r.cpu_percent, r.memory_bytes = u.cpu_percent, u.memory_bytes
-    r.disk_read_bytes, r.disk_write_bytes = u.disk_read_bytes, u.disk_write_bytes
-    r.net_rx_bytes, r.net_tx_bytes = u.net_rx_bytes, u.net_tx_bytes
+    u.usage.copy_into(r)
     if o.exit_code is not None:
         r.exit_code, r.has_exit_code = o.exit_code, True
 

@@ -155,9 +155,9 @@ def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
 def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
-    from persys.agent.runtimes.libvirt_vm import LibvirtVMRuntime
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
     from persys.agent.runtimes.process import ProcessRuntime
+    from persys.agent.runtimes.vm import LibvirtVMRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
     # nodes on one host) never adopt or remove each other's containers.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from enum import StrEnum
 from typing import Any
 
@@ -21,12 +22,37 @@ class Phase(StrEnum):
 
 
 class WorkloadUsage(Model):
-    cpu_percent: float = 0.0
+    """What one workload instance uses, the one type for it from the runtime that measures it to
+    the API that shows it. The byte counters are cumulative since the instance started; 0 where the
+    runtime cannot tell. The protobuf `WorkloadReport` spells the same fields (`of`, `copy_into`)."""
+
+    cpu_percent: float = 0.0  # 100 = one full host core, as `docker stats` counts
     memory_bytes: int = 0
     disk_read_bytes: int = 0
     disk_write_bytes: int = 0
     net_rx_bytes: int = 0
     net_tx_bytes: int = 0
+
+    @classmethod
+    def of(cls, source: object) -> WorkloadUsage | None:
+        """The figures of anything that has them as attributes of the same names (a protobuf
+        report), or None when all are 0: nothing measured, not worth a record per instance."""
+        values = _read_usage(source)
+        return cls(**dict(zip(_USAGE_FIELDS, values, strict=True))) if any(values) else None
+
+    def copy_into(self, target: object) -> None:
+        """Sets the same-named attributes of `target` (a protobuf report) to these figures."""
+        for name in _USAGE_FIELDS:
+            setattr(target, name, getattr(self, name))
+
+    @property
+    def measured(self) -> bool:
+        return any(getattr(self, name) for name in _USAGE_FIELDS)
+
+
+# Read once: pydantic's `model_fields` costs microseconds per access, and reports come in bulk.
+_USAGE_FIELDS: tuple[str, ...] = tuple(WorkloadUsage.model_fields)
+_read_usage = operator.attrgetter(*_USAGE_FIELDS)
 
 
 class WorkloadStatus(Model):

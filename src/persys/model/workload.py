@@ -179,7 +179,7 @@ class CloudInit(Model):
 class VMSpec(Model):
     """A full virtual machine (libvirt/QEMU) booting a copy-on-write overlay of a base image.
 
-    `image`, `kernel` and `initrd` name images registered on the node (`persys.agent.runtimes.images`)
+    `image`, `kernel` and `initrd` name images registered on the node (`persys.agent.runtimes.vm.images`)
     or are absolute paths on the node. `networks` entries: `user` (QEMU user-mode NAT, no host setup),
     `bridge:<host bridge>`, `network:<libvirt network>`, or a bare libvirt network name; none means
     no NIC at all.

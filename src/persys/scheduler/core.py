@@ -179,12 +179,7 @@ class WorkloadReport:
     terminal: bool = False
     runtime_id: str = ""
     restarts: int = 0
-    cpu_percent: float = 0.0
-    memory_bytes: int = 0
-    disk_read_bytes: int = 0
-    disk_write_bytes: int = 0
-    net_rx_bytes: int = 0
-    net_tx_bytes: int = 0
+    usage: WorkloadUsage | None = None  # None: nothing measured
 
 
 @dataclass(slots=True)
@@ -1285,11 +1280,8 @@ class Scheduler:
         for r in reports:
             if self.state.placement_of.get(r.workload_id) != node_id:
                 continue  # a copy we did not ask this node to run: the agent removes it
-            if r.cpu_percent or r.memory_bytes or r.disk_read_bytes or r.disk_write_bytes or r.net_rx_bytes \
-                    or r.net_tx_bytes:
-                self.usage[r.workload_id] = WorkloadUsage(
-                    cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
-                    disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes)
+            if r.usage is not None and r.usage.measured:
+                self.usage[r.workload_id] = r.usage
             else:
                 self.usage.pop(r.workload_id, None)  # nothing measured: not worth a record per instance
             change = self._status_change(node_id, r, drifts.get(r.workload_id))

@@ -19,7 +19,17 @@ from pydantic import ValidationError
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.model import Capabilities, DesiredState, Node, NodeUsage, Phase, RuntimeInfo, Taint, WorkloadManifest
+from persys.model import (
+    Capabilities,
+    DesiredState,
+    Node,
+    NodeUsage,
+    Phase,
+    RuntimeInfo,
+    Taint,
+    WorkloadManifest,
+    WorkloadUsage,
+)
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
@@ -154,9 +164,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             WorkloadReport(
                 workload_id=r.workload_id, revision=r.revision, generation=r.generation,
                 phase=STATE_TO_PHASE.get(r.state, Phase.SCHEDULED), reason=r.reason, message=r.message,
-                terminal=r.terminal, runtime_id=r.runtime_id, restarts=r.restarts,
-                cpu_percent=r.cpu_percent, memory_bytes=r.memory_bytes, disk_read_bytes=r.disk_read_bytes,
-                disk_write_bytes=r.disk_write_bytes, net_rx_bytes=r.net_rx_bytes, net_tx_bytes=r.net_tx_bytes,
+                terminal=r.terminal, runtime_id=r.runtime_id, restarts=r.restarts, usage=WorkloadUsage.of(r),
             )
             for r in request.workloads
         ]

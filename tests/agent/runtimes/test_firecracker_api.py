@@ -293,8 +293,9 @@ async def test_every_request_matches_the_api_document(
     actions = [r.body["action_type"] for r in fake_firecracker.server.requests if r.path == "/actions"]
     assert actions == ["InstanceStart", "FlushMetrics", "FlushMetrics", "SendCtrlAltDel"]
     # Metrics lines hold deltas: the backend keeps cumulative totals.
-    assert (m1.disk_read_bytes, m1.disk_write_bytes, m1.net_rx_bytes, m1.net_tx_bytes) == (4096, 512, 100, 60)
-    assert (m2.disk_read_bytes, m2.net_tx_bytes) == (8192, 120)
+    u1 = m1.usage
+    assert (u1.disk_read_bytes, u1.disk_write_bytes, u1.net_rx_bytes, u1.net_tx_bytes) == (4096, 512, 100, 60)
+    assert (m2.usage.disk_read_bytes, m2.usage.net_tx_bytes) == (8192, 120)
 
 
 async def test_api_error_fails_start_and_kills_the_vmm(

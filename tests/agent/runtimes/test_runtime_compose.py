@@ -19,7 +19,7 @@ from persys.agent.runtimes.compose import (
     COMPOSE_PROJECT,
     LABEL_RUNTIME,
     ComposeRuntime,
-    _Container,
+    ServiceContainer,
     project_name,
     rollup,
 )
@@ -82,8 +82,8 @@ async def wait_for(pred: Any, within: float = 8.0) -> Any:
 # ---- pure parts (no engine) ----------------------------------------------------------------------
 
 
-def c(service: str, status: str = "running", code: int = 0, oom: bool = False) -> _Container:
-    return _Container(id=service, service=service, status=status, exit_code=code, oom=oom, started_at=1.0)
+def c(service: str, status: str = "running", code: int = 0, oom: bool = False) -> ServiceContainer:
+    return ServiceContainer(id=service, service=service, status=status, exit_code=code, oom=oom, started_at=1.0)
 
 
 def test_rollup() -> None:
@@ -220,8 +220,8 @@ async def test_two_services_run_and_talk(rt: ComposeRuntime, engine: Any, client
 
         seen = await rt.inspect(wid)
         assert seen is not None and seen.state is RuntimeState.RUNNING
-        assert seen.memory_bytes > 0 and seen.cpu_percent >= 0.0
-        assert seen.net_rx_bytes > 0  # the client's fetches arrive over the project network
+        assert seen.usage.memory_bytes > 0 and seen.usage.cpu_percent >= 0.0
+        assert seen.usage.net_rx_bytes > 0  # the client's fetches arrive over the project network
         ctrs = project_resources(client, wid)[0]
         assert len(ctrs) == 2 and all(ctr.labels["persys.workload"] == wid for ctr in ctrs)
         assert all(ctr.labels["persys.test-run"] == engine.run_id for ctr in ctrs)

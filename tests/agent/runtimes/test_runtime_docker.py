@@ -147,8 +147,8 @@ async def test_stats_and_logs(rt: DockerRuntime, engine: Any) -> None:
     await rt.start(workload(wid, engine.image, ["sh", "-c", "echo hello-$GREETING; exec sleep 300"]))
     obs = await rt.inspect(wid)
     assert obs is not None and obs.state is RuntimeState.RUNNING
-    assert obs.memory_bytes > 0
-    assert obs.cpu_percent >= 0.0
+    assert obs.usage.memory_bytes > 0
+    assert obs.usage.cpu_percent >= 0.0
     logs = await wait_for(lambda: rt.logs(wid, tail=10))
     assert "hello-hi" in logs
     await rt.remove(wid)

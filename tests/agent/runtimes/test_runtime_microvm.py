@@ -19,7 +19,7 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.microvm import FirecrackerHypervisor, MicroVMRuntime, QemuHypervisor
 from persys.agent.runtimes.microvm.kernel import ensure_elf_kernel
-from persys.agent.runtimes.microvm.supervise import proc_info
+from persys.agent.runtimes.supervision import proc_info
 from persys.model.manifest import parse_manifests
 from persys.model.workload import WorkloadSpec
 from tests.microvm_fixtures import (  # noqa: F401
@@ -201,8 +201,8 @@ async def test_boot_adopt_replace_remove(microvm_guest: GuestImages, tmp_path: P
     # Usage: the VMM's CPU and memory from /proc, disk counters from QMP query-blockstats.
     got = await rt.inspect("vm1")
     assert got is not None and got.state is RuntimeState.RUNNING
-    assert got.memory_bytes > 16 * 1024 * 1024 and got.cpu_percent >= 0.0
-    assert got.disk_read_bytes > 0 and got.disk_write_bytes > 0
+    assert got.usage.memory_bytes > 16 * 1024 * 1024 and got.usage.cpu_percent >= 0.0
+    assert got.usage.disk_read_bytes > 0 and got.usage.disk_write_bytes > 0
 
     # A new runtime instance (a restarted agent) adopts the running VM: same process, no reboot.
     rt2 = _runtime(tmp_path)

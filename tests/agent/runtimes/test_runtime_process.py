@@ -98,7 +98,7 @@ async def test_start_own_group_limits_and_adoption(rt: ProcessRuntime, tmp_path:
         assert int((cpu / "cpu.cfs_period_us").read_text()) == 100_000
 
     observed = await rt.inspect(w.workload_id)
-    assert observed is not None and observed.memory_bytes > 0
+    assert observed is not None and observed.usage.memory_bytes > 0
 
     # Same revision again: adopted, not restarted.
     assert (await rt.start(w)).runtime_id == obs.runtime_id
@@ -193,9 +193,9 @@ async def test_cpu_limit_and_usage(rt: ProcessRuntime) -> None:
     await rt.inspect(w.workload_id)  # first sample
     await asyncio.sleep(1.0)
     obs = await rt.inspect(w.workload_id)
-    assert obs is not None and obs.cpu_percent > 5  # loose: other load may share the CPUs
+    assert obs is not None and obs.usage.cpu_percent > 5  # loose: other load may share the CPUs
     if rt.cgroups_enabled:
-        assert obs.cpu_percent < 70  # the 500m quota holds it near 50% of one core
+        assert obs.usage.cpu_percent < 70  # the 500m quota holds it near 50% of one core
 
 
 async def test_invalid_command_is_terminal(rt: ProcessRuntime) -> None:
@@ -210,7 +210,7 @@ async def test_without_cgroups(tmp_path: Path) -> None:
     w = wl(["sleep", "300"])
     obs = await rt.start(w)
     got = await rt.inspect(w.workload_id)
-    assert got is not None and got.state is RuntimeState.RUNNING and got.memory_bytes > 0
+    assert got is not None and got.state is RuntimeState.RUNNING and got.usage.memory_bytes > 0
     assert not (CG / "memory" / rt.cgroup_parent / w.workload_id).exists()
     await rt.remove(w.workload_id)
     assert not pid_alive(int(obs.runtime_id))

@@ -18,11 +18,11 @@ from typing import TypeVar
 import pytest
 
 from persys.agent.runtimes.base import ObservedWorkload, Runtime, RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.cloudinit import VOLUME_ID, build_seed, read_seed_iso
-from persys.agent.runtimes.images import ImageError, ImageRegistry
-from persys.agent.runtimes.libvirt_vm import (
+from persys.agent.runtimes.vm import (
     DomainConfig,
     DomainMeta,
+    ImageError,
+    ImageRegistry,
     LibvirtVMRuntime,
     detect_accelerator,
     detect_accelerator_with_reason,
@@ -30,6 +30,7 @@ from persys.agent.runtimes.libvirt_vm import (
     domain_xml,
     parse_meta,
 )
+from persys.agent.runtimes.vm.cloudinit import VOLUME_ID, build_seed, read_seed_iso
 from persys.model import parse_manifests
 from persys.model.workload import CloudInit, Resources, VMSpec, WorkloadSpec
 from tests import vm_fixtures
@@ -351,7 +352,7 @@ async def test_vm_lifecycle(
     assert marker1 in logs and f"instance-id: {wid}-r1" in logs and "label=cidata" in logs, logs
     assert f"PERSYS-GUEST-DISK {BASE_MARKER}" in logs and f"{GUEST_WROTE} to /dev/vda" in logs
     assert busy is not None and busy.state is RuntimeState.RUNNING
-    assert busy.cpu_percent > 1 and busy.memory_bytes > 16 * 1024 * 1024
+    assert busy.usage.cpu_percent > 1 and busy.usage.memory_bytes > 16 * 1024 * 1024
 
     xml = virsh(vm_host.uri, "dumpxml", name).stdout
     dom = ET.fromstring(xml)
@@ -361,8 +362,8 @@ async def test_vm_lifecycle(
     assert f'"backing-filename": "{blob}"' in info and '"backing-filename-format": "qcow2"' in info
 
     later = await rt.inspect(wid)
-    assert later is not None and later.memory_bytes > 0 and later.cpu_percent >= 0
-    assert later.disk_read_bytes > 0 and later.disk_write_bytes > 0  # the guest read the seed, wrote vda
+    assert later is not None and later.usage.memory_bytes > 0 and later.usage.cpu_percent >= 0
+    assert later.usage.disk_read_bytes > 0 and later.usage.disk_write_bytes > 0  # the guest read the seed, wrote vda
 
     # Adoption: a new runtime instance (a restarted agent) keeps the running VM.
     pid = qemu_pid(name)
@@ -483,7 +484,7 @@ async def test_vm_address_from_dhcp_lease(vm_host: VMHost, rt: LibvirtVMRuntime)
             return o if o is not None and "ip 192.168.251." in o.message else None
 
         o = await wait_for(addressed, 60, "a DHCP lease")
-        assert o.net_rx_bytes > 0 and o.net_tx_bytes > 0
+        assert o.usage.net_rx_bytes > 0 and o.usage.net_tx_bytes > 0
         assert "ip 192.168.251." in (await rt.list())[0].message
     finally:
         await rt.remove(wid)

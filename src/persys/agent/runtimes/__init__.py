@@ -1,4 +1,5 @@
-"""Workload runtimes used by the agent: Docker containers and supervised host processes."""
+"""Workload runtimes used by the agent: one module or package per workload type (process, docker,
+compose/, vm/, microvm/) and the bases they share; docs/architecture.md has the module map."""
 
 from persys.agent.runtimes.base import (
     ObservedWorkload,

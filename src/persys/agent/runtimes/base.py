@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from persys.model.status import WorkloadUsage
 from persys.model.workload import WorkloadSpec
 
 
@@ -38,13 +39,7 @@ class ObservedWorkload:
     message: str = ""
     exit_code: int | None = None
     started_at: float = 0
-    cpu_percent: float = 0.0
-    memory_bytes: int = 0
-    # Cumulative counters since the workload started (0 when the runtime cannot tell).
-    disk_read_bytes: int = 0
-    disk_write_bytes: int = 0
-    net_rx_bytes: int = 0
-    net_tx_bytes: int = 0
+    usage: WorkloadUsage = field(default_factory=WorkloadUsage)  # filled in by inspect() while running
 
 
 @dataclass(frozen=True)

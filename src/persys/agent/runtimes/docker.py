@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-from datetime import datetime
 from typing import Any
 
 import aiodocker
@@ -22,6 +20,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.model.workload import ContainerSpec
 
 LABEL_WORKLOAD = "persys.workload"
@@ -31,42 +30,9 @@ LABEL_MANAGED = "persys.managed"
 NAME_PREFIX = "persys-"
 MIN_MEMORY_MB = 6  # the engine refuses smaller limits; reject early with a clear reason
 
-_FRACTION_RE = re.compile(r"\.(\d+)")
-
 
 def container_name(workload_id: str) -> str:
     return f"{NAME_PREFIX}{workload_id}"
-
-
-def _parse_docker_time(value: str | None) -> float:
-    """Docker timestamps carry nanoseconds and 'Z'; `0001-01-01T00:00:00Z` means never."""
-    if not value or value.startswith("0001-"):
-        return 0.0
-    value = _FRACTION_RE.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), value, count=1)
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _cpu_percent(stats: dict[str, Any]) -> float:
-    cpu = stats.get("cpu_stats") or {}
-    pre = stats.get("precpu_stats") or {}
-    cpu_delta = (cpu.get("cpu_usage") or {}).get("total_usage", 0) - (pre.get("cpu_usage") or {}).get("total_usage", 0)
-    sys_delta = cpu.get("system_cpu_usage", 0) - pre.get("system_cpu_usage", 0)
-    online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
-    if cpu_delta <= 0 or sys_delta <= 0:
-        return 0.0
-    return round(cpu_delta / sys_delta * online * 100.0, 3)
-
-
-def _memory_bytes(stats: dict[str, Any]) -> int:
-    mem = stats.get("memory_stats") or {}
-    usage = int(mem.get("usage") or 0)
-    detail = mem.get("stats") or {}
-    # Same as `docker stats`: page cache that can be dropped is not the workload's memory.
-    cache = int(detail.get("total_inactive_file", detail.get("inactive_file", 0)) or 0)
-    return usage - cache if usage > cache else usage
 
 
 class DockerRuntime:
@@ -164,21 +130,13 @@ class DockerRuntime:
             runtime_id=str(data.get("Id", "")),
             message=message,
             exit_code=exit_code,
-            started_at=_parse_docker_time(st.get("StartedAt")),
+            started_at=parse_docker_time(st.get("StartedAt")),
         )
 
     async def _add_stats(self, obs: ObservedWorkload) -> None:
-        try:
-            # stream=False makes the engine take two samples, so precpu_stats is filled in.
-            samples = await asyncio.wait_for(
-                self._docker().containers.container(obs.runtime_id).stats(stream=False),
-                timeout=self._stats_timeout,
-            )
-        except (DockerError, TimeoutError, OSError):
-            return  # usage is best-effort; the state is what matters
-        if samples:
-            obs.cpu_percent = _cpu_percent(samples[-1])
-            obs.memory_bytes = _memory_bytes(samples[-1])
+        usage = await sample_usage(self._docker(), obs.runtime_id, self._stats_timeout)
+        if usage is not None:
+            obs.usage = usage
 
     async def inspect(self, workload_id: str) -> ObservedWorkload | None:
         data = await self._show(workload_id)

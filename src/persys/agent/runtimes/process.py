@@ -5,23 +5,24 @@ Each workload is one process started in its own session/process group, with its 
 start time of the pid, so a recycled pid is never mistaken for ours). The process outlives the
 agent on purpose: a restarted agent reads meta.json and adopts it instead of starting a duplicate.
 Limits use cgroup v1 when the hierarchy is writable; otherwise the command runs unlimited.
+The work directories and process supervision are the shared bases in `workdir.py` and
+`supervision.py` (the microVM runtime's VMMs use the same).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import os
 import platform
 import shutil
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from persys.agent.files import write_json_atomic
 from persys.agent.runtimes.base import (
     ObservedWorkload,
     Probe,
@@ -30,11 +31,13 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
+from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
+from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
 CGROUP_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Moves itself into the cgroups and then execs the command, so the command is limited from its
 # very first instruction. A shell wrapper instead of preexec_fn: preexec_fn is unsafe in a
@@ -56,30 +59,6 @@ class ProcessMeta:
     exit_code: int | None = None
     finished_at: float = 0.0
     stopped_by_agent: bool = False
-
-
-def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, pgid, utime+stime ticks, start ticks) of a pid, or None if it does not exist."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # comm (field 2) may contain spaces and ')', so split after the last ')'.
-    rest = raw.rsplit(")", 1)[1].split()
-    # rest[0] is field 3 (state); field N is rest[N - 3].
-    return rest[0], int(rest[2]), int(rest[11]) + int(rest[12]), int(rest[19])
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, found via /proc since we may not be their parent."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        st = _proc_stat(int(entry.name))
-        if st is not None and st[1] == pgid and st[0] != "Z":
-            out.append(int(entry.name))
-    return out
 
 
 def _read_int(path: Path) -> int | None:
@@ -105,12 +84,13 @@ class ProcessRuntime:
         agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
     ) -> None:
         self._dir = Path(state_dir) / "process"
+        self._dirs = WorkDirs(self._dir, ProcessMeta)
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
         self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
         self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
-        self._cpu_samples: dict[str, tuple[float, int]] = {}  # workload -> (monotonic, cpu ns)
+        self._cpu = CpuSampler(settle=0.1)
         self._lock = asyncio.Lock()
 
     @property
@@ -196,19 +176,13 @@ class ProcessRuntime:
     # ---- state files ---------------------------------------------------------------------------
 
     def _wdir(self, workload_id: str) -> Path:
-        if not workload_id or "/" in workload_id or workload_id in (".", ".."):
-            raise RuntimeFailure(f"invalid workload id {workload_id!r}", code="InvalidSpec", terminal=True)
-        return self._dir / workload_id
+        return self._dirs.path(workload_id)
 
     def _load(self, workload_id: str) -> ProcessMeta | None:
-        try:
-            doc = json.loads((self._wdir(workload_id) / "meta.json").read_text())
-            return ProcessMeta(**doc)
-        except (OSError, ValueError, TypeError):
-            return None
+        return self._dirs.load(workload_id)
 
     def _save(self, meta: ProcessMeta) -> None:
-        write_json_atomic(self._wdir(meta.workload_id) / "meta.json", asdict(meta))
+        self._dirs.save(meta)
 
     # ---- liveness ------------------------------------------------------------------------------
 
@@ -223,8 +197,7 @@ class ProcessRuntime:
                 meta.finished_at = meta.finished_at or time.time()
                 self._save(meta)
             return False
-        st = _proc_stat(meta.pid)
-        return st is not None and st[3] == meta.start_ticks and st[0] != "Z"
+        return is_alive(meta.pid, meta.start_ticks)
 
     def _observe(self, meta: ProcessMeta) -> ObservedWorkload:
         obs = ObservedWorkload(
@@ -263,11 +236,7 @@ class ProcessRuntime:
             v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
             if v is not None:
                 return v
-        ticks = 0
-        for pid in _group_members(meta.pgid):
-            st = _proc_stat(pid)
-            ticks += st[2] if st else 0
-        return ticks * 1_000_000_000 // _CLK_TCK
+        return ticks_to_ns(sum(info.cpu_ticks for pid in group_members(meta.pgid) if (info := proc_info(pid))))
 
     def _memory(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
@@ -276,7 +245,7 @@ class ProcessRuntime:
             if v is not None:
                 return v
         total = 0
-        for pid in _group_members(meta.pgid):
+        for pid in group_members(meta.pgid):
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -284,17 +253,12 @@ class ProcessRuntime:
         return total
 
     async def _add_usage(self, meta: ProcessMeta, obs: ObservedWorkload) -> None:
-        obs.memory_bytes = self._memory(meta)
-        now, used = time.monotonic(), self._cpu_ns(meta)
-        prev = self._cpu_samples.get(meta.workload_id)
-        if prev is None or not 0.2 <= now - prev[0] <= 60:
-            # No recent sample to compare with: take a short second one.
-            prev = (now, used)
-            await asyncio.sleep(0.1)
-            now, used = time.monotonic(), self._cpu_ns(meta)
-        self._cpu_samples[meta.workload_id] = (now, used)
-        # 100% = one full core, the same convention as `docker stats`.
-        obs.cpu_percent = round(max(0, used - prev[1]) / ((now - prev[0]) * 1e9) * 100, 3)
+        obs.usage.memory_bytes = self._memory(meta)
+
+        async def read_again() -> int:
+            return self._cpu_ns(meta)
+
+        obs.usage.cpu_percent = await self._cpu.percent(meta.workload_id, self._cpu_ns(meta), read_again)
 
     # ---- Runtime API ---------------------------------------------------------------------------
 
@@ -340,23 +304,12 @@ class ProcessRuntime:
         argv = list(spec.command)
         if cg_procs:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_procs, "--", *argv]
-        with open(wdir / "stdout.log", "ab") as log:
-            log.write(f"--- persys: starting revision {w.revision} at {time.ctime()} ---\n".encode())
-            log.flush()
-            try:
-                child = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=cwd,
-                    env=env,
-                    close_fds=True,
-                    start_new_session=True,  # own session + group: survives the agent, killable as a unit
-                )
-            except OSError as exc:
-                raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
-        st = _proc_stat(child.pid)
+        mark_start(wdir / "stdout.log", f"starting revision {w.revision}")
+        try:
+            child = spawn_session(argv, cwd=cwd, stdout=wdir / "stdout.log", env=env)
+        except OSError as exc:
+            raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
+        info = proc_info(child.pid)
         meta = ProcessMeta(
             workload_id=w.workload_id,
             revision=w.revision,
@@ -364,12 +317,12 @@ class ProcessRuntime:
             command=list(spec.command),
             pid=child.pid,
             pgid=child.pid,
-            start_ticks=st[3] if st else 0,
+            start_ticks=info.start_ticks if info else 0,
             started_at=time.time(),
             cgroups=[str(Path(p).parent) for p in cg_procs],
         )
         self._children[w.workload_id] = child
-        self._cpu_samples.pop(w.workload_id, None)
+        self._cpu.forget(w.workload_id)
         self._save(meta)
         return self._observe(meta)
 
@@ -383,16 +336,7 @@ class ProcessRuntime:
 
     def _all_gone(self, meta: ProcessMeta) -> bool:
         self._alive(meta)  # reaps our own child so it does not linger as a zombie
-        return not _group_members(meta.pgid) and not self._cgroup_pids(meta)
-
-    async def _wait_gone(self, meta: ProcessMeta, within: float) -> bool:
-        deadline = time.monotonic() + within
-        while True:
-            if await asyncio.to_thread(self._all_gone, meta):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.05)
+        return not group_members(meta.pgid) and not self._cgroup_pids(meta)
 
     async def _stop_locked(self, workload_id: str) -> None:
         meta = self._load(workload_id)
@@ -404,10 +348,8 @@ class ProcessRuntime:
             if leader_ours:
                 meta.stopped_by_agent = True
                 self._save(meta)
-            self._signal_all(meta, signal.SIGTERM)
-            if not await self._wait_gone(meta, self._grace):
-                self._signal_all(meta, signal.SIGKILL)
-                await self._wait_gone(meta, 2.0)
+            await terminate(functools.partial(self._signal_all, meta), functools.partial(self._all_gone, meta),
+                            grace=self._grace)
         child = self._children.pop(workload_id, None)
         if child is not None and child.pid == meta.pid:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -424,15 +366,13 @@ class ProcessRuntime:
     async def remove(self, workload_id: str) -> None:
         async with self._lock:
             await self._stop_locked(workload_id)
-            shutil.rmtree(self._wdir(workload_id), ignore_errors=True)
-            self._cpu_samples.pop(workload_id, None)
+            self._dirs.remove(workload_id)
+            self._cpu.forget(workload_id)
 
     async def list(self) -> list[ObservedWorkload]:
-        if not self._dir.is_dir():
-            return []
         out = []
-        for d in sorted(self._dir.iterdir()):
-            meta = self._load(d.name)
+        for workload_id in self._dirs.ids():
+            meta = self._load(workload_id)
             if meta is not None:
                 out.append(self._observe(meta))
         return out
@@ -447,22 +387,7 @@ class ProcessRuntime:
         return obs
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
-        return await asyncio.to_thread(self._tail, self._wdir(workload_id) / "stdout.log", tail)
-
-    @staticmethod
-    def _tail(path: Path, lines: int) -> str:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                # The last 1 MiB is plenty for `tail` lines and bounds memory on huge logs.
-                f.seek(max(0, size - (1 << 20)))
-                data = f.read()
-        except FileNotFoundError:
-            return ""
-        text = data.decode(errors="replace")
-        kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
-        return "".join(kept)
+        return await asyncio.to_thread(tail_text, self._wdir(workload_id) / "stdout.log", tail)
 
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.

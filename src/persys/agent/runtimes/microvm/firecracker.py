@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from persys.agent.runtimes.base import Probe
+from persys.agent.runtimes.kvm import kvm_device_problem
 from persys.agent.runtimes.microvm.hypervisor import HypervisorError, VMConfig, VMHandle, VMMetrics, VMStatus
 from persys.agent.runtimes.microvm.supervise import (
     VMMProcesses,
@@ -35,6 +36,7 @@ from persys.agent.runtimes.microvm.supervise import (
     prepare_files,
     socket_path,
 )
+from persys.model.status import WorkloadUsage
 
 # Firecracker flushes on its own every 60 s; extra flushes are rate-limited so frequent inspects do
 # not grow the metrics file (each line is several KiB) much faster than Firecracker itself does.
@@ -139,7 +141,7 @@ class FirecrackerHypervisor:
         if proc.returncode != 0 or m is None:
             return Probe(available=False, reason=f"{exe} --version failed: {out[:200]!r}")
         # Firecracker is KVM-only: without a usable /dev/kvm it would fail at InstanceStart.
-        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        if kvm_device_problem():
             return Probe(available=False, version=m.group(1), reason="/dev/kvm is missing or not accessible")
         return Probe(available=True, version=m.group(1), features=(f"firecracker:{m.group(1)}",))
 
@@ -239,10 +241,7 @@ class FirecrackerHypervisor:
         if path:
             await asyncio.to_thread(_consume_metrics, Path(path), state)
         t = state.totals
-        return VMMetrics(
-            cpu_ns, rss, t.get("disk_read_bytes", 0), t.get("disk_write_bytes", 0),
-            t.get("net_rx_bytes", 0), t.get("net_tx_bytes", 0),
-        )
+        return VMMetrics(cpu_ns, WorkloadUsage(memory_bytes=rss, **t))  # totals are keyed by usage field
 
     def console_log(self, handle: VMHandle) -> Path:
         return Path(handle.console_log)

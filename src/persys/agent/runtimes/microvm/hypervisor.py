@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from persys.agent.runtimes.base import Probe
+from persys.model.status import WorkloadUsage
 
 
 class HypervisorError(Exception):
@@ -70,14 +71,11 @@ class VMStatus:
 
 @dataclass(frozen=True)
 class VMMetrics:
-    """Cumulative counters since the VM booted; 0 where the backend cannot tell."""
+    """The VMM's CPU time and the VM's memory and cumulative I/O since it booted (0 where the
+    backend cannot tell); the runtime turns CPU time into `usage.cpu_percent`."""
 
     cpu_ns: int = 0
-    memory_bytes: int = 0
-    disk_read_bytes: int = 0
-    disk_write_bytes: int = 0
-    net_rx_bytes: int = 0
-    net_tx_bytes: int = 0
+    usage: WorkloadUsage = field(default_factory=WorkloadUsage)
 
 
 @runtime_checkable

@@ -10,11 +10,9 @@
 `-no-reboot` makes a guest reboot end the VMM, as in Firecracker, so "the guest went away" always
 shows as an exited process. The base rootfs is only ever a read-only qcow2 backing file.
 
-The accelerator is KVM only if a KVM guest really runs at native speed: on nested/PVM hosts
-/dev/kvm exists but a plain guest runs about 1000x slower than TCG (or QEMU aborts on an MSR).
-The check boots a 64 KiB firmware whose reset vector spins 10M iterations and then writes one
-byte to the serial port: TCG does that in about 25 ms, real KVM in a few, emulated "KVM" in
-seconds. The verdict is cached per QEMU version and host kernel.
+The accelerator is KVM only if a KVM guest really runs at native speed (the shared probe in
+`runtimes/kvm.py`, on the `microvm` machine with the CPU model guests get). The verdict is cached
+per QEMU version and host kernel.
 
 Under TCG a guest's TSC is the host's TSC (QEMU's rdtsc returns host ticks), but the guest kernel
 must calibrate it against the PIT, and that fails whenever the host is busy: the kernel then marks
@@ -40,16 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from persys.agent.runtimes.base import Probe
+from persys.agent.runtimes.kvm import KVM_DEADLINE, Accelerator, firmware_runs, kvm_device_problem, write_firmware
 from persys.agent.runtimes.microvm.hypervisor import HypervisorError, VMConfig, VMHandle, VMMetrics, VMStatus
 from persys.agent.runtimes.microvm.supervise import VMMProcesses, guest_mac, prepare_files, socket_path
+from persys.model.status import WorkloadUsage
 
 QCOW2_MAGIC = b"QFI\xfb"
 
-# Reset vector (the last 16 bytes of the firmware, real mode): mov ecx,10000000; loop $;
-# mov al,'K'; mov dx,0x3f8; out dx,al; hlt. Everything before it is hlt padding.
-_PROBE_RESET_VECTOR = bytes.fromhex("66b980969800" "67e2fd" "b04b" "baf803" "ee" "f4")
-_PROBE_FIRMWARE = b"\xf4" * (65536 - 16) + _PROBE_RESET_VECTOR
-_KVM_DEADLINE = 2.0  # real KVM answers in milliseconds; PVM-emulated guests take ~6 s
 _ACCEL_CACHE_VERSION = 3
 _RDTSC = bytes.fromhex("0f31" "48c1e220" "4809d0" "c3")  # rdtsc; shl rdx,32; or rax,rdx; ret
 
@@ -236,26 +231,12 @@ class QemuHypervisor:
             self._version = m.group(1)
         return self._version
 
-    async def _firmware_runs(self, exe: str, accel: str, cpu: str | None, deadline: float) -> bool:
-        """Boots the probe firmware; True if its byte reached the serial port within `deadline` s."""
-        fw = self._cache / "accel-probe.bin"
-        if not fw.exists() or fw.read_bytes() != _PROBE_FIRMWARE:
-            self._cache.mkdir(parents=True, exist_ok=True)
-            fw.write_bytes(_PROBE_FIRMWARE)
-        argv = [exe, "-M", "microvm", "-accel", accel, *(["-cpu", cpu] if cpu else []), "-nodefaults",
-                "-no-user-config", "-nographic", "-bios", str(fw), "-m", "16", "-serial", "stdio"]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-        )
-        assert proc.stdout is not None
-        try:
-            return await asyncio.wait_for(proc.stdout.read(1), deadline) == b"K"
-        except TimeoutError:
-            return False
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+    async def _firmware_runs(self, exe: str, accel: Accelerator, cpu: str | None, deadline: float) -> bool:
+        """Boots the shared KVM probe firmware on the microvm machine (see `runtimes/kvm.py`)."""
+        fw = write_firmware(self._cache / "accel-probe.bin")
+        ok, _ = await asyncio.to_thread(firmware_runs, exe, fw, machine="microvm", accel=accel, cpu=cpu,
+                                        deadline=deadline)
+        return ok
 
     async def accelerator(self) -> Accel:
         """KVM when it really works, else TCG (with the host TSC rate). Cached on disk."""
@@ -267,7 +248,7 @@ class QemuHypervisor:
         exe = self._resolve(self._binary)
         if exe is None:
             raise HypervisorError(f"{self._binary} not found")
-        kvm_usable = os.access("/dev/kvm", os.R_OK | os.W_OK) and self._forced_accel != "tcg"
+        kvm_usable = not kvm_device_problem() and self._forced_accel != "tcg"
         key = {"v": _ACCEL_CACHE_VERSION, "qemu": await self.version(), "host": platform.release(), "kvm": kvm_usable}
         cache = self._cache / "accel.json"
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -278,7 +259,7 @@ class QemuHypervisor:
         choice: Accel | None = None
         if kvm_usable:
             for cpu in ("host", "max"):
-                if await self._firmware_runs(exe, "kvm", cpu, _KVM_DEADLINE):
+                if await self._firmware_runs(exe, "kvm", cpu, KVM_DEADLINE):
                     choice = Accel("kvm", cpu)
                     break
         if choice is None:
@@ -415,7 +396,8 @@ class QemuHypervisor:
                 rd += int(stats.get("rd_bytes", 0))
                 wr += int(stats.get("wr_bytes", 0))
         rx, tx = self._procs.net(handle)
-        return VMMetrics(cpu_ns, rss, rd, wr, rx, tx)
+        return VMMetrics(cpu_ns, WorkloadUsage(
+            memory_bytes=rss, disk_read_bytes=rd, disk_write_bytes=wr, net_rx_bytes=rx, net_tx_bytes=tx))
 
     def console_log(self, handle: VMHandle) -> Path:
         return Path(handle.console_log)

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from persys.agent.files import write_json_atomic
 from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
+from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
 from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_kernel
 from persys.agent.runtimes.microvm.qemu import QemuHypervisor
-from persys.agent.runtimes.microvm.supervise import tail_text
+from persys.agent.runtimes.workdir import WorkDirs, tail_text
 from persys.model.workload import MicroVMSpec
 
 # Preference order for `hypervisor: auto`: Firecracker whenever it is installed.
@@ -57,6 +55,7 @@ class MicroVMRuntime:
         hypervisors: Mapping[str, Hypervisor] | None = None,
     ) -> None:
         self._dir = Path(state_dir) / "microvm"
+        self._dirs = WorkDirs(self._dir, MicroVMMeta)
         self._cache = Path(state_dir) / "microvm-cache"
         self._grace = grace_seconds
         self._hv: dict[str, Hypervisor] = dict(hypervisors) if hypervisors is not None else {
@@ -64,27 +63,25 @@ class MicroVMRuntime:
             "qemu": QemuHypervisor(self._cache),
         }
         self._probes: dict[str, Probe] = {}
-        self._cpu_samples: dict[str, tuple[float, int]] = {}  # workload -> (monotonic, cpu ns)
+        self._cpu = CpuSampler(settle=0.1)
         self._lock = asyncio.Lock()
 
     # ---- state files ---------------------------------------------------------------------------
 
     def _wdir(self, workload_id: str) -> Path:
-        if not workload_id or "/" in workload_id or workload_id in (".", ".."):
-            raise RuntimeFailure(f"invalid workload id {workload_id!r}", code="InvalidSpec", terminal=True)
-        return self._dir / workload_id
+        return self._dirs.path(workload_id)
 
     def _load(self, workload_id: str) -> MicroVMMeta | None:
+        meta = self._dirs.load(workload_id)
         try:
-            doc = json.loads((self._wdir(workload_id) / "meta.json").read_text())
-            meta = MicroVMMeta(**doc)
-            VMHandle(**meta.handle)  # a meta whose handle does not parse is as good as none
-            return meta
-        except (OSError, ValueError, TypeError):
+            if meta is not None:
+                VMHandle(**meta.handle)  # a meta whose handle does not parse is as good as none
+        except (ValueError, TypeError):
             return None
+        return meta
 
     def _save(self, meta: MicroVMMeta) -> None:
-        write_json_atomic(self._wdir(meta.workload_id) / "meta.json", asdict(meta))
+        self._dirs.save(meta)
 
     def _backend(self, meta: MicroVMMeta) -> Hypervisor:
         hv = self._hv.get(meta.hypervisor)
@@ -165,20 +162,14 @@ class MicroVMRuntime:
     async def _add_usage(self, meta: MicroVMMeta, obs: ObservedWorkload) -> None:
         hv, handle = self._backend(meta), VMHandle(**meta.handle)
         m = await hv.metrics(handle)
-        now = time.monotonic()
-        prev = self._cpu_samples.get(meta.workload_id)
-        if prev is None or not 0.2 <= now - prev[0] <= 60:
-            # No recent sample to compare with: take a short second one.
-            prev = (now, m.cpu_ns)
-            await asyncio.sleep(0.1)
+
+        async def read_again() -> int:
+            nonlocal m
             m = await hv.metrics(handle)
-            now = time.monotonic()
-        self._cpu_samples[meta.workload_id] = (now, m.cpu_ns)
-        # 100% = one full core, the same convention as `docker stats`.
-        obs.cpu_percent = round(max(0, m.cpu_ns - prev[1]) / ((now - prev[0]) * 1e9) * 100, 3)
-        obs.memory_bytes = m.memory_bytes
-        obs.disk_read_bytes, obs.disk_write_bytes = m.disk_read_bytes, m.disk_write_bytes
-        obs.net_rx_bytes, obs.net_tx_bytes = m.net_rx_bytes, m.net_tx_bytes
+            return m.cpu_ns
+
+        cpu_percent = await self._cpu.percent(meta.workload_id, m.cpu_ns, read_again)
+        obs.usage = m.usage.model_copy(update={"cpu_percent": cpu_percent})
 
     # ---- Runtime API ---------------------------------------------------------------------------
 
@@ -266,7 +257,7 @@ class MicroVMRuntime:
         except OSError as exc:
             raise RuntimeFailure(f"{backend_name}: {exc}", code="VMStartFailed") from exc
         meta = MicroVMMeta(w.workload_id, w.revision, w.generation, backend_name, asdict(handle))
-        self._cpu_samples.pop(w.workload_id, None)
+        self._cpu.forget(w.workload_id)
         self._save(meta)
         return await self._observe(meta)
 
@@ -297,15 +288,13 @@ class MicroVMRuntime:
                 for f in self._backend(meta).files(VMHandle(**meta.handle)):
                     with contextlib.suppress(OSError):
                         f.unlink()
-            shutil.rmtree(self._wdir(workload_id), ignore_errors=True)
-            self._cpu_samples.pop(workload_id, None)
+            self._dirs.remove(workload_id)
+            self._cpu.forget(workload_id)
 
     async def list(self) -> list[ObservedWorkload]:
-        if not self._dir.is_dir():
-            return []
         out = []
-        for d in sorted(self._dir.iterdir()):
-            meta = self._load(d.name)
+        for workload_id in self._dirs.ids():
+            meta = self._load(workload_id)
             if meta is not None:
                 out.append(await self._observe(meta))
         return out

@@ -1,9 +1,10 @@
-"""Host-side plumbing shared by the hypervisor backends: supervised VMM processes, /proc usage, files.
+"""Host-side plumbing shared by the hypervisor backends: supervised VMM processes, usage, files.
 
 A VMM (QEMU or Firecracker) runs under a tiny `sh` wrapper that is the leader of its own session
 and process group. The wrapper exists only to write the VMM's exit status to a file: the agent may
 be restarted while the VM runs, and a later agent that adopted the VM could otherwise never tell a
-guest that powered off (exit 0, "Stopped") from a crashed VMM ("Failed").
+guest that powered off (exit 0, "Stopped") from a crashed VMM ("Failed"). Process identity,
+spawning and termination come from `runtimes/supervision.py`, shared with the process runtime.
 """
 
 from __future__ import annotations
@@ -16,64 +17,25 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from persys.agent.runtimes.microvm.hypervisor import HypervisorError, VMConfig, VMHandle
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+from persys.agent.runtimes.supervision import (
+    children_of,
+    is_alive,
+    proc_info,
+    spawn_session,
+    terminate,
+    ticks_to_ns,
+    wait_until,
+)
+from persys.agent.runtimes.workdir import mark_start, tail_text
 
 # $1 is the exit-status file, the rest is the VMM's argv; the rename makes the status appear atomically.
 _EXIT_WRAPPER = 'f=$1; shift; "$@"; c=$?; echo $c > "$f.tmp" && mv "$f.tmp" "$f"; exit $c'
 
 # sun_path is 108 bytes including the NUL; leave room so deep state dirs still get a socket.
 _MAX_SOCKET_PATH = 100
-
-
-@dataclass(frozen=True)
-class ProcInfo:
-    state: str
-    ppid: int
-    pgid: int
-    cpu_ticks: int  # utime + stime
-    start_ticks: int  # field 22: with the pid, identifies one process across pid reuse
-    rss_bytes: int
-
-
-def proc_info(pid: int) -> ProcInfo | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # comm (field 2) may contain spaces and ')', so split after the last ')'; rest[N-3] is field N.
-    rest = raw.rsplit(")", 1)[1].split()
-    return ProcInfo(
-        state=rest[0],
-        ppid=int(rest[1]),
-        pgid=int(rest[2]),
-        cpu_ticks=int(rest[11]) + int(rest[12]),
-        start_ticks=int(rest[19]),
-        rss_bytes=int(rest[21]) * _PAGE,
-    )
-
-
-def is_alive(pid: int, start_ticks: int) -> bool:
-    """True while `pid` is still the very process we started (not a zombie, not a recycled pid)."""
-    info = proc_info(pid) if pid > 0 else None
-    return info is not None and info.start_ticks == start_ticks and info.state not in ("Z", "X")
-
-
-def children_of(pid: int) -> list[int]:
-    with contextlib.suppress(OSError, ValueError):  # needs CONFIG_PROC_CHILDREN; else scan /proc
-        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    out = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            info = proc_info(int(entry.name))
-            if info is not None and info.ppid == pid:
-                out.append(int(entry.name))
-    return out
 
 
 class VMMProcesses:
@@ -141,19 +103,11 @@ class VMMProcesses:
         self, argv: list[str], cwd: Path, exit_file: Path, stdout: Path, stderr: Path
     ) -> subprocess.Popen[bytes]:
         exit_file.unlink(missing_ok=True)
-        with open(stdout, "ab") as out, open(stderr, "ab") as err:
-            try:
-                child = subprocess.Popen(
-                    ["/bin/sh", "-c", _EXIT_WRAPPER, "persys-vmm", str(exit_file), *argv],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    cwd=cwd,
-                    close_fds=True,
-                    start_new_session=True,  # own session + group: survives the agent, killable as a unit
-                )
-            except OSError as exc:
-                raise HypervisorError(f"spawn {argv[0]}: {exc}") from exc
+        try:
+            wrapped = ["/bin/sh", "-c", _EXIT_WRAPPER, "persys-vmm", str(exit_file), *argv]
+            child = spawn_session(wrapped, cwd=cwd, stdout=stdout, stderr=stderr)
+        except OSError as exc:
+            raise HypervisorError(f"spawn {argv[0]}: {exc}") from exc
         self._children[child.pid] = child
         return child
 
@@ -183,39 +137,41 @@ class VMMProcesses:
         return f"{what}" + (f" (exit code {code})" if code is not None else "") + (f": {last}" if last else "")
 
     async def wait_socket(self, handle: VMHandle, within: float) -> bool:
-        """Waits until the VMM created its API socket; False if it died first or time ran out."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if path_exists(handle.api_socket):
-                return True
-            if not self.alive(handle):
-                return False
-            await asyncio.sleep(0.02)
-        return path_exists(handle.api_socket)
-
-    async def wait_exit(self, handle: VMHandle, within: float) -> bool:
+        """Waits until the VMM accepts connections on its API socket; False if it died first or
+        time ran out. The socket file appears at bind(), a moment before listen(): on a busy host
+        a connection in between is refused, so the file alone is not yet an answer."""
         deadline = time.monotonic() + within
         while True:
-            if not self.alive(handle) and not is_alive(handle.wrapper_pid, handle.wrapper_start_ticks):
+            if path_exists(handle.api_socket) and await _accepts(handle.api_socket):
                 return True
-            if time.monotonic() >= deadline:
+            if not self.alive(handle) or time.monotonic() >= deadline:
                 return False
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+
+    def _gone(self, handle: VMHandle) -> bool:
+        return not is_alive(handle.vmm_pid, handle.vmm_start_ticks) and not is_alive(
+            handle.wrapper_pid, handle.wrapper_start_ticks
+        )
+
+    async def wait_exit(self, handle: VMHandle, within: float) -> bool:
+        gone = await wait_until(lambda: self._gone(handle), within)
+        self._reap()
+        return gone
 
     async def kill(self, handle: VMHandle, *, grace: float) -> None:
         """SIGTERM the whole group, SIGKILL whatever is left after `grace` seconds."""
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-            # The group id is only trusted while the VMM or the wrapper is provably ours: a pgid cannot
-            # be reused while a member lives, but after that it may name a stranger's group.
-            if not self.alive(handle) and not is_alive(handle.wrapper_pid, handle.wrapper_start_ticks):
-                break
+
+        def send(sig: signal.Signals) -> None:
+            # The group id is only trusted while the VMM or the wrapper is provably ours (terminate
+            # asks `_gone` first): a pgid cannot be reused while a member lives, but after that it
+            # may name a stranger's group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(handle.wrapper_pid, sig)
             if self.alive(handle):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(handle.vmm_pid, sig)
-            if await self.wait_exit(handle, wait):
-                break
+
+        await terminate(send, lambda: self._gone(handle), grace=grace)
         self._reap()
 
     def usage(self, handle: VMHandle) -> tuple[int, int]:
@@ -223,7 +179,7 @@ class VMMProcesses:
         info = proc_info(handle.vmm_pid) if self.alive(handle) else None
         if info is None:
             return 0, 0
-        return info.cpu_ticks * 1_000_000_000 // _CLK_TCK, info.rss_bytes
+        return ticks_to_ns(info.cpu_ticks), info.rss_bytes
 
     def net(self, handle: VMHandle) -> tuple[int, int]:
         rx = tx = 0
@@ -240,6 +196,17 @@ class VMMProcesses:
         self._children.clear()
 
 
+async def _accepts(path: str) -> bool:
+    try:
+        _, writer = await asyncio.open_unix_connection(path)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
 def read_exit_code(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -254,19 +221,6 @@ def socket_path(workdir: Path, name: str) -> Path:
         return path
     digest = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"persys-vm-{digest}-{name}"
-
-
-def tail_text(path: Path, lines: int, max_bytes: int = 1 << 20) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))  # bounds memory on huge console logs
-            data = f.read()
-    except FileNotFoundError:
-        return ""
-    kept = data.decode(errors="replace").splitlines(keepends=True)[-lines:] if lines > 0 else []
-    return "".join(kept)
 
 
 def guest_mac(vm_id: str, index: int) -> str:
@@ -288,8 +242,7 @@ def prepare_files(
         p.unlink(missing_ok=True)
     for p in touch:
         p.touch()
-    with open(console_log, "ab") as con:
-        con.write(f"--- persys: {banner} at {time.ctime()} ---\n".encode())
+    mark_start(console_log, banner)
 
 
 def tap_counters(tap: str) -> tuple[int, int]:

@@ -8,8 +8,8 @@ explicitly to QEMU (`-F`), so a raw guest disk can never be re-probed as qcow2 w
 
 Register from the command line on the node:
 
-    python -m persys.agent.runtimes.images --state-dir /var/lib/persys/agent register debian-12 disk.qcow2
-    python -m persys.agent.runtimes.images --state-dir ... register --kind kernel my-kernel vmlinuz
+    python -m persys.agent.runtimes.vm.images --state-dir /var/lib/persys/agent register debian-12 disk.qcow2
+    python -m persys.agent.runtimes.vm.images --state-dir ... register --kind kernel my-kernel vmlinuz
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m persys.agent.runtimes.images", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m persys.agent.runtimes.vm.images", description=__doc__.split("\n")[0])
     ap.add_argument("--state-dir", default="/var/lib/persys/agent", help="the agent's --state-dir")
     sub = ap.add_subparsers(dest="cmd", required=True)
     reg = sub.add_parser("register", help="copy a disk image, kernel or initrd into the registry")

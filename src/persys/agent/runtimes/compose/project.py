@@ -1,0 +1,49 @@
+"""A compose workload's identity on the engine: its project name, the labels persys puts on its
+services, networks and volumes, the file names in its directory and its `meta.json` record.
+
+Those labels never change between revisions on purpose: container labels are part of Compose's
+per-service config hash, so a revision label would recreate every service on every update. The
+revision, the service list and the retained volumes therefore live in `meta.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+# No `persys.managed` here: DockerRuntime lists every container carrying it as one of its own.
+LABEL_WORKLOAD = "persys.workload"
+LABEL_RUNTIME = "persys.runtime"
+PROJECT_PREFIX = "persys-"
+COMPOSE_PROJECT = "com.docker.compose.project"
+COMPOSE_SERVICE = "com.docker.compose.service"
+COMPOSE_ONEOFF = "com.docker.compose.oneoff"
+COMPOSE_VOLUME = "com.docker.compose.volume"
+OVERRIDE_FILE = "persys.override.yaml"
+ENV_FILE = "persys.env"
+
+
+def project_name(workload_id: str) -> str:
+    """`persys-<id>`; the replica suffix '.' becomes '_', which DNS-label ids never contain, so
+    instance `a.1` and workload `a-1` get different projects."""
+    return re.sub(r"[^a-z0-9_-]", "-", PROJECT_PREFIX + workload_id.lower().replace(".", "_"))
+
+
+@dataclass
+class ComposeMeta:
+    workload_id: str
+    project: str
+    revision: str  # "" while an `up` of the revision being applied has not succeeded
+    generation: int
+    services: list[str]  # services expected to have containers
+    retain_volumes: list[str] = field(default_factory=list)
+    stopped: bool = False  # set by stop(): nothing running then means Stopped, whatever the exit codes
+    commit: str = ""  # the commit checked out, for a gitRepo source
+
+
+def env_line(key: str, value: str) -> str:
+    # Single quotes are literal for Compose's dotenv parser (no `$` expansion).
+    if "'" not in value and "\n" not in value:
+        return f"{key}='{value}'"
+    return f"{key}={json.dumps(value)}"

@@ -1,0 +1,385 @@
+"""Compose runtime: one Docker Compose application per workload, driven by the Compose v2 CLI.
+
+Each workload is the Compose project `persys-<id>` (`project.py`). Its source (`source.py`: inline
+YAML written here, a path read in place, or a git clone) lives under `<state_dir>/compose/<id>/`
+next to an override file that puts persys labels on every service, network and volume, the env
+file from `spec.env`, and `meta.json`. The Compose binary is found and run by `cli.py`.
+
+Reading (list, inspect) goes through the Engine API by label (`observe.py` rolls the containers up
+into one state), and stop/logs/down name only the project, so none of them needs the source to
+still exist: a restarted agent adopts the project.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import yaml
+from aiodocker.exceptions import DockerError
+from aiodocker.volumes import DockerVolume
+
+from persys.agent.runtimes.base import (
+    ObservedWorkload,
+    Probe,
+    RuntimeFailure,
+    RuntimeState,
+    RuntimeWorkload,
+)
+from persys.agent.runtimes.compose.cli import ComposeCLI, clip
+from persys.agent.runtimes.compose.observe import observe
+from persys.agent.runtimes.compose.project import (
+    COMPOSE_ONEOFF,
+    COMPOSE_PROJECT,
+    COMPOSE_VOLUME,
+    ENV_FILE,
+    LABEL_RUNTIME,
+    LABEL_WORKLOAD,
+    OVERRIDE_FILE,
+    PROJECT_PREFIX,
+    ComposeMeta,
+    env_line,
+    project_name,
+)
+from persys.agent.runtimes.compose.source import materialize
+from persys.agent.runtimes.docker_stats import sample_usage, total_usage
+from persys.agent.runtimes.workdir import WorkDirs
+
+log = logging.getLogger(__name__)
+
+_ANON_VOLUME_RE = re.compile(r"^[0-9a-f]{64}$")  # the engine names anonymous volumes by a random id
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class ComposeRuntime:
+    """Runs `type: compose` workloads with Docker Compose v2 on the local Docker engine."""
+
+    name = "compose"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        url: str | None = None,
+        compose_command: Sequence[str] | None = None,
+        stop_timeout: int = 1,
+        stats_timeout: float = 5.0,
+        command_timeout: float = 300.0,
+        extra_labels: dict[str, str] | None = None,
+    ) -> None:
+        self._dirs = WorkDirs(Path(state_dir) / "compose", ComposeMeta, lenient=True)
+        self._url = url
+        self._cli = ComposeCLI(url=url, compose_command=compose_command, command_timeout=command_timeout)
+        self._stop_timeout = stop_timeout
+        self._stats_timeout = stats_timeout
+        # The runtime label keeps projects apart from DockerRuntime's containers; extra labels (the
+        # node) keep agents that share one engine from adopting or removing each other's projects.
+        self._scope = {LABEL_RUNTIME: self.name, **(extra_labels or {})}
+        self._client: aiodocker.Docker | None = None
+        # Per workload: start/stop/remove of one project are serialised, different projects overlap.
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # The aiohttp session must be created inside a running loop, so connect lazily.
+    def _docker(self) -> aiodocker.Docker:
+        if self._client is None:
+            self._client = aiodocker.Docker(url=self._url)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def _lock(self, workload_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(workload_id, asyncio.Lock())
+
+    def _dir(self, workload_id: str) -> Path:
+        return self._dirs.path(workload_id)
+
+    def _read_meta(self, workload_id: str) -> ComposeMeta | None:
+        return self._dirs.load(workload_id)
+
+    def _write_meta(self, meta: ComposeMeta) -> None:
+        self._dirs.save(meta)  # atomic: a crash never leaves a half-written meta.json
+
+    # ---- probe ---------------------------------------------------------------------------------
+
+    async def probe(self) -> Probe:
+        try:
+            _, version = await self._cli.resolve(verify=True)
+        except Exception as exc:  # probe must never raise
+            return Probe(available=False, reason=str(exc.args[0]) if exc.args else repr(exc))
+        try:
+            engine = await asyncio.wait_for(self._docker().version(), timeout=5)
+        except Exception as exc:
+            return Probe(available=False, reason=f"docker engine not reachable: {exc}")
+        features = [f"engine:{engine.get('Version', '')}", f"api:{engine.get('ApiVersion', '')}",
+                    "source:inline", "source:path", "retainVolumes"]
+        if shutil.which("git"):
+            features.append("source:git")
+        return Probe(available=True, version=version, features=tuple(features))
+
+    # ---- meta ----------------------------------------------------------------------------------
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def _filters(self, *extra: str) -> str:
+        return json.dumps({"label": [*(f"{k}={v}" for k, v in self._scope.items()), *extra]})
+
+    async def _containers(self, project: str | None = None) -> list[dict[str, Any]]:
+        """Full inspect data of our containers (one project, or all), one-off `run` containers excluded."""
+        extra = [f"{COMPOSE_PROJECT}={project}"] if project else [COMPOSE_PROJECT]
+        try:
+            summaries = await self._docker().containers.list(all=True, filters=self._filters(*extra))
+            # The summary lacks exit codes and OOM; a full inspect each is cheap on a local socket.
+            details = await asyncio.gather(*(c.show() for c in summaries), return_exceptions=True)
+        except (DockerError, OSError) as exc:
+            raise RuntimeFailure(f"list containers: {exc}") from exc
+        out = []
+        for d in details:
+            if isinstance(d, dict):  # removed between list and show: simply gone
+                labels = (d.get("Config") or {}).get("Labels") or {}
+                if labels.get(COMPOSE_ONEOFF, "False") != "True":
+                    out.append(d)
+        return out
+
+    async def _foreign(self, project: str) -> bool:
+        """Whether containers of this project exist that are not ours (another node's or unmanaged)."""
+        try:
+            summaries = await self._docker().containers.list(
+                all=True, filters=json.dumps({"label": [f"{COMPOSE_PROJECT}={project}"]})
+            )
+        except (DockerError, OSError) as exc:
+            raise RuntimeFailure(f"list containers: {exc}") from exc
+        for c in summaries:
+            labels = c["Labels"] if "Labels" in c else {}
+            if any(labels.get(k) != v for k, v in self._scope.items()):
+                return True
+        return False
+
+    async def _add_stats(self, obs: ObservedWorkload, data: Sequence[dict[str, Any]]) -> None:
+        running = [str(d["Id"]) for d in data if (d.get("State") or {}).get("Running")]
+        samples = await asyncio.gather(*(sample_usage(self._docker(), cid, self._stats_timeout) for cid in running))
+        obs.usage = total_usage(u for u in samples if u is not None)
+
+    async def inspect(self, workload_id: str) -> ObservedWorkload | None:
+        project = project_name(workload_id)
+        data = await self._containers(project)
+        if not data:
+            return None
+        obs = observe(workload_id, project, data, self._read_meta(workload_id))
+        await self._add_stats(obs, data)
+        return obs
+
+    async def list(self) -> list[ObservedWorkload]:
+        projects: dict[str, list[dict[str, Any]]] = {}
+        for d in await self._containers():
+            labels = (d.get("Config") or {}).get("Labels") or {}
+            project = labels.get(COMPOSE_PROJECT, "")
+            if project.startswith(PROJECT_PREFIX) and labels.get(LABEL_WORKLOAD):
+                projects.setdefault(project, []).append(d)
+        out = []
+        for project, data in projects.items():
+            wid = data[0]["Config"]["Labels"][LABEL_WORKLOAD]
+            if project_name(wid) == project:
+                out.append(observe(wid, project, data, self._read_meta(wid)))
+        return out
+
+    async def logs(self, workload_id: str, tail: int = 100) -> str:
+        project = project_name(workload_id)
+        if not await self._containers(project):
+            return ""
+        rc, out, err = await self._cli.compose(project, "logs", "--no-color", "--tail", str(tail), limit_s=60)
+        if rc != 0:
+            raise RuntimeFailure(f"logs {workload_id}: {clip(err)}")
+        return out + err
+
+    # ---- source --------------------------------------------------------------------------------
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _override(self, workload_id: str, model: dict[str, Any]) -> dict[str, Any]:
+        labels = {**self._scope, LABEL_WORKLOAD: workload_id}
+        out: dict[str, Any] = {"services": {s: {"labels": labels} for s in model.get("services") or {}}}
+        # Networks and volumes too, so a delete can find exactly this node's resources; external ones
+        # are not created by Compose and cannot carry labels.
+        for kind in ("networks", "volumes"):
+            own = {n: {"labels": labels} for n, c in (model.get(kind) or {}).items() if not (c or {}).get("external")}
+            if own:
+                out[kind] = own
+        return out
+
+    async def _check_images(self, model: dict[str, Any]) -> None:
+        """Never pull (nodes may have no registry access): every image must already be here."""
+        wanted = {
+            svc: str(conf["image"])
+            for svc, conf in (model.get("services") or {}).items()
+            if conf.get("image") and not conf.get("build")  # a service with build: makes its own
+        }
+
+        async def present(image: str) -> bool:
+            try:
+                await self._docker().images.inspect(image)
+            except DockerError as exc:
+                if exc.status == 404:
+                    return False
+                raise RuntimeFailure(f"inspect image {image}: {exc.message}") from exc
+            except OSError as exc:
+                raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
+            return True
+
+        found = await asyncio.gather(*(present(i) for i in wanted.values()))
+        missing = [f"{svc}: {image}" for (svc, image), ok in zip(wanted.items(), found, strict=True) if not ok]
+        if missing:
+            raise RuntimeFailure(
+                f"image(s) not present on this node: {', '.join(missing)}", code="ImageNotFound", terminal=True
+            )
+
+    async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
+        spec = w.spec.compose
+        if w.spec.type != "compose" or spec is None:
+            raise RuntimeFailure(f"workload type {w.spec.type!r} is not compose", code="InvalidSpec", terminal=True)
+        bad_keys = [k for k in spec.env if not _ENV_KEY_RE.match(k)]
+        if bad_keys:
+            raise RuntimeFailure(f"invalid env variable name(s): {bad_keys}", code="InvalidSpec", terminal=True)
+        project = project_name(w.workload_id)
+        wdir = self._dir(w.workload_id)
+        async with self._lock(w.workload_id):
+            meta = self._read_meta(w.workload_id)
+            if meta is not None and meta.revision == w.revision and not meta.stopped:
+                data = await self._containers(project)
+                if data:
+                    obs = observe(w.workload_id, project, data, meta)
+                    if obs.state is RuntimeState.RUNNING:
+                        return obs  # adopt: never touch a healthy project of the desired revision
+            if await self._foreign(project):
+                raise RuntimeFailure(f"compose project {project} exists but belongs to another owner")
+            wdir.mkdir(parents=True, exist_ok=True)
+            compose_file, commit = await materialize(self._cli, spec, wdir)
+            project_dir = compose_file.parent
+            env_file = wdir / ENV_FILE
+            env_file.write_text("".join(env_line(k, v) + "\n" for k, v in spec.env.items()))
+            # The project's own .env first, spec.env last (later files win). The values also go in
+            # the process environment, which Compose ranks above any env file, so they arrive verbatim.
+            env_files = [f for f in (project_dir / ".env",) if f.is_file()] + [env_file]
+            common: dict[str, Any] = {"project_dir": project_dir, "env_files": env_files, "env": spec.env}
+
+            rc, out, err = await self._cli.compose(
+                project, "config", "--format", "json", files=[compose_file], limit_s=60, **common
+            )
+            if rc != 0:
+                raise RuntimeFailure(f"invalid compose file: {clip(err or out)}", code="InvalidSpec", terminal=True)
+            model: dict[str, Any] = json.loads(out)
+            services = sorted(
+                svc for svc, conf in (model.get("services") or {}).items()
+                if conf.get("scale", 1) != 0 and (conf.get("deploy") or {}).get("replicas", 1) != 0
+            )
+            if not services:
+                raise RuntimeFailure("the compose file defines no services to run", code="InvalidSpec", terminal=True)
+            unknown = sorted(set(spec.retain_volumes) - set(model.get("volumes") or {}))
+            if unknown:
+                raise RuntimeFailure(
+                    f"retainVolumes names undeclared volume(s): {', '.join(unknown)}", code="InvalidSpec", terminal=True
+                )
+            await self._check_images(model)
+            override = wdir / OVERRIDE_FILE
+            override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
+
+            # revision "" until up succeeds: a failed update must not look like the new revision
+            # already running (the agent would treat it as exited instead of retrying the start).
+            meta = ComposeMeta(w.workload_id, project, "", w.generation, services, list(spec.retain_volumes),
+                               commit=commit)
+            self._write_meta(meta)
+            # up recreates only services whose configuration changed; -t bounds each replaced one's stop.
+            rc, out, err = await self._cli.compose(
+                project, "up", "-d", "--remove-orphans", "--pull", "never", "-t", str(self._stop_timeout),
+                files=[compose_file, override], **common,
+            )  # fmt: skip
+            if rc != 0:
+                raise self._up_failure(clip(err or out))
+            meta.revision = w.revision
+            self._write_meta(meta)
+            data = await self._containers(project)
+            if not data:
+                raise RuntimeFailure(f"compose up of {project} left no containers")
+            return observe(w.workload_id, project, data, meta)
+
+    @staticmethod
+    def _up_failure(msg: str) -> RuntimeFailure:
+        low = msg.lower()
+        if "no such image" in low or "pull access denied" in low or "manifest unknown" in low:
+            return RuntimeFailure(f"compose up: {msg}", code="ImageNotFound", terminal=True)
+        if "port is already allocated" in low or "address already in use" in low:
+            return RuntimeFailure(f"compose up: {msg}", code="PortConflict", terminal=True)
+        return RuntimeFailure(f"compose up: {msg}")
+
+    async def stop(self, workload_id: str) -> None:
+        project = project_name(workload_id)
+        async with self._lock(workload_id):
+            meta = self._read_meta(workload_id)
+            if meta is not None and not meta.stopped:
+                meta.stopped = True  # before stopping, so nothing reads the exits as a crash
+                self._write_meta(meta)
+            if not await self._containers(project):
+                return
+            # The stopped containers stay, so their exit codes and logs remain inspectable.
+            rc, _, err = await self._cli.compose(
+                project, "stop", "-t", str(self._stop_timeout), limit_s=self._stop_timeout + 60
+            )
+            if rc != 0:
+                raise RuntimeFailure(f"compose stop {project}: {clip(err)}")
+
+    async def remove(self, workload_id: str) -> None:
+        project = project_name(workload_id)
+        async with self._lock(workload_id):
+            if await self._foreign(project):
+                log.warning("not removing compose project %s: it belongs to another owner", project)
+            else:
+                meta = self._read_meta(workload_id)
+                await self._down(project, None if meta is None else set(meta.retain_volumes))
+            self._dirs.remove(workload_id)
+
+    async def _down(self, project: str, retain: set[str] | None) -> None:
+        """Remove the project's containers, networks and volumes, except retained named volumes.
+
+        `retain=None` means unknown (meta.json is lost): named volumes are kept then, because data
+        once deleted cannot come back and they may have been retained.
+        """
+        # A recreated container inherits its predecessor's anonymous volumes by name, after which
+        # neither `down -v` nor `rm -v` counts them as anonymous: collect them while they are mounted.
+        anonymous = {
+            str(m["Name"]) for d in await self._containers(project) for m in d.get("Mounts") or []
+            if m.get("Type") == "volume" and _ANON_VOLUME_RE.match(str(m.get("Name", "")))
+        }
+        t = str(self._stop_timeout)
+        args = ("down", "-v", "--remove-orphans", "-t", t) if retain == set() else ("down", "--remove-orphans", "-t", t)
+        rc, _, err = await self._cli.compose(project, *args, limit_s=self._stop_timeout + 120)
+        if rc != 0:
+            raise RuntimeFailure(f"compose down {project}: {clip(err)}")
+        try:
+            vols = await self._docker().volumes.list(
+                filters={"label": [f"{COMPOSE_PROJECT}={project}", *(f"{k}={v}" for k, v in self._scope.items())]}
+            )
+        except (DockerError, OSError) as exc:
+            raise RuntimeFailure(f"list volumes of {project}: {exc}") from exc
+        named = {str(v["Name"]): (v.get("Labels") or {}).get(COMPOSE_VOLUME) for v in vols.get("Volumes") or []}
+        doomed = anonymous - set(named)
+        if retain:
+            doomed |= {name for name, key in named.items() if key not in retain}
+        for name in sorted(doomed):
+            try:
+                await DockerVolume(self._docker(), name).delete()
+            except DockerError as exc:
+                if exc.status == 409:  # still mounted by a container outside the project: not ours to break
+                    log.warning("volume %s of %s is in use elsewhere, left in place", name, project)
+                elif exc.status != 404:  # already gone is what we wanted
+                    raise RuntimeFailure(f"remove volume {name}: {exc.message}") from exc
+            except OSError as exc:
+                raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc

@@ -12,6 +12,7 @@ import yaml
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent import report
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
+from persys.model.status import WorkloadUsage
 from tests.agent.test_plan import desired, failure, observed
 
 CASES = Path(__file__).parent / "report_cases"
@@ -20,8 +21,8 @@ SELECT = yaml.safe_load((CASES / "select.yaml").read_text())
 
 
 def usage(wid: str, u: dict[str, Any]) -> ObservedWorkload:
-    return ObservedWorkload(wid, "r1", 1, RuntimeState.RUNNING, "rt-" + wid, cpu_percent=u.get("cpu", 0.0),
-                            memory_bytes=u.get("memory", 0))
+    return ObservedWorkload(wid, "r1", 1, RuntimeState.RUNNING, "rt-" + wid,
+                            usage=WorkloadUsage(cpu_percent=u.get("cpu", 0.0), memory_bytes=u.get("memory", 0)))
 
 
 @pytest.mark.parametrize("case", BUILD, ids=[c["name"] for c in BUILD])

@@ -10,6 +10,7 @@ import grpc
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -37,18 +38,20 @@ class SchedulerClient:
         self.timeout = timeout
         self._channels = [secure_channel(t, tls) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
+        self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._current = 0
 
     async def close(self) -> None:
         for c in self._channels:
             await c.close()
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, method: str, request: Any, stubs: list[Any] | None = None) -> Any:
+        stubs = stubs or self._stubs
         last: grpc.aio.AioRpcError | None = None
-        for attempt in range(len(self._stubs)):
-            i = (self._current + attempt) % len(self._stubs)
+        for attempt in range(len(stubs)):
+            i = (self._current + attempt) % len(stubs)
             try:
-                resp = await getattr(self._stubs[i], method)(request, timeout=self.timeout)
+                resp = await getattr(stubs[i], method)(request, timeout=self.timeout)
                 self._current = i
                 return resp
             except grpc.aio.AioRpcError as err:
@@ -171,6 +174,16 @@ class SchedulerClient:
 
     async def recover(self) -> dict[str, Any]:
         return json.loads((await self._call("Recover", pb.RecoverRequest(confirm_empty=True))).json)
+
+    async def get_policy(self) -> dict[str, Any]:
+        """The workload policy in force (`policy`) and whether it is stored (`stored`)."""
+        resp = await self._call("GetPolicy", policy_pb2.GetPolicyRequest(), self._policy_stubs)
+        return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
+
+    async def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())
+        resp = await self._call("SetPolicy", req, self._policy_stubs)
+        return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
 
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())

@@ -26,6 +26,7 @@ from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import bodies
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.listing import list_response
+from persys.gateway.policy_routes import policy_router
 from persys.gateway.schemas import (
     AGENT_ERRORS,
     BACKUP_BODY,
@@ -343,4 +344,5 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         """Leave recovery mode accepting the state store's current contents."""
         return await client.recover()
 
+    app.include_router(policy_router(client))
     return app

@@ -9,12 +9,16 @@ from dataclasses import dataclass
 import grpc
 
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys._pb.persys.v1 import policy_pb2_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import Scheduler, SchedulerConfig
+from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.service import AgentControlService
+from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.pki import TLSFiles
 from persys.store import open_store
@@ -50,6 +54,7 @@ async def start_scheduler(
     config: SchedulerConfig | None = None,
     store_tls: TLSFiles | None = None,
     limits: InputLimits | None = None,
+    policy_defaults: WorkloadPolicy | None = None,
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
@@ -67,7 +72,9 @@ async def start_scheduler(
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits), server)
+    gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate), server)
+    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     await scheduler.start()
     await server.start()
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))

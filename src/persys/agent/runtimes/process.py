@@ -30,6 +30,7 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
+from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
@@ -103,8 +104,10 @@ class ProcessRuntime:
         cgroup_parent: str = "persys",
         use_cgroups: bool | None = None,  # None: use them when writable
         agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
+        workload_user: str = DEFAULT_WORKLOAD_USER,  # who runs a process whose spec names no user
     ) -> None:
         self._dir = Path(state_dir) / "process"
+        self._workload_user = workload_user
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
         self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
@@ -328,7 +331,9 @@ class ProcessRuntime:
         assert spec is not None
         env = {"PATH": DEFAULT_PATH, **spec.env}
         wdir.mkdir(parents=True, exist_ok=True)
-        cwd = spec.working_dir or str(wdir)
+        run_as = resolve_user(spec.user, self._workload_user)
+        # The default working directory is the process's own (`work/`), never the agent's files.
+        cwd = spec.working_dir or str(self._work_dir(wdir, run_as.uid, run_as.gid, run_as.switches))
         if not Path(cwd).is_dir():
             raise RuntimeFailure(f"working dir {cwd!r} does not exist", code="InvalidSpec", terminal=True)
         exe = spec.command[0]
@@ -337,6 +342,9 @@ class ProcessRuntime:
         if resolved is None or not os.access(Path(cwd, resolved), os.X_OK):
             raise RuntimeFailure(f"command {exe!r} not found or not executable", code="InvalidSpec", terminal=True)
         cg_procs = self._setup_cgroups(w) if self._cgroups else []
+        if run_as.switches:  # the wrapper moves itself in after the switch: it needs write access there
+            for procs in cg_procs:
+                os.chown(procs, run_as.uid, run_as.gid)
         argv = list(spec.command)
         if cg_procs:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_procs, "--", *argv]
@@ -353,6 +361,7 @@ class ProcessRuntime:
                     env=env,
                     close_fds=True,
                     start_new_session=True,  # own session + group: survives the agent, killable as a unit
+                    **run_as.popen_kwargs(),
                 )
             except OSError as exc:
                 raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
@@ -372,6 +381,14 @@ class ProcessRuntime:
         self._cpu_samples.pop(w.workload_id, None)
         self._save(meta)
         return self._observe(meta)
+
+    @staticmethod
+    def _work_dir(wdir: Path, uid: int, gid: int, chown: bool) -> Path:
+        work = wdir / "work"
+        work.mkdir(mode=0o700, exist_ok=True)
+        if chown:
+            os.chown(work, uid, gid)
+        return work
 
     def _signal_all(self, meta: ProcessMeta, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

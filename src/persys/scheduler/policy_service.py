@@ -1,0 +1,67 @@
+"""The Policy gRPC service: read and replace the cluster's workload policy.
+
+Authorization: any client identity may read it; only `admin`, or the gateway relaying a REST
+call, may change it (the role table of issue #12 narrows the gateway's share to admins).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from persys._pb.persys.v1 import policy_pb2 as pb
+from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
+from persys.model.manifest import ManifestError
+from persys.policy import WorkloadPolicy
+from persys.scheduler.core import Scheduler
+from persys.scheduler.service import CLIENT_IDENTITIES
+from persys.scheduler.workload_policy import PolicyGate, parse_policy
+from persys.security.grpc_tls import peer_identity
+from persys.store.base import StoreUnavailable
+
+POLICY_WRITERS = {"admin", "gateway"}
+POLICY_MAX_BYTES = 64 << 10
+
+
+def _doc(policy: WorkloadPolicy, stored: bool) -> pb.PolicyDocument:
+    return pb.PolicyDocument(policy_json=policy.model_dump_json(by_alias=True).encode(), stored=stored)
+
+
+class PolicyService(pb_grpc.PolicyServicer):
+    def __init__(self, scheduler: Scheduler, gate: PolicyGate, require_identity: bool = True) -> None:
+        self.s = scheduler
+        self.gate = gate
+        self.require_identity = require_identity
+
+    async def _allow(self, context: grpc.aio.ServicerContext, who_may: set[str], what: str) -> None:
+        if self.require_identity:
+            who = peer_identity(context)
+            if who not in who_may:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"certificate {who or '(none)'} may not {what} the workload policy")
+
+    async def GetPolicy(self, request: pb.GetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
+        await self._allow(context, CLIENT_IDENTITIES, "read")
+        try:
+            return _doc(*await self.gate.current())
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        raise AssertionError("unreachable")
+
+    async def SetPolicy(self, request: pb.SetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
+        await self._allow(context, POLICY_WRITERS, "change")
+        if len(request.policy_json) > POLICY_MAX_BYTES:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"policy_json: {len(request.policy_json)} bytes exceeds {POLICY_MAX_BYTES}")
+        try:
+            policy = parse_policy(request.policy_json)
+        except ManifestError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
+        if self.s.mode != "normal":
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"control plane is {self.s.mode}; the policy cannot be changed now")
+        try:
+            await self.gate.save(policy)
+        except StoreUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        self.s.emit("PolicyChanged", "cluster/policy", "workload policy replaced")
+        return _doc(policy, True)

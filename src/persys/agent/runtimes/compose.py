@@ -39,8 +39,11 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.compose_errors import config_error, quotes_only_itself
 from persys.agent.runtimes.docker import _cpu_percent, _memory_bytes, _parse_docker_time
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.model.workload import ComposeSpec
+from persys.policy.paths import git_source_problem
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +219,10 @@ class ComposeRuntime:
         stats_timeout: float = 5.0,
         command_timeout: float = 300.0,
         extra_labels: dict[str, str] | None = None,
+        node_paths: NodePaths | None = None,  # the agent's re-check of `path` and local git sources
     ) -> None:
         self._root = Path(state_dir) / "compose"
+        self._node_paths = node_paths
         self._url = url
         self._compose_command = list(compose_command) if compose_command else None
         self._stop_timeout = stop_timeout
@@ -571,7 +576,16 @@ class ComposeRuntime:
             f.write_text(spec.inline)
             return f, ""
         if spec.path:
+            if self._node_paths is not None:
+                self._node_paths.check(spec.path, "compose path")
             return self._path_source(spec.path, spec.file), ""
+        assert spec.git_repo
+        if self._node_paths is not None and git_source_problem(spec.git_repo):
+            local = spec.git_repo.removeprefix("file://")
+            if not local.startswith("/"):  # a transport helper (ext::, fd::) or a relative path
+                raise RuntimeFailure(f"gitRepo: {git_source_problem(spec.git_repo)}", code="PolicyViolation",
+                                     terminal=True)
+            self._node_paths.check(local, "gitRepo")
         checkout, commit = await self._checkout(spec, wdir)
         return self._find_file(checkout, spec.file, f"gitRepo {spec.git_repo}@{spec.git_ref}"), commit
 
@@ -647,7 +661,11 @@ class ComposeRuntime:
                 project, "config", "--format", "json", files=[compose_file], limit_s=60, **common
             )
             if rc != 0:
-                raise RuntimeFailure(f"invalid compose file: {_tail(err or out)}", code="InvalidSpec", terminal=True)
+                # Compose quotes the file: its output only for the client's own inline text, never
+                # for a file on the node (a compose `path` may name any file).
+                detail = (f"invalid compose file: {_tail(err or out)}" if quotes_only_itself(spec.inline)
+                          else config_error(err or out, compose_file.name))
+                raise RuntimeFailure(detail, code="InvalidSpec", terminal=True)
             model: dict[str, Any] = json.loads(out)
             services = sorted(
                 svc for svc, conf in (model.get("services") or {}).items()

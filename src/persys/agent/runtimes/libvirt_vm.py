@@ -45,6 +45,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cloudinit import SeedError, build_seed
 from persys.agent.runtimes.images import ImageError, ImageRecord, ImageRegistry
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.model.workload import VMSpec
 
 log = logging.getLogger(__name__)
@@ -328,8 +329,10 @@ class LibvirtVMRuntime:
         shutdown_timeout: float = 10.0,
         accelerator: Literal["auto", "kvm", "tcg"] = "auto",
         qemu_img: str | None = None,
+        node_paths: NodePaths | None = None,  # the agent's re-check of absolute image paths
     ) -> None:
         self._dir = Path(state_dir) / "vm"
+        self._node_paths = node_paths
         self._uri = uri
         self.images = images if images is not None else ImageRegistry(state_dir)
         self._labels = dict(extra_labels or {})
@@ -553,6 +556,8 @@ class LibvirtVMRuntime:
     # ---- writing -------------------------------------------------------------------------------
 
     def _resolve(self, ref: str, kind: Literal["disk", "kernel", "initrd"]) -> ImageRecord:
+        if ref.startswith("/") and self._node_paths is not None:
+            self._node_paths.check(ref, f"vm {'image' if kind == 'disk' else kind}")
         try:
             return self.images.resolve(ref, kind)
         except ImageError as exc:

@@ -7,6 +7,7 @@ call, may change it (the role table of issue #12 narrows the gateway's share to 
 from __future__ import annotations
 
 import grpc
+from typing_extensions import override
 
 from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
@@ -39,6 +40,7 @@ class PolicyService(pb_grpc.PolicyServicer):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                     f"certificate {who or '(none)'} may not {what} the workload policy")
 
+    @override
     async def GetPolicy(self, request: pb.GetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
         await self._allow(context, CLIENT_IDENTITIES, "read")
         try:
@@ -47,6 +49,7 @@ class PolicyService(pb_grpc.PolicyServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         raise AssertionError("unreachable")
 
+    @override
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
         await self._allow(context, POLICY_WRITERS, "change")
         if len(request.policy_json) > POLICY_MAX_BYTES:

@@ -23,7 +23,7 @@ from persys.store.base import StateStore
 log = logging.getLogger(__name__)
 
 
-class PolicyRefused(ManifestError):
+class PolicyRefusedError(ManifestError):
     """A manifest the workload policy refuses; each problem names the field and the rule."""
 
 
@@ -71,8 +71,8 @@ class PolicyGate:
         await self.store.put(keys.POLICY, policy.to_json())
 
     async def admit(self, manifests: Sequence[WorkloadManifest]) -> None:
-        """Raise PolicyRefused naming every violation; nothing is written before this passes."""
+        """Raise PolicyRefusedError naming every violation; nothing is written before this passes."""
         policy, _ = await self.current()
         problems = refusals(manifests, policy)
         if problems:
-            raise PolicyRefused(problems)
+            raise PolicyRefusedError(problems)

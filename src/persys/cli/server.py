@@ -256,7 +256,7 @@ def dev(
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
-                    default_runtimes(state, spec.name),
+                    default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
                 )
                 await agent.start()
                 parts.append(agent.stop)

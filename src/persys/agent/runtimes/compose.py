@@ -576,9 +576,9 @@ class ComposeRuntime:
             f.write_text(spec.inline)
             return f, ""
         if spec.path:
-            if self._node_paths is not None:
-                self._node_paths.check(spec.path, "compose path")
-            return self._path_source(spec.path, spec.file), ""
+            # The resolved path from here on: a symbolic link swapped after the check changes nothing.
+            path = str(self._node_paths.check(spec.path, "compose path")) if self._node_paths else spec.path
+            return self._path_source(path, spec.file), ""
         assert spec.git_repo
         if self._node_paths is not None and git_source_problem(spec.git_repo):
             local = spec.git_repo.removeprefix("file://")

@@ -557,7 +557,7 @@ class LibvirtVMRuntime:
 
     def _resolve(self, ref: str, kind: Literal["disk", "kernel", "initrd"]) -> ImageRecord:
         if ref.startswith("/") and self._node_paths is not None:
-            self._node_paths.check(ref, f"vm {'image' if kind == 'disk' else kind}")
+            ref = str(self._node_paths.check(ref, f"vm {'image' if kind == 'disk' else kind}"))  # resolved
         try:
             return self.images.resolve(ref, kind)
         except ImageError as exc:

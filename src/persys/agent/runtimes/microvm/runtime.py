@@ -229,7 +229,7 @@ class MicroVMRuntime:
             if not p.is_absolute():
                 raise RuntimeFailure(f"{what} path {value!r} must be absolute", code="InvalidSpec", terminal=True)
             if self._node_paths is not None:
-                self._node_paths.check(value, what)
+                p = self._node_paths.check(value, what)  # resolved: used as checked
             if not p.is_file():
                 raise RuntimeFailure(f"{what} {value!r} does not exist", code="InvalidSpec", terminal=True)
             return p

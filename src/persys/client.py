@@ -8,9 +8,12 @@ from typing import Any
 
 import grpc
 
+from persys._pb.persys.v1 import auth_pb2 as apb
+from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc
+from persys.security import forwarding
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -39,19 +42,23 @@ class SchedulerClient:
         self._channels = [secure_channel(t, tls) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
         self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
+        self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
         self._current = 0
 
     async def close(self) -> None:
         for c in self._channels:
             await c.close()
 
-    async def _call(self, method: str, request: Any, stubs: list[Any] | None = None) -> Any:
-        stubs = stubs or self._stubs
+    async def _call(self, method: str, request: Any, auth: bool = False,
+                    metadata: forwarding.Metadata | None = None, stubs: list[Any] | None = None) -> Any:
+        # The caller a gateway serves rides along (security.forwarding); `metadata` overrides it.
+        md = forwarding.current() if metadata is None else metadata
+        stubs = stubs or (self._auth_stubs if auth else self._stubs)
         last: grpc.aio.AioRpcError | None = None
         for attempt in range(len(stubs)):
             i = (self._current + attempt) % len(stubs)
             try:
-                resp = await getattr(stubs[i], method)(request, timeout=self.timeout)
+                resp = await getattr(stubs[i], method)(request, timeout=self.timeout, metadata=md or None)
                 self._current = i
                 return resp
             except grpc.aio.AioRpcError as err:
@@ -154,7 +161,8 @@ class SchedulerClient:
         results: list[dict[str, Any]] = []
         for target, stub in zip(self.targets, self._stubs, strict=True):
             try:
-                resp = await stub.ResumeLiveness(pb.ResumeLivenessRequest(), timeout=self.timeout)
+                resp = await stub.ResumeLiveness(pb.ResumeLivenessRequest(), timeout=self.timeout,
+                                                 metadata=forwarding.current() or None)
                 results.append({"target": target, **json.loads(resp.json)})
             except grpc.aio.AioRpcError as err:
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -177,12 +185,12 @@ class SchedulerClient:
 
     async def get_policy(self) -> dict[str, Any]:
         """The workload policy in force (`policy`) and whether it is stored (`stored`)."""
-        resp = await self._call("GetPolicy", policy_pb2.GetPolicyRequest(), self._policy_stubs)
+        resp = await self._call("GetPolicy", policy_pb2.GetPolicyRequest(), stubs=self._policy_stubs)
         return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
 
     async def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
         req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())
-        resp = await self._call("SetPolicy", req, self._policy_stubs)
+        resp = await self._call("SetPolicy", req, stubs=self._policy_stubs)
         return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
 
     async def health(self) -> dict[str, Any]:
@@ -198,3 +206,38 @@ class SchedulerClient:
                 "role": h.role,
                 "mirror": {"revision": h.mirror_revision, "storeRevision": h.store_revision, "lag": h.mirror_lag,
                            "watch": h.watch, "compactionRecoveries": h.compaction_recoveries}}
+
+    # ---------------------------------------------------------------- Auth service
+
+    async def whoami(self, metadata: forwarding.Metadata | None = None) -> dict[str, Any]:
+        r = await self._call("WhoAmI", apb.WhoAmIRequest(), auth=True, metadata=metadata)
+        return {"principal": r.principal, "groups": list(r.groups), "roles": list(r.roles),
+                "credential": r.credential, "via": r.via}
+
+    async def can_i(self, verb: str, resource: str) -> dict[str, Any]:
+        r = await self._call("CanI", apb.CanIRequest(verb=verb, resource=resource), auth=True)
+        return {"verb": verb, "resource": resource, "allowed": r.allowed, "reason": r.reason}
+
+    async def create_token(self, name: str, role: str, ttl_seconds: float = 0.0, description: str = ""
+                           ) -> dict[str, Any]:
+        r = await self._call("CreateToken", apb.CreateTokenRequest(
+            name=name, role=role, ttl_seconds=ttl_seconds, description=description), auth=True)
+        return {"token": r.token, **json.loads(r.token_json)}
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        r = await self._call("ListTokens", apb.ListTokensRequest(), auth=True)
+        return [json.loads(i) for i in r.items]
+
+    async def revoke_token(self, token_id: str) -> dict[str, Any]:
+        r = await self._call("RevokeToken", apb.RevokeTokenRequest(id=token_id), auth=True)
+        doc: dict[str, Any] = json.loads(r.token_json)
+        return doc
+
+    async def audit(self, since: float = 0.0, who: str = "", limit: int = 100) -> dict[str, Any]:
+        r = await self._call("ListAudit", apb.ListAuditRequest(since=since, who=who, limit=limit), auth=True)
+        return {"items": [json.loads(i) for i in r.items], "kept": r.kept}
+
+    async def record_audit(self, record: dict[str, Any]) -> None:
+        """Record what this gateway did or refused itself; sent as the gateway, no one else."""
+        await self._call("RecordAudit", apb.RecordAuditRequest(record_json=json.dumps(record).encode()),
+                         auth=True, metadata=())

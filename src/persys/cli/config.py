@@ -21,13 +21,18 @@ def config_path() -> Path:
 class ClientConfig:
     server: str
     ca: Path
-    cert: Path
-    key: Path
+    cert: Path | None  # the client certificate; None with a token instead
+    key: Path | None
+    token: str = ""  # a bearer API token (`persysctl auth token create`); used instead of the certificate
 
     def save(self, path: Path | None = None) -> Path:
         path = path or config_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"server": self.server, "ca": str(self.ca), "cert": str(self.cert), "key": str(self.key)}
+        doc: dict[str, str] = {"server": self.server, "ca": str(self.ca)}
+        if self.cert is not None and self.key is not None:
+            doc |= {"cert": str(self.cert), "key": str(self.key)}
+        if self.token:
+            doc["token"] = self.token
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
@@ -36,7 +41,9 @@ class ConfigError(Exception):
     pass
 
 
-def load_client_config(path: Path | None = None, server: str | None = None) -> ClientConfig:
+def load_client_config(path: Path | None = None, server: str | None = None, token: str | None = None
+                       ) -> ClientConfig:
+    """The configuration; `token` (from --token or $PERSYS_TOKEN) overrides the file's."""
     path = path or config_path()
     if not path.exists():
         raise ConfigError(
@@ -45,12 +52,15 @@ def load_client_config(path: Path | None = None, server: str | None = None) -> C
         )
     try:
         doc = yaml.safe_load(path.read_text()) or {}
+        token = token or str(doc.get("token") or "")
+        has_cert = "cert" in doc or "key" in doc or not token
         cfg = ClientConfig(
-            server=server or str(doc["server"]), ca=Path(doc["ca"]), cert=Path(doc["cert"]), key=Path(doc["key"])
+            server=server or str(doc["server"]), ca=Path(doc["ca"]),
+            cert=Path(doc["cert"]) if has_cert else None, key=Path(doc["key"]) if has_cert else None, token=token,
         )
     except (KeyError, TypeError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: invalid client configuration ({err})") from None
     for f in (cfg.ca, cfg.cert, cfg.key):
-        if not f.exists():
+        if f is not None and not f.exists():
             raise ConfigError(f"{path}: certificate file {f} does not exist")
     return cfg

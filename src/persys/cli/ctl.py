@@ -16,6 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.config import ConfigError, load_client_config
 from persys.cli.policy_cmd import policy_app
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
@@ -56,15 +57,19 @@ def fail(message: str) -> NoReturn:
 
 
 class Api:
+    token: str | None = None  # --token (or $PERSYS_TOKEN), for every request of this run
+
     def __init__(self, server: str | None) -> None:
         try:
-            cfg = load_client_config(server=server)
+            cfg = load_client_config(server=server, token=Api.token)
         except ConfigError as e:
             fail(str(e))
         self.base = cfg.server.rstrip("/")
         ctx = ssl.create_default_context(cafile=str(cfg.ca))
-        ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
-        self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0)
+        if cfg.cert is not None and cfg.key is not None:
+            ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
+        headers = {"authorization": f"Bearer {cfg.token}"} if cfg.token else {}  # a token wins over the cert
+        self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0, headers=headers)
 
     def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
         """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
@@ -818,6 +823,17 @@ def admin_recover(
              "re-run with --confirm-empty, or restore a backup with `persysctl admin restore`")
     r = Api(server).request("POST", "/v1/admin/recover")
     out.print(f"cluster {r['clusterId']} is in normal mode with {r['workloads']} workloads", highlight=False)
+
+
+app.add_typer(auth_app, name="auth")
+app.command("audit")(audit_command)
+
+
+@app.callback()
+def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN", show_envvar=True,
+                                           help="A bearer API token, instead of the configured certificate.")
+                 ) -> None:
+    Api.token = token or None
 
 
 def main() -> None:

@@ -23,7 +23,8 @@ from fastapi_offline import FastAPIOffline
 from persys import __version__
 from persys.agent.service import fetch_logs, send_image
 from persys.client import SchedulerClient, SchedulerError
-from persys.gateway import bodies
+from persys.gateway import authorization, bodies
+from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.listing import list_response
 from persys.gateway.policy_routes import policy_router
@@ -344,5 +345,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         """Leave recovery mode accepting the state store's current contents."""
         return await client.recover()
 
+    app.include_router(auth_router(client))
     app.include_router(policy_router(client))
+    authorization.install(app, client)  # outermost: who calls is checked before anything is read
     return app

@@ -13,6 +13,7 @@ import uvicorn
 
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
+from persys.gateway.authorization import PeerCertProtocol
 from persys.model.limits import GatewayLimits
 from persys.security.pki import TLSFiles
 
@@ -50,7 +51,10 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         ssl_certfile=str(tls.cert),
         ssl_keyfile=str(tls.key),
         ssl_ca_certs=str(tls.ca),
-        ssl_cert_reqs=ssl.CERT_REQUIRED,
+        # A certificate is verified when presented; without one a request needs a bearer token
+        # (the authorization middleware answers 401 otherwise).
+        ssl_cert_reqs=ssl.CERT_OPTIONAL,
+        http=PeerCertProtocol,
         log_level="warning",
         lifespan="off",
         # Idle keep-alive clients must not hold a shutdown forever.

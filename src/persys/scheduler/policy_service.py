@@ -1,7 +1,7 @@
 """The Policy gRPC service: read and replace the cluster's workload policy.
 
-Authorization: any client identity may read it; only `admin`, or the gateway relaying a REST
-call, may change it (the role table of issue #12 narrows the gateway's share to admins).
+Authorization is the interceptor's (security.permissions): `get policy` for viewers and up,
+`update policy` for admins; every change is audited. Without the interceptor nothing is served.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
 from persys.model.manifest import ManifestError
 from persys.policy import WorkloadPolicy
+from persys.scheduler.authorization import CALLER
 from persys.scheduler.core import Scheduler
-from persys.scheduler.service import CLIENT_IDENTITIES
 from persys.scheduler.workload_policy import PolicyGate, parse_policy
-from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable
 
-POLICY_WRITERS = {"admin", "gateway"}
 POLICY_MAX_BYTES = 64 << 10
 
 
@@ -33,16 +31,13 @@ class PolicyService(pb_grpc.PolicyServicer):
         self.gate = gate
         self.require_identity = require_identity
 
-    async def _allow(self, context: grpc.aio.ServicerContext, who_may: set[str], what: str) -> None:
-        if self.require_identity:
-            who = peer_identity(context)
-            if who not in who_may:
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                    f"certificate {who or '(none)'} may not {what} the workload policy")
+    async def _allow(self, context: grpc.aio.ServicerContext) -> None:
+        if self.require_identity and CALLER.get(None) is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "policy calls need the authorization layer")
 
     @override
     async def GetPolicy(self, request: pb.GetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
-        await self._allow(context, CLIENT_IDENTITIES, "read")
+        await self._allow(context)
         try:
             return _doc(*await self.gate.current())
         except StoreUnavailable as err:
@@ -51,7 +46,7 @@ class PolicyService(pb_grpc.PolicyServicer):
 
     @override
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
-        await self._allow(context, POLICY_WRITERS, "change")
+        await self._allow(context)
         if len(request.policy_json) > POLICY_MAX_BYTES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"policy_json: {len(request.policy_json)} bytes exceeds {POLICY_MAX_BYTES}")

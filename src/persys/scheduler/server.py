@@ -8,16 +8,20 @@ from dataclasses import dataclass
 
 import grpc
 
+from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys._pb.persys.v1 import policy_pb2_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
 from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
+from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
+from persys.scheduler.auth_service import AuthService
+from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.core import Scheduler, SchedulerConfig
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.service import AgentControlService
+from persys.scheduler.token_store import TokenStore
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.pki import TLSFiles
@@ -35,6 +39,7 @@ class RunningScheduler:
     port: int
     store: StateStore
     events: EventBus
+    audit: AuditLog | None = None
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
@@ -42,6 +47,8 @@ class RunningScheduler:
         await self.scheduler.election.stop()
         await self.server.stop(grace)
         await self.scheduler.stop()
+        if self.audit is not None:
+            await self.audit.stop()
         await self.events.close()
         await self.store.close()
 
@@ -54,6 +61,7 @@ async def start_scheduler(
     config: SchedulerConfig | None = None,
     store_tls: TLSFiles | None = None,
     limits: InputLimits | None = None,
+    audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
@@ -64,7 +72,10 @@ async def start_scheduler(
     # Bind first: with port 0 the kernel picks the port, and the address this replica advertises
     # (leader key, redirects) must carry the real one before the election can publish it.
     limits = limits or InputLimits()
-    server = grpc.aio.server(options=server_options(limits.max_message_bytes))
+    # Every client call is authorized (and mutations audited) before it reaches a service.
+    tokens, audit = TokenStore(store), AuditLog(store, keep=audit_keep)
+    server = grpc.aio.server(options=server_options(limits.max_message_bytes),
+                             interceptors=[AuthorizationInterceptor(tokens, audit)])
     port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
@@ -72,10 +83,12 @@ async def start_scheduler(
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
+    auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     await scheduler.start()
+    audit.start()
     await server.start()
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
-    return RunningScheduler(scheduler, server, port, store, events)
+    return RunningScheduler(scheduler, server, port, store, events, audit)

@@ -1,7 +1,7 @@
 """The AgentControl gRPC service: a thin translation between protobuf and the Scheduler.
 
-Authorization is by certificate identity: an agent (`node:<id>`) may only speak for its own
-node and cannot call the client operations; `gateway`, `admin` and `scheduler` may call all.
+Agents' calls are authorized here by certificate identity: an agent (`node:<id>`) may only speak
+for its own node. Client calls are authorized by roles in scheduler.authorization first.
 Scheduler exceptions become gRPC status codes in one place (`_mapped`), which the gateway turns
 into HTTP statuses and persysctl into one line of text.
 """
@@ -24,6 +24,7 @@ from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
 from persys.scheduler.admission import InputLimits
+from persys.scheduler.authorization import CALLER
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.workload_policy import PolicyGate
@@ -101,11 +102,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                                     f"certificate {who or '(none)'} may not act for node {node_id}")
 
     async def _as_client(self, context: grpc.aio.ServicerContext) -> None:
-        if self.require_identity:
-            who = peer_identity(context)
-            if who not in CLIENT_IDENTITIES:
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                    f"certificate {who or '(none)'} may not call client operations")
+        # Roles are checked by the authorization interceptor before a client method runs; without
+        # it (a server set up otherwise) no client call is served.
+        if self.require_identity and CALLER.get(None) is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "client operations need the authorization layer")
 
     async def _document(self, context: grpc.aio.ServicerContext, make: Callable[[], Awaitable[Any]]) -> pb.Document:
         """A client call whose answer is one JSON document."""
@@ -464,7 +464,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def ResumeLiveness(self, request: pb.ResumeLivenessRequest, context: grpc.aio.ServicerContext
                              ) -> pb.Document:
-        via = peer_identity(context) if self.require_identity else ""
+        caller = CALLER.get(None)
+        via = caller.identity.principal if caller is not None else ""
 
         async def resume() -> dict[str, Any]:
             return self.s.resume_liveness(via or "an unauthenticated client")

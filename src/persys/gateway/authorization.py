@@ -1,0 +1,236 @@
+"""Who calls the REST API, and may they: one ASGI middleware in front of every route.
+
+The caller is the bearer token in `Authorization` (checked by the scheduler: WhoAmI, cached for
+`TOKEN_CACHE_SECONDS`), else the verified client certificate of the connection (uvicorn does not
+hand it to the app, so `PeerCertProtocol` puts it in the request's state). The route's rule
+(security.permissions) and the roles (security.roles) decide; a refusal is 401 (no identity) or
+403 with a JSON body naming the verb and resource, before the route runs, so nothing is written.
+Allowed requests go on with the caller forwarded to the scheduler (security.forwarding), which
+checks again. Every response carries `x-request-id`, the id the audit records name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from cryptography import x509
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from persys.client import SchedulerClient, SchedulerError
+from persys.security import forwarding
+from persys.security.identity import Identity, Kind, from_certificate, from_subject
+from persys.security.permissions import PUBLIC_ROUTES, Rule, rest_rule
+from persys.security.roles import decide
+
+log = logging.getLogger(__name__)
+
+PEER_CERT = "persys_peer_cert"  # the connection's verified client certificate (DER), in scope["state"]
+TOKEN_CACHE_SECONDS = 2.0
+TOKEN_CACHE_MAX = 1024
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+class PeerCertProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol (what "auto" picks without httptools), also putting the
+    connection's client certificate into every request's scope state."""
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        self.app_state = {**self.app_state, PEER_CERT: der}
+
+
+@lru_cache(maxsize=1024)
+def _identity_of_der(der: bytes) -> Identity:
+    return from_certificate(x509.load_der_x509_certificate(der))
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    identity: Identity
+    token: str | None
+    credential: str
+
+
+def _json(status: int, body: dict[str, Any], request_id: str, extra: tuple[tuple[bytes, bytes], ...] = ()
+          ) -> tuple[Message, Message]:
+    raw = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+               (b"x-request-id", request_id.encode()), *extra]
+    return ({"type": "http.response.start", "status": status, "headers": headers},
+            {"type": "http.response.body", "body": raw})
+
+
+class RouteTable:
+    """Path templates by method, from the app's OpenAPI paths: its complete route list, also
+    of included routers (FastAPI keeps those behind a lazy wrapper in `app.routes`)."""
+
+    def __init__(self, paths: dict[str, dict[str, Any]]) -> None:
+        self.entries: list[tuple[str, re.Pattern[str], str, int]] = []
+        for template, ops in paths.items():
+            pattern = re.compile("^" + "".join(
+                "[^/]+" if part.startswith("{") else re.escape(part)
+                for part in re.split(r"(\{[^}]+\})", template)) + "$")
+            literal = len(re.sub(r"\{[^}]+\}", "", template))
+            for method in ops:
+                self.entries.append((method.upper(), pattern, template, literal))
+
+    def match(self, method: str, path: str) -> tuple[str | None, bool]:
+        """The template `path` goes to with `method` (the most literal one if several match),
+        and whether any template matches `path` at all (else 404; with no method, 405)."""
+        method = "GET" if method == "HEAD" else method
+        best: tuple[int, str] | None = None
+        any_method = False
+        for m, pattern, template, literal in self.entries:
+            if pattern.match(path):
+                any_method = True
+                if m == method and (best is None or literal > best[0]):
+                    best = (literal, template)
+        return (best[1] if best else None), any_method
+
+
+class Authorization:
+    def __init__(self, app: ASGIApp, client: SchedulerClient, paths: Callable[[], dict[str, dict[str, Any]]]
+                 ) -> None:
+        self.app = app
+        self.client = client
+        self.paths = paths
+        self._table: RouteTable | None = None
+        self._tokens: dict[str, tuple[float, Identity, str]] = {}
+
+    def match(self, method: str, path: str) -> tuple[str | None, bool]:
+        if self._table is None:
+            self._table = RouteTable(self.paths())
+        return self._table.match(method, path)
+
+    @staticmethod
+    def public(method: str, path: str) -> bool:
+        return (("GET" if method == "HEAD" else method), path) in PUBLIC_ROUTES \
+            or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rid = headers.get("x-request-id", "")
+        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        method = scope["method"]
+        if self.public(method, scope["path"]):
+            await self.app(scope, receive, send_with_id)
+            return
+        template, exists = self.match(method, scope["path"])
+        if template is None:  # no documented route: nothing an undocumented route serves is reachable
+            for message in _json(405 if exists else 404, {"error": f"no route {method} {scope['path'][:200]}",
+                                                          "problems": []}, rid):
+                await send(message)
+            return
+        rule = rest_rule(method, template) or Rule("call", f"{method} {template}")  # unknown: no role grants it
+        caller = await self._check(scope, headers, rule, rid, template)
+        if not isinstance(caller, Caller):  # refused: the answer, sent before anything is read
+            for message in caller:
+                await send(message)
+            return
+        token = forwarding.forward(forwarding.metadata_for(caller.identity, caller.token, rid))
+        status: list[int] = []
+
+        async def observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            forwarding.reset(token)
+            if rule.audited and rule.at_gateway:
+                await self._record(caller.identity.principal, caller.credential, method, template, scope,
+                                   str(status[0]) if status else "ERROR", rid)
+
+    async def _check(self, scope: Scope, headers: dict[str, str], rule: Rule, rid: str, template: str
+                     ) -> Caller | tuple[Message, Message]:
+        """The allowed caller, or the refusal to send."""
+        base = {"verb": rule.verb, "resource": rule.resource}
+        try:
+            caller = await self._caller(scope, headers, rid)
+        except SchedulerError as err:
+            if err.code == "UNAUTHENTICATED":
+                return _json(401, {"error": err.message, **base}, rid, ((b"www-authenticate", b"Bearer"),))
+            return _json(503 if err.code == "UNAVAILABLE" else 502, {"error": err.message, **base}, rid)
+        if caller is None:
+            return _json(401, {"error": "authentication required: a client certificate or a bearer token",
+                               **base}, rid, ((b"www-authenticate", b"Bearer"),))
+        decision = decide(caller.identity, rule.verb, rule.resource)
+        if not decision.allowed:
+            if rule.audited:
+                await self._record(caller.identity.principal, caller.credential, scope["method"], template, scope,
+                                   "403", rid)
+            return _json(403, {"error": f"{decision.reason} (needs {rule.verb} on {rule.resource})", **base}, rid)
+        return caller
+
+    async def _caller(self, scope: Scope, headers: dict[str, str], rid: str) -> Caller | None:
+        auth = headers.get("authorization", "")
+        if auth:
+            scheme, _, token = auth.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise SchedulerError("UNAUTHENTICATED", "Authorization: expected 'Bearer <token>'")
+            identity, credential = await self._token_identity(token.strip(), rid)
+            return Caller(identity, token.strip(), credential)
+        der = (scope.get("state") or {}).get(PEER_CERT)
+        if not der:
+            return None
+        return Caller(_identity_of_der(der), None, "certificate")
+
+    async def _token_identity(self, token: str, rid: str) -> tuple[Identity, str]:
+        """Asked of the scheduler (which keeps tokens), remembered briefly: the scheduler checks
+        the token itself on every call it serves, so the cache only spares lookups."""
+        key = hashlib.sha256(token.encode()).hexdigest()
+        hit = self._tokens.get(key)
+        now = time.monotonic()
+        if hit and hit[0] > now:
+            return hit[1], hit[2]
+        me = await self.client.whoami(metadata=forwarding.metadata_for(None, token, rid))
+        identity = from_subject(me["principal"], tuple(me["groups"]))
+        if identity.kind is not Kind.USER:
+            raise SchedulerError("UNAUTHENTICATED", "token refused")
+        if len(self._tokens) >= TOKEN_CACHE_MAX:
+            self._tokens = {k: v for k, v in self._tokens.items() if v[0] > now}
+            if len(self._tokens) >= TOKEN_CACHE_MAX:
+                self._tokens.clear()
+        self._tokens[key] = (now + TOKEN_CACHE_SECONDS, identity, me["credential"])
+        return identity, me["credential"]
+
+    async def _record(self, principal: str, credential: str, method: str, template: str, scope: Scope,
+                      result: str, rid: str) -> None:
+        """What the scheduler never sees (a refusal here, an upload straight to an agent) is
+        recorded through it; a failure to record is logged, not turned into the request's error."""
+        try:
+            await self.client.record_audit({
+                "principal": principal, "credential": credential, "action": f"{method} {template}",
+                "object": {"path": scope["path"][:200],
+                           "query": scope.get("query_string", b"").decode("latin-1")[:200]},
+                "result": result, "requestId": rid})
+        except SchedulerError as err:
+            log.warning("audit: could not record %s %s by %s: %s", method, template, principal, err.message)
+
+
+def install(app: Any, client: SchedulerClient) -> None:
+    """Put authorization in front of every route of `app` (outermost: before bodies are read)."""
+    app.add_middleware(Authorization, client=client, paths=lambda: app.openapi()["paths"])

@@ -1,0 +1,118 @@
+"""What every client gRPC method and every REST route needs: one table, read by the scheduler's
+interceptor, the gateway's middleware and the role matrix test.
+
+A method or route missing here is refused (and fails the matrix test). `audited` marks the
+calls the audit log records: every mutation, and backups (they carry every key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    verb: str
+    resource: str
+    audited: bool = False
+    at_gateway: bool = False  # the gateway does it without the scheduler, so the gateway records it
+
+
+def _r(verb: str, resource: str) -> Rule:
+    return Rule(verb, resource)
+
+
+def _m(verb: str, resource: str) -> Rule:
+    return Rule(verb, resource, audited=True)
+
+
+CONTROL = "/persys.v1.AgentControl/"
+AUTH = "/persys.v1.Auth/"
+POLICY = "/persys.v1.Policy/"
+
+# Agents' own calls: checked by the service against the node identity (`node:<id>` for that
+# node only), never by role.
+NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
+    "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments"))
+
+RPC_RULES: dict[str, Rule] = {
+    CONTROL + "ApplyWorkload": _m("apply", "workloads"),
+    CONTROL + "ApplyWorkloads": _m("apply", "workloads"),
+    CONTROL + "DeleteWorkload": _m("delete", "workloads"),
+    CONTROL + "ControlWorkload": _m("control", "workloads"),
+    CONTROL + "GetWorkload": _r("get", "workloads"),
+    CONTROL + "PlanWorkload": _r("plan", "workloads"),
+    CONTROL + "ExplainWorkload": _r("get", "workloads"),
+    CONTROL + "ListWorkloads": _r("list", "workloads"),
+    CONTROL + "GetNode": _r("get", "nodes"),
+    CONTROL + "ListNodes": _r("list", "nodes"),
+    CONTROL + "ListEvents": _r("list", "events"),
+    CONTROL + "Health": _r("get", "health"),
+    CONTROL + "CordonNode": _m("cordon", "nodes"),
+    CONTROL + "DrainNode": _m("drain", "nodes"),
+    CONTROL + "DrainStatus": _r("get", "nodes"),
+    CONTROL + "LabelNode": _m("label", "nodes"),
+    CONTROL + "TaintNode": _m("taint", "nodes"),
+    CONTROL + "DeleteNode": _m("delete", "nodes"),
+    CONTROL + "Backup": _m("backup", "cluster"),
+    CONTROL + "Restore": _m("restore", "cluster"),
+    CONTROL + "Recover": _m("recover", "cluster"),
+    CONTROL + "ResumeLiveness": _m("resume-liveness", "cluster"),
+    AUTH + "WhoAmI": _r("get", "self"),
+    AUTH + "CanI": _r("get", "self"),
+    AUTH + "CreateToken": _m("create", "tokens"),
+    AUTH + "ListTokens": _r("list", "tokens"),
+    AUTH + "RevokeToken": _m("delete", "tokens"),
+    AUTH + "ListAudit": _r("list", "audit"),
+    AUTH + "RecordAudit": _r("record", "audit"),
+    POLICY + "GetPolicy": _r("get", "policy"),
+    POLICY + "SetPolicy": _m("update", "policy"),
+}
+
+# REST routes anyone may call, without credentials: liveness and the API's own documentation.
+PUBLIC_ROUTES: frozenset[tuple[str, str]] = frozenset({
+    ("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"),
+    ("GET", "/redoc"), ("GET", "/static-offline-docs"),
+})
+
+# (HTTP method, path template as FastAPI lists it) -> rule. HEAD is checked as GET.
+REST_RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/readyz"): _r("get", "health"),
+    ("GET", "/v1/health"): _r("get", "health"),
+    ("POST", "/v1/workloads"): _m("apply", "workloads"),
+    ("POST", "/v1/workloads:batch"): _m("apply", "workloads"),
+    ("POST", "/v1/plan"): _r("plan", "workloads"),
+    ("GET", "/v1/workloads/{workload_id}/explain"): _r("get", "workloads"),
+    ("GET", "/v1/workloads"): _r("list", "workloads"),
+    ("GET", "/v1/workloads/{workload_id}"): _r("get", "workloads"),
+    ("DELETE", "/v1/workloads/{workload_id}"): _m("delete", "workloads"),
+    ("POST", "/v1/workloads/{workload_id}/{action}"): _m("control", "workloads"),
+    ("GET", "/v1/workloads/{workload_id}/logs"): _r("logs", "workloads"),
+    ("POST", "/v1/nodes/{node_id}/images"): Rule("load-image", "nodes", audited=True, at_gateway=True),
+    ("GET", "/v1/nodes"): _r("list", "nodes"),
+    ("GET", "/v1/nodes/{node_id}"): _r("get", "nodes"),
+    ("DELETE", "/v1/nodes/{node_id}"): _m("delete", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/cordon"): _m("cordon", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/uncordon"): _m("cordon", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/drain"): _m("drain", "nodes"),
+    ("GET", "/v1/nodes/{node_id}/drain"): _r("get", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/labels"): _m("label", "nodes"),
+    ("POST", "/v1/nodes/{node_id}/taints"): _m("taint", "nodes"),
+    ("GET", "/v1/events"): _r("list", "events"),
+    ("GET", "/v1/admin/backup"): _m("backup", "cluster"),
+    ("POST", "/v1/admin/restore"): _m("restore", "cluster"),
+    ("POST", "/v1/admin/liveness/resume"): _m("resume-liveness", "cluster"),
+    ("POST", "/v1/admin/recover"): _m("recover", "cluster"),
+    ("GET", "/v1/auth/whoami"): _r("get", "self"),
+    ("GET", "/v1/auth/can-i"): _r("get", "self"),
+    ("POST", "/v1/auth/tokens"): _m("create", "tokens"),
+    ("GET", "/v1/auth/tokens"): _r("list", "tokens"),
+    ("DELETE", "/v1/auth/tokens/{token_id}"): _m("delete", "tokens"),
+    ("GET", "/v1/audit"): _r("list", "audit"),
+    ("GET", "/v1/policy"): _r("get", "policy"),
+    ("PUT", "/v1/policy"): _m("update", "policy"),
+}
+
+
+def rest_rule(method: str, template: str) -> Rule | None:
+    return REST_RULES.get(("GET" if method == "HEAD" else method, template))

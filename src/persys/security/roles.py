@@ -1,0 +1,92 @@
+"""Roles and what they grant: a pure decision over an identity, a verb and a resource.
+
+Three built-in roles, each including the one below it:
+
+- `viewer`: read everything a client can read (workloads, nodes, events, health, placement);
+- `operator`: also change workloads and nodes (apply, control, delete, cordon, drain, label,
+  taint, load images);
+- `admin`: also remove nodes, back up, restore, recover, resume liveness, manage API tokens
+  and read the audit log.
+
+Roles come from group bindings (`persys:admins` -> admin, ...). Only user identities hold roles:
+a node, scheduler or gateway certificate never does, whatever groups its subject names. Every
+user identity may ask who it is and what it may do (`get self`), even with no role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from persys.security.identity import Identity, Kind
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+DEFAULT_BINDINGS: dict[str, Role] = {
+    "persys:admins": Role.ADMIN,
+    "persys:operators": Role.OPERATOR,
+    "persys:viewers": Role.VIEWER,
+}
+ROLE_GROUP: dict[Role, str] = {role: group for group, role in DEFAULT_BINDINGS.items()}
+
+Grant = tuple[str, str]  # (verb, resource)
+
+_VIEWER: frozenset[Grant] = frozenset({
+    ("get", "health"), ("get", "workloads"), ("list", "workloads"), ("plan", "workloads"),
+    ("logs", "workloads"), ("get", "nodes"), ("list", "nodes"), ("list", "events"), ("get", "policy"),
+})
+_OPERATOR: frozenset[Grant] = _VIEWER | {
+    ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
+    ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
+}
+_ADMIN: frozenset[Grant] = _OPERATOR | {
+    ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),
+    ("resume-liveness", "cluster"), ("create", "tokens"), ("list", "tokens"), ("delete", "tokens"),
+    ("list", "audit"), ("update", "policy"),
+}
+GRANTS: dict[Role, frozenset[Grant]] = {Role.VIEWER: _VIEWER, Role.OPERATOR: _OPERATOR, Role.ADMIN: _ADMIN}
+SELF: Grant = ("get", "self")  # whoami and can-i: any user identity
+# Granted to no role: only a gateway identity may record what it did itself.
+GATEWAY_ONLY: Grant = ("record", "audit")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: str
+
+
+def roles_of(identity: Identity, bindings: dict[str, Role] | None = None) -> tuple[Role, ...]:
+    if identity.kind is not Kind.USER:
+        return ()
+    bound = bindings if bindings is not None else DEFAULT_BINDINGS
+    found = {bound[g] for g in identity.groups if g in bound}
+    return tuple(r for r in Role if r in found)
+
+
+def decide(identity: Identity, verb: str, resource: str, bindings: dict[str, Role] | None = None) -> Decision:
+    """Whether `identity` may perform `verb` on `resource`, and why (for refusals and can-i)."""
+    grant = (verb, resource)
+    if grant == GATEWAY_ONLY:
+        ok = identity.kind is Kind.GATEWAY
+        return Decision(ok, "gateways record their own actions" if ok else f"{verb} {resource} is for gateways only")
+    if identity.kind is not Kind.USER:
+        return Decision(False, f"{identity.principal} holds no client rights")
+    if grant == SELF:
+        return Decision(True, "every user may ask about itself")
+    roles = roles_of(identity, bindings)
+    for role in roles:
+        if grant in GRANTS[role]:
+            return Decision(True, f"role {role} grants {verb} {resource}")
+    held = ", ".join(roles) or "no role"
+    return Decision(False, f"{identity.principal} ({held}) may not {verb} {resource}")
+
+
+def all_grants() -> frozenset[Grant]:
+    """Every (verb, resource) some rule names: what can-i can answer about."""
+    return GRANTS[Role.ADMIN] | {SELF, GATEWAY_ONLY}

@@ -60,3 +60,24 @@ async def test_the_agents_runtimes_refuse_paths_outside_its_node_paths(tmp_path:
     finally:
         await rt.remove("guard")
         await rt.close()
+
+
+async def test_a_compose_file_the_scheduler_never_saw_is_checked_by_the_agent(tmp_path: Path) -> None:
+    """A `path` source (and a git checkout) reaches the agent unchecked by the scheduler's policy:
+    the agent refuses privileged services, host namespaces and extra capabilities in it."""
+    app = tmp_path / "agent" / "apps" / "priv"
+    app.mkdir(parents=True)
+    (app / "compose.yaml").write_text("services:\n  x: {image: persys/busybox:latest, privileged: true, pid: host,"
+                                      " cap_add: [SYS_ADMIN]}\n")
+    rt = _runtime(tmp_path, "compose")
+    w = RuntimeWorkload(workload_id="guard-unseen", revision="r1", generation=1,
+                        spec=WorkloadSpec.model_validate({"type": "compose", "compose": {"path": str(app)}}))
+    try:
+        with pytest.raises(RuntimeFailure) as caught:
+            await rt.start(w)
+        msg = str(caught.value)
+        assert caught.value.code == "PolicyViolation" and caught.value.terminal, msg
+        assert "(privileged)" in msg and "(hostNamespaces)" in msg and "(capabilities)" in msg, msg
+    finally:
+        await rt.remove("guard-unseen")
+        await rt.close()

@@ -43,6 +43,8 @@ from persys.agent.runtimes.compose_errors import config_error, quotes_only_itsel
 from persys.agent.runtimes.docker import _cpu_percent, _memory_bytes, _parse_docker_time
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.model.workload import ComposeSpec
+from persys.policy.compose_rules import check_compose_document
+from persys.policy.model import WorkloadPolicy
 from persys.policy.paths import git_source_problem
 
 log = logging.getLogger(__name__)
@@ -589,6 +591,15 @@ class ComposeRuntime:
         checkout, commit = await self._checkout(spec, wdir)
         return self._find_file(checkout, spec.file, f"gitRepo {spec.git_repo}@{spec.git_ref}"), commit
 
+    @staticmethod
+    def _check_unseen_source(model: dict[str, Any]) -> None:
+        """A `path` or `gitRepo` compose file was never seen by the scheduler's policy check: the
+        agent applies the default rules to it (privileged, host namespaces, capabilities,
+        devices). Bind mounts are left to the node paths: Compose has made them absolute."""
+        found = check_compose_document(model, {}, WorkloadPolicy(allowed_host_paths=["/"]), "compose file")
+        if found:
+            raise RuntimeFailure("; ".join(str(v) for v in found[:5]), code="PolicyViolation", terminal=True)
+
     # ---- writing -------------------------------------------------------------------------------
 
     def _override(self, workload_id: str, model: dict[str, Any]) -> dict[str, Any]:
@@ -667,6 +678,8 @@ class ComposeRuntime:
                           else config_error(err or out, compose_file.name))
                 raise RuntimeFailure(detail, code="InvalidSpec", terminal=True)
             model: dict[str, Any] = json.loads(out)
+            if self._node_paths is not None and spec.inline is None:
+                self._check_unseen_source(model)
             services = sorted(
                 svc for svc, conf in (model.get("services") or {}).items()
                 if conf.get("scale", 1) != 0 and (conf.get("deploy") or {}).get("replicas", 1) != 0

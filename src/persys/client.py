@@ -12,6 +12,7 @@ from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc
 from persys.security import forwarding
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
@@ -48,6 +49,7 @@ class SchedulerClient:
         self.timeout = timeout
         self._channels = [secure_channel(t, tls) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
+        self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
         self._current = 0
 
@@ -56,10 +58,10 @@ class SchedulerClient:
             await c.close()
 
     async def _call(self, method: str, request: Any, auth: bool = False,
-                    metadata: forwarding.Metadata | None = None) -> Any:
+                    metadata: forwarding.Metadata | None = None, stubs: list[Any] | None = None) -> Any:
         # The caller a gateway serves rides along (security.forwarding); `metadata` overrides it.
         md = forwarding.current() if metadata is None else metadata
-        stubs: list[Any] = self._auth_stubs if auth else self._stubs
+        stubs = stubs or (self._auth_stubs if auth else self._stubs)
         last: grpc.aio.AioRpcError | None = None
         for attempt in range(len(stubs)):
             i = (self._current + attempt) % len(stubs)
@@ -188,6 +190,16 @@ class SchedulerClient:
 
     async def recover(self) -> dict[str, Any]:
         return _document((await self._call("Recover", pb.RecoverRequest(confirm_empty=True))).json)
+
+    async def get_policy(self) -> dict[str, Any]:
+        """The workload policy in force (`policy`) and whether it is stored (`stored`)."""
+        resp = await self._call("GetPolicy", policy_pb2.GetPolicyRequest(), stubs=self._policy_stubs)
+        return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
+
+    async def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())
+        resp = await self._call("SetPolicy", req, stubs=self._policy_stubs)
+        return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
 
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 import signal
 import tempfile
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -18,6 +21,7 @@ from tests.microvm_fixtures import BOOT_MARKER, GuestImages, microvm_guest  # no
 from tests.vm_fixtures import GUEST_READY, TestGuest, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
+T = TypeVar("T")
 
 
 def test_vm_and_microvm_run_and_report_usage(test_guest: TestGuest, microvm_guest: GuestImages) -> None:  # noqa: F811
@@ -26,6 +30,11 @@ def test_vm_and_microvm_run_and_report_usage(test_guest: TestGuest, microvm_gues
     home.chmod(0o755)
     env = {"PERSYS_HOME": str(home)}
     token = uuid.uuid4().hex[:8]
+    # The workload policy admits node paths only under Persys' own directories (persys dev: its
+    # data dir), and the agent re-checks the real path: hard links there, not symbolic ones.
+    images = home / "dev" / "images"
+    images.mkdir(parents=True)
+    test_guest, microvm_guest = _placed(test_guest, images / "vm"), _placed(microvm_guest, images / "microvm")
     vm = f"""
 apiVersion: persys.dev/v1
 kind: Workload
@@ -79,3 +88,18 @@ spec:
     finally:
         dev.stop(signal.SIGINT)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _placed(guest: T, where: Path) -> T:
+    """The same guest images, linked (or copied, across file systems) into `where`."""
+    where.mkdir(parents=True)
+    moved: dict[str, Path] = {}
+    for field, value in vars(guest).items():
+        if isinstance(value, Path) and value.is_file():
+            dest = where / f"{field}-{value.name}"
+            try:
+                os.link(value, dest)
+            except OSError:
+                shutil.copy2(value, dest)
+            moved[field] = dest
+    return dataclasses.replace(guest, **moved)  # type: ignore[type-var]

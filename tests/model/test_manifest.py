@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from persys.model import ManifestError, parse_manifests
@@ -74,3 +76,20 @@ def test_multi_document_is_all_or_nothing() -> None:
 @pytest.mark.parametrize("text", ["", "just a string", "a: [unclosed", "- 1\n- 2"])
 def test_not_a_manifest(text: str) -> None:
     assert problems(text)
+
+
+@pytest.mark.parametrize("user", ["../root", "root\n", "a b", "x" * 33, "-r", ""])
+def test_a_process_user_is_a_name_or_uid(user: str) -> None:
+    text = GOOD.replace("type: container", "type: process").replace(
+        "container: {image: persys/busybox:latest, command: [httpd, -f]}",
+        f"process: {{command: [id], user: {json.dumps(user)}}}")
+    assert any(p.startswith("spec.process.user") for p in problems(text))
+
+
+def test_an_unset_process_user_keeps_the_revision() -> None:
+    text = GOOD.replace("type: container", "type: process").replace(
+        "container: {image: persys/busybox:latest, command: [httpd, -f]}", "process: {command: [id]}")
+    (m,) = parse_manifests(text)
+    assert "user" not in str(m.spec.to_doc())  # specs written before the field hash the same
+    (named,) = parse_manifests(text.replace("command: [id]", "command: [id], user: nobody"))
+    assert named.spec.spec_revision() != m.spec.spec_revision()

@@ -28,6 +28,8 @@ class Context:
 
 
 class NoBackup:
+    store = None  # the service's policy gate holds it; restore never reads the policy
+
     def local_backup(self) -> dict[str, Any]:
         raise NotFound("local backup (this scheduler has no data directory or has not written one yet)")
 

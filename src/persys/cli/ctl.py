@@ -15,6 +15,7 @@ from rich.table import Table
 
 from persys.cli.api import Api, CtlError, OutputOpt, ServerOpt, emit, err_console, fail, out
 from persys.cli.auth_cmds import audit_command, auth_app
+from persys.cli.policy_cmd import policy_app
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, parse_manifests
 
@@ -665,6 +666,7 @@ def taint(
 
 admin_app = typer.Typer(help="Back up, restore and recover the control plane's state.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
+app.add_typer(policy_app, name="policy")
 
 
 @admin_app.command("backup")

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,8 @@ from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.policy import WorkloadPolicy
+from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
@@ -152,22 +154,26 @@ def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
     return files
 
 
-def default_runtimes(state_dir: Path, node_id: str) -> list[Runtime]:
+def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody",
+                     allow_node_paths: Sequence[Path] = ()) -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
+    from persys.agent.runtimes.node_paths import NodePaths
     from persys.agent.runtimes.process import ProcessRuntime
     from persys.agent.runtimes.vm import LibvirtVMRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
     # nodes on one host) never adopt or remove each other's containers.
     scope = {"persys.node": node_id}
+    # Node paths workloads may name, re-checked here whatever the scheduler admitted.
+    paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
         DockerRuntime(extra_labels=scope),
-        ComposeRuntime(state_dir / "runtimes", extra_labels=scope),
-        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope),
-        MicroVMRuntime(state_dir / "runtimes"),
-        ProcessRuntime(state_dir / "runtimes", agent_id=node_id),
+        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+        MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),
     ]
 
 
@@ -238,6 +244,8 @@ def dev(
             sched = await start_scheduler(
                 f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
                 SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
+                # The dev agents' state (and image store) lives under the data dir.
+                policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
             )
             parts.append(sched.stop)
             agents = []
@@ -249,7 +257,7 @@ def dev(
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
-                    default_runtimes(state, spec.name),
+                    default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
                 )
                 await agent.start()
                 parts.append(agent.stop)
@@ -361,6 +369,10 @@ def agent(
                                        "the --listen host, or this host's name for 0.0.0.0)."),
     max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
                                         help="Largest image upload accepted (streamed to disk, refused past this)."),
+    workload_user: str = typer.Option("nobody", "--workload-user",
+                                      help="Who runs process workloads that name no user (the agent must be root)."),
+    allow_node_path: list[Path] = typer.Option([], "--allow-node-path", help="A directory besides the state dir "
+                                               "and /var/lib/persys whose files workloads may name (repeatable)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -373,7 +385,7 @@ def agent(
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes),
-            default_runtimes(state_dir, node_id),
+            default_runtimes(state_dir, node_id, workload_user, allow_node_path),
         )
 
         async def started() -> None:

@@ -118,6 +118,10 @@ class ProcessSpec(Model):
     command: Annotated[list[StrictStr], Field(min_length=1)]
     env: dict[str, StrictStr] = Field(default_factory=dict)
     working_dir: StrictStr = ""
+    # A user name or uid on the node; unset: the agent's unprivileged workload user. `root`
+    # only where the cluster's workload policy sets allowRootProcesses. Unset stays out of the
+    # revision hash.
+    user: Annotated[StrictStr, Field(pattern=r"^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10})$")] | None = None
 
 
 class ComposeSpec(Model):

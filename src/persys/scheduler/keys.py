@@ -8,6 +8,7 @@
     /persys/status/<workload>                WorkloadStatus: phase, node, reason, placement
     /persys/nodes/<node>                     Node: capabilities, labels, taints, Ready/NotReady
     /persys/assignments/<node>/<workload>    Assignment: what one agent must run, fenced by generation
+    /persys/policy                           WorkloadPolicy: what workloads may do to nodes (admins)
 
 Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
 (and events go to the event stream), so liveness traffic never writes to the store.
@@ -24,6 +25,7 @@ WORKLOADS = "/persys/workloads/"
 STATUS = "/persys/status/"
 NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
+POLICY = "/persys/policy"  # the cluster's workload policy (persys.policy); absent: the defaults
 
 
 def is_ephemeral(key: str) -> bool:

@@ -8,18 +8,21 @@ from dataclasses import dataclass
 
 import grpc
 
-from persys._pb.persys.v1 import auth_pb2_grpc
+from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.core import Scheduler, SchedulerConfig
+from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.service import AgentControlService
 from persys.scheduler.token_store import TokenStore
+from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.store import open_store
 from persys.store.base import BlockingLeases, StateStore
@@ -58,6 +61,7 @@ async def start_scheduler(
     store_tls: TLSFiles | None = None,
     limits: InputLimits | None = None,
     audit_keep: int = DEFAULT_KEEP,
+    policy_defaults: WorkloadPolicy | None = None,
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
@@ -78,8 +82,10 @@ async def start_scheduler(
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits), server)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
+    gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate), server)
+    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     await scheduler.start()
     audit.start()
     await server.start()

@@ -37,6 +37,7 @@ from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
+from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import peer_identity
 from persys.store.base import StoreUnavailable, TxnTooLarge
 
@@ -90,11 +91,12 @@ def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
 
 
 class AgentControlService(pb_grpc.AgentControlServicer):
-    def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None
-                 ) -> None:
+    def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None,
+                 policy: PolicyGate | None = None) -> None:
         self.s = scheduler
         self.require_identity = require_identity
         self.limits = limits or InputLimits()
+        self.policy = policy or PolicyGate(scheduler.store)  # the workload policy, checked at admission
 
     # ---------------------------------------------------------------- authorization
 
@@ -258,7 +260,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
         async with _mapped(context):
-            w, created, changed = await self.s.apply(self._manifest(request.manifest_json), dry_run=request.dry_run)
+            manifest = self._manifest(request.manifest_json)
+            await self.policy.admit([manifest])
+            w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
             return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
                                             workload_json=_dumps(view))
@@ -276,6 +280,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 except (ManifestError, ValidationError) as err:
                     problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
                     raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
+            await self.policy.admit(manifests)
             results = await self.s.apply_many(manifests)
             return pb.ApplyWorkloadsResponse(results=[
                 pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)
@@ -289,6 +294,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
         async def plan() -> dict[str, Any]:
             manifest = self._manifest(request.manifest_json)
+            await self.policy.admit([manifest])
             return {
                 "workload": manifest.metadata.name,
                 "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}

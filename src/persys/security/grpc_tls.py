@@ -31,6 +31,9 @@ CLIENT_KEEPALIVE_OPTIONS = [
 SERVER_KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    # Peers are authenticated (mutual TLS): a ping arriving early is a timing quirk, not abuse;
+    # never end a connection (and the calls on it) for it.
+    ("grpc.http2.max_ping_strikes", 0),
 ]
 
 

@@ -28,6 +28,7 @@ def _m(verb: str, resource: str) -> Rule:
 
 CONTROL = "/persys.v1.AgentControl/"
 AUTH = "/persys.v1.Auth/"
+POLICY = "/persys.v1.Policy/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -64,6 +65,8 @@ RPC_RULES: dict[str, Rule] = {
     AUTH + "RevokeToken": _m("delete", "tokens"),
     AUTH + "ListAudit": _r("list", "audit"),
     AUTH + "RecordAudit": _r("record", "audit"),
+    POLICY + "GetPolicy": _r("get", "policy"),
+    POLICY + "SetPolicy": _m("update", "policy"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -106,6 +109,8 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/auth/tokens"): _r("list", "tokens"),
     ("DELETE", "/v1/auth/tokens/{token_id}"): _m("delete", "tokens"),
     ("GET", "/v1/audit"): _r("list", "audit"),
+    ("GET", "/v1/policy"): _r("get", "policy"),
+    ("PUT", "/v1/policy"): _m("update", "policy"),
 }
 
 

@@ -38,7 +38,7 @@ Grant = tuple[str, str]  # (verb, resource)
 
 _VIEWER: frozenset[Grant] = frozenset({
     ("get", "health"), ("get", "workloads"), ("list", "workloads"), ("plan", "workloads"),
-    ("logs", "workloads"), ("get", "nodes"), ("list", "nodes"), ("list", "events"),
+    ("logs", "workloads"), ("get", "nodes"), ("list", "nodes"), ("list", "events"), ("get", "policy"),
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
@@ -47,7 +47,7 @@ _OPERATOR: frozenset[Grant] = _VIEWER | {
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),
     ("resume-liveness", "cluster"), ("create", "tokens"), ("list", "tokens"), ("delete", "tokens"),
-    ("list", "audit"),
+    ("list", "audit"), ("update", "policy"),
 }
 GRANTS: dict[Role, frozenset[Grant]] = {Role.VIEWER: _VIEWER, Role.OPERATOR: _OPERATOR, Role.ADMIN: _ADMIN}
 SELF: Grant = ("get", "self")  # whoami and can-i: any user identity

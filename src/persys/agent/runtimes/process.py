@@ -32,6 +32,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
@@ -82,9 +83,11 @@ class ProcessRuntime:
         cgroup_parent: str = "persys",
         use_cgroups: bool | None = None,  # None: use them when writable
         agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
+        workload_user: str = DEFAULT_WORKLOAD_USER,  # who runs a process whose spec names no user
     ) -> None:
         self._dir = Path(state_dir) / "process"
         self._dirs = WorkDirs(self._dir, ProcessMeta)
+        self._workload_user = workload_user
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
         self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
@@ -292,7 +295,9 @@ class ProcessRuntime:
         assert spec is not None
         env = {"PATH": DEFAULT_PATH, **spec.env}
         wdir.mkdir(parents=True, exist_ok=True)
-        cwd = spec.working_dir or str(wdir)
+        run_as = resolve_user(spec.user, self._workload_user)
+        # The default working directory is the process's own (`work/`), never the agent's files.
+        cwd = spec.working_dir or str(self._work_dir(wdir, run_as.uid, run_as.gid, run_as.switches))
         if not Path(cwd).is_dir():
             raise RuntimeFailure(f"working dir {cwd!r} does not exist", code="InvalidSpec", terminal=True)
         exe = spec.command[0]
@@ -301,12 +306,15 @@ class ProcessRuntime:
         if resolved is None or not os.access(Path(cwd, resolved), os.X_OK):
             raise RuntimeFailure(f"command {exe!r} not found or not executable", code="InvalidSpec", terminal=True)
         cg_procs = self._setup_cgroups(w) if self._cgroups else []
+        if run_as.switches:  # the wrapper moves itself in after the switch: it needs write access there
+            for procs in cg_procs:
+                os.chown(procs, run_as.uid, run_as.gid)
         argv = list(spec.command)
         if cg_procs:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_procs, "--", *argv]
         mark_start(wdir / "stdout.log", f"starting revision {w.revision}")
         try:
-            child = spawn_session(argv, cwd=cwd, stdout=wdir / "stdout.log", env=env)
+            child = spawn_session(argv, cwd=cwd, stdout=wdir / "stdout.log", env=env, **run_as.popen_kwargs())
         except OSError as exc:
             raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
         info = proc_info(child.pid)
@@ -325,6 +333,14 @@ class ProcessRuntime:
         self._cpu.forget(w.workload_id)
         self._save(meta)
         return self._observe(meta)
+
+    @staticmethod
+    def _work_dir(wdir: Path, uid: int, gid: int, chown: bool) -> Path:
+        work = wdir / "work"
+        work.mkdir(mode=0o700, exist_ok=True)
+        if chown:
+            os.chown(work, uid, gid)
+        return work
 
     def _signal_all(self, meta: ProcessMeta, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -34,6 +34,7 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
 )
 from persys.agent.runtimes.compose.cli import ComposeCLI, clip
+from persys.agent.runtimes.compose.errors import config_error, quotes_only_itself
 from persys.agent.runtimes.compose.observe import observe
 from persys.agent.runtimes.compose.project import (
     COMPOSE_ONEOFF,
@@ -50,11 +51,16 @@ from persys.agent.runtimes.compose.project import (
 )
 from persys.agent.runtimes.compose.source import materialize
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
+from persys.model.workload import ComposeSpec
+from persys.policy.compose_rules import check_compose_document
+from persys.policy.model import WorkloadPolicy
 
 log = logging.getLogger(__name__)
 
 _ANON_VOLUME_RE = re.compile(r"^[0-9a-f]{64}$")  # the engine names anonymous volumes by a random id
+_Services = list[str]  # (the class has a method named `list`)
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -73,8 +79,10 @@ class ComposeRuntime:
         stats_timeout: float = 5.0,
         command_timeout: float = 300.0,
         extra_labels: dict[str, str] | None = None,
+        node_paths: NodePaths | None = None,  # the agent's re-check of `path` and local git sources
     ) -> None:
         self._dirs = WorkDirs(Path(state_dir) / "compose", ComposeMeta, lenient=True)
+        self._node_paths = node_paths
         self._url = url
         self._cli = ComposeCLI(url=url, compose_command=compose_command, command_timeout=command_timeout)
         self._stop_timeout = stop_timeout
@@ -203,6 +211,15 @@ class ComposeRuntime:
 
     # ---- source --------------------------------------------------------------------------------
 
+    @staticmethod
+    def _check_unseen_source(model: dict[str, Any]) -> None:
+        """A `path` or `gitRepo` compose file was never seen by the scheduler's policy check: the
+        agent applies the default rules to it (privileged, host namespaces, capabilities,
+        devices). Bind mounts are left to the node paths: Compose has made them absolute."""
+        found = check_compose_document(model, {}, WorkloadPolicy(allowed_host_paths=["/"]), "compose file")
+        if found:
+            raise RuntimeFailure("; ".join(str(v) for v in found[:5]), code="PolicyViolation", terminal=True)
+
     # ---- writing -------------------------------------------------------------------------------
 
     def _override(self, workload_id: str, model: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +279,7 @@ class ComposeRuntime:
             if await self._foreign(project):
                 raise RuntimeFailure(f"compose project {project} exists but belongs to another owner")
             wdir.mkdir(parents=True, exist_ok=True)
-            compose_file, commit = await materialize(self._cli, spec, wdir)
+            compose_file, commit = await materialize(self._cli, spec, wdir, self._node_paths)
             project_dir = compose_file.parent
             env_file = wdir / ENV_FILE
             env_file.write_text("".join(env_line(k, v) + "\n" for k, v in spec.env.items()))
@@ -271,23 +288,7 @@ class ComposeRuntime:
             env_files = [f for f in (project_dir / ".env",) if f.is_file()] + [env_file]
             common: dict[str, Any] = {"project_dir": project_dir, "env_files": env_files, "env": spec.env}
 
-            rc, out, err = await self._cli.compose(
-                project, "config", "--format", "json", files=[compose_file], limit_s=60, **common
-            )
-            if rc != 0:
-                raise RuntimeFailure(f"invalid compose file: {clip(err or out)}", code="InvalidSpec", terminal=True)
-            model: dict[str, Any] = json.loads(out)
-            services = sorted(
-                svc for svc, conf in (model.get("services") or {}).items()
-                if conf.get("scale", 1) != 0 and (conf.get("deploy") or {}).get("replicas", 1) != 0
-            )
-            if not services:
-                raise RuntimeFailure("the compose file defines no services to run", code="InvalidSpec", terminal=True)
-            unknown = sorted(set(spec.retain_volumes) - set(model.get("volumes") or {}))
-            if unknown:
-                raise RuntimeFailure(
-                    f"retainVolumes names undeclared volume(s): {', '.join(unknown)}", code="InvalidSpec", terminal=True
-                )
+            model, services = await self._config(project, compose_file, spec, common)
             await self._check_images(model)
             override = wdir / OVERRIDE_FILE
             override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
@@ -310,6 +311,35 @@ class ComposeRuntime:
             if not data:
                 raise RuntimeFailure(f"compose up of {project} left no containers")
             return observe(w.workload_id, project, data, meta)
+
+    async def _config(self, project: str, compose_file: Path, spec: ComposeSpec,
+                      common: dict[str, Any]) -> tuple[dict[str, Any], _Services]:
+        """The project as Compose resolves it (`config --format json`) and the services to run,
+        after the checks a resolved project allows."""
+        rc, out, err = await self._cli.compose(
+            project, "config", "--format", "json", files=[compose_file], limit_s=60, **common
+        )
+        if rc != 0:
+            # Compose quotes the file: its output only for the client's own inline text, never
+            # for a file on the node (a compose `path` may name any file).
+            detail = (f"invalid compose file: {clip(err or out)}" if quotes_only_itself(spec.inline)
+                      else config_error(err or out, compose_file.name))
+            raise RuntimeFailure(detail, code="InvalidSpec", terminal=True)
+        model: dict[str, Any] = json.loads(out)
+        if self._node_paths is not None and spec.inline is None:
+            self._check_unseen_source(model)
+        services = sorted(
+            svc for svc, conf in (model.get("services") or {}).items()
+            if conf.get("scale", 1) != 0 and (conf.get("deploy") or {}).get("replicas", 1) != 0
+        )
+        if not services:
+            raise RuntimeFailure("the compose file defines no services to run", code="InvalidSpec", terminal=True)
+        unknown = sorted(set(spec.retain_volumes) - set(model.get("volumes") or {}))
+        if unknown:
+            raise RuntimeFailure(
+                f"retainVolumes names undeclared volume(s): {', '.join(unknown)}", code="InvalidSpec", terminal=True
+            )
+        return model, services
 
     @staticmethod
     def _up_failure(msg: str) -> RuntimeFailure:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.compose.cli import ComposeCLI, clip
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.model.workload import ComposeSpec
+from persys.policy.paths import git_source_problem
 
 COMPOSE_FILE_NAMES = ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
 
@@ -77,13 +79,26 @@ async def checkout(cli: ComposeCLI, spec: ComposeSpec, wdir: Path) -> tuple[Path
     return dest, commit
 
 
-async def materialize(cli: ComposeCLI, spec: ComposeSpec, wdir: Path) -> tuple[Path, str]:
-    """The compose file to use (written, found in place, or cloned) and the git commit, if any."""
+async def materialize(cli: ComposeCLI, spec: ComposeSpec, wdir: Path,
+                      node_paths: NodePaths | None = None) -> tuple[Path, str]:
+    """The compose file to use (written, found in place, or cloned) and the git commit, if any.
+
+    With `node_paths`, the agent re-checks a `path` and a local git source against the node
+    paths it serves, whatever the scheduler admitted."""
     if spec.inline is not None:
         f = wdir / "compose.yaml"
         f.write_text(spec.inline)
         return f, ""
     if spec.path:
-        return path_source(spec.path, spec.file), ""
+        # The resolved path from here on: a symbolic link swapped after the check changes nothing.
+        path = str(node_paths.check(spec.path, "compose path")) if node_paths else spec.path
+        return path_source(path, spec.file), ""
+    assert spec.git_repo
+    if node_paths is not None and git_source_problem(spec.git_repo):
+        local = spec.git_repo.removeprefix("file://")
+        if not local.startswith("/"):  # a transport helper (ext::, fd::) or a relative path
+            raise RuntimeFailure(f"gitRepo: {git_source_problem(spec.git_repo)}", code="PolicyViolation",
+                                 terminal=True)
+        node_paths.check(local, "gitRepo")
     cloned, commit = await checkout(cli, spec, wdir)
     return find_file(cloned, spec.file, f"gitRepo {spec.git_repo}@{spec.git_ref}"), commit

@@ -23,6 +23,7 @@ from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
 from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_kernel
 from persys.agent.runtimes.microvm.qemu import QemuHypervisor
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs, tail_text
 from persys.model.workload import MicroVMSpec
 
@@ -53,9 +54,11 @@ class MicroVMRuntime:
         *,
         grace_seconds: float = 10.0,
         hypervisors: Mapping[str, Hypervisor] | None = None,
+        node_paths: NodePaths | None = None,  # the agent's re-check of kernel, initrd and rootfs paths
     ) -> None:
         self._dir = Path(state_dir) / "microvm"
         self._dirs = WorkDirs(self._dir, MicroVMMeta)
+        self._node_paths = node_paths
         self._cache = Path(state_dir) / "microvm-cache"
         self._grace = grace_seconds
         self._hv: dict[str, Hypervisor] = dict(hypervisors) if hypervisors is not None else {
@@ -216,6 +219,8 @@ class MicroVMRuntime:
             p = Path(value)
             if not p.is_absolute():
                 raise RuntimeFailure(f"{what} path {value!r} must be absolute", code="InvalidSpec", terminal=True)
+            if self._node_paths is not None:
+                p = self._node_paths.check(value, what)  # resolved: used as checked
             if not p.is_file():
                 raise RuntimeFailure(f"{what} {value!r} does not exist", code="InvalidSpec", terminal=True)
             return p

@@ -39,6 +39,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
+from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
 from persys.agent.runtimes.vm.domain import NAME_PREFIX, DomainConfig, DomainMeta, domain_name, domain_xml, parse_meta
 from persys.agent.runtimes.vm.images import ImageError, ImageRecord, ImageRegistry
@@ -87,8 +88,10 @@ class LibvirtVMRuntime:
         shutdown_timeout: float = 10.0,
         accelerator: Literal["auto", "kvm", "tcg"] = "auto",
         qemu_img: str | None = None,
+        node_paths: NodePaths | None = None,  # the agent's re-check of absolute image paths
     ) -> None:
         self._dir = Path(state_dir) / "vm"
+        self._node_paths = node_paths
         self._uri = uri
         self.images = images if images is not None else ImageRegistry(state_dir)
         self._labels = dict(extra_labels or {})
@@ -284,6 +287,8 @@ class LibvirtVMRuntime:
     # ---- writing -------------------------------------------------------------------------------
 
     def _resolve(self, ref: str, kind: Literal["disk", "kernel", "initrd"]) -> ImageRecord:
+        if ref.startswith("/") and self._node_paths is not None:
+            ref = str(self._node_paths.check(ref, f"vm {'image' if kind == 'disk' else kind}"))  # resolved
         try:
             return self.images.resolve(ref, kind)
         except ImageError as exc:

@@ -1,0 +1,49 @@
+"""`persysctl policy get|set`: the cluster's workload policy (see docs/security.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from persys.cli import api as ctl
+from persys.model.documents import DocumentError, parse_document
+from persys.model.manifest import format_validation_error
+from persys.policy import WorkloadPolicy
+
+policy_app = typer.Typer(help="Show or replace the workload policy (what workloads may do to nodes).",
+                         no_args_is_help=True)
+
+
+@policy_app.command("get")
+def policy_get(
+    output: str = typer.Option("yaml", "--output", "-o", help="yaml or json."),
+    server: str | None = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file."),
+) -> None:
+    """Print the policy in force (the defaults when none is stored)."""
+    doc = ctl.Api(server).request("GET", "/v1/policy")
+    if not doc.get("stored"):
+        ctl.err_console.print("no policy is stored: the defaults hold", highlight=False)
+    ctl.emit(doc["policy"], output)
+
+
+@policy_app.command("set")
+def policy_set(
+    file: Path = typer.Option(..., "--filename", "-f", help="A policy document (YAML or JSON); '-' reads stdin."),
+    server: str | None = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file."),
+) -> None:
+    """Replace the policy (admins only). Fields left out take their safe defaults."""
+    try:
+        raw = typer.get_text_stream("stdin").read() if str(file) == "-" else file.read_text()
+        doc = parse_document(raw) if raw.strip() else {}
+        policy = WorkloadPolicy.model_validate(doc)
+    except OSError as err:
+        ctl.fail(f"{file}: {err.strerror}")
+    except DocumentError as err:
+        ctl.fail(f"{file}: {err}")
+    except ValidationError as err:
+        ctl.fail(f"{file}: " + "; ".join(format_validation_error(err)))
+    answer = ctl.Api(server).request("PUT", "/v1/policy", json=policy.model_dump(mode="json", by_alias=True))
+    ctl.err_console.print("workload policy replaced", highlight=False)
+    ctl.emit(answer["policy"], "yaml")

@@ -1,0 +1,84 @@
+"""The workload policy's check: a pure function of a workload spec and the policy.
+
+`check(spec, policy)` lists every violation (rule, field, message); the scheduler refuses a
+manifest with any, naming them all, before anything is written.
+"""
+
+from __future__ import annotations
+
+from persys.model.documents import DocumentError, load_yaml
+from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
+from persys.policy.compose_rules import check_compose_document
+from persys.policy.model import Violation, WorkloadPolicy
+from persys.policy.paths import git_source_problem, within
+
+ROOT_USERS = ("root", "0")
+
+
+def _node_path(value: str, field: str, policy: WorkloadPolicy) -> list[Violation]:
+    """A file on the node: a registered image name (no '/') or an absolute path under nodePaths."""
+    if not value or "/" not in value or within(value, policy.node_paths):
+        return []
+    return [Violation("nodePaths", field, f"{value[:256]!r} is outside the node paths Persys serves "
+                                          f"({', '.join(policy.node_paths) or 'none'}); register the image instead")]
+
+
+def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
+    out: list[Violation] = []
+    if spec.path:
+        out += _node_path(spec.path if spec.path.startswith("/") else "./" + spec.path, "spec.compose.path", policy)
+    if spec.git_repo and not policy.allow_local_git:
+        problem = git_source_problem(spec.git_repo)
+        if problem:
+            out.append(Violation("gitSource", "spec.compose.gitRepo", problem))
+    if spec.inline is not None:
+        try:
+            doc = load_yaml(spec.inline)
+        except DocumentError as err:
+            # The parser's position only: never the document's text.
+            return [*out, Violation("composeDocument", "spec.compose.inline", str(err).removeprefix("(document): "))]
+        out += check_compose_document(doc, spec.env, policy, "spec.compose.inline")
+    return out
+
+
+def _vm(spec: VMSpec, policy: WorkloadPolicy) -> list[Violation]:
+    out = [v for name in ("image", "kernel", "initrd")
+           for v in _node_path(getattr(spec, name), f"spec.vm.{name}", policy)]
+    if spec.cloud_init is not None:
+        for name in ("user_data", "meta_data", "network_config", "vendor_data"):
+            size = len(getattr(spec.cloud_init, name).encode())
+            if size > policy.max_user_data_bytes:
+                camel = name.split("_")[0] + name.split("_")[1].capitalize()
+                out.append(Violation("userDataSize", f"spec.vm.cloudInit.{camel}",
+                                     f"{size} bytes exceeds maxUserDataBytes ({policy.max_user_data_bytes})"))
+    return out
+
+
+def _microvm(spec: MicroVMSpec, policy: WorkloadPolicy) -> list[Violation]:
+    out = []
+    for name in ("kernel", "initrd", "rootfs"):
+        value = getattr(spec, name)
+        # The microVM runtime takes paths only: a relative one is no registered name there.
+        out += _node_path(value if value.startswith("/") or not value else "./" + value,
+                          f"spec.microvm.{name}", policy)
+    return out
+
+
+def _process(spec: ProcessSpec, policy: WorkloadPolicy) -> list[Violation]:
+    if spec.user in ROOT_USERS and not policy.allow_root_processes:
+        return [Violation("rootProcess", "spec.process.user", "processes run as root only where the policy "
+                                                              "sets allowRootProcesses")]
+    return []
+
+
+def check(spec: WorkloadSpec, policy: WorkloadPolicy) -> list[Violation]:
+    """Every way `spec` breaks `policy` (empty: admitted)."""
+    if spec.compose is not None:
+        return _compose(spec.compose, policy)
+    if spec.vm is not None:
+        return _vm(spec.vm, policy)
+    if spec.microvm is not None:
+        return _microvm(spec.microvm, policy)
+    if spec.process is not None:
+        return _process(spec.process, policy)
+    return []  # a container spec has no privileged, host or capability fields

@@ -1,0 +1,79 @@
+"""The cluster's workload policy: what workloads may do to the nodes they run on.
+
+Safe by default, in the spirit of Kubernetes' Pod Security "baseline" level and Nomad's driver
+defaults (raw_exec off, Docker privileged and host volumes off). An admin relaxes it with
+`persysctl policy set`; one document for the whole cluster, stored at `/persys/policy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
+
+from persys.model.base import Model
+from persys.model.limits import KiB, MiB
+
+# Docker's default capability set (moby's oci/caps/defaults.go): adding one of these changes
+# nothing, so it is always allowed. Anything else (ALL, SYS_ADMIN, NET_ADMIN, SYS_PTRACE, ...)
+# must be listed in `allowedCapabilities`.
+DOCKER_DEFAULT_CAPABILITIES = (
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+)
+# Where an agent keeps its image store and runtime state by default (`persys agent --state-dir`).
+DEFAULT_NODE_PATHS = ("/var/lib/persys",)
+USER_DATA_MAX_BYTES = 64 * KiB
+
+AbsPath = Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=r"^/")]
+
+
+class WorkloadPolicy(Model):
+    """Every field's default is the safe choice; each `allow*` relaxes one rule."""
+
+    # rule `privileged`: privileged containers, unconfined seccomp/AppArmor/SELinux.
+    allow_privileged: StrictBool = False
+    # rule `hostNamespaces`: pid/network/ipc/uts/userns/cgroup `host`.
+    allow_host_namespaces: StrictBool = False
+    # rule `capabilities`: capabilities beyond Docker's default set that cap_add may name.
+    allowed_capabilities: Annotated[list[StrictStr], Field(max_length=64)] = Field(default_factory=list)
+    # rule `hostPaths`: host directories that bind mounts (and env_file, secrets, build contexts)
+    # may name, as absolute prefixes. Empty: no host bind mounts at all; named volumes are fine.
+    allowed_host_paths: Annotated[list[AbsPath], Field(max_length=64)] = Field(default_factory=list)
+    # rule `devices`: host devices passed into containers.
+    allow_devices: StrictBool = False
+    # rule `gitSource`: compose gitRepo other than https:// or ssh (file://, local paths, ext::).
+    allow_local_git: StrictBool = False
+    # rule `nodePaths`: absolute node paths that compose `path`, VM `image`/`kernel`/`initrd` and
+    # microVM `kernel`/`initrd`/`rootfs` may name (registered image names are always fine).
+    node_paths: Annotated[list[AbsPath], Field(max_length=64)] = Field(
+        default_factory=lambda: list(DEFAULT_NODE_PATHS))
+    # rule `userDataSize`: bytes of each cloud-init document.
+    max_user_data_bytes: Annotated[StrictInt, Field(ge=0, le=16 * MiB)] = USER_DATA_MAX_BYTES
+    # rule `rootProcess`: `spec.process.user: root` (processes run as the agent's unprivileged
+    # workload user otherwise).
+    allow_root_processes: StrictBool = False
+
+    @field_validator("allowed_capabilities")
+    @classmethod
+    def _cap_names(cls, v: list[str]) -> list[str]:
+        return [normalize_capability(c) for c in v]
+
+
+def normalize_capability(name: str) -> str:
+    """`cap_sys_admin`, `CAP_SYS_ADMIN` and `SYS_ADMIN` are one capability."""
+    upper = name.strip().upper()
+    return upper[4:] if upper.startswith("CAP_") else upper
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One thing the policy refuses: the rule, the manifest field, and why."""
+
+    rule: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: refused by workload policy ({self.rule}): {self.message}"

@@ -10,6 +10,7 @@ import grpc
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -35,7 +36,7 @@ class SchedulerClient:
         self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.target = target
         self.timeout = timeout
-        self._channels = [secure_channel(t, tls) for t in self.targets]
+        self._channels = [secure_channel(t, tls, expect=peer_names.SCHEDULER) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
         self._current = 0
 

@@ -37,6 +37,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.model import DesiredState, RestartPolicy, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 
@@ -260,8 +261,9 @@ class Agent:
     async def _connect(self, target: str) -> None:
         old = self._channel
         self.target = target
-        self._channel = (
-            secure_channel(target, self.config.tls) if self.config.tls else grpc.aio.insecure_channel(target)
+        self._channel = (  # only a scheduler's certificate completes the handshake
+            secure_channel(target, self.config.tls, expect=peer_names.SCHEDULER) if self.config.tls
+            else grpc.aio.insecure_channel(target)
         )
         self._stub = pb_grpc.AgentControlStub(self._channel)
         self._channel_gen += 1

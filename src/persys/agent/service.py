@@ -17,6 +17,7 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.model.limits import MiB, human_bytes
+from persys.security import peer_names
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, secure_channel, server_credentials
 from persys.security.pki import TLSFiles
 
@@ -90,8 +91,10 @@ async def serve(agent: Agent, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Serv
     return server, port
 
 
-async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes]) -> str:
-    """Stream an image to a node's agent as it arrives, in messages of about 1 MiB (used by the gateway)."""
+async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes], *,
+                     node_id: str) -> str:
+    """Stream an image to node `node_id`'s agent as it arrives, in messages of about 1 MiB (used by the
+    gateway). Only that node's certificate is accepted at `address`, whatever the node registered."""
 
     async def chunks() -> AsyncIterator[apb.ImageChunk]:
         buf = bytearray()
@@ -105,14 +108,14 @@ async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: As
         if buf or not sent:
             yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
 
-    async with secure_channel(address, tls) as channel:
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).LoadImage(chunks(), timeout=600)
     return str(resp.detail)
 
 
-async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int) -> str:
-    """Ask a node's agent for an instance's logs (used by the gateway)."""
-    async with secure_channel(address, tls) as channel:
+async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int, *, node_id: str) -> str:
+    """Ask node `node_id`'s agent for an instance's logs (used by the gateway)."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
             apb.LogsRequest(workload_id=workload_id, tail=tail), timeout=15)
     return str(resp.text)

@@ -19,6 +19,7 @@ from rich.table import Table
 from persys.cli.config import ConfigError, load_client_config
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, parse_manifests
+from persys.security import peer_names
 
 app = typer.Typer(
     name="persysctl",
@@ -68,7 +69,9 @@ class Api:
     def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
         """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
         try:
-            resp = self.http.request(method, path, **kw)
+            # The gateway's certificate must carry the gateway role's name, whatever host the
+            # configuration names: a node's or a user's certificate cannot pose as the API.
+            resp = self.http.request(method, path, extensions={"sni_hostname": peer_names.GATEWAY}, **kw)
         except httpx.ConnectError:
             fail(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)")
         except httpx.TimeoutException:

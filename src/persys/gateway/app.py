@@ -222,7 +222,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
             return JSONResponse({"error": f"the agent on {node_id} serves no logs endpoint", "problems": []},
                                 status_code=501)
         try:
-            text = await fetch_logs(node["address"], agent_tls, inst, tail)
+            text = await fetch_logs(node["address"], agent_tls, inst, tail, node_id=node_id)
         except grpc.aio.AioRpcError as err:
             code = 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502
             return JSONResponse({"error": f"agent on {node_id}: {err.details()}", "problems": []}, status_code=code)
@@ -252,7 +252,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
                 raise  # gRPC cancels the upload; the agent deletes what it spooled
 
         try:
-            detail = await send_image(node["address"], agent_tls, kind, name, body())
+            detail = await send_image(node["address"], agent_tls, kind, name, body(), node_id=node_id)
         except asyncio.CancelledError:
             if too_large:  # the cancellation is the upload's, not this request's
                 raise too_large[0] from None

@@ -50,6 +50,7 @@ async def start_scheduler(
     config: SchedulerConfig | None = None,
     store_tls: TLSFiles | None = None,
     limits: InputLimits | None = None,
+    node_simulators: frozenset[str] = frozenset(),
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
@@ -67,7 +68,8 @@ async def start_scheduler(
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits), server)
+    service = AgentControlService(scheduler, limits=limits, node_simulators=node_simulators)
+    pb_grpc.add_AgentControlServicer_to_server(service, server)
     await scheduler.start()
     await server.start()
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))

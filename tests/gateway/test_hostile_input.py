@@ -271,7 +271,7 @@ def test_image_upload_over_the_agent_cap_is_refused_and_leaves_no_file(cluster: 
         await asyncio.Event().wait()
 
     async def upload() -> None:
-        await asyncio.wait_for(send_image(address, tls, "disk", "big", data()), 60)  # type: ignore[arg-type]
+        await asyncio.wait_for(send_image(address, tls, "disk", "big", data(), node_id="n1"), 60)  # type: ignore[arg-type]
 
     with pytest.raises(grpc.aio.AioRpcError) as info:
         asyncio.run(upload())

@@ -24,6 +24,7 @@ from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.model.node_names import node_id_problem
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
@@ -153,6 +154,13 @@ def dev_admin(ca: ClusterCA, folder: Path) -> TLSFiles:
     return ca.issue("user", f"user:{login}", groups=ADMIN_GROUPS, out=folder)
 
 
+def _check_node_id(node_id: str) -> None:
+    """Refuse at start what the scheduler would refuse at registration."""
+    problem = node_id_problem(node_id)
+    if problem:
+        raise ServerError(f"--node-id: {problem}")
+
+
 def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
     files = TLSFiles(directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key")
     for f in (files.ca, files.cert, files.key):
@@ -226,6 +234,8 @@ def dev(
     data = (data_dir or persys_home() / "dev").resolve()
     try:
         node_specs = _dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, _parse_labels(label))]
+        for spec in node_specs:
+            _check_node_id(spec.name)
     except ServerError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
@@ -379,6 +389,7 @@ def agent(
     _setup_logging(verbose)
 
     async def main() -> None:
+        _check_node_id(node_id)
         tls = _tls_from_dir(tls_dir, f"node-{node_id}")
         a = Agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,

@@ -8,8 +8,6 @@ acted for: a node identity may only act for itself, so this is per identity.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 WATCH_STREAMS_PER_NODE = 4
@@ -17,7 +15,7 @@ UPDATE_STREAMS_PER_NODE = 4
 CALLS_PER_NODE = 8  # concurrent unary calls (register, heartbeat, report)
 
 
-class OverBudget(Exception):
+class OverBudgetError(Exception):
     pass
 
 
@@ -27,18 +25,16 @@ class CallBudget:
     what: str
     held: dict[str, int] = field(default_factory=dict)
 
-    @contextlib.contextmanager
-    def hold(self, key: str) -> Iterator[None]:
-        """One slot of `key` for the duration of the block; OverBudget when all are taken."""
+    def acquire(self, key: str) -> None:
+        """Take one slot of `key`; OverBudgetError when all are taken (nothing is taken then)."""
         n = self.held.get(key, 0)
         if n >= self.limit:
-            raise OverBudget(f"node {key} already holds {n} {self.what} (at most {self.limit})")
+            raise OverBudgetError(f"node {key} already holds {n} {self.what} (at most {self.limit})")
         self.held[key] = n + 1
-        try:
-            yield
-        finally:
-            left = self.held[key] - 1
-            if left:
-                self.held[key] = left
-            else:
-                del self.held[key]
+
+    def release(self, key: str) -> None:
+        left = self.held[key] - 1
+        if left:
+            self.held[key] = left
+        else:
+            del self.held[key]

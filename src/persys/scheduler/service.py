@@ -30,7 +30,7 @@ from persys.scheduler.call_budget import (
     UPDATE_STREAMS_PER_NODE,
     WATCH_STREAMS_PER_NODE,
     CallBudget,
-    OverBudget,
+    OverBudgetError,
 )
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
@@ -124,14 +124,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def _budget(self, budget: CallBudget, node_id: str, context: grpc.aio.ServicerContext
                       ) -> AsyncIterator[None]:
         try:
-            held = budget.hold(node_id)
-            held.__enter__()
-        except OverBudget as err:
+            budget.acquire(node_id)
+        except OverBudgetError as err:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         try:
             yield
         finally:
-            held.__exit__(None, None, None)
+            budget.release(node_id)
 
     async def _as_client(self, context: grpc.aio.ServicerContext) -> None:
         if self.require_identity:

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from persys.model.node_names import node_id_problem
 from persys.security import peer_names
 from persys.security.identity import Kind, from_subject
 
@@ -136,6 +137,9 @@ class ClusterCA:
         if identity.kind is Kind.UNKNOWN:
             raise CertificateRequestError(
                 f"common name {common_name!r}: use node:<id>, scheduler[:<name>], gateway[:<name>] or user:<name>")
+        problem = node_id_problem(identity.name) if identity.kind is Kind.NODE else None
+        if problem:  # the id becomes a DNS name in the certificate, and the scheduler refuses others
+            raise CertificateRequestError(problem)
         reserved = [h for h in hosts if peer_names.is_reserved(h)]
         if reserved:
             raise CertificateRequestError(f"host {reserved[0]!r}: names under {peer_names.ROLE_DOMAIN} and wildcards "

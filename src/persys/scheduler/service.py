@@ -1,7 +1,8 @@
 """The AgentControl gRPC service: a thin translation between protobuf and the Scheduler.
 
-Authorization is by certificate identity: an agent (`node:<id>`) may only speak for its own
-node and cannot call the client operations; `gateway`, `admin` and `scheduler` may call all.
+Authorization is by certificate identity: only an agent's `node:<id>` certificate speaks for node
+`<id>`, and what it reports is validated and bounded first (`node_admission`, `call_budget`);
+it cannot call the client operations, which `gateway`, `scheduler` and admins may call.
 Scheduler exceptions become gRPC status codes in one place (`_mapped`), which the gateway turns
 into HTTP statuses and persysctl into one line of text.
 """

@@ -132,18 +132,18 @@ def test_watch_streams_per_node_are_bounded(cluster: tuple[Components, EtcdServe
     async def run() -> list[grpc.StatusCode | None]:
         async with secure_channel(target, node_a, expect=peer_names.SCHEDULER) as ch:
             stub = pb_grpc.AgentControlStub(ch)
-            calls = [stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id="node-a")) for _ in range(5)]
+            calls: list[Any] = []
             codes: list[grpc.StatusCode | None] = []
-            for call in calls[:4]:
-                await call.read()  # the first full set: the stream is open and counted
-                codes.append(None)
-            try:
-                await calls[4].read()
-                codes.append(None)
-            except grpc.aio.AioRpcError as err:
-                assert "at most 4" in (err.details() or "")
-                codes.append(err.code())
-            for call in calls[:4]:
+            for _ in range(5):  # one after the other: the server counts them in this order
+                call = stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id="node-a"))
+                try:
+                    await call.read()  # the first full set: the stream is open and counted
+                    calls.append(call)
+                    codes.append(None)
+                except grpc.aio.AioRpcError as err:
+                    assert "at most 4" in (err.details() or "")
+                    codes.append(err.code())
+            for call in calls:
                 call.cancel()
             # The slots are given back when streams end: a new one opens again.
             await open_when_free(stub)

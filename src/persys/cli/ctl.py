@@ -131,8 +131,8 @@ def _workload_table(items: list[dict[str, Any]]) -> Table:
         reason = w.get("reason", "") if w.get("phase") != "Running" else ""
         nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
         node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
-        t.add_row(w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
-                  str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)
+        t.add_row(*map(cell, (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
+                              str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)))  # reason: node text
     return t
 
 

@@ -29,6 +29,7 @@ from bench.scale.infra import start_etcd  # noqa: E402
 from persys._pb.persys.v1 import control_pb2 as pb  # noqa: E402
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
 from persys.scheduler.server import start_scheduler  # noqa: E402
+from persys.security import peer_names  # noqa: E402
 from persys.security.grpc_tls import secure_channel  # noqa: E402
 from persys.security.pki import ClusterCA, standard_identities  # noqa: E402
 
@@ -54,7 +55,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     s = await start_scheduler(f"etcd://{endpoint}", "memory://", "127.0.0.1:0", ids["scheduler"])
     out: dict[str, object] = {"persys": str(Path(persys.__file__).parent)}
     try:
-        async with secure_channel(f"127.0.0.1:{s.port}", ids["admin"]) as ch:
+        async with secure_channel(f"127.0.0.1:{s.port}", ids["admin"], expect=peer_names.SCHEDULER) as ch:
             stub = pb_grpc.AgentControlStub(ch)
             lat: list[float] = []
             t0 = time.perf_counter()

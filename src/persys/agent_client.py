@@ -11,12 +11,15 @@ from collections.abc import AsyncIterator
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.model.limits import MiB
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 
 
-async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes]) -> str:
-    """Stream an image to a node's agent as it arrives, in messages of about 1 MiB."""
+async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: AsyncIterator[bytes], *,
+                     node_id: str) -> str:
+    """Stream an image to node `node_id`'s agent as it arrives, in messages of about 1 MiB. Only
+    that node's certificate is accepted at `address`, whatever the node registered."""
 
     async def chunks() -> AsyncIterator[apb.ImageChunk]:
         buf = bytearray()
@@ -30,14 +33,14 @@ async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: As
         if buf or not sent:
             yield apb.ImageChunk(kind=kind, name=name, data=bytes(buf))
 
-    async with secure_channel(address, tls) as channel:
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).LoadImage(chunks(), timeout=600)
     return str(resp.detail)
 
 
-async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int) -> str:
-    """Ask a node's agent for an instance's logs."""
-    async with secure_channel(address, tls) as channel:
+async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int, *, node_id: str) -> str:
+    """Ask node `node_id`'s agent for an instance's logs."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
             apb.LogsRequest(workload_id=workload_id, tail=tail), timeout=15)
     return str(resp.text)

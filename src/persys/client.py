@@ -13,7 +13,7 @@ from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc
-from persys.security import forwarding
+from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 
@@ -47,7 +47,7 @@ class SchedulerClient:
         self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.target = target
         self.timeout = timeout
-        self._channels = [secure_channel(t, tls) for t in self.targets]
+        self._channels = [secure_channel(t, tls, expect=peer_names.SCHEDULER) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
         self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import signal
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import docker
 import pytest
+import yaml
+from cryptography import x509
 
+from persys.security.identity import Kind, from_certificate
 from tests.e2e.harness import REPO, Proc, ctl, eventually, persys, pid_alive
 from tests.fixtures_infra import free_port
 
@@ -35,6 +39,11 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
     assert f"https://127.0.0.1:{port}" in dev.text()
     runtimes = re.search(r"node:\s+dev-e2e \(runtimes: ([^)]*)\)", dev.text()).group(1).split(", ")  # type: ignore[union-attr]
     assert {"container", "process"} <= set(runtimes)
+    # persysctl gets the local user's admin identity, in a folder with no other key (no CA key).
+    cfg = yaml.safe_load((home / "config.yaml").read_text())
+    assert sorted(p.name for p in Path(cfg["key"]).parent.iterdir()) == ["ca.crt", "user.crt", "user.key"]
+    who = from_certificate(x509.load_pem_x509_certificate(Path(cfg["cert"]).read_bytes()))
+    assert (who.kind, who.name, who.groups) == (Kind.USER, getpass.getuser(), ("persys:admins",))
     try:
         ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=env)
         manifest = (REPO / "examples/hello-docker.yaml").read_text().replace("18080", str(http_port))

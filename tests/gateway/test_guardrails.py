@@ -17,6 +17,7 @@ import pytest
 
 from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 from tests.e2e.harness import ctl, eventually
@@ -201,7 +202,7 @@ def test_only_admin_identities_change_the_policy_over_grpc(cluster: GatewayClust
 
     async def call(identity: str) -> tuple[grpc.StatusCode, grpc.StatusCode]:
         tls = TLSFiles(ca=pki / "ca.crt", cert=pki / f"{identity}.crt", key=pki / f"{identity}.key")
-        async with secure_channel(cluster.scheduler_target, tls) as ch:
+        async with secure_channel(cluster.scheduler_target, tls, expect=peer_names.SCHEDULER) as ch:
             stub = pb_grpc.PolicyStub(ch)
             codes = []
             for rpc, req in ((stub.GetPolicy, pb.GetPolicyRequest()),

@@ -19,6 +19,7 @@ import pytest
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.agent_client import send_image
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import ctl, eventually
@@ -155,7 +156,7 @@ def test_oversized_manifest_is_refused_by_the_scheduler_too(cluster: GatewayClus
     tls = TLSFiles(cluster.pki / "ca.crt", cluster.pki / "admin.crt", cluster.pki / "admin.key")
 
     async def call() -> grpc.aio.AioRpcError:
-        async with secure_channel(cluster.scheduler_target, tls) as ch:
+        async with secure_channel(cluster.scheduler_target, tls, expect=peer_names.SCHEDULER) as ch:
             raw = json.dumps(manifest("direct", env={"PAD": "x" * (2 * MiB)})).encode()
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await pb_grpc.AgentControlStub(ch).ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=raw),
@@ -270,7 +271,7 @@ def test_image_upload_over_the_agent_cap_is_refused_and_leaves_no_file(cluster: 
         await asyncio.Event().wait()
 
     async def upload() -> None:
-        await asyncio.wait_for(send_image(address, tls, "disk", "big", data()), 60)  # type: ignore[arg-type]
+        await asyncio.wait_for(send_image(address, tls, "disk", "big", data(), node_id="n1"), 60)  # type: ignore[arg-type]
 
     with pytest.raises(grpc.aio.AioRpcError) as info:
         asyncio.run(upload())

@@ -21,6 +21,7 @@ import yaml
 from google.protobuf import message_factory
 
 from persys._pb.persys.v1 import auth_pb2, control_pb2, policy_pb2
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
 from persys.security.pki import ClusterCA, TLSFiles
@@ -130,7 +131,7 @@ def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None
     async def run() -> list[str]:
         wrong = []
         for name in ("admin", "operator", "viewer", "nobody", "node", "gateway"):
-            async with secure_channel(c.scheduler_target, ids[name]) as ch:
+            async with secure_channel(c.scheduler_target, ids[name], expect=peer_names.SCHEDULER) as ch:
                 for full, rule in RPC_RULES.items():
                     desc = methods[full]
                     req_cls = message_factory.GetMessageClass(desc.input_type)

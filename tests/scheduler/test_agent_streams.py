@@ -15,6 +15,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import parse_manifests
 from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import manifest, node
@@ -28,7 +29,7 @@ async def sched(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, pb_grpc
     running = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0",
                                     ids["scheduler"])
     await running.scheduler.register(node("n1"))
-    channel = secure_channel(f"127.0.0.1:{running.port}", ids["agent"])
+    channel = secure_channel(f"127.0.0.1:{running.port}", ids["agent"], expect=peer_names.SCHEDULER)
     yield running, pb_grpc.AgentControlStub(channel)
     await channel.close()
     await running.stop()

@@ -10,6 +10,7 @@ import pytest
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import ClusterCA, standard_identities
 
@@ -26,7 +27,7 @@ async def scheduler(tmp_path: Path) -> RunningScheduler:
 
 
 async def test_client_with_cluster_cert_is_served(scheduler: RunningScheduler) -> None:
-    async with secure_channel(f"127.0.0.1:{scheduler.port}", scheduler.ids["admin"]) as ch:  # type: ignore[attr-defined]
+    async with secure_channel(f"127.0.0.1:{scheduler.port}", scheduler.ids["admin"], expect=peer_names.SCHEDULER) as ch:  # type: ignore[attr-defined]
         h = await pb_grpc.AgentControlStub(ch).Health(pb.HealthRequest(), timeout=5)
     assert h.mode == "normal" and h.store_ok
 
@@ -54,7 +55,7 @@ async def test_certificate_from_another_ca_is_refused(scheduler: RunningSchedule
 
 async def test_node_identity_is_enforced(scheduler: RunningScheduler) -> None:
     agent = scheduler.ids["agent"]  # type: ignore[attr-defined]  # certificate for node:n1
-    async with secure_channel(f"127.0.0.1:{scheduler.port}", agent) as ch:
+    async with secure_channel(f"127.0.0.1:{scheduler.port}", agent, expect=peer_names.SCHEDULER) as ch:
         stub = pb_grpc.AgentControlStub(ch)
         ok = await stub.RegisterNode(pb.RegisterNodeRequest(node_id="n1"), timeout=5)
         assert ok.accepted

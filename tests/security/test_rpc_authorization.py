@@ -15,7 +15,7 @@ from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.scheduler.server import RunningScheduler, start_scheduler
-from persys.security import forwarding
+from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.identity import Identity, Kind
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
@@ -48,7 +48,7 @@ async def _code(call: object) -> grpc.StatusCode:
 
 
 async def _audit(s: RunningScheduler, admin: TLSFiles) -> list[dict[str, object]]:
-    async with secure_channel(_target(s), admin) as ch:
+    async with secure_channel(_target(s), admin, expect=peer_names.SCHEDULER) as ch:
         resp = await apb_grpc.AuthStub(ch).ListAudit(apb.ListAuditRequest(limit=100), timeout=5)
     return [json.loads(i) for i in resp.items]
 
@@ -59,16 +59,16 @@ async def test_roles_decide_and_refusals_write_nothing(cluster: tuple[RunningSch
     for who, expect in (("agent", grpc.StatusCode.PERMISSION_DENIED), ("viewer", grpc.StatusCode.PERMISSION_DENIED),
                         ("scheduler", grpc.StatusCode.PERMISSION_DENIED),
                         ("gateway", grpc.StatusCode.UNAUTHENTICATED)):
-        async with secure_channel(_target(s), ids[who]) as ch:
+        async with secure_channel(_target(s), ids[who], expect=peer_names.SCHEDULER) as ch:
             stub = pb_grpc.AgentControlStub(ch)
             assert await _code(stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=MANIFEST), timeout=5)) \
                 == expect, who
             assert await _code(stub.Backup(pb.BackupRequest(), timeout=5)) == expect, who
     assert "w1" not in s.scheduler.state.workloads
-    async with secure_channel(_target(s), ids["viewer"]) as ch:
+    async with secure_channel(_target(s), ids["viewer"], expect=peer_names.SCHEDULER) as ch:
         page = await pb_grpc.AgentControlStub(ch).ListWorkloads(pb.ListRequest(), timeout=5)
         assert list(page.items) == []
-    async with secure_channel(_target(s), ids["operator"]) as ch:
+    async with secure_channel(_target(s), ids["operator"], expect=peer_names.SCHEDULER) as ch:
         stub = pb_grpc.AgentControlStub(ch)
         r = await stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=MANIFEST), timeout=5,
                                      metadata=((forwarding.REQUEST_ID, "req-42"),))
@@ -88,10 +88,11 @@ async def test_only_a_gateway_may_forward_an_identity(cluster: tuple[RunningSche
                                                       ) -> None:
     s, ids = cluster
     as_admin = forwarding.metadata_for(Identity(Kind.USER, "alice", ("persys:admins",)), None, "r1")
-    async with secure_channel(_target(s), ids["agent"]) as ch:  # a node claiming to forward an admin
+    # A node claiming to forward an admin.
+    async with secure_channel(_target(s), ids["agent"], expect=peer_names.SCHEDULER) as ch:
         who = await _code(apb_grpc.AuthStub(ch).WhoAmI(apb.WhoAmIRequest(), timeout=5, metadata=as_admin))
         assert who == grpc.StatusCode.PERMISSION_DENIED
-    async with secure_channel(_target(s), ids["gateway"]) as ch:
+    async with secure_channel(_target(s), ids["gateway"], expect=peer_names.SCHEDULER) as ch:
         me = await apb_grpc.AuthStub(ch).WhoAmI(apb.WhoAmIRequest(), timeout=5, metadata=as_admin)
         assert (me.principal, list(me.roles), me.via) == ("user:alice", ["admin"], "gateway:gateway")
         assert await _code(apb_grpc.AuthStub(ch).WhoAmI(apb.WhoAmIRequest(), timeout=5)) \
@@ -100,7 +101,7 @@ async def test_only_a_gateway_may_forward_an_identity(cluster: tuple[RunningSche
 
 async def test_tokens_expire_and_revoke(cluster: tuple[RunningScheduler, dict[str, TLSFiles]]) -> None:
     s, ids = cluster
-    async with secure_channel(_target(s), ids["admin"]) as ch:
+    async with secure_channel(_target(s), ids["admin"], expect=peer_names.SCHEDULER) as ch:
         auth = apb_grpc.AuthStub(ch)
         made = await auth.CreateToken(apb.CreateTokenRequest(name="ci", role="operator", ttl_seconds=3600),
                                       timeout=5)
@@ -114,17 +115,18 @@ async def test_tokens_expire_and_revoke(cluster: tuple[RunningScheduler, dict[st
     assert kv is not None and made.token.rsplit("_", 1)[1] not in kv.value.decode()  # only the hash is stored
 
     bearer = ((forwarding.AUTHORIZATION, f"Bearer {made.token}"),)
-    async with secure_channel(_target(s), ids["agent"]) as ch:  # the token is the credential, whoever carries it
+    # The token is the credential, whoever carries it.
+    async with secure_channel(_target(s), ids["agent"], expect=peer_names.SCHEDULER) as ch:
         me = await apb_grpc.AuthStub(ch).WhoAmI(apb.WhoAmIRequest(), timeout=5, metadata=bearer)
         assert (me.principal, list(me.roles), me.credential) == ("user:ci", ["operator"],
                                                                  f"token {json.loads(made.token_json)['id']}")
         expired = ((forwarding.AUTHORIZATION, f"Bearer {short.token}"),)
         assert await _code(apb_grpc.AuthStub(ch).WhoAmI(apb.WhoAmIRequest(), timeout=5, metadata=expired)) \
             == grpc.StatusCode.UNAUTHENTICATED
-    async with secure_channel(_target(s), ids["admin"]) as ch:
+    async with secure_channel(_target(s), ids["admin"], expect=peer_names.SCHEDULER) as ch:
         await apb_grpc.AuthStub(ch).RevokeToken(apb.RevokeTokenRequest(id=json.loads(made.token_json)["id"]),
                                                 timeout=5)
-    async with secure_channel(_target(s), ids["agent"]) as ch:
+    async with secure_channel(_target(s), ids["agent"], expect=peer_names.SCHEDULER) as ch:
         stub = pb_grpc.AgentControlStub(ch)
         assert await _code(stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=MANIFEST), timeout=5,
                                               metadata=bearer)) == grpc.StatusCode.UNAUTHENTICATED

@@ -24,6 +24,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.agent import disconnect
 from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
+from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 
@@ -89,7 +90,8 @@ class SchedulerLink(Protocol):
 
 def dial(target: str, tls: TLSFiles | None) -> grpc.aio.Channel:
     """The one place the agent opens a channel to a scheduler replica."""
-    return secure_channel(target, tls) if tls else grpc.aio.insecure_channel(target)
+    # Only a scheduler's certificate completes the handshake.
+    return secure_channel(target, tls, expect=peer_names.SCHEDULER) if tls else grpc.aio.insecure_channel(target)
 
 
 @dataclass

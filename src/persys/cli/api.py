@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from persys.cli.config import ConfigError, load_client_config
+from persys.security import peer_names
 
 OutputOpt = typer.Option("table", "--output", "-o", help="Output format: table, json or yaml.")
 ServerOpt = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file.")
@@ -53,7 +54,9 @@ class Api:
     def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
         """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
         try:
-            resp = self.http.request(method, path, **kw)
+            # The gateway's certificate must carry the gateway role's name, whatever host the
+            # configuration names: a node's or a user's certificate cannot pose as the API.
+            resp = self.http.request(method, path, extensions={"sni_hostname": peer_names.GATEWAY}, **kw)
         except httpx.ConnectError:
             fail(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)")
         except httpx.TimeoutException:

@@ -16,6 +16,7 @@ from rich.table import Table
 from persys.cli.api import Api, CtlError, OutputOpt, ServerOpt, emit, err_console, fail, out
 from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.policy_cmd import policy_app
+from persys.cli.safe_text import cell, printable
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError, parse_manifests
 
@@ -53,8 +54,8 @@ def _workload_table(items: list[dict[str, Any]]) -> Table:
         reason = w.get("reason", "") if w.get("phase") != "Running" else ""
         nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
         node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
-        t.add_row(w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
-                  str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)
+        t.add_row(*map(cell, (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
+                              str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)))  # reason: node text
     return t
 
 
@@ -65,10 +66,10 @@ def _node_table(items: list[dict[str, Any]]) -> Table:
     for n in items:
         caps, alloc = n.get("capabilities", {}), n.get("allocated", {})
         status = n["status"] + (",Cordoned" if n.get("cordoned") else "")
-        t.add_row(n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
-                  f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
-                  f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
-                  str(alloc.get("workloads", 0)), _age(n.get("registeredAt", 0)))
+        t.add_row(*map(cell, (n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
+                              f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
+                              f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
+                              str(alloc.get("workloads", 0)), _age(n.get("registeredAt", 0)))))
     return t
 
 
@@ -299,12 +300,12 @@ def describe(
     item = api.request("GET", f"/v1/{k}/{name}")
     if output == "text":
         text = _describe_workload(item) if k == "workloads" else _describe_node(item)
-        out.print(text, markup=False, highlight=False)
+        out.print(printable(text, keep_newlines=True), markup=False, highlight=False)
         events = api.request("GET", "/v1/events", params={"limit": 10, "subject": f"{k[:-1]}/{name}"})
         if events:
             out.print("Events:", highlight=False)
             for e in events:
-                out.print(f"  {_age(e['ts']):>5} ago  {e['kind']:<18} {e['message']}", markup=False,
+                out.print(printable(f"  {_age(e['ts']):>5} ago  {e['kind']:<18} {e['message']}"), markup=False,
                           highlight=False)
     else:
         emit(item, output)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import logging
 import os
 import signal
@@ -23,12 +24,14 @@ from persys.cli.config import ClientConfig, config_path, persys_home
 from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.model.node_names import node_id_problem
 from persys.policy import WorkloadPolicy
 from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.core import SchedulerConfig
 from persys.scheduler.server import start_scheduler
-from persys.security.pki import ClusterCA, standard_identities
+from persys.security.cert_requests import IdentityRequestError, identity_request
+from persys.security.pki import ADMIN_GROUPS, CertificateRequestError, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles
 
 app = typer.Typer(
@@ -39,7 +42,8 @@ app = typer.Typer(
         "  persys scheduler   a scheduler replica (etcd + Redis in production)\n\n"
         "  persys agent       the node agent\n\n"
         "  persys gateway     the REST gateway\n\n"
-        "  persys certs init  a cluster CA and certificates for the components"
+        "  persys certs init  a cluster CA and certificates for the components\n\n"
+        "  persys certs issue one machine's certificate, into its own folder"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -146,6 +150,20 @@ def _dev_nodes(path: Path) -> list[DevNode]:
     return out
 
 
+def dev_admin(ca: ClusterCA, folder: Path) -> TLSFiles:
+    """The local user's admin identity for persysctl (`user:<login>` in persys:admins), in a folder
+    of its own: the client configuration never points where the CA and server keys are."""
+    login = "".join(c for c in getpass.getuser() if c.isalnum() or c in "-._@")[:63] or "admin"
+    return ca.issue("user", f"user:{login}", groups=ADMIN_GROUPS, out=folder)
+
+
+def _check_node_id(node_id: str) -> None:
+    """Refuse at start what the scheduler would refuse at registration."""
+    problem = node_id_problem(node_id)
+    if problem:
+        raise ServerError(f"--node-id: {problem}")
+
+
 def _tls_from_dir(directory: Path, name: str) -> TLSFiles:
     files = TLSFiles(directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key")
     for f in (files.ca, files.cert, files.key):
@@ -223,6 +241,8 @@ def dev(
     data = (data_dir or persys_home() / "dev").resolve()
     try:
         node_specs = _dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, _parse_labels(label))]
+        for spec in node_specs:
+            _check_node_id(spec.name)
     except ServerError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
@@ -264,8 +284,8 @@ def dev(
                 agents.append(agent)
             gw = await start_gateway(target, host, port, ids["gateway"])
             parts.append(gw.stop)
-            cfg_path = ClientConfig(f"https://{host}:{gw.port}", ids["admin"].ca, ids["admin"].cert,
-                                    ids["admin"].key).save()
+            user = dev_admin(ca, data / "client")
+            cfg_path = ClientConfig(f"https://{host}:{gw.port}", user.ca, user.cert, user.key).save()
             for agent in agents:
                 await asyncio.wait_for(agent.registered.wait(), timeout=30)
             node_lines = "".join(
@@ -324,6 +344,9 @@ def scheduler(
                                            help="Largest manifest (its JSON) a client may apply; larger ones are "
                                            "refused before parsing. Stored workloads must also fit one store write "
                                            "(etcd's --max-request-bytes, 1.5 MiB by default)."),
+    node_simulator: list[str] = typer.Option(
+        [], "--node-simulator", help="Certificate identity (e.g. user:admin) allowed to act for any node: "
+        "benchmarks' hollow agents only; never in production (repeatable)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -340,7 +363,7 @@ def scheduler(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
                 replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
                 liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
-                limits=InputLimits(max_manifest_bytes=max_manifest_bytes))
+                limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator))
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 
@@ -379,6 +402,7 @@ def agent(
     _setup_logging(verbose)
 
     async def main() -> None:
+        _check_node_id(node_id)
         tls = _tls_from_dir(tls_dir, f"node-{node_id}")
         a = Agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
@@ -448,15 +472,52 @@ def certs_init(
     host: list[str] = typer.Option([], "--host", help="DNS name or IP the servers use (repeatable; "
                                    "localhost, 127.0.0.1 and this host's name are always included)."),
 ) -> None:
-    """Create the cluster CA (once) and certificates for scheduler, gateway, admin and nodes. Idempotent."""
+    """Create the cluster CA (once) and, in the same folder, certificates for scheduler, gateway,
+    admin and nodes: for one machine or tests. Other machines get theirs from `persys certs issue`."""
     ca = ClusterCA(directory)
     ca.ensure()
     hosts = tuple(dict.fromkeys(["localhost", "127.0.0.1", socket.gethostname(), *host]))
-    issued = [ca.issue(n, n, hosts) for n in ("scheduler", "gateway", "admin")]
-    issued += [ca.issue(f"node-{n}", f"node:{n}", hosts) for n in node]
+    try:
+        issued = [ca.issue(n, n, hosts) for n in ("scheduler", "gateway")]
+        issued.append(ca.issue("admin", "admin", groups=ADMIN_GROUPS))
+        issued += [ca.issue(f"node-{n}", f"node:{n}", hosts) for n in node]
+    except CertificateRequestError as e:
+        raise ServerError(str(e)) from None
     for f in issued:
         print(f"{f.cert}")
     print(f"CA: {ca.ca_cert_path}\npersysctl: point {config_path()} at admin.crt/admin.key")
+
+
+@certs_app.command("issue")
+def certs_issue(
+    ca_dir: Path = typer.Option(..., "--ca-dir", help="The CA's folder (ca.crt, ca.key), on the signing machine."),
+    role: str = typer.Option(..., "--role", help="node, scheduler, gateway or user."),
+    name: str = typer.Option("", "--name", help="Node id (role node), user name (role user), or an optional "
+                             "replica name (scheduler, gateway)."),
+    node_id: str = typer.Option("", "--node-id", help="Same as --name for --role node."),
+    host: list[str] = typer.Option([], "--host", help="DNS name or IP the machine serves under (repeatable; "
+                                   "not for users)."),
+    group: list[str] = typer.Option([], "--group", help="Group of a user (repeatable), e.g. persys:admins."),
+    out: Path = typer.Option(..., "--out", help="Folder for this machine only: ca.crt, its certificate and key "
+                             "(never the CA key)."),
+) -> None:
+    """Issue ONE identity into its own folder, to copy to the machine that uses it, e.g.
+    `persys certs issue --ca-dir /root/persys-ca --role node --node-id node-a --host node-a.example --out node-a`
+    writes node-a/{ca.crt,node-node-a.crt,node-node-a.key}, what `persys agent --tls-dir node-a` reads."""
+    try:
+        spec = identity_request(role, node_id or name, tuple(host), tuple(group))
+    except IdentityRequestError as e:
+        raise ServerError(str(e)) from None
+    ca = ClusterCA(ca_dir)
+    if not ca.exists():
+        raise ServerError(f"no CA in {ca_dir} (create it with `persys certs init --dir {ca_dir}`)")
+    if out.resolve() == ca.dir.resolve():
+        raise ServerError("--out must be another folder than --ca-dir: it is copied to a machine without the CA key")
+    try:
+        files = ca.issue(spec.file_stem, spec.common_name, spec.hosts, groups=spec.groups, out=out)
+    except CertificateRequestError as e:
+        raise ServerError(str(e)) from None
+    print(f"{spec.common_name}: {files.cert}, {files.key}, {files.ca}")
 
 
 def main() -> None:

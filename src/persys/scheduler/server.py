@@ -62,6 +62,7 @@ async def start_scheduler(
     limits: InputLimits | None = None,
     audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
+    node_simulators: frozenset[str] = frozenset(),
 ) -> RunningScheduler:
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
@@ -84,7 +85,8 @@ async def start_scheduler(
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
-    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate), server)
+    pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
+                                                                  node_simulators=node_simulators), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     await scheduler.start()
     audit.start()

@@ -1,7 +1,8 @@
 """The AgentControl gRPC service: a thin translation between protobuf and the Scheduler.
 
-Agents' calls are authorized here by certificate identity: an agent (`node:<id>`) may only speak
-for its own node. Client calls are authorized by roles in scheduler.authorization first.
+Authorization is by certificate identity: only an agent's `node:<id>` certificate speaks for node
+`<id>`, and what it reports is validated and bounded first (`node_admission`, `call_budget`).
+Client calls are authorized by roles in scheduler.authorization first.
 Scheduler exceptions become gRPC status codes in one place (`_mapped`), which the gateway turns
 into HTTP statuses and persysctl into one line of text.
 """
@@ -33,17 +34,25 @@ from persys.model import (
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.model.workload import workload_of
+from persys.scheduler import node_admission
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
+from persys.scheduler.call_budget import (
+    CALLS_PER_NODE,
+    UPDATE_STREAMS_PER_NODE,
+    WATCH_STREAMS_PER_NODE,
+    CallBudget,
+    OverBudgetError,
+)
 from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.workload_policy import PolicyGate
-from persys.security.grpc_tls import peer_identity
+from persys.security.identity import Identity, Kind
+from persys.security.peer import peer_hosts, peer_identity_of
 from persys.store.base import StoreUnavailable, TxnTooLarge
 
 log = logging.getLogger(__name__)
 
-CLIENT_IDENTITIES = {"gateway", "admin", "scheduler"}
 LEADER_METADATA = "persys-leader"
 UNAVAILABLE_METADATA = "persys-unavailable"  # names the dependency that is down (not this replica)
 
@@ -90,26 +99,45 @@ def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
                             silent_nodes=doc["silentNodes"], judged_nodes=doc["judgedNodes"])
 
 
+async def _refuse(context: grpc.aio.ServicerContext, refusal: node_admission.Refusal) -> None:
+    await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
+
+
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None,
-                 policy: PolicyGate | None = None) -> None:
+                 policy: PolicyGate | None = None, node_simulators: frozenset[str] = frozenset()) -> None:
         self.s = scheduler
         self.require_identity = require_identity
         self.limits = limits or InputLimits()
         self.policy = policy or PolicyGate(scheduler.store)  # the workload policy, checked at admission
+        # Principals (e.g. `user:admin`) that may act for any node: benchmarks' hollow agents only.
+        self.node_simulators = node_simulators
+        self.watch_budget = CallBudget(WATCH_STREAMS_PER_NODE, "desired-state watches")
+        self.update_budget = CallBudget(UPDATE_STREAMS_PER_NODE, "update streams")
+        self.call_budget = CallBudget(CALLS_PER_NODE, "calls in progress")
 
     # ---------------------------------------------------------------- authorization
 
     async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
         async with _mapped(context):
             self.s.require_owner(node_id)  # the active replica, or in sharded mode the node's owner
-        if not node_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id is required")
-        if self.require_identity:
-            who = peer_identity(context)
-            if who != f"node:{node_id}" and who not in CLIENT_IDENTITIES:
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                    f"certificate {who or '(none)'} may not act for node {node_id}")
+        # Without TLS (unit tests) the caller is taken to be the node; its id is checked all the same.
+        caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, node_id)
+        refusal = node_admission.caller_refusal(caller, node_id, self.node_simulators)
+        if refusal:
+            await _refuse(context, refusal)
+
+    @contextlib.asynccontextmanager
+    async def _budget(self, budget: CallBudget, node_id: str, context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[None]:
+        try:
+            budget.acquire(node_id)
+        except OverBudgetError as err:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+        try:
+            yield
+        finally:
+            budget.release(node_id)
 
     async def _as_client(self, context: grpc.aio.ServicerContext) -> None:
         # Roles are checked by the authorization interceptor before a client method runs; without
@@ -129,7 +157,16 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
                            ) -> pb.RegisterNodeResponse:
         await self._as_node(request.node_id, context)
+        async with self._budget(self.call_budget, request.node_id, context):
+            return await self._register(request, context)
+        raise AssertionError("unreachable")  # _budget aborts when over
+
+    async def _register(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.RegisterNodeResponse:
         caps = request.capabilities
+        refusal = node_admission.registration_refusal(self._claim(request, context))
+        if refusal:  # before anything is written
+            await _refuse(context, refusal)
         async with _mapped(context):
             node = Node(
                 id=request.node_id,
@@ -153,6 +190,27 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                                        report_interval_seconds=cfg.report_interval_seconds,
                                        node_grace_seconds=cfg.node_grace_seconds)
 
+    def _claim(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext) -> node_admission.NodeClaim:
+        caps = request.capabilities
+        caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, request.node_id)
+        return node_admission.NodeClaim(
+            node_id=request.node_id, address=request.address, agent_version=request.agent_version,
+            cpu_millicores=caps.cpu_millicores, memory_mb=caps.memory_mb, disk_mb=caps.disk_mb,
+            labels=dict(request.labels),
+            taints=tuple(node_admission.TaintClaim(t.key, t.value, t.effect or "NoSchedule") for t in request.taints),
+            runtimes=tuple(node_admission.RuntimeClaim(r.workload_type, r.version, tuple(r.features))
+                           for r in caps.runtimes),
+            storage_drivers=tuple(caps.storage_drivers),
+            cert_hosts=peer_hosts(context) if self.require_identity else frozenset(),
+            simulated=caller.principal in self.node_simulators or not self.require_identity,
+        )
+
+    async def _check_usage(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> None:
+        u = request.usage
+        refusal = node_admission.usage_refusal(u.cpu_percent, u.memory_used_mb, u.disk_used_mb, u.workloads)
+        if refusal:
+            await _refuse(context, refusal)
+
     def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         u = request.usage
         known = self.s.heartbeat(request.node_id, NodeUsage(
@@ -175,41 +233,56 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
                         ) -> pb.HeartbeatResponse:
         await self._as_node(request.node_id, context)
-        async with _mapped(context):
+        await self._check_usage(request, context)
+        async with self._budget(self.call_budget, request.node_id, context), _mapped(context):
             return self._heartbeat(request)
         raise AssertionError("unreachable")
 
     async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
                            ) -> pb.ReportStatusResponse:
         await self._as_node(request.node_id, context)
-        async with _mapped(context):
+        async with self._budget(self.call_budget, request.node_id, context), _mapped(context):
             await self._report(request)
         return pb.ReportStatusResponse(accepted=True)
 
     async def StreamUpdates(self, request_iterator: AsyncIterator[pb.AgentUpdate],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.UpdateAck]:
         allowed: set[str] = set()  # node ids this stream's certificate was checked for
-        async for update in request_iterator:
-            kind = update.WhichOneof("update")
-            node_id = update.heartbeat.node_id if kind == "heartbeat" else update.report.node_id
-            if node_id not in allowed:
-                await self._as_node(node_id, context)
-                allowed.add(node_id)
-            # Every message is checked for ownership again (leadership may have moved meanwhile):
-            # heartbeat() and report() do it themselves.
-            async with _mapped(context):
+        async with contextlib.AsyncExitStack() as held:
+            async for update in request_iterator:
+                kind = update.WhichOneof("update")
+                node_id = update.heartbeat.node_id if kind == "heartbeat" else update.report.node_id
+                if node_id not in allowed:
+                    await self._as_node(node_id, context)
+                    await held.enter_async_context(self._budget(self.update_budget, node_id, context))
+                    allowed.add(node_id)
                 if kind == "heartbeat":
-                    ack = pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
-                elif kind == "report":
-                    await self._report(update.report)
-                    continue
-                else:
-                    continue  # an update kind this scheduler does not know: newer agent
-            yield ack
+                    await self._check_usage(update.heartbeat, context)
+                ack = await self._update(update, kind, context)
+                if ack is not None:
+                    yield ack
+
+    async def _update(self, update: pb.AgentUpdate, kind: str | None, context: grpc.aio.ServicerContext
+                      ) -> pb.UpdateAck | None:
+        # Every message is checked for ownership again (leadership may have moved meanwhile):
+        # heartbeat() and report() do it themselves.
+        async with _mapped(context):
+            if kind == "heartbeat":
+                return pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
+            if kind == "report":
+                await self._report(update.report)
+            return None  # a report, or an update kind this scheduler does not know: newer agent
+        raise AssertionError("unreachable")  # _mapped aborts on every error
 
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                                ) -> AsyncIterator[pb.DesiredState]:
         await self._as_node(request.node_id, context)
+        async with self._budget(self.watch_budget, request.node_id, context):
+            async for state in self._watch(request, context):
+                yield state
+
+    async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[pb.DesiredState]:
         stream = self.s.desired_stream(request.node_id)
         sent: dict[str, tuple[str, int, str]] = {}  # what the agent holds: id -> (revision, generation, state)
         last_mode = ""

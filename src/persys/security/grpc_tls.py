@@ -41,13 +41,17 @@ def server_options(max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES) -> list[tupl
     return [*SERVER_KEEPALIVE_OPTIONS, ("grpc.max_receive_message_length", max_message_bytes)]
 
 
-def secure_channel(target: str, files: TLSFiles) -> grpc.aio.Channel:
+def secure_channel(target: str, files: TLSFiles, *, expect: str) -> grpc.aio.Channel:
+    """A channel to `target` that only completes its handshake with a peer whose certificate
+    carries the role name `expect` (a `peer_names` constant): every client says whom it dials,
+    whatever address it was given (a node's certificate does not pass as a scheduler's)."""
     return grpc.aio.secure_channel(
         target,
         channel_credentials(files),
         options=[
             *CLIENT_KEEPALIVE_OPTIONS,
             ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+            ("grpc.ssl_target_name_override", expect),
         ],
     )
 

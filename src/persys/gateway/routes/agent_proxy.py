@@ -37,7 +37,7 @@ async def _logs(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id
     if not node.get("address") or agent_tls is None:
         return _error(f"the agent on {node_id} serves no logs endpoint", 501)
     try:
-        text = await fetch_logs(node["address"], agent_tls, inst, tail)
+        text = await fetch_logs(node["address"], agent_tls, inst, tail, node_id=node_id)
     except grpc.aio.AioRpcError as err:
         return _error(f"agent on {node_id}: {err.details()}", 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502)
     return JSONResponse({"instance": inst, "node": node_id, "text": text})
@@ -61,7 +61,7 @@ async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, reque
             raise  # gRPC cancels the upload; the agent deletes what it spooled
 
     try:
-        detail = await send_image(node["address"], agent_tls, kind, name, body())
+        detail = await send_image(node["address"], agent_tls, kind, name, body(), node_id=node_id)
     except asyncio.CancelledError:
         if too_large:  # the cancellation is the upload's, not this request's
             raise too_large[0] from None

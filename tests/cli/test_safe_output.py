@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from persys.cli import ctl
+from persys.cli.describe_text import node_text
 
 
 def rendered(table: object) -> str:
@@ -27,6 +28,6 @@ def test_tables_escape_node_supplied_text() -> None:
 
 def test_describe_node_escapes_labels_and_version() -> None:
     node = {"id": "n1", "status": "Ready", "agentVersion": "1\x1b[8m", "labels": {"zone": "a\u202eb"}}
-    text = ctl.printable(ctl._describe_node(node), keep_newlines=True)
+    text = ctl.printable(node_text(node), keep_newlines=True)
     assert "\x1b" not in text and "\u202e" not in text
-    assert "1\\x1b[8m" in text and "a\\u202eb" in text and text.count("\n") == ctl._describe_node(node).count("\n")
+    assert "1\\x1b[8m" in text and "a\\u202eb" in text and text.count("\n") == node_text(node).count("\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import ssl
 import sys
+import time
 from typing import Any, NoReturn
 
 import httpx
@@ -95,3 +96,37 @@ def emit(data: Any, output: str, table: Table | None = None) -> None:
         out.print(table)
     elif output != "table":
         fail(f"unknown output format {output!r} (use table, json or yaml)")
+
+
+KINDS = {
+    "workload": "workloads", "workloads": "workloads", "wl": "workloads",
+    "node": "nodes", "nodes": "nodes", "no": "nodes",
+}
+
+
+def resource_kind(kind: str) -> str:
+    """The canonical resource kind (workloads or nodes) a user typed."""
+    k = KINDS.get(kind.lower())
+    if k is None:
+        fail(f"unknown resource kind {kind!r} (use workloads or nodes)")
+    return k
+
+
+def size_text(n: float) -> str:
+    """A byte count as people read it (KiB, MiB, GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def age_text(ts: float) -> str:
+    """How long ago a timestamp was, in its largest unit (5m, 3h, 2d)."""
+    if not ts:
+        return "-"
+    s = max(0, int(time.time() - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"

@@ -13,8 +13,23 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli.api import Api, CtlError, OutputOpt, ServerOpt, emit, err_console, fail, out
+from persys.cli import node_cmds
+from persys.cli.admin_cmds import admin_app
+from persys.cli.api import (
+    Api,
+    CtlError,
+    OutputOpt,
+    ServerOpt,
+    age_text,
+    emit,
+    err_console,
+    fail,
+    out,
+    resource_kind,
+    size_text,
+)
 from persys.cli.auth_cmds import audit_command, auth_app
+from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
@@ -36,16 +51,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _age(ts: float) -> str:
-    if not ts:
-        return "-"
-    s = max(0, int(time.time() - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
-
-
 def _workload_table(items: list[dict[str, Any]]) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON"):
@@ -55,7 +60,7 @@ def _workload_table(items: list[dict[str, Any]]) -> Table:
         nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
         node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
         t.add_row(*map(cell, (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
-                              str(w.get("restarts", 0)), _age(w.get("createdAt", 0)), reason)))  # reason: node text
+                              str(w.get("restarts", 0)), age_text(w.get("createdAt", 0)), reason)))  # reason: node text
     return t
 
 
@@ -69,21 +74,10 @@ def _node_table(items: list[dict[str, Any]]) -> Table:
         t.add_row(*map(cell, (n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
                               f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
                               f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
-                              str(alloc.get("workloads", 0)), _age(n.get("registeredAt", 0)))))
+                              str(alloc.get("workloads", 0)), age_text(n.get("registeredAt", 0)))))
     return t
 
 
-KINDS = {
-    "workload": "workloads", "workloads": "workloads", "wl": "workloads",
-    "node": "nodes", "nodes": "nodes", "no": "nodes",
-}
-
-
-def _kind(kind: str) -> str:
-    k = KINDS.get(kind.lower())
-    if k is None:
-        fail(f"unknown resource kind {kind!r} (use workloads or nodes)")
-    return k
 
 
 # --------------------------------------------------------------------------- commands
@@ -165,7 +159,7 @@ def get(
     server: str | None = ServerOpt,
 ) -> None:
     """List workloads or nodes."""
-    k = _kind(kind)
+    k = resource_kind(kind)
     api = Api(server)
     if not name:
         if output not in ("table", "json", "yaml"):
@@ -217,76 +211,6 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
         out.print(f"No {kind} found.")
 
 
-def _describe_workload(w: dict[str, Any]) -> str:
-    res = w["spec"].get("resources", {})
-    lines = [
-        f"Name:           {w['name']}",
-        f"Type:           {w['type']}",
-        f"Labels:         {', '.join(f'{k}={v}' for k, v in w['labels'].items()) or '-'}",
-        f"Desired state:  {w['desiredState']}",
-        f"Phase:          {w['phase']}",
-        f"Reason:         {w['reason'] or '-'}",
-        f"Node:           {w['node'] or '-'}",
-        f"Revision:       {w['revision']} (generation {w['generation']}, observed {w['observedRevision'] or '-'})",
-        f"Runtime id:     {w['runtimeId'] or '-'}",
-        f"Restarts:       {w['restarts']}",
-        f"Resources:      cpu {res.get('cpuMillicores', 0)}m, memory {res.get('memoryMb', 0)} MiB, "
-        f"disk {res.get('diskMb', 0)} MiB",
-        f"Usage:          cpu {w['usage'].get('cpuPercent', 0):.1f}%, "
-        f"memory {w['usage'].get('memoryBytes', 0) / 1048576:.1f} MiB",
-    ]
-    if w["message"]:
-        label = "Why pending:" if w["phase"] == "Pending" else "Message:"
-        lines.append(f"{label:<16}{w['message']}")
-    for d in w.get("drift", []):
-        lines.append(f"Drift:          {d['instance']}: {d['kind']}: {d['rule']}")
-        lines.append(f"  remediation:  {d['action']}")
-    placement = w.get("placement") or {}
-    if placement.get("scores"):
-        lines.append("Placement:")
-        lines += _score_lines(placement)
-    if w.get("replicas", 1) > 1:
-        lines.append(f"Replicas:       {w['ready']} ready")
-        for i in w.get("instances", []):
-            why = f"  {i['reason']}" if i["phase"] != "Running" and i["reason"] else ""
-            lines.append(f"  {i['instance']:<24} {i['phase']:<10} {i['node'] or '-'}{why}")
-    return "\n".join(lines)
-
-
-def _score_lines(decision: dict[str, Any]) -> list[str]:
-    lines = []
-    for s in decision.get("scores", [])[:5]:
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in s.get("breakdown", {}).items())
-        lines.append(f"  {s.get('node_id', '?'):<20} {s.get('total', 0):6.1f}  [{parts}]")
-    return lines
-
-
-def _describe_node(n: dict[str, Any]) -> str:
-    caps, alloc, usage = n.get("capabilities", {}), n.get("allocated", {}), n.get("usage", {})
-    taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in n.get("taints", []))
-    rts = ", ".join(
-        f"{k} {v.get('version', '')}".strip() + (f" [{', '.join(v['features'])}]" if v.get("features") else "")
-        for k, v in sorted(caps.get("runtimes", {}).items())
-    )
-    return "\n".join([
-        f"Name:           {n['id']}",
-        f"Status:         {n['status']} ({n.get('statusReason', '')})" + (" cordoned" if n.get("cordoned") else ""),
-        f"Address:        {n.get('address') or '-'}",
-        f"Agent version:  {n.get('agentVersion', '')}",
-        f"Runtimes:       {rts or '-'}",
-        f"Storage:        {', '.join(caps.get('storageDrivers', [])) or '-'}",
-        f"Labels:         {', '.join(f'{k}={v}' for k, v in n.get('labels', {}).items()) or '-'}",
-        f"Taints:         {taints or '-'}",
-        f"Capacity:       cpu {caps.get('cpuMillicores', 0)}m, memory {caps.get('memoryMb', 0)} MiB, "
-        f"disk {caps.get('diskMb', 0)} MiB",
-        f"Allocated:      cpu {alloc.get('cpuMillicores', 0)}m, memory {alloc.get('memoryMb', 0)} MiB, "
-        f"disk {alloc.get('diskMb', 0)} MiB",
-        f"Usage:          cpu {usage.get('cpuPercent', 0):.1f}%, memory {usage.get('memoryUsedMb', 0)} MiB",
-        f"Last heartbeat: {_age(n.get('lastHeartbeat', 0))} ago",
-        f"Workloads:      {', '.join(n.get('workloads', [])) or '-'}",
-    ])
-
-
 @app.command()
 def describe(
     kind: str = typer.Argument(..., help="workload or node"),
@@ -295,17 +219,17 @@ def describe(
     server: str | None = ServerOpt,
 ) -> None:
     """Show one workload or node in detail, including why a workload is Pending."""
-    k = _kind(kind)
+    k = resource_kind(kind)
     api = Api(server)
     item = api.request("GET", f"/v1/{k}/{name}")
     if output == "text":
-        text = _describe_workload(item) if k == "workloads" else _describe_node(item)
+        text = workload_text(item) if k == "workloads" else node_text(item)
         out.print(printable(text, keep_newlines=True), markup=False, highlight=False)
         events = api.request("GET", "/v1/events", params={"limit": 10, "subject": f"{k[:-1]}/{name}"})
         if events:
             out.print("Events:", highlight=False)
             for e in events:
-                out.print(printable(f"  {_age(e['ts']):>5} ago  {e['kind']:<18} {e['message']}"), markup=False,
+                out.print(printable(f"  {age_text(e['ts']):>5} ago  {e['kind']:<18} {e['message']}"), markup=False,
                           highlight=False)
     else:
         emit(item, output)
@@ -329,7 +253,7 @@ def plan(
             target = rep["node"] or "nowhere (would stay Pending)"
             out.print(f"workload/{rep['instance']} -> {target}", highlight=False)
             out.print(f"  {rep['explanation']}", markup=False, highlight=False)
-            out.print("\n".join(_score_lines(rep["decision"])), markup=False, highlight=False)
+            out.print("\n".join(score_lines(rep["decision"])), markup=False, highlight=False)
     if output != "text":
         emit(results, output)
 
@@ -350,7 +274,7 @@ def explain(
         where = rep["node"] or "no node"
         out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
         out.print(f"  {rep['explanation'] or 'not evaluated yet'}", markup=False, highlight=False)
-        lines = _score_lines(rep.get("decision") or {})
+        lines = score_lines(rep.get("decision") or {})
         if lines:
             out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)
     ev = r.get("node")
@@ -383,7 +307,7 @@ def delete(
     if files:
         names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
     elif kind and name:
-        if _kind(kind) == "nodes":
+        if resource_kind(kind) == "nodes":
             _delete_node(name, force, server)
             return
         names = [name]
@@ -436,7 +360,7 @@ def events(
     for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
         t.add_column(col, overflow="fold")
     for e in items:
-        t.add_row(_age(e["ts"]), e["kind"], e["subject"], e["message"])
+        t.add_row(age_text(e["ts"]), e["kind"], e["subject"], e["message"])
     emit(items, output, t)
 
 
@@ -456,17 +380,9 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
 def _liveness_line(g: dict[str, Any]) -> str:
     if not g.get("suspended"):
         return f"judging {g.get('judgedNodes', 0)} nodes ({g.get('silentNodes', 0)} silent)"
-    return (f"SUSPENDED for {_age(g['since'])} ({g['reason']}): {g['silentNodes']} of {g['judgedNodes']} nodes "
+    return (f"SUSPENDED for {age_text(g['since'])} ({g['reason']}): {g['silentNodes']} of {g['judgedNodes']} nodes "
             f"silent, not marked NotReady; ends in {max(0, int(g['endsAt'] - time.time()))}s at the latest "
             "(persysctl admin liveness resume ends it now)")
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _control(name: str, action: str, server: str | None) -> None:
@@ -511,7 +427,7 @@ def top(
     server: str | None = ServerOpt,
 ) -> None:
     """Live resource usage as last reported by the agents (CPU, memory, disk and network I/O)."""
-    k = _kind(kind)
+    k = resource_kind(kind)
     items = Api(server).request("GET", f"/v1/{k}")
     t = Table(box=None, header_style="bold", pad_edge=False)
     if k == "workloads":
@@ -520,9 +436,10 @@ def top(
         rows = [{"name": w["name"], "type": w["type"], "ready": w["ready"], "node": ",".join(w["nodes"]) or "-",
                  **w["usage"]} for w in items]
         for r in rows:
-            t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}", _bytes(r["memoryBytes"]),
-                      _bytes(r["diskReadBytes"]), _bytes(r["diskWriteBytes"]), _bytes(r["netRxBytes"]),
-                      _bytes(r["netTxBytes"]))
+            t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}",
+                      size_text(r["memoryBytes"]),
+                      size_text(r["diskReadBytes"]), size_text(r["diskWriteBytes"]), size_text(r["netRxBytes"]),
+                      size_text(r["netTxBytes"]))
     else:
         for col in ("NAME", "STATUS", "CPU%", "MEMORY USED", "WORKLOADS"):
             t.add_column(col)
@@ -533,219 +450,9 @@ def top(
     emit(rows, output, t)
 
 
-IMAGE_KINDS = ("docker", "rootfs", "disk", "kernel", "initrd")
-image_app = typer.Typer(help="Put images on nodes without a registry.", no_args_is_help=True)
-app.add_typer(image_app, name="image")
-
-
-@image_app.command("load")
-def image_load(
-    file: Path = typer.Argument(..., help="The image file."),
-    kind: str = typer.Option("docker", "--kind", help="docker (a `docker save` tarball), rootfs (a filesystem "
-                             "tarball, imported as --name), disk, kernel or initrd (for VMs, registered as --name)."),
-    name: str = typer.Option("", "--name", help="Image name (rootfs: repo:tag; VM kinds: the registry name)."),
-    node: list[str] = typer.Option([], "--node", help="Only these nodes (default: every Ready node)."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Load an image onto nodes, e.g. `persysctl image load app.tar` or
-    `persysctl image load --kind disk --name debian-12 debian.qcow2`."""
-    if not file.is_file():
-        fail(f"{file}: no such file")
-    if kind not in IMAGE_KINDS:
-        fail(f"kind must be one of {', '.join(IMAGE_KINDS)}")
-    api = Api(server)
-    targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
-    if not targets:
-        fail("no Ready node to load the image onto")
-    size = file.stat().st_size
-    for n in targets:
-        # Streamed from the file (with its Content-Length), never read whole into memory.
-        with err_console.status(f"loading {file.name} ({_bytes(size)}) onto node/{n} ..."), file.open("rb") as f:
-            r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=f,
-                            headers={"content-type": "application/octet-stream", "content-length": str(size)})
-        out.print(f"node/{n}: {r['detail']}", highlight=False)
-
-
-def _node_kind(kind: str) -> None:
-    if _kind(kind) != "nodes":
-        fail("only nodes can be labelled or tainted")
-
-
-@app.command()
-def cordon(node: str = typer.Argument(..., help="Node name."), server: str | None = ServerOpt) -> None:
-    """Stop placing new workloads on a node; what runs there keeps running."""
-    Api(server).request("POST", f"/v1/nodes/{node}/cordon")
-    out.print(f"node/{node} cordoned", highlight=False)
-
-
-@app.command()
-def uncordon(node: str = typer.Argument(..., help="Node name."), server: str | None = ServerOpt) -> None:
-    """Allow placements on a node again (also ends a drain)."""
-    Api(server).request("POST", f"/v1/nodes/{node}/uncordon")
-    out.print(f"node/{node} uncordoned", highlight=False)
-
-
-@app.command()
-def drain(
-    node: str = typer.Argument(..., help="Node name."),
-    deadline: float = typer.Option(300.0, "--deadline", help="Give up waiting after this many seconds."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Show progress until the drain is done."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Cordon a node and move its workloads elsewhere. Done only when nothing runs on the node any
-    more and everything moved runs elsewhere; workloads with node-local volumes block the drain."""
-    api = Api(server)
-    status = api.request("POST", f"/v1/nodes/{node}/drain", params={"deadline": deadline})
-    if not wait:
-        out.print(f"node/{node} draining", highlight=False)
-        return
-    end = time.monotonic() + deadline
-    with err_console.status(f"draining node/{node} ...") as spinner:
-        while not status["done"]:
-            if status["blocked"] and not status["remaining"] and not status["moving"]:
-                break
-            if time.monotonic() > end:
-                stuck = ", ".join(i["instance"] for i in status["remaining"] + status["moving"])
-                fail(f"node/{node} still has {len(status['remaining'])} on it and {len(status['moving'])} moving "
-                     f"after {deadline:.0f}s: {stuck}")
-            spinner.update(f"draining node/{node}: {len(status['remaining'])} still on the node, "
-                           f"{len(status['moving'])} moving, {len(status['blocked'])} blocked")
-            time.sleep(0.5)
-            status = api.request("GET", f"/v1/nodes/{node}/drain")
-    if status["blocked"]:
-        fail(f"node/{node} cannot be drained completely: " +
-             "; ".join(f"{b['instance']}: {b['reason']}" for b in status["blocked"]))
-    out.print(f"node/{node} drained", highlight=False)
-
-
-@app.command()
-def label(
-    kind: str = typer.Argument(..., help="node"),
-    node: str = typer.Argument(..., help="Node name."),
-    changes: list[str] = typer.Argument(..., help="key=value to set, key- to remove."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Set or remove operator labels on a node (merged over the agent's own labels)."""
-    _node_kind(kind)
-    set_labels: dict[str, str] = {}
-    remove: list[str] = []
-    for c in changes:
-        if c.endswith("-") and "=" not in c:
-            remove.append(c[:-1])
-        elif "=" in c and c.split("=", 1)[0]:
-            k, v = c.split("=", 1)
-            set_labels[k] = v
-        else:
-            fail(f"{c!r}: use key=value to set a label or key- to remove it")
-    Api(server).request("POST", f"/v1/nodes/{node}/labels", json={"set": set_labels, "remove": remove})
-    out.print(f"node/{node} labelled", highlight=False)
-
-
-@app.command()
-def taint(
-    kind: str = typer.Argument(..., help="node"),
-    node: str = typer.Argument(..., help="Node name."),
-    changes: list[str] = typer.Argument(..., help="key=value:Effect to add, key- or key:Effect- to remove."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Add or remove operator taints (effects: NoSchedule, PreferNoSchedule, NoExecute)."""
-    _node_kind(kind)
-    add: list[dict[str, str]] = []
-    remove: list[str] = []
-    for c in changes:
-        if c.endswith("-"):
-            remove.append(c[:-1])
-            continue
-        kv, _, effect = c.partition(":")
-        k, _, v = kv.partition("=")
-        if not k or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            fail(f"{c!r}: use key=value:NoSchedule|PreferNoSchedule|NoExecute, or key- to remove")
-        add.append({"key": k, "value": v, "effect": effect})
-    Api(server).request("POST", f"/v1/nodes/{node}/taints", json={"add": add, "remove": remove})
-    out.print(f"node/{node} tainted", highlight=False)
-
-
-admin_app = typer.Typer(help="Back up, restore and recover the control plane's state.", no_args_is_help=True)
+node_cmds.register(app)
 app.add_typer(admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
-
-
-@admin_app.command("backup")
-def admin_backup(
-    out_file: Path = typer.Option(None, "--output-file", "-o", help="Write here (default: standard output)."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Save every durable key, read at one revision, as JSON."""
-    doc = Api(server).request("GET", "/v1/admin/backup")
-    text = json.dumps(doc, indent=1)
-    if out_file is None:
-        print(text)
-        return
-    out_file.write_text(text + "\n")
-    err_console.print(f"backup of revision {doc['revision']} ({len(doc['items'])} keys) written to {out_file}",
-                      highlight=False)
-
-
-@admin_app.command("restore")
-def admin_restore(
-    file: Path = typer.Option(None, "--filename", "-f", help="A backup written by `persysctl admin backup`."),
-    latest: bool = typer.Option(False, "--latest", help="Restore the scheduler's own rolling backup."),
-    force: bool = typer.Option(False, "--force", help="Restore even outside recovery mode (overwrites state)."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Restore a backup. Allowed in recovery mode; anywhere else only with --force."""
-    if (file is None) == (not latest):
-        fail("give exactly one of -f FILE or --latest")
-    api = Api(server)
-    params = {"force": str(force).lower(), "latest": str(latest).lower()}
-    if latest:
-        r = api.request("POST", "/v1/admin/restore", params=params)
-    else:
-        assert file is not None
-        if not file.exists():
-            fail(f"{file}: no such file")
-        try:
-            doc = json.loads(file.read_text())
-        except ValueError as e:
-            fail(f"{file}: not a JSON backup ({e})")
-        r = api.request("POST", "/v1/admin/restore", params=params, json=doc)
-    out.print(f"restored {r['restored']} keys; cluster {r['clusterId']} is back in normal mode", highlight=False)
-
-
-liveness_app = typer.Typer(help="The mass-loss guard of node liveness.", no_args_is_help=True)
-admin_app.add_typer(liveness_app, name="liveness")
-
-
-@liveness_app.command("resume")
-def admin_liveness_resume(server: str | None = ServerOpt) -> None:
-    """End a liveness suspension now: nodes silent past their grace period are marked NotReady
-    and their work is placed elsewhere (the guard suspends liveness when most nodes go silent
-    at once, and ends on its own when heartbeats flow again or after its time limit)."""
-    r = Api(server).request("POST", "/v1/admin/liveness/resume")
-    for rep in r["replicas"]:
-        if "error" in rep:
-            out.print(f"replica at {rep['target']}: unreachable ({rep['error']})", highlight=False)
-        elif rep["resumed"]:
-            out.print(f"replica {rep['replicaId']}: liveness resumed; {rep['silentNodes']} of "
-                      f"{rep['judgedNodes']} nodes were silent", highlight=False)
-        else:
-            out.print(f"replica {rep['replicaId']}: liveness was not suspended", highlight=False)
-
-
-@admin_app.command("recover")
-def admin_recover(
-    confirm_empty: bool = typer.Option(False, "--confirm-empty",
-                                       help="Accept the state store's current (possibly empty) contents."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Leave recovery mode without a backup: agents then remove what the store does not list."""
-    if not confirm_empty:
-        fail("this accepts the state store as it is now, and agents will stop workloads it does not list: "
-             "re-run with --confirm-empty, or restore a backup with `persysctl admin restore`")
-    r = Api(server).request("POST", "/v1/admin/recover")
-    out.print(f"cluster {r['clusterId']} is in normal mode with {r['workloads']} workloads", highlight=False)
-
-
 app.add_typer(auth_app, name="auth")
 app.command("audit")(audit_command)
 

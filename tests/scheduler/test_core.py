@@ -11,7 +11,9 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import Capabilities, Node, NodeStatus, NodeUsage, Phase, RuntimeInfo, Taint, parse_manifests
 from persys.scheduler import keys
-from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
 from persys.store.base import Delete, Put
 
@@ -292,7 +294,8 @@ async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callabl
 
 def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
     from persys.scheduler import placement as pl
-    from persys.scheduler.core import _placement_doc, placement_view
+    from persys.scheduler.views import placement_doc as _placement_doc
+    from persys.scheduler.views import placement_view
 
     snap = pl.Snapshot(tuple(pl.NodeInfo(id=f"n{i}", cpu_millicores=1000, memory_mb=1000) for i in range(3)))
     decision = pl.decide(snap, pl.WorkloadRequest(id="w", cpu_millicores=100))

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from persys.model import Assignment, DesiredState, ManifestError, Node, Workload
 from persys.model.manifest import validate_manifest
 from persys.scheduler import placement as pl
-from persys.scheduler.placement_adapter import PlacementService, to_request
+from persys.scheduler.placement_service import PlacementService, to_request
 from persys.scheduler.state import ClusterState, Versioned
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

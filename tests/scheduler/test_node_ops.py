@@ -10,7 +10,9 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, Phase, Taint, parse_manifests
-from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node
 

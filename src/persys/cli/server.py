@@ -24,7 +24,7 @@ from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.scheduler.admission import InputLimits
-from persys.scheduler.core import SchedulerConfig
+from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
 

@@ -13,8 +13,9 @@ from persys.events import open_events
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
 from persys.scheduler.admission import InputLimits
-from persys.scheduler.core import Scheduler, SchedulerConfig
-from persys.scheduler.service import AgentControlService
+from persys.scheduler.agent_control import AgentControlService
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.replica import Scheduler
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.pki import TLSFiles
 from persys.store import open_store

@@ -40,9 +40,11 @@ from persys.gateway.schemas import (
     LabelChange,
     TaintChange,
     add_components,
+    answers,
 )
 from persys.model.limits import GatewayLimits
 from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
+from persys.scheduler.view_models import DrainStatus, Explanation, Health, NodeView, WorkloadView
 from persys.security.pki import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         ready = h["mode"] == "normal" and h["storeOk"]
         return JSONResponse({"ready": ready, **h}, status_code=200 if ready else 503)
 
-    @app.get("/v1/health", tags=["health"], responses=SCHEDULER_ERRORS)
+    @app.get("/v1/health", tags=["health"], response_model=None, responses={**answers(Health), **SCHEDULER_ERRORS})
     async def health() -> dict[str, Any]:
         return await client.health()
 
@@ -173,7 +175,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
             return _bad(err)
         return JSONResponse(await client.plan(doc))
 
-    @app.get("/v1/workloads/{workload_id}/explain", tags=["placement"], responses=SCHEDULER_ERRORS)
+    @app.get("/v1/workloads/{workload_id}/explain", tags=["placement"], response_model=None,
+             responses={**answers(Explanation), **SCHEDULER_ERRORS})
     async def explain(workload_id: str = WorkloadId, node: str = Query("", max_length=253)) -> dict[str, Any]:
         """Why the workload is where it is (or Pending); with `node`, every filter's verdict there."""
         return await client.explain(workload_id, node)
@@ -187,7 +190,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         with neither, every workload as one JSON list, streamed a page at a time."""
         return await list_response(client, "workloads", node, limit, token)
 
-    @app.get("/v1/workloads/{workload_id}", tags=["workloads"], responses=SCHEDULER_ERRORS)
+    @app.get("/v1/workloads/{workload_id}", tags=["workloads"], response_model=None,
+             responses={**answers(WorkloadView), **SCHEDULER_ERRORS})
     async def get_workload(workload_id: str = WorkloadId) -> dict[str, Any]:
         return await client.get_workload(workload_id)
 
@@ -269,7 +273,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         """Nodes; paged like GET /v1/workloads."""
         return await list_response(client, "nodes", "", limit, token)
 
-    @app.get("/v1/nodes/{node_id}", tags=["nodes"], responses=SCHEDULER_ERRORS)
+    @app.get("/v1/nodes/{node_id}", tags=["nodes"], response_model=None,
+             responses={**answers(NodeView), **SCHEDULER_ERRORS})
     async def get_node(node_id: str = NodeId) -> dict[str, Any]:
         return await client.get_node(node_id)
 
@@ -295,7 +300,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
         """Cordon the node and move every instance elsewhere; returns the drain's progress."""
         return await client.drain(node_id, deadline)
 
-    @app.get("/v1/nodes/{node_id}/drain", tags=["nodes"], responses=SCHEDULER_ERRORS)
+    @app.get("/v1/nodes/{node_id}/drain", tags=["nodes"], response_model=None,
+             responses={**answers(DrainStatus), **SCHEDULER_ERRORS})
     async def drain_status(node_id: str = NodeId) -> dict[str, Any]:
         """What still runs on a draining node, what is moving, and what cannot move."""
         return await client.drain_status(node_id)

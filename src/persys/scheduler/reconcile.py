@@ -111,7 +111,7 @@ def refused_writes(state: ClusterState, wid: str, existing: set[str], runs_on: R
 def orphan_writes(state: ClusterState, instances: set[str]) -> list[Write]:
     """Withdraw instances of no wanted replica: their assignments and statuses go."""
     ops: list[Put | Delete] = []
-    for inst in instances:
+    for inst in sorted(instances, key=index_of):  # sorted: the same plan every time
         node_id = state.placement_of.get(inst)
         if node_id is not None:
             ops.append(Delete(keys.assignment(node_id, inst)))
@@ -125,7 +125,7 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
     """Withdraw every assignment first; once no agent runs an instance, delete the workload."""
     withdraw: list[Put | Delete] = []
     waiting = False
-    for inst in instances:
+    for inst in sorted(instances, key=index_of):
         st = state.statuses.get(inst)
         node_id = state.placement_of.get(inst)
         if node_id is not None:
@@ -145,7 +145,7 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
     if waiting:
         return []
     ops: list[Put | Delete] = [Delete(keys.workload(wid))]
-    ops += [Delete(keys.status(inst)) for inst in instances if inst in state.statuses]
+    ops += [Delete(keys.status(inst)) for inst in sorted(instances, key=index_of) if inst in state.statuses]
     rest = [Write([], chunk) for chunk in chunk_ops(ops[TXN_MAX_OPS:], TXN_MAX_OPS)]
     return [Write(guard, ops[:TXN_MAX_OPS], [Event("WorkloadDeleted", f"workload/{wid}", "removed from the cluster")],
                   then=rest, forget_usage=sorted(instances))]

@@ -22,13 +22,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
 from persys.model import WorkloadUsage
 from persys.model.workload import workload_of
-from persys.scheduler import failures, reconcile, views
+from persys.scheduler import failures, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -42,21 +43,20 @@ from persys.scheduler.membership import Membership
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi
 from persys.scheduler.node_monitor import NodeMonitor
-from persys.scheduler.pages import Page, SortedIds
+from persys.scheduler.pages import SortedIds
 from persys.scheduler.placement_commits import Placer
 from persys.scheduler.placement_service import PlacementService
-from persys.scheduler.reconcile import Need, Write
+from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
 from persys.scheduler.reports import LiveNode, runs_on
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
-from persys.store.base import StateStore, StoreUnavailable
+from persys.store.base import StateStore
 
 log = logging.getLogger(__name__)
 STOP_WAIT_SECONDS = 5.0  # the longest stop() waits for one of its steps
-YIELD_EVERY_NODES = 256  # liveness over thousands of nodes never holds up the loop for long
 
 
 class Scheduler:
@@ -83,9 +83,6 @@ class Scheduler:
         )
         self.live: dict[str, LiveNode] = {}
         self.usage: dict[str, WorkloadUsage] = {}
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._backlog_low = asyncio.Event()  # the reconcile backlog is short enough for bulk applies
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
@@ -113,7 +110,8 @@ class Scheduler:
         self.monitor = NodeMonitor(self)
         self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
         self.placer = Placer(self)
-        self.workload_api = WorkloadApi(self, self._admit)
+        self.worker = ReconcileWorker(self, self.placer)
+        self.workload_api = WorkloadApi(self, self.worker.admit)
         self.agent_api = AgentApi(self, self.require_owner, self.delivery)
         self.node_api = NodeApi(self, self.workload_api, self._forget_node)
         self.backups = Backups(self)
@@ -127,6 +125,12 @@ class Scheduler:
         self.backup, self.backup_json, self.local_backup, self.restore, self.recover = \
             b.backup, b.backup_json, b.local_backup, b.restore, b.recover
         self.spec_json, self.take_resync, self.desired_stream = d.spec_json, d.take_resync, d.desired_stream
+        # Views (views.py) over the mirror and what agents sent.
+        self.workload_view = partial(views.workload_view, self.state, self.usage)
+        self.workload_page = partial(views.workload_page, self.state, self.usage, self.sorted_workloads)
+        self.node_view = partial(views.node_view, self.state, self.live)
+        self.node_page = partial(views.node_page, self.state, self.live, self.sorted_nodes)
+        self.drain_status = partial(views.drain_status, self.state, self.live)
 
     @property
     def is_active(self) -> bool:
@@ -171,14 +175,14 @@ class Scheduler:
         # Start from the durable truth: no reservations of an earlier term, fresh liveness.
         self.placement.reset()
         self.monitor.fresh_grace(keep_later=False)
-        self._enqueue_all()
-        self._active_tasks = [self._start_worker()]
+        self.enqueue_all()
+        self._active_tasks = [self.worker.start()]
         self._spawn(self.membership.sync_shards())
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 
     async def _deposed(self) -> None:
         self._active_fence = 0
-        self._backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
+        self.worker.backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
         for t in self._active_tasks:
             t.cancel()
         for t in self._active_tasks:
@@ -211,7 +215,7 @@ class Scheduler:
         if new == Mode.NORMAL:
             # Heartbeats could not be judged while frozen: every node gets a fresh grace period.
             self.monitor.fresh_grace(keep_later=True)
-            self._enqueue_all()
+            self.enqueue_all()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,7 +229,7 @@ class Scheduler:
         self.state.subscribe(self._on_change)
         self.state.start_following()
         self.monitor.started_at = self.clock()
-        self._enqueue_all()
+        self.enqueue_all()
         self._tasks = [
             asyncio.create_task(self.outbox.run(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
@@ -301,11 +305,9 @@ class Scheduler:
         task.add_done_callback(self._commit_tasks.discard)
 
     def enqueue(self, wid: str) -> None:
-        if wid not in self._queued:
-            self._queued.add(wid)
-            self._queue.put_nowait(wid)
+        self.worker.enqueue(wid)
 
-    def _enqueue_all(self) -> None:
+    def enqueue_all(self) -> None:
         for wid in [*self.state.workloads, *self.state.refused]:
             self.enqueue(wid)
 
@@ -317,81 +319,7 @@ class Scheduler:
         for inst in self.state.pending:
             self.enqueue(workload_of(inst))
 
-    # ------------------------------------------------------------------ the reconcile worker
-
-    async def _worker(self, delay: float = 0.0) -> None:
-        """Drain the queue in batches: reconcile each workload, then place what needs a node
-        in one engine pass (reserving as it goes) and commit the placements concurrently.
-        `delay`: wait that long first (a restart after repeated failures backs off)."""
-        if delay > 0:
-            log.warning("restarting the reconcile worker in %.1f s", delay)
-            await asyncio.sleep(delay)
-        while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self.config.batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            for wid in batch:
-                self._queued.discard(wid)
-            if len(self._queued) <= self.config.max_backlog:
-                self._backlog_low.set()
-            if self.guard.mode != Mode.NORMAL:
-                # Frozen: decide nothing. Everything is re-enqueued when the mode returns to normal.
-                await asyncio.sleep(0.2)
-                continue
-            needs: list[Need] = []
-            for wid in batch:
-                try:
-                    needs += await self._reconcile(wid)
-                except StoreUnavailable as err:
-                    log.warning("store unavailable while reconciling %s: %s", wid, err)
-                    await asyncio.sleep(1.0)
-                    self.enqueue(wid)
-                except Exception as err:
-                    log.exception("reconcile of %s failed", wid)
-                    await self.placer.mark_failed(wid, None, failures.INTERNAL_ERROR, err)
-            if needs:
-                await self.placer.place_isolated(needs)
-
-    def _start_worker(self, delay: float = 0.0) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._worker(delay), name="reconcile-worker")
-        task.add_done_callback(self._worker_ended)
-        return task
-
-    def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        """The worker only ends when cancelled (deposed, stopping). Should it end otherwise, say
-        so in health and start another: one bug must not stop all scheduling."""
-        if task.cancelled() or task not in self._active_tasks:
-            return
-        err = task.exception()
-        why = failures.describe(err) if err is not None else "returned"
-        log.error("reconcile worker ended unexpectedly (%s); restarting it", why, exc_info=err)
-        self.worker_watch.failed(why, self.clock())
-        self._active_tasks.remove(task)
-        if self.is_active:
-            self._active_tasks.append(self._start_worker(self.worker_watch.restart_delay()))
-            self._enqueue_all()  # the batch it held is lost: look at everything again
-
-    async def _reconcile(self, wid: str) -> list[Need]:
-        """Converge one workload: apply its plan (reconcile.py); returns the instances that need a node."""
-        plan = reconcile.plan(self.state, wid, self.placer.inflight, self._runs_on, time.time())
-        for w in plan.writes:
-            await self.write(w)
-        return plan.needs
-
-    async def write(self, w: Write) -> bool:
-        if await self.state.commit(w.compares, w.ops):
-            for inst in w.forget_usage:
-                self.usage.pop(inst, None)
-            for after in w.then:
-                await self.write(after)
-            for e in w.events:
-                self.emit(e.kind, e.subject, e.message, e.reason)
-            return True
-        if w.requeue:
-            self.enqueue(w.requeue)
-        return await self.write(w.otherwise) if w.otherwise is not None else False
-
-    def _runs_on(self, inst: str, node_id: str) -> bool:
+    def runs_on(self, inst: str, node_id: str) -> bool:
         return runs_on(self.state, self.live, self.owns(node_id), inst, node_id)
 
     async def refresh(self, key: str) -> None:
@@ -399,16 +327,6 @@ class Scheduler:
         kv = await self.store.get(key)
         if kv is not None:
             self.state._apply_put(kv.key, kv.value, kv.mod_revision)
-
-    async def _admit(self) -> None:
-        """Hold a bulk apply while this (active) replica's reconcile backlog is long, for at most
-        a while: taking work faster than it is placed only grows memory and latency, and a
-        saturated replica answers heartbeats and reports late."""
-        if not self.is_active or len(self._queued) <= self.config.max_backlog:
-            return
-        self._backlog_low.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._backlog_low.wait(), self.config.admission_wait_seconds)
 
     # ------------------------------------------------------------------ loops: health, liveness
 
@@ -441,23 +359,6 @@ class Scheduler:
         """A deleted node: drop what this replica kept in memory about it."""
         self.live.pop(node_id, None)
         self.agent_api.drift.pop(node_id, None)
-
-    # ------------------------------------------------------------------ views (views.py)
-
-    def workload_view(self, wid: str, summary: bool = False) -> dict[str, Any]:
-        return views.workload_view(self.state, self.usage, wid, summary)
-
-    def workload_page(self, after: str, limit: int, node_id: str = "") -> Page:
-        return views.workload_page(self.state, self.usage, self.sorted_workloads, after, limit, node_id)
-
-    def node_view(self, node_id: str) -> dict[str, Any]:
-        return views.node_view(self.state, self.live, node_id)
-
-    def node_page(self, after: str, limit: int) -> Page:
-        return views.node_page(self.state, self.live, self.sorted_nodes, after, limit)
-
-    def drain_status(self, node_id: str) -> dict[str, Any]:
-        return views.drain_status(self.state, self.live, node_id)
 
     async def health(self) -> dict[str, Any]:
         return await health(self)

@@ -10,7 +10,6 @@ from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
-from persys.scheduler.reconcile import Write
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
 from persys.store.base import StateStore
@@ -40,6 +39,3 @@ class Shell(Protocol):
 
     async def refresh(self, key: str) -> None:
         """After a lost compare-and-swap, fold the winner's write into the mirror."""
-
-    async def write(self, w: Write) -> bool:
-        """Apply one write of a plan (with its events, follow-ups and fallbacks)."""

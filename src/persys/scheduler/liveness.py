@@ -1,6 +1,6 @@
 """Node liveness as a pure decision: stored statuses and the heartbeats this replica saw in,
 readiness transitions and the mass-loss guard's new state out. No I/O; the scheduler writes
-the transitions and publishes the events (`Scheduler._check_nodes`).
+the transitions and publishes the events (`node_monitor.NodeMonitor.check_nodes`).
 
 Rules:
 
@@ -185,7 +185,7 @@ def observe(seen: Mapping[str, Heard], since: float) -> Observation:
 
 def check(nodes: Mapping[str, NodeStatus], seen: Mapping[str, Heard], now: float, since: float, grace: float,
           guard: GuardState, config: GuardConfig) -> Verdict:
-    """One liveness step (the replica's `_check_nodes` decision): the owned nodes' stored
+    """One liveness step (the node monitor's decision): the owned nodes' stored
     statuses and what this replica saw of them in, transitions and the guard's new state out."""
     o = observe(seen, since)
     return judge(nodes, o.heard, now, since, grace, guard, config, o.grace_from)

@@ -27,7 +27,7 @@ from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
-from persys.model import WorkloadUsage
+from persys.model import Phase, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.scheduler import failures, views
 from persys.scheduler import placement as pl
@@ -294,7 +294,9 @@ class Scheduler:
         if st is None:
             return False
         s = st.value
-        if s.phase != "Running" or s.relocating_from or s.left_node or self.state.placement_of.get(inst) != s.node_id:
+        if s.phase != Phase.RUNNING or s.relocating_from or s.left_node:
+            return False
+        if self.state.placement_of.get(inst) != s.node_id:
             return False
         w = self.state.workloads.get(workload_of(inst))
         return w is not None and not w.value.deleting

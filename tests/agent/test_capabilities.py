@@ -16,7 +16,7 @@ from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.docker import DockerRuntime
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
-from persys.scheduler.core import SchedulerConfig
+from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 

@@ -67,8 +67,7 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
         msg = await next_message(deltas)
     assert list(msg.removed) == ["a"] and not msg.full
 
-    s._resync.add("n1")  # what drift remediation does for a node missing a workload
-    s._wake_node("n1")
+    s.delivery.ask_resync("n1")  # what drift remediation does for a node missing a workload
     msg = await next_message(deltas)
     assert msg.full and [w.workload_id for w in msg.workloads] == ["b"]
     deltas.cancel()

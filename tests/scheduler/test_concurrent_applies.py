@@ -9,7 +9,8 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import Capabilities, Node, Phase, RuntimeInfo, parse_manifests
-from persys.scheduler.core import Scheduler, SchedulerConfig
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.replica import Scheduler
 from persys.store import open_store
 
 NODES = 5

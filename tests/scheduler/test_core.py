@@ -21,7 +21,9 @@ from persys.model import (
     parse_manifests,
 )
 from persys.scheduler import keys
-from persys.scheduler.core import Scheduler, SchedulerConfig, WorkloadReport
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
 from persys.store.base import Delete, Put
 
@@ -192,7 +194,7 @@ async def test_heartbeats_do_not_write_to_the_store(make: Callable) -> None:
     before = await s.store.current_revision()
     for _ in range(50):
         s.heartbeat("n1", NodeUsage(cpu_percent=5))
-    await asyncio.sleep(0.2)
+    await s._check_nodes()  # the only step that could write what heartbeats change
     assert await s.store.current_revision() == before
 
 
@@ -303,7 +305,8 @@ async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callabl
 
 def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
     from persys.scheduler import placement as pl
-    from persys.scheduler.core import _placement_doc, placement_view
+    from persys.scheduler.views import placement_doc as _placement_doc
+    from persys.scheduler.views import placement_view
 
     snap = pl.Snapshot(tuple(pl.NodeInfo(id=f"n{i}", cpu_millicores=1000, memory_mb=1000) for i in range(3)))
     decision = pl.decide(snap, pl.WorkloadRequest(id="w", cpu_millicores=100))

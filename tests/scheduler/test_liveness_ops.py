@@ -13,7 +13,10 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, Phase, parse_manifests
-from persys.scheduler.core import MutationRefused, NotFound, Scheduler, SchedulerConfig, WorkloadReport
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node
 from tests.scheduler.test_node_ops import until

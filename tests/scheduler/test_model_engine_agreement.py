@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from persys.model import Assignment, DesiredState, ManifestError, Node, Workload
 from persys.model.manifest import validate_manifest
 from persys.scheduler import placement as pl
-from persys.scheduler.placement_adapter import PlacementService, to_request
+from persys.scheduler.placement_service import PlacementService, to_request
 from persys.scheduler.state import ClusterState, Versioned
 
 pytestmark = pytest.mark.slow  # pure, but a minute of examples: the full suite runs it, the fast lane not

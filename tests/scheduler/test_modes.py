@@ -9,8 +9,10 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import parse_manifests
-from persys.scheduler.core import Frozen, MutationRefused, Scheduler, SchedulerConfig
-from persys.scheduler.guard import Mode
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.errors import Frozen, MutationRefused
+from persys.scheduler.mode_guard import Mode
+from persys.scheduler.replica import Scheduler
 from persys.store import open_store
 
 MANIFEST = """
@@ -51,7 +53,7 @@ async def test_new_cluster_gets_a_marker_and_a_wiped_store_is_recovery(tmp_path:
         assert "no cluster marker" in s.guard.reason
         with pytest.raises(Frozen, match="recovery"):
             await s.apply(parse_manifests(MANIFEST)[0])
-        await asyncio.sleep(0.2)
+        await s.guard.check()  # the health loop's step, rather than a wait for the loop to take it
         assert s.guard.mode == Mode.RECOVERY  # the health loop does not "fix" it on its own
         assert not (await s.backup())["items"]
         # The rolling backup of the old store is intact (an empty store never overwrites it).

@@ -15,10 +15,10 @@ import pytest
 from persys.model import Phase, parse_manifests
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
-from persys.scheduler.core import Scheduler
 from persys.scheduler.placement.framework import Filter, PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status
+from persys.scheduler.replica import Scheduler
 from persys.store.base import StoreUnavailable
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
@@ -122,7 +122,7 @@ async def test_an_engine_fault_marks_its_workload_and_the_batch_is_placed(make: 
     await settle(s, lambda: s.state.statuses["poison"].value.reason == "PlacementError")
     st = s.state.statuses["poison"].value
     assert st.phase == Phase.PENDING and "RuntimeError: engine bug on poison" in st.message
-    assert not s.placement.ledger.get("poison") and "poison" not in s._inflight
+    assert not s.placement.ledger.get("poison") and "poison" not in s.placer.inflight
     assert any(e.kind == "PlacementFailed" for e in await s.events.recent(limit=100))
     h = await s.health()
     assert h["mode"] == "normal"
@@ -137,7 +137,7 @@ async def test_an_engine_fault_marks_its_workload_and_the_batch_is_placed(make: 
 async def test_a_dead_worker_is_reported_and_restarted_and_stop_is_prompt(make: Callable) -> None:
     s: Scheduler = await make()
     await s.register(node("n1"))
-    real = s._place_isolated
+    real = s.placer.place_isolated
     calls = {"n": 0}
 
     async def dies_once(needs: list) -> None:  # type: ignore[type-arg]
@@ -146,7 +146,7 @@ async def test_a_dead_worker_is_reported_and_restarted_and_stop_is_prompt(make: 
             raise RuntimeError("worker bug")
         await real(needs)
 
-    s._place_isolated = dies_once  # type: ignore[method-assign]
+    s.placer.place_isolated = dies_once  # type: ignore[method-assign]
     (m,) = parse_manifests(manifest("first"))
     await s.apply(m)
     await settle(s, lambda: s.worker_watch.failures == 1)
@@ -190,7 +190,7 @@ async def test_deposition_logs_an_active_task_that_had_already_failed(
     t = asyncio.create_task(boom(), name="reconcile-worker")
     await asyncio.wait({t})
     s._active_tasks.append(t)  # ended, its done-callback not (yet) run
-    with caplog.at_level(logging.ERROR, logger="persys.scheduler.core"):
+    with caplog.at_level(logging.ERROR, logger="persys.scheduler.replica"):
         await s._deposed()
     assert "RuntimeError: worker bug before deposition" in caplog.text
     assert s._active_tasks == []

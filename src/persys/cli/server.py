@@ -30,7 +30,7 @@ from persys.model.node_names import node_id_problem
 from persys.policy import WorkloadPolicy
 from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
-from persys.scheduler.core import SchedulerConfig
+from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles

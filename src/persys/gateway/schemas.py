@@ -73,6 +73,14 @@ SCHEDULER_ERRORS: dict[int | str, dict[str, Any]] = {
     503: _error("The scheduler is unreachable, degraded or in recovery"),
     504: _error("The scheduler did not answer in time"),
 }
+
+
+def answers(model: type[BaseModel], description: str = "Successful Response") -> dict[int | str, dict[str, Any]]:
+    """A 200 answer's schema from a scheduler view model (view_models.py): documentation only,
+    the JSON the scheduler sends is passed on unchanged."""
+    return {200: {"model": model, "description": description}}
+
+
 TOO_LARGE: dict[int | str, dict[str, Any]] = {413: _error("The body exceeds its size limit (named in the answer)")}
 AGENT_ERRORS: dict[int | str, dict[str, Any]] = {501: _error("The node's agent serves no such endpoint")}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from persys.model import Assignment, DesiredState, Phase, RestartPolicy
 
@@ -78,3 +79,37 @@ def detect(
             found.append(Drift("revision", inst, f"the agent runs revision {rep.revision}, desired {a.revision}",
                                "the agent replaces it with the desired revision"))
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """What one report changes in a node's open findings (see `track`)."""
+
+    known: dict[tuple[str, str], tuple[Drift, float]]  # the node's open findings, with since when
+    detected: list[Drift]  # new since the last report: published as DriftDetected
+    resolved: list[Drift]  # gone since: published as DriftResolved
+    records: dict[str, dict[str, Any]]  # instance -> the record its status shows
+
+    @property
+    def resync(self) -> bool:
+        """A new "missing" finding: the remediation is sending the whole desired state again."""
+        return any(d.kind == "missing" for d in self.detected)
+
+
+def track(known: Mapping[tuple[str, str], tuple[Drift, float]], found: Sequence[Drift],
+          listed: set[str] | None, now: float) -> Tracked:
+    """Fold one report's findings into a node's open ones. `listed`: the instances a partial
+    report names (None: the report is complete). A partial report (only what changed) says
+    nothing about the instances it does not list, so only theirs can be resolved by it."""
+    out = dict(known)
+    now_keys = {d.key(): d for d in found}
+    detected = [d for k, d in now_keys.items() if k not in out]
+    for d in detected:
+        out[d.key()] = (d, now)
+    resolved = []
+    for k in [k for k, (d, _) in out.items() if k not in now_keys and (listed is None or d.instance in listed)]:
+        resolved.append(out.pop(k)[0])
+    records: dict[str, dict[str, Any]] = {
+        d.instance: {"kind": d.kind, "rule": d.rule, "action": d.action, "since": since}
+        for d, since in out.values()}
+    return Tracked(out, detected, resolved, records)

@@ -141,3 +141,18 @@ class GroupCommit:
                     u.done.set_result(ok)
         finally:
             self._slots.release()
+
+
+def chunk_ops(ops: Sequence[Put | Delete], size: int) -> list[list[Put | Delete]]:
+    """`ops` in order, at most `size` and TXN_MAX_BYTES to a chunk (an op larger than that goes
+    alone, and the store refuses it)."""
+    chunks: list[list[Put | Delete]] = []
+    n_bytes = 0
+    for op in ops:
+        b = txn_bytes((), (op,))
+        if not chunks or len(chunks[-1]) >= size or n_bytes + b > TXN_MAX_BYTES:
+            chunks.append([])
+            n_bytes = 0
+        chunks[-1].append(op)
+        n_bytes += b
+    return chunks

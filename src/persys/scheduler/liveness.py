@@ -1,6 +1,6 @@
 """Node liveness as a pure decision: stored statuses and the heartbeats this replica saw in,
 readiness transitions and the mass-loss guard's new state out. No I/O; the scheduler writes
-the transitions and publishes the events (`Scheduler._check_nodes`).
+the transitions and publishes the events (`node_monitor.NodeMonitor.check_nodes`).
 
 Rules:
 
@@ -155,3 +155,37 @@ def end_suspension(guard: GuardState, via: str) -> tuple[GuardState, GuardEvent 
     return ended, GuardEvent("LivenessResumed", OPERATOR,
                              f"liveness suspension ended by an operator (through {via}); judging nodes one by one "
                              f"({guard.silent} of {guard.judged} nodes were silent)")
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What this replica saw of one node's agent (clock values; see reports.LiveNode)."""
+
+    last_heartbeat: float  # moved forward by fresh grace periods (a handoff, our own stall)
+    heard_at: float  # when the agent itself last spoke
+
+
+@dataclass(frozen=True)
+class Observation:
+    heard: dict[str, float] = field(default_factory=dict)  # judge's `heard`
+    grace_from: dict[str, float] = field(default_factory=dict)  # judge's `grace_from`
+
+
+def observe(seen: Mapping[str, Heard], since: float) -> Observation:
+    """judge's inputs from what this replica saw: a node counts as heard from only if its agent
+    spoke since `since`; a later grace-period start alone never makes it Ready."""
+    out = Observation()
+    for node_id, h in seen.items():
+        if h.heard_at >= since:
+            out.heard[node_id] = h.last_heartbeat  # includes time our event loop stalled
+        elif h.last_heartbeat > since:
+            out.grace_from[node_id] = h.last_heartbeat  # a fresh grace period (handoff, stall)
+    return out
+
+
+def check(nodes: Mapping[str, NodeStatus], seen: Mapping[str, Heard], now: float, since: float, grace: float,
+          guard: GuardState, config: GuardConfig) -> Verdict:
+    """One liveness step (the node monitor's decision): the owned nodes' stored
+    statuses and what this replica saw of them in, transitions and the guard's new state out."""
+    o = observe(seen, since)
+    return judge(nodes, o.heard, now, since, grace, guard, config, o.grace_from)

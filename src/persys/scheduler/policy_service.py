@@ -14,7 +14,7 @@ from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
 from persys.model.manifest import ManifestError
 from persys.policy import WorkloadPolicy
 from persys.scheduler.authorization import CALLER
-from persys.scheduler.core import Scheduler
+from persys.scheduler.replica import Scheduler
 from persys.scheduler.workload_policy import PolicyGate, parse_policy
 from persys.store.base import StoreUnavailable
 

@@ -15,12 +15,13 @@ from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
 from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
+from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
-from persys.scheduler.core import Scheduler, SchedulerConfig
+from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.policy_service import PolicyService
-from persys.scheduler.service import AgentControlService
+from persys.scheduler.replica import Scheduler
 from persys.scheduler.token_store import TokenStore
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options

@@ -8,7 +8,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from persys.client import SchedulerClient, SchedulerError
-from persys.gateway.schemas import SCHEDULER_ERRORS
+from persys.gateway.schemas import SCHEDULER_ERRORS, answers
+from persys.scheduler.view_models import Health
 
 
 def health_routes(client: SchedulerClient) -> APIRouter:
@@ -29,7 +30,8 @@ def health_routes(client: SchedulerClient) -> APIRouter:
         ready = h["mode"] == "normal" and h["storeOk"]
         return JSONResponse({"ready": ready, **h}, status_code=200 if ready else 503)
 
-    @router.get("/v1/health", tags=["health"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/health", tags=["health"], response_model=None,
+                responses={**answers(Health), **SCHEDULER_ERRORS})
     async def health() -> dict[str, Any]:
         return await client.health()
 

@@ -10,8 +10,9 @@ from fastapi.responses import Response
 from persys.client import SchedulerClient
 from persys.gateway.listing import list_response
 from persys.gateway.routes.common import NodeId
-from persys.gateway.schemas import SCHEDULER_ERRORS, TOO_LARGE, LabelChange, TaintChange
+from persys.gateway.schemas import SCHEDULER_ERRORS, TOO_LARGE, LabelChange, TaintChange, answers
 from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
+from persys.scheduler.view_models import DrainStatus, NodeView
 
 
 def node_routes(client: SchedulerClient) -> APIRouter:
@@ -23,7 +24,8 @@ def node_routes(client: SchedulerClient) -> APIRouter:
         """Nodes; paged like GET /v1/workloads."""
         return await list_response(client, "nodes", "", limit, token)
 
-    @router.get("/v1/nodes/{node_id}", tags=["nodes"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/nodes/{node_id}", tags=["nodes"], response_model=None,
+                responses={**answers(NodeView), **SCHEDULER_ERRORS})
     async def get_node(node_id: str = NodeId) -> dict[str, Any]:
         return await client.get_node(node_id)
 
@@ -49,7 +51,8 @@ def node_routes(client: SchedulerClient) -> APIRouter:
         """Cordon the node and move every instance elsewhere; returns the drain's progress."""
         return await client.drain(node_id, deadline)
 
-    @router.get("/v1/nodes/{node_id}/drain", tags=["nodes"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/nodes/{node_id}/drain", tags=["nodes"], response_model=None,
+                responses={**answers(DrainStatus), **SCHEDULER_ERRORS})
     async def drain_status(node_id: str = NodeId) -> dict[str, Any]:
         """What still runs on a draining node, what is moving, and what cannot move."""
         return await client.drain_status(node_id)

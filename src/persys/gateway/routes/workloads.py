@@ -11,8 +11,9 @@ from persys.client import SchedulerClient
 from persys.gateway import bodies
 from persys.gateway.listing import list_response
 from persys.gateway.routes.common import WorkloadId, bad_body
-from persys.gateway.schemas import BATCH_BODY, MANIFEST_BODY, SCHEDULER_ERRORS, TOO_LARGE
+from persys.gateway.schemas import BATCH_BODY, MANIFEST_BODY, SCHEDULER_ERRORS, TOO_LARGE, answers
 from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
+from persys.scheduler.view_models import Explanation, WorkloadView
 
 
 def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRouter:
@@ -51,7 +52,8 @@ def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRo
             return bad_body(err)
         return JSONResponse(await client.plan(doc))
 
-    @router.get("/v1/workloads/{workload_id}/explain", tags=["placement"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/workloads/{workload_id}/explain", tags=["placement"], response_model=None,
+                responses={**answers(Explanation), **SCHEDULER_ERRORS})
     async def explain(workload_id: str = WorkloadId, node: str = Query("", max_length=253)) -> dict[str, Any]:
         """Why the workload is where it is (or Pending); with `node`, every filter's verdict there."""
         return await client.explain(workload_id, node)
@@ -66,7 +68,8 @@ def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRo
         with neither, every workload as one JSON list, streamed a page at a time."""
         return await list_response(client, "workloads", node, limit, token)
 
-    @router.get("/v1/workloads/{workload_id}", tags=["workloads"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/workloads/{workload_id}", tags=["workloads"], response_model=None,
+                responses={**answers(WorkloadView), **SCHEDULER_ERRORS})
     async def get_workload(workload_id: str = WorkloadId) -> dict[str, Any]:
         return await client.get_workload(workload_id)
 

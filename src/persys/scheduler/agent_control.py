@@ -33,7 +33,6 @@ from persys.model import (
 )
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
-from persys.model.workload import workload_of
 from persys.scheduler import node_admission
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
@@ -44,8 +43,10 @@ from persys.scheduler.call_budget import (
     CallBudget,
     OverBudgetError,
 )
-from persys.scheduler.core import Frozen, MutationRefused, NotActive, NotFound, Scheduler, WorkloadReport
+from persys.scheduler.errors import Frozen, MutationRefused, NotActive, NotFound
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of
@@ -283,35 +284,15 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[pb.DesiredState]:
-        stream = self.s.desired_stream(request.node_id)
-        sent: dict[str, tuple[str, int, str]] = {}  # what the agent holds: id -> (revision, generation, state)
-        last_mode = ""
+        # The delta protocol is delivery.py's; this only converts its messages to protobuf.
+        messages = self.s.delivery.messages(request.node_id, request.deltas, lambda: self.s.mode)
         while True:
             async with _mapped(context):  # a deposed replica ends the stream with the new address
-                assignments = await anext(stream)
-            mode = self.s.mode
-            full = not request.deltas or mode != last_mode or self.s.take_resync(request.node_id)
-            last_mode = mode
-            current = {a.workload_id: a for a in assignments}
-            items = []
-            removed = [] if full else [wid for wid in sent if wid not in current]
-            for wid in removed:
-                del sent[wid]
-            if full:
-                sent = {}
-            for wid, a in current.items():
-                state = (a.revision, a.generation, str(a.desired_state))
-                if not full and sent.get(wid) == state:
-                    continue
-                spec = self.s.spec_json(workload_of(wid))
-                if spec is None:
-                    continue  # its workload is gone from the mirror: withdrawn shortly
-                sent[wid] = state
-                items.append(pb.AssignedWorkload(workload_id=wid, revision=a.revision, generation=a.generation,
-                                                 desired_state=str(a.desired_state), spec_json=spec))
-            if full or items or removed:
-                yield pb.DesiredState(workloads=items, mode=mode, store_revision=self.s.state.revision, full=full,
-                                      removed=removed)
+                msg = await anext(messages)
+            items = [pb.AssignedWorkload(workload_id=i.workload_id, revision=i.revision, generation=i.generation,
+                                         desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
+            yield pb.DesiredState(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
+                                  full=msg.full, removed=msg.removed)
 
     # ---------------------------------------------------------------- client side
 

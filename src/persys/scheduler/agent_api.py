@@ -1,0 +1,163 @@
+"""What a replica does with its agents' calls: registration (the node document), heartbeats
+(memory only) and reports (presence, usage, drift findings, status changes, written together
+with other nodes' in shared transactions). The decisions are pure (reports.py, drift.py);
+this does the I/O."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from persys.model import Node, NodeStatus, NodeUsage, RestartPolicy, WorkloadStatus
+from persys.model.workload import workload_of
+from persys.scheduler import keys
+from persys.scheduler.delivery import Delivery
+from persys.scheduler.drift import Drift, Reported, detect, track
+from persys.scheduler.group_commit import GroupCommit
+from persys.scheduler.mode_guard import Mode
+from persys.scheduler.reports import LiveNode, WorkloadReport, same_node, status_change, status_event, usage_of
+from persys.scheduler.shell import Shell
+from persys.scheduler.state import put_doc
+from persys.store.base import Compare, Put
+
+REGISTER_ATTEMPTS = 10
+
+
+def registered(node: Node, cur: Node | None, now: float) -> Node:
+    """The node document a registration stores: what the agent says, with what operators set kept."""
+    return node.model_copy(update={
+        "status": NodeStatus.READY,
+        "status_reason": "Registered",
+        "registered_at": cur.registered_at if cur else now,
+        "cordoned": cur.cordoned if cur else False,
+        "draining": cur.draining if cur else False,
+        "drain_deadline": cur.drain_deadline if cur else 0.0,
+        "admin_labels": cur.admin_labels if cur else {},
+        "admin_taints": cur.admin_taints if cur else [],
+        "last_heartbeat": 0.0,
+    })
+
+
+class AgentApi:
+    def __init__(self, shell: Shell, require_owner: Callable[[str], None], delivery: Delivery) -> None:
+        self.s = shell
+        self.require_owner = require_owner
+        self.delivery = delivery
+        self.drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
+        self.status_writes = GroupCommit(lambda c, o: shell.state.commit(c, o, fenced="node"))
+
+    def _heard(self, node_id: str) -> LiveNode:
+        live = self.s.live.setdefault(node_id, LiveNode(self.s.clock(), time.time()))
+        live.last_heartbeat = live.heard_at = self.s.clock()
+        return live
+
+    async def register(self, node: Node) -> None:
+        self.require_owner(node.id)
+        self.s.require_normal()
+        state, now, key = self.s.state, time.time(), keys.node(node.id)
+        for _ in range(REGISTER_ATTEMPTS):
+            cur = state.nodes.get(node.id)
+            merged = registered(node, cur.value if cur else None, now)
+            self._heard(node.id)
+            if cur is not None and same_node(cur.value, merged):
+                break
+            if await state.commit([Compare(key, cur.mod_revision if cur else 0)], [Put(key, merged.to_json())],
+                                  fenced="node"):
+                self.s.emit("NodeJoined" if cur is None else "NodeRegistered", f"node/{node.id}",
+                            f"runtimes: {', '.join(sorted(node.capabilities.runtimes)) or 'none'}")
+                break
+            await self.s.refresh(key)
+        self.s.enqueue_pending()
+
+    def heartbeat(self, node_id: str, usage: NodeUsage) -> bool:
+        """Record liveness in memory. False when the node is unknown and must register."""
+        self.require_owner(node_id)
+        if node_id not in self.s.state.nodes:
+            return False
+        live = self._heard(node_id)
+        live.last_heartbeat_wall = time.time()
+        live.usage = usage
+        return True
+
+    async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
+        self.require_owner(node_id)
+        live = self._heard(node_id)
+        gone: set[str] = set()
+        listed = {r.workload_id for r in reports}
+        if complete:
+            gone = live.present - listed
+            live.present = listed
+            live.reported = True
+            for inst in gone:
+                self.s.enqueue(workload_of(inst))
+        else:
+            # A partial report (what changed) lists instances the agent has: they count as
+            # present, so that their absence from a later complete report is noticed.
+            live.present |= listed
+        if self.s.guard.mode != Mode.NORMAL:
+            return  # frozen: statuses are not written; usage and presence above are still kept
+        await self._confirm_left(node_id, gone)
+        drifts = self._track_drift(node_id, reports, None if complete else listed)
+        state, now = self.s.state, time.time()
+        changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
+        for r in reports:
+            if state.placement_of.get(r.workload_id) != node_id:
+                continue  # a copy we did not ask this node to run: the agent removes it
+            if (measured := usage_of(r)) is not None:
+                self.s.usage[r.workload_id] = measured
+            else:
+                self.s.usage.pop(r.workload_id, None)
+            change = status_change(state.statuses.get(r.workload_id), state.workloads.get(workload_of(r.workload_id)),
+                                   node_id, r, now, drifts.get(r.workload_id))
+            if change is not None:
+                changes.append(change)
+        # Concurrent reports from many nodes share transactions; each change is still guarded by
+        # the status revision it was computed from.
+        oks = await self.status_writes.submit([
+            ([Compare(keys.status(inst), rev)], [put_doc(keys.status(inst), new)]) for inst, rev, _, new in changes])
+        for (inst, _, prev, new), ok in zip(changes, oks, strict=True):
+            if ok and new.phase != prev.phase:
+                wid = workload_of(inst)
+                prefix = f"{inst}: " if inst != wid else ""
+                self.s.emit(status_event(new.phase), f"workload/{wid}",
+                            prefix + (new.message or f"{new.phase} on {node_id}"), new.reason)
+
+    async def _confirm_left(self, node_id: str, gone: set[str]) -> None:
+        """Record that a node's agent no longer runs instances withdrawn from it, so whichever
+        replica places them (or finalises their deletion) knows without owning this node."""
+        state = self.s.state
+        for inst in gone:
+            st = state.statuses.get(inst)
+            if st is None or state.placement_of.get(inst) == node_id or st.value.left_node == node_id:
+                continue
+            new = st.value.model_copy(update={"left_node": node_id})
+            key = keys.status(inst)
+            await state.commit([Compare(key, st.mod_revision)], [Put(key, new.to_json())], fenced="node")
+
+    def _track_drift(self, node_id: str, reports: list[WorkloadReport],
+                     listed: set[str] | None) -> dict[str, dict[str, Any]]:
+        """Find drift on one node; publish what is new or resolved. Returns instance -> record.
+        `listed`: the instances a partial report names (None: the report is complete)."""
+        state = self.s.state
+
+        def policy(inst: str) -> RestartPolicy | None:
+            w = state.workloads.get(workload_of(inst))
+            return w.value.spec.restart_policy if w else None
+
+        found = detect(
+            node_id, {i: a.value for i, a in state.assignments.get(node_id, {}).items()},
+            [Reported(r.workload_id, r.revision, r.phase, r.terminal) for r in reports], listed is None,
+            state.placement_of.get, policy, time.time(),
+        )
+        tracked = track(self.drift.get(node_id, {}), found, listed, time.time())
+        self.drift[node_id] = tracked.known
+        for d in tracked.detected:
+            self.s.emit("DriftDetected", f"workload/{workload_of(d.instance)}",
+                        f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind)
+        if tracked.resync:
+            self.delivery.ask_resync(node_id)  # remediation: send the whole desired state again
+        for d in tracked.resolved:
+            self.s.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
+                        d.kind)
+        return tracked.records

@@ -1,0 +1,51 @@
+"""A scheduler replica's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from persys.scheduler.liveness import GuardConfig
+
+
+@dataclass
+class SchedulerConfig:
+    node_grace_seconds: float = 10.0  # without heartbeats before a node is NotReady (3+ heartbeats)
+    heartbeat_interval_seconds: float = 3.0
+    report_interval_seconds: float = 2.0
+    pending_retry_seconds: float = 5.0
+    monitor_interval_seconds: float = 1.0
+    batch_size: int = 256  # workloads reconciled per batch
+    max_backlog: int = 2_000  # bulk applies wait while more workloads than this await reconciling
+    admission_wait_seconds: float = 10.0
+    commit_concurrency: int = 16  # placement transactions (of up to 63 placements each) in flight
+    # Stop filtering once max(100, this % of nodes) feasible nodes are found (100 = score every
+    # node). Like kube-scheduler's percentageOfNodesToScore and Nomad's candidate limit: at 5,000
+    # nodes, 2% is about 4x faster per decision than kube's adaptive 10%. Pending decisions
+    # always evaluate every node, so refusals are always complete.
+    nodes_to_score_percent: int = 2
+    # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
+    # which disables recognising a wiped store after a restart of the scheduler itself).
+    data_dir: Path | None = None
+    # More than this share of a replica's nodes going silent at once suspends NotReady marking
+    # (with at least liveness_guard_min_nodes nodes), for at most liveness_suspension_seconds
+    # (None: six grace periods, 60 s by default; 0: never suspend). See liveness.py.
+    max_lost_fraction: float = 0.5
+    liveness_guard_min_nodes: int = 10
+    liveness_suspension_seconds: float | None = None
+    health_interval_seconds: float = 1.0
+    replica_id: str = ""  # unique per replica (default: a random id)
+    advertise: str = ""  # address agents should use to reach this replica when it is active
+    leader_ttl_seconds: float = 2.0  # failover happens within about this long
+    # Active-active: node work (agents, liveness, statuses) is spread over all live replicas by
+    # rendezvous hashing; placement stays with the elected leader. Off: one active replica.
+    sharded: bool = False
+    backup_interval_seconds: float = 60.0
+    # Log what held the event loop whenever it stalls longer than this (0: off; see stalls.py).
+    stall_log_seconds: float = 0.0
+
+    def liveness_guard(self) -> GuardConfig:
+        """The mass-loss guard's settings (liveness.py)."""
+        return GuardConfig(max_lost_fraction=self.max_lost_fraction, min_nodes=self.liveness_guard_min_nodes,
+                           max_seconds=self.liveness_suspension_seconds
+                           if self.liveness_suspension_seconds is not None else 6 * self.node_grace_seconds)

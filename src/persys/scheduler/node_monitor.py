@@ -1,0 +1,122 @@
+"""The node monitor: the loop that judges liveness (liveness.py decides; this records the
+transitions: NotReady nodes' instances are relocated) and retries Pending workloads, and the
+mass-loss guard's state. Reads the replica through the narrow `MonitorShell` protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+from persys.model import Node, NodeStatus
+from persys.scheduler import keys, liveness, views
+from persys.scheduler.ha import LeaderElection
+from persys.scheduler.liveness import GuardState, end_suspension
+from persys.scheduler.mode_guard import Mode
+from persys.scheduler.shell import Shell
+from persys.scheduler.state import Versioned
+from persys.store.base import Compare, Put, StoreUnavailable
+
+log = logging.getLogger(__name__)
+YIELD_EVERY_NODES = 256  # liveness over thousands of nodes never holds up the loop for long
+
+
+class MonitorShell(Shell, Protocol):
+    election: LeaderElection
+
+    @property
+    def is_active(self) -> bool: ...
+    def owns(self, node_id: str) -> bool: ...
+    def enqueue_node_workloads(self, node_id: str) -> None: ...
+
+
+class NodeMonitor:
+    def __init__(self, shell: MonitorShell) -> None:
+        self.s = shell
+        self.guard = GuardState()  # the mass-loss guard (liveness.py)
+        self.started_at = shell.clock()  # since when this replica judges (started, elected, unfrozen)
+        self.pending_dirty = False  # a node changed: Pending workloads may fit now
+
+    def fresh_grace(self, keep_later: bool) -> None:
+        """Every node gets a fresh grace period (this replica was elected, or unfrozen);
+        `keep_later`: a grace period already running past now is kept."""
+        now = self.started_at = self.s.clock()
+        for live in self.s.live.values():
+            live.last_heartbeat = max(live.last_heartbeat, now) if keep_later else now
+
+    async def run(self) -> None:
+        last_retry = self.s.clock()
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(self.s.config.monitor_interval_seconds)
+            # Time this process could not listen (an overloaded event loop, a pause) is not
+            # the nodes' fault: it does not count against their grace period.
+            lag = time.monotonic() - before - self.s.config.monitor_interval_seconds
+            if lag > 0.5:
+                for live in self.s.live.values():
+                    live.last_heartbeat += lag
+            if self.s.guard.mode != Mode.NORMAL:
+                continue  # liveness cannot be judged or recorded while frozen
+            try:
+                await self.check_nodes()
+                if not self.s.is_active:
+                    continue
+                # A quiet moment: bring the placement snapshot up to date now, in small steps,
+                # rather than in one piece inside the next decision (after a start or failover
+                # that is every node).
+                await self.s.placement.prepare()
+                if self.pending_dirty or self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
+                    # Coalesced: a burst of node changes costs one pass over the workloads.
+                    self.pending_dirty = False
+                    last_retry = self.s.clock()
+                    self.s.enqueue_pending()
+            except StoreUnavailable as err:
+                log.warning("node monitor: store unavailable: %s", err)
+            except Exception:
+                log.exception("node monitor failed")
+
+    async def check_nodes(self) -> None:
+        """Judge the nodes this replica is responsible for (a pure decision, liveness.check) and
+        record the transitions: NotReady nodes' instances are relocated."""
+        nodes: dict[str, Versioned[Node]] = {}
+        seen: dict[str, liveness.Heard] = {}
+        for k, (node_id, cur) in enumerate(list(self.s.state.nodes.items())):
+            if k % YIELD_EVERY_NODES == YIELD_EVERY_NODES - 1:
+                await asyncio.sleep(0)
+            if not self.s.owns(node_id):
+                continue  # another replica judges this node
+            nodes[node_id] = cur
+            if (live := self.s.live.get(node_id)) is not None:
+                seen[node_id] = liveness.Heard(live.last_heartbeat, live.heard_at)
+        verdict = liveness.check({n: c.value.status for n, c in nodes.items()}, seen, self.s.clock(), self.started_at,
+                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard())
+        self.guard = verdict.guard
+        for ev in verdict.events:
+            self.s.emit(ev.kind, "cluster", ev.message, ev.reason)
+        for t in verdict.transitions:
+            cur = nodes[t.node_id]
+            status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
+            updated = cur.value.model_copy(update={"status": status, "status_reason": t.reason})
+            if await self.s.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
+                                       [Put(keys.node(t.node_id), updated.to_json())], fenced="node"):
+                self.s.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
+                if t.ready:
+                    self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
+                else:
+                    self.s.enqueue_node_workloads(t.node_id)
+
+    def liveness_view(self) -> dict[str, Any]:
+        """The mass-loss guard as health shows it (times as wall-clock seconds)."""
+        return views.liveness_view(self.guard, time.time() - self.s.clock())
+
+    def resume_liveness(self, via: str) -> dict[str, Any]:
+        """An operator ends this replica's liveness suspension (idempotent): silent nodes are
+        judged one by one from the next check."""
+        was = self.guard.suspended
+        self.guard, event = end_suspension(self.guard, via)
+        if event is not None:
+            self.s.emit(event.kind, "cluster", event.message, event.reason)
+        return {"replicaId": self.s.election.replica_id, "resumed": was, **self.liveness_view()}
+
+

@@ -1,0 +1,234 @@
+"""The placement pipeline: decide nodes for a batch of needs in one engine pass (reserving as
+it goes), then commit the decisions concurrently, many to a transaction. The documents a
+decision becomes are built by pure functions; `Placer` does the I/O for the replica's shell."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from persys.model import Assignment, Phase, WorkloadStatus
+from persys.model.workload import instance_id
+from persys.scheduler import failures, keys
+from persys.scheduler import placement as pl
+from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
+from persys.scheduler.placement_service import has_local_volumes, to_request
+from persys.scheduler.reconcile import Need
+from persys.scheduler.shell import Shell
+from persys.scheduler.state import put_doc
+from persys.scheduler.views import placement_doc
+from persys.store.base import Compare, Put, StoreUnavailable
+
+log = logging.getLogger(__name__)
+PLACE_CHUNK = 128  # placements decided between two yields to the event loop
+# Each placement carries two compares and two puts; with the leader fence that stays within
+# etcd's default --max-txn-ops of 128 per branch.
+PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
+
+
+@dataclass(slots=True)
+class Placed:
+    """A decision on its way to the store."""
+
+    need: Need
+    decision: pl.Decision
+    explanation: str = ""
+    moved_from: str = ""
+
+    @property
+    def instance(self) -> str:
+        return self.need.instance
+
+
+def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float) -> Unit:
+    """The compares and puts that make one decision durable: its assignment (created only if
+    absent, only while the workload is at the revision decided on) and its status. Records on
+    `p` where the instance moved from and the explanation, for the events once it lands."""
+    node_id = p.decision.node_id
+    assert node_id is not None
+    w, inst = p.need.workload, p.instance
+    assignment = Assignment(
+        workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
+        desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
+        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
+    )
+    volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
+    p.moved_from = prev.relocating_from if prev else ""
+    p.explanation = p.decision.explain()
+    status = WorkloadStatus(
+        phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
+        placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
+        relocating_from=p.moved_from, updated_at=now,
+    )
+    akey = keys.assignment(node_id, inst)
+    return Unit([Compare(keys.workload(w.id), p.need.wrev), Compare(akey, 0)],
+                [put_doc(akey, assignment), put_doc(keys.status(inst), status)])
+
+
+def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
+    """The status of an instance no node fits (None: it says so already)."""
+    reason = decision.explain()
+    if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
+        return None
+    return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
+                          placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
+                          updated_at=now)
+
+
+class Placer:
+    def __init__(self, shell: Shell) -> None:
+        self.s = shell
+        self.inflight: set[str] = set()  # instances whose placement is being committed
+        self.slots = asyncio.Semaphore(shell.config.commit_concurrency)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def place_isolated(self, needs: list[Need]) -> None:
+        """`place` the batch; if it raises, place its workloads one by one so that only the one
+        that fails is marked (with the reason) and every other is placed."""
+        try:
+            await self.place(needs)
+            return
+        except StoreUnavailable as err:
+            await self.requeue_unplaced(needs, err)
+            return
+        except Exception as err:
+            if len({n.workload.id for n in needs}) == 1:
+                self.undo(needs)
+                log.warning("placing %s failed: %s", needs[0].workload.id, failures.describe(err))
+                await self.mark_failed(needs[0].workload.id, [n.instance for n in needs], failures.PLACEMENT_ERROR,
+                                       err)
+                return
+            log.warning("placing a batch of %d failed (%s); placing them one workload at a time", len(needs),
+                        failures.describe(err))
+        self.undo(needs)
+        by_workload: dict[str, list[Need]] = {}
+        for item in needs:
+            by_workload.setdefault(item.workload.id, []).append(item)
+        for wid, items in by_workload.items():
+            try:
+                await self.place(items)
+            except StoreUnavailable as err:
+                await self.requeue_unplaced(items, err)
+            except Exception as err:
+                self.undo(items)
+                log.warning("placing %s failed: %s", wid, failures.describe(err))
+                await self.mark_failed(wid, [n.instance for n in items], failures.PLACEMENT_ERROR, err)
+
+    async def requeue_unplaced(self, needs: list[Need], err: StoreUnavailable) -> None:
+        """The store failed, not the placement: nothing is wrong with these workloads. Release
+        what was reserved for them and look at them again once the store answers."""
+        self.undo(needs)
+        wids = list(dict.fromkeys(n.workload.id for n in needs))
+        log.warning("store unavailable while placing %d workload(s): %s; retrying", len(wids), err)
+        await asyncio.sleep(1.0)
+        for wid in wids:
+            self.s.enqueue(wid)
+
+    def undo(self, needs: list[Need]) -> None:
+        """Release what a failed `place` reserved for instances it did not hand to a commit."""
+        for n in needs:
+            if n.instance not in self.inflight:
+                self.s.placement.release(n.instance)
+
+    async def mark_failed(self, wid: str, instances: list[str] | None, reason: str, err: BaseException) -> None:
+        """Say on the workload's unplaced instances (all of them when None) why they have no
+        node, and publish it; never raises (the worker must go on)."""
+        message = failures.describe(err)
+        self.s.emit("WorkloadFailed" if reason == failures.INTERNAL_ERROR else "PlacementFailed",
+                    f"workload/{wid}", message, reason)
+        state = self.s.state
+        try:
+            cur = state.workloads.get(wid)
+            if cur is None:
+                return
+            if instances is None:
+                instances = [instance_id(wid, i) for i in range(cur.value.spec.replicas)]
+            now = time.time()
+            for inst in failures.unplaced(instances, state.placement_of):
+                st = state.statuses.get(inst)
+                new = failures.failure_status(st.value if st else None, reason, message, now)
+                if new is not None:
+                    await state.commit([Compare(keys.workload(wid), cur.mod_revision)],
+                                       [Put(keys.status(inst), new.to_json())])
+        except Exception:
+            log.exception("could not record the failure of %s", wid)
+
+    async def place(self, needs: list[Need]) -> None:
+        state = self.s.state
+        requests = []
+        for n in needs:
+            st = state.statuses.get(n.instance)
+            pinned = st.value.volume_node if st and st.value.volume_node else None
+            requests.append(to_request(n.workload, n.instance, pinned))
+        decisions: list[pl.Decision] = []
+        for i in range(0, len(requests), PLACE_CHUNK):
+            decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
+            await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        placed: list[Placed] = []
+        for n, decision in zip(needs, decisions, strict=True):
+            if decision.node_id is None:
+                await self.mark_pending(n, decision)
+                continue
+            placed.append(Placed(n, decision))
+        # Many placements per transaction: one etcd revision (and one fsync) for up to
+        # PLACEMENTS_PER_TXN of them instead of one each.
+        for i in range(0, len(placed), PLACEMENTS_PER_TXN):
+            await self.slots.acquire()
+            # In flight from here on (not before: if this pass fails part-way, place_isolated
+            # releases what it reserved for instances that never reached a commit).
+            self.inflight.update(p.instance for p in placed[i : i + PLACEMENTS_PER_TXN])
+            task = asyncio.create_task(self.commit(placed[i : i + PLACEMENTS_PER_TXN]))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def mark_pending(self, n: Need, decision: pl.Decision) -> None:
+        st = self.s.state.statuses.get(n.instance)
+        status = pending_status(st.value if st else None, decision, time.time())
+        if status is None:
+            return
+        w, inst = n.workload, n.instance
+        await self.s.state.commit([Compare(keys.workload(w.id), n.wrev)], [Put(keys.status(inst), status.to_json())])
+        self.s.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {status.message}" if inst != w.id
+                    else status.message, "Unschedulable")
+
+    async def commit(self, batch: list[Placed]) -> None:
+        """Commit a batch of decisions in one transaction (if a guard fails because a workload
+        changed meanwhile, the others still land: see group_commit)."""
+        landed: list[Placed] = []
+        broken: list[tuple[Placed, Exception]] = []
+        statuses = self.s.state.statuses
+        try:
+            units, built = [], []
+            for p in batch:
+                try:  # one placement whose documents cannot be built must not hold back the rest
+                    st = statuses.get(p.instance)
+                    units.append(placement_unit(p, st.value if st else None, time.time()))
+                    built.append(p)
+                except Exception as err:
+                    broken.append((p, err))
+            oks = await commit_units(self.s.state.commit, units)
+            landed = [p for p, ok in zip(built, oks, strict=True) if ok]
+        except Exception as err:
+            log.warning("committing %d placements failed: %s", len(batch), err)
+        finally:
+            for p in batch:
+                self.inflight.discard(p.instance)
+            self.slots.release()
+        for p in landed:
+            wid, inst = p.need.workload.id, p.instance
+            self.s.emit("WorkloadScheduled", f"workload/{wid}", f"{inst}: {p.explanation}" if inst != wid
+                        else p.explanation, "Scheduled")
+            if p.moved_from:
+                self.s.emit("Relocated", f"workload/{wid}", f"{inst}: {p.moved_from} -> {p.decision.node_id}",
+                            "Relocated")
+        done = {p.instance for p in landed}
+        for p, failure in broken:
+            done.add(p.instance)
+            self.s.placement.release(p.instance)
+            await self.mark_failed(p.need.workload.id, [p.instance], failures.INTERNAL_ERROR, failure)
+        for p in batch:
+            if p.instance not in done:
+                self.s.placement.release(p.instance)
+                self.s.enqueue(p.need.workload.id)  # lost a race with a concurrent change, or the store failed

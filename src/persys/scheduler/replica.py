@@ -1,0 +1,369 @@
+"""A scheduler replica: the shell around pure decisions (like etcd raft's Ready loop: the
+decisions decide, the shell does the I/O). It holds the queue, the loops (reconcile worker,
+node monitor, health, election, membership) and the commits, and wires the components:
+
+* decisions (pure): reconcile.py (a workload's plan of writes), liveness.py (node
+  transitions), drift.py, reports.py (status changes), delivery.py (the delta protocol),
+  views.py, backup.py's documents;
+* components doing I/O through the `Shell` protocol (shell.py): placement_commits.py (the
+  placement pipeline), workload_api.py and node_api.py (clients' changes), agent_api.py
+  (agents' calls), backup.py (backup and restore).
+
+One worker drains a de-duplicating queue of workload ids and reconciles each one against the
+mirror of the durable state (level-triggered: it looks at what is, not at what happened).
+Agents' heartbeats and usage stay in memory; only transitions are written to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from persys.events.base import ClusterEvent, EventBus
+from persys.events.outbox import EventOutbox
+from persys.model import Phase, WorkloadUsage
+from persys.model.workload import workload_of
+from persys.scheduler import failures, views
+from persys.scheduler import placement as pl
+from persys.scheduler.agent_api import AgentApi
+from persys.scheduler.backup import Backups
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.delivery import Delivery
+from persys.scheduler.errors import Frozen
+from persys.scheduler.ha import BlockingLease, LeaderElection
+from persys.scheduler.heap import HeapGuard
+from persys.scheduler.liveness import GuardState
+from persys.scheduler.membership import Membership
+from persys.scheduler.mode_guard import Mode, ModeGuard
+from persys.scheduler.node_api import NodeApi
+from persys.scheduler.node_monitor import NodeMonitor
+from persys.scheduler.pages import SortedIds
+from persys.scheduler.placement_commits import Placer
+from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.reconcile_worker import ReconcileWorker
+from persys.scheduler.replica_health import health
+from persys.scheduler.reports import LiveNode, runs_on
+from persys.scheduler.stalls import StallWatchdog
+from persys.scheduler.state import ClusterState
+from persys.scheduler.worker_watch import WorkerWatch
+from persys.scheduler.workload_api import WorkloadApi
+from persys.store.base import StateStore
+
+log = logging.getLogger(__name__)
+STOP_WAIT_SECONDS = 5.0  # the longest stop() waits for one of its steps
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: StateStore,
+        events: EventBus,
+        config: SchedulerConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        blocking_lease: Callable[[], BlockingLease] | None = None,
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.config = config or SchedulerConfig()
+        self.clock = clock
+        self.state = ClusterState(store)
+        # Lists walk ids in order from a position: kept sorted as the mirror changes (pages.py).
+        self.sorted_workloads = SortedIds("workload", self.state.workloads)
+        self.sorted_nodes = SortedIds("node", self.state.nodes)
+        self.state.subscribe(self.sorted_workloads.on_change)
+        self.state.subscribe(self.sorted_nodes.on_change)
+        self.placement = PlacementService(
+            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
+        )
+        self.live: dict[str, LiveNode] = {}
+        self.usage: dict[str, WorkloadUsage] = {}
+        self._commit_tasks: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
+        self._last_backup = 0.0
+        self.heap = HeapGuard()
+        stall = self.config.stall_log_seconds
+        self.stall_watchdog = StallWatchdog(stall) if stall > 0 else None
+        self._backup_every = self.config.backup_interval_seconds
+        self.election = LeaderElection(
+            store, self.config.replica_id or uuid.uuid4().hex[:12], self.config.advertise,
+            self._elected, self._deposed, ttl=self.config.leader_ttl_seconds, blocking_lease=blocking_lease,
+        )
+        self.state.fences["leader"] = lambda: self.election.fence() if self.election.is_leader else None
+        self.outbox = EventOutbox(events, self.election.replica_id)  # lost events counted, then announced
+        self.membership = Membership(store, self.state, self.config, self.election, lambda: self.is_active,
+                                     lambda: self.catching_up)
+        self.state.fences["node"] = self.membership.node_fence
+        self._active_tasks: list[asyncio.Task[Any]] = []
+        self.worker_watch = WorkerWatch()
+        self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
+        self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
+        # The components (each takes this shell through the narrow Shell protocol); their
+        # operations are this replica's API.
+        self.delivery = Delivery(self.state, self.require_owner)
+        self.monitor = NodeMonitor(self)
+        self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
+        self.placer = Placer(self)
+        self.worker = ReconcileWorker(self, self.placer)
+        self.workload_api = WorkloadApi(self, self.worker.admit)
+        self.agent_api = AgentApi(self, self.require_owner, self.delivery)
+        self.node_api = NodeApi(self, self.workload_api, self._forget_node)
+        self.backups = Backups(self)
+        w, a, n, b, d = self.workload_api, self.agent_api, self.node_api, self.backups, self.delivery
+        self.apply, self.apply_many, self.delete, self.plan, self.explain = w.apply, w.apply_many, w.delete, w.plan, \
+            w.explain
+        self.set_desired_state, self.restart = w.set_desired_state, w.restart
+        self.register, self.heartbeat, self.report = a.register, a.heartbeat, a.report
+        self.update_node, self.cordon, self.drain, self.label, self.taint, self.delete_node = \
+            n.update_node, n.cordon, n.drain, n.label, n.taint, n.delete_node
+        self.backup, self.backup_json, self.local_backup, self.restore, self.recover = \
+            b.backup, b.backup_json, b.local_backup, b.restore, b.recover
+        self.spec_json, self.take_resync, self.desired_stream = d.spec_json, d.take_resync, d.desired_stream
+        # Views (views.py) over the mirror and what agents sent.
+        self.workload_view = partial(views.workload_view, self.state, self.usage)
+        self.workload_page = partial(views.workload_page, self.state, self.usage, self.sorted_workloads)
+        self.node_view = partial(views.node_view, self.state, self.live)
+        self.node_page = partial(views.node_page, self.state, self.live, self.sorted_nodes)
+        self.drain_status = partial(views.drain_status, self.state, self.live)
+
+    @property
+    def is_active(self) -> bool:
+        """Elected AND the mirror has caught up with the store as of the election: a replica that
+        acted on a mirror missing changes would withdraw what it does not know from agents."""
+        return self.election.is_leader and self._active_fence == self.election.fence_revision
+
+    @property
+    def catching_up(self) -> bool:
+        return self.election.is_leader and not self.is_active
+
+    # ------------------------------------------------------------------ shards (membership.py)
+
+    def owns(self, node_id: str) -> bool:
+        return self.membership.owns(node_id)
+
+    def require_owner(self, node_id: str) -> None:
+        self.membership.require_owner(node_id)
+
+    def leader_address(self) -> str:
+        return self.membership.leader_address()
+
+    def _shards_changed(self) -> None:
+        self.membership.hand_over(self.live, self.clock())
+        self.delivery.wake_all()
+
+    @property
+    def active_tasks(self) -> list[asyncio.Task[Any]]:
+        return self._active_tasks
+
+    async def _elected(self) -> None:
+        # Catch up before acting: the mirror must have applied every change up to our own leader
+        # key (a standby whose watch was cut off may be far behind, or reloading after a
+        # compaction). Until then agents are told to retry and nothing is placed or judged.
+        fence = self.election.fence_revision
+        if self.state.revision < fence:
+            log.warning("replica %s elected at revision %d; catching up (mirror at %d)",
+                        self.election.replica_id, fence, self.state.revision)
+            await self.state.wait_for_revision(fence)
+        self._active_fence = fence
+        self.elected_at_wall = time.time()
+        # Start from the durable truth: no reservations of an earlier term, fresh liveness.
+        self.placement.reset()
+        self.monitor.fresh_grace(keep_later=False)
+        self.enqueue_all()
+        self._active_tasks = [self.worker.start()]
+        self._spawn(self.membership.sync_shards())
+        self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
+
+    async def _deposed(self) -> None:
+        self._active_fence = 0
+        self.worker.backlog_low.set()  # nothing drains the queue here now: do not hold applies for it
+        for t in self._active_tasks:
+            t.cancel()
+        for t in self._active_tasks:
+            # Its error must not escape into the election, which would then never stop; but a
+            # task that had already ended on its own (before the cancel) is logged here, since
+            # _worker_ended says nothing of a task it no longer counts as active.
+            already = t.done() and not t.cancelled()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+            if already and (err := t.exception()) is not None:
+                log.error("active-replica task %s had failed: %s", t.get_name(), failures.describe(err),
+                          exc_info=err)
+        self._active_tasks = []
+        self.delivery.wake_all()  # agents' streams end and they look for the active replica
+
+    @property
+    def mode(self) -> str:
+        return str(self.guard.mode)
+
+    def require_normal(self) -> None:
+        if self.guard.mode == Mode.DEGRADED:
+            raise Frozen(f"control plane is degraded ({self.guard.reason}); changes are refused until the "
+                         "state store is back, running workloads keep running")
+        if self.guard.mode == Mode.RECOVERY:
+            raise Frozen(f"control plane is in recovery: {self.guard.reason}")
+
+    def _mode_changed(self, old: Mode, new: Mode, reason: str) -> None:
+        self.emit("ModeChanged", "cluster", f"{old} -> {new}" + (f": {reason}" if reason else ""), str(new))
+        self.delivery.wake_all()  # agents learn the mode at once (hold / resume)
+        if new == Mode.NORMAL:
+            # Heartbeats could not be judged while frozen: every node gets a fresh grace period.
+            self.monitor.fresh_grace(keep_later=True)
+            self.enqueue_all()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.heap.install()
+        if self.stall_watchdog is not None:
+            self.stall_watchdog.start()
+        await self.state.load()
+        has_state = bool(self.state.workloads or self.state.refused or self.state.nodes or self.state.assignments)
+        await self.guard.establish(self.state.cluster_marker, has_state)
+        self.state.subscribe(self._on_change)
+        self.state.start_following()
+        self.monitor.started_at = self.clock()
+        self.enqueue_all()
+        self._tasks = [
+            asyncio.create_task(self.outbox.run(), name="event-publisher"),
+            asyncio.create_task(self._health_loop(), name="mode-guard"),
+            asyncio.create_task(self.monitor.run(), name="node-monitor"),
+        ]
+        if self.config.sharded:
+            self._tasks.append(asyncio.create_task(self.membership.announce(), name="replica-membership"))
+        self.election.start()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.election.settled.wait(), timeout=self.config.leader_ttl_seconds * 3)
+
+    async def stop(self) -> None:
+        # Every wait is bounded: a stuck or failed task must not hold the process at exit.
+        try:
+            # Steps down at once: a standby takes over without waiting.
+            await asyncio.wait_for(self.election.stop(), STOP_WAIT_SECONDS)
+        except Exception as err:  # includes TimeoutError
+            log.warning("stepping down did not finish cleanly: %s", failures.describe(err))
+        if self._commit_tasks or self.placer.tasks:
+            await asyncio.wait({*self._commit_tasks, *self.placer.tasks}, timeout=5)
+        for t in [*self._tasks, *self._active_tasks]:
+            t.cancel()
+        pending = [t for t in [*self._tasks, *self._active_tasks] if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_WAIT_SECONDS)
+        await self.state.stop()
+        self.heap.uninstall()
+        if self.stall_watchdog is not None:
+            await self.stall_watchdog.stop()
+
+    # ------------------------------------------------------------------ events and change routing
+
+    def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
+
+    def _on_change(self, kind: str, ident: str) -> None:
+        if kind == "assignment":
+            node_id, _, instance = ident.partition("/")
+            self.delivery.wake(node_id)
+            self.enqueue(workload_of(instance))
+        elif kind == "workload":
+            self.enqueue(ident)
+        elif kind == "status":
+            if not self._settled(ident):
+                self.enqueue(workload_of(ident))
+        elif kind == "replicas":
+            self._spawn(self.membership.sync_shards())
+        elif kind == "shards":
+            self._shards_changed()
+        elif kind == "node":
+            self.delivery.wake(ident)
+            self.monitor.pending_dirty = True  # a node changed: Pending workloads may fit now
+            node = self.state.nodes.get(ident)
+            if node is not None and node.value.draining:
+                self.enqueue_node_workloads(ident)
+
+    def _settled(self, inst: str) -> bool:
+        """An instance running where it is assigned, of a workload not being deleted, with no move
+        in progress: a status change of such an instance (an agent's report) needs no reconcile.
+        Skipping it saves a queue round trip per placement at thousands per second."""
+        st = self.state.statuses.get(inst)
+        if st is None:
+            return False
+        s = st.value
+        if s.phase != Phase.RUNNING or s.relocating_from or s.left_node:
+            return False
+        if self.state.placement_of.get(inst) != s.node_id:
+            return False
+        w = self.state.workloads.get(workload_of(inst))
+        return w is not None and not w.value.deleting
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+
+    def enqueue(self, wid: str) -> None:
+        self.worker.enqueue(wid)
+
+    def enqueue_all(self) -> None:
+        for wid in [*self.state.workloads, *self.state.refused]:
+            self.enqueue(wid)
+
+    def enqueue_node_workloads(self, node_id: str) -> None:
+        for inst in list(self.state.assignments.get(node_id, {})):
+            self.enqueue(workload_of(inst))
+
+    def enqueue_pending(self) -> None:
+        for inst in self.state.pending:
+            self.enqueue(workload_of(inst))
+
+    def runs_on(self, inst: str, node_id: str) -> bool:
+        return runs_on(self.state, self.live, self.owns(node_id), inst, node_id)
+
+    async def refresh(self, key: str) -> None:
+        """After a lost compare-and-swap, fold the winner's write into the mirror."""
+        kv = await self.store.get(key)
+        if kv is not None:
+            self.state.fold_read(kv)
+
+    # ------------------------------------------------------------------ loops: health, liveness
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_seconds)
+            self.heap.tick()
+            try:
+                await self.guard.check()
+                if self.guard.store_revision:
+                    self.state.observe_store_revision(self.guard.store_revision, self.clock())
+                if (self.guard.mode == Mode.NORMAL and self.config.data_dir is not None
+                        and time.monotonic() - self._last_backup >= self._backup_every):
+                    started = self._last_backup = time.monotonic()
+                    await self.backups.write_local()
+                    # A large cluster's backup takes a while and loads the store: keep it under
+                    # about 5% of the time (and never more often than the configured interval).
+                    self._backup_every = max(self.config.backup_interval_seconds, 20 * (time.monotonic() - started))
+            except Exception:
+                log.exception("health check failed")
+
+    @property
+    def liveness_guard(self) -> GuardState:
+        return self.monitor.guard
+
+    def liveness_view(self) -> dict[str, Any]:
+        return self.monitor.liveness_view()
+
+    def _forget_node(self, node_id: str) -> None:
+        """A deleted node: drop what this replica kept in memory about it."""
+        self.live.pop(node_id, None)
+        self.agent_api.drift.pop(node_id, None)
+
+    async def health(self) -> dict[str, Any]:
+        return await health(self)
+
+
+__all__ = ["Scheduler"]

@@ -1,0 +1,118 @@
+"""A replica's health document (what /healthz, /readyz and `persysctl status` show): the store,
+the mirror, events, the operating mode, the reconcile worker, the liveness guard, leadership.
+Reads the replica through the narrow `HealthSource` protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from persys.events.base import EventBus
+from persys.events.outbox import EventOutbox
+from persys.model import NodeStatus
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.ha import LeaderElection
+from persys.scheduler.mode_guard import Mode, ModeGuard
+from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.state import ClusterState
+from persys.scheduler.worker_watch import WorkerWatch
+from persys.store.base import StateStore
+
+
+class HealthSource(Protocol):
+    store: StateStore
+    events: EventBus
+    state: ClusterState
+    config: SchedulerConfig
+    clock: Callable[[], float]
+    guard: ModeGuard
+    election: LeaderElection
+    outbox: EventOutbox
+    worker_watch: WorkerWatch
+    placement: PlacementService
+    elected_at_wall: float
+
+    @property
+    def is_active(self) -> bool: ...
+    @property
+    def catching_up(self) -> bool: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def active_tasks(self) -> list[asyncio.Task[Any]]: ...
+    def leader_address(self) -> str: ...
+    def owns(self, node_id: str) -> bool: ...
+    def liveness_view(self) -> dict[str, Any]: ...
+
+
+def _problems(s: HealthSource, liveness: dict[str, Any]) -> list[str]:
+    notes = []
+    if s.guard.mode != Mode.NORMAL:
+        notes.append(s.guard.reason)
+    if liveness["suspended"]:
+        notes.append(
+            f"liveness suspended: {liveness['silentNodes']} of {liveness['judgedNodes']} nodes silent "
+            f"({liveness['reason']}), ends in {max(0.0, liveness['endsAt'] - time.time()):.0f}s at the latest "
+            "(persysctl admin liveness resume ends it now)")
+    return notes
+
+
+def _refused(s: HealthSource) -> list[str]:
+    if not s.state.refused:
+        return []
+    names = sorted(s.state.refused)
+    return [f"{len(names)} stored workload(s) refused by the model and not scheduled: {', '.join(names[:5])}"
+            + (", ..." if len(names) > 5 else "")]
+
+
+async def health(s: HealthSource) -> dict[str, Any]:
+    notes: list[str] = []
+    store_ok, backend = True, ""
+    try:
+        st = await s.store.status()
+        backend = str(st.get("backend", ""))
+        revision = st.get("revision", 0)
+        s.state.observe_store_revision(revision if isinstance(revision, int) else 0, s.clock())
+    except Exception as err:
+        store_ok = False
+        notes.append(f"store: {err}")
+    mirror = s.state.health(s.clock())
+    notes += [mirror.detail] if mirror.detail else []
+    if s.catching_up:
+        notes.append(f"elected, catching up with the store (mirror at revision {s.state.revision}, needs "
+                     f"{s.election.fence_revision}): agents are asked to retry")
+    events_ok = await s.events.healthy()
+    notes += [] if events_ok else ["events: backend unreachable, events are being dropped"]
+    losses = s.outbox.ledger.health()
+    liveness = s.liveness_view()
+    notes += _problems(s, liveness)
+    mode = s.mode
+    worker = s.worker_watch.problem(any(not t.done() for t in s.active_tasks), s.is_active, s.clock())
+    if worker:
+        # Scheduling is (or just was) stopped: not normal, whatever the store says.
+        mode = str(Mode.DEGRADED) if mode == str(Mode.NORMAL) else mode
+        notes.append(worker)
+    notes += _refused(s)
+    return {
+        "replicaId": s.election.replica_id,
+        "active": s.is_active,
+        "role": "active" if s.is_active else "catching-up" if s.catching_up else "standby",
+        "leader": s.leader_address(),
+        "electedAt": s.elected_at_wall,
+        "sharded": s.config.sharded,
+        "ownedNodes": sum(1 for n in s.state.nodes if s.owns(n)),
+        "mode": mode,
+        "storeOk": store_ok,
+        "eventsOk": events_ok,
+        "storeBackend": backend,
+        "nodesReady": sum(1 for n in s.state.nodes.values() if n.value.status == NodeStatus.READY),
+        "workloads": len(s.state.workloads),
+        "detail": "; ".join(notes),
+        "decisionLatency": s.placement.decision_latency(),
+        **losses,
+        "mirror": {"revision": s.state.revision, "storeRevision": s.state.lag.store_revision,
+                   "lag": mirror.lag, "watch": mirror.watch, "compactionRecoveries": s.state.compaction_recoveries},
+        "liveness": liveness,
+    }

@@ -1,0 +1,41 @@
+"""What the replica's shell (replica.py) lends the components that do I/O for it: a narrow
+protocol, so that they never import the shell (and the shell's helpers form no import cycle)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from persys.model import WorkloadUsage
+from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.mode_guard import ModeGuard
+from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.reports import LiveNode
+from persys.scheduler.state import ClusterState
+from persys.store.base import StateStore
+
+
+class Shell(Protocol):
+    store: StateStore
+    state: ClusterState
+    config: SchedulerConfig
+    clock: Callable[[], float]
+    guard: ModeGuard
+    placement: PlacementService
+    live: dict[str, LiveNode]
+    usage: dict[str, WorkloadUsage]
+
+    def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
+        """Publish a cluster event (through the outbox: never blocks, never raises)."""
+
+    def enqueue(self, wid: str) -> None:
+        """Have the reconcile worker look at a workload (de-duplicated)."""
+
+    def enqueue_pending(self) -> None:
+        """Look at every Pending instance's workload again (the cluster changed)."""
+
+    def require_normal(self) -> None:
+        """Raise Frozen unless the control plane accepts changes."""
+
+    async def refresh(self, key: str) -> None:
+        """After a lost compare-and-swap, fold the winner's write into the mirror."""

@@ -1,0 +1,214 @@
+"""The shapes of the documents a replica shows (views.py builds them as plain dicts, which go
+over gRPC as JSON unchanged), declared as pydantic models so that the gateway's OpenAPI
+document has real response schemas. tests/scheduler/test_view_models.py checks that every
+view validates against its model with no undeclared field, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class View(BaseModel):
+    """camelCase on the wire (Python names stay snake_case); no undeclared fields."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Score(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node_id: str
+    total: float
+    breakdown: dict[str, float]
+
+
+class PlacementView(BaseModel):
+    """A placement decision as stored on a status, scores spelled out (empty: not placed yet)."""
+
+    model_config = ConfigDict(extra="forbid")
+    node_id: str | None = None
+    feasible: int = 0
+    total: int = 0
+    evaluated: int = 0
+    scores: list[Score] = []
+    explanation: str = ""
+
+
+class UsageView(View):
+    cpu_percent: float
+    memory_bytes: int
+    disk_read_bytes: int
+    disk_write_bytes: int
+    net_rx_bytes: int
+    net_tx_bytes: int
+
+
+class InstanceView(View):
+    instance: str
+    node: str
+    phase: str
+    reason: str
+    message: str
+    observed_revision: str
+    runtime_id: str
+    restarts: int
+    usage: UsageView
+    placement: PlacementView
+    drift: dict[str, Any]
+    updated_at: float
+
+
+class DriftView(View):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    instance: str
+    kind: str
+    rule: str
+    action: str
+    since: float
+
+
+class WorkloadView(View):
+    """A workload and its instances (`spec` only when one workload is asked for)."""
+
+    id: str
+    name: str
+    type: str
+    labels: dict[str, str]
+    desired_state: str
+    revision: str
+    generation: int
+    replicas: int
+    ready: str
+    phase: str
+    node: str
+    nodes: list[str]
+    reason: str
+    message: str
+    observed_revision: str
+    runtime_id: str
+    restarts: int
+    usage: UsageView
+    placement: PlacementView
+    drift: list[DriftView]
+    instances: list[InstanceView]
+    created_at: float
+    updated_at: float
+    spec: dict[str, Any] | None = None
+
+
+class RefusedWorkloadView(View):
+    """A stored workload the model refuses (quarantine.py): shown, never placed."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    id: str
+    phase: str
+    reason: str
+    message: str
+
+
+class Allocated(View):
+    cpu_millicores: int
+    memory_mb: int
+    disk_mb: int
+    workloads: int
+
+
+class NodeView(View):
+    """A node as stored (what its agent registered and operators set) with what is allocated
+    on it, its effective labels and taints, and the last heartbeat and usage this replica saw."""
+
+    id: str
+    address: str
+    agent_version: str
+    capabilities: dict[str, Any]
+    labels: dict[str, str]
+    taints: list[dict[str, Any]]
+    status: str
+    status_reason: str
+    cordoned: bool
+    draining: bool
+    drain_deadline: float
+    admin_labels: dict[str, str]
+    admin_taints: list[dict[str, Any]]
+    registered_at: float
+    last_heartbeat: float
+    usage: dict[str, Any]
+    allocated: Allocated
+    workloads: list[str]  # instance ids
+
+
+class DrainInstance(View):
+    instance: str
+    phase: str = ""
+    node: str = ""
+    message: str = ""
+    reason: str = ""
+
+
+class DrainStatus(View):
+    node: str
+    draining: bool
+    cordoned: bool
+    deadline: float
+    remaining: list[DrainInstance]
+    moving: list[DrainInstance]
+    blocked: list[DrainInstance]
+    done: bool
+
+
+class ReplicaExplanation(View):
+    instance: str
+    phase: str
+    node: str
+    explanation: str
+    decision: PlacementView
+
+
+class Explanation(View):
+    """Why a workload's replicas are where they are; `node`: every filter's verdict there."""
+
+    workload: str
+    replicas: list[ReplicaExplanation]
+    node: dict[str, Any] | None = None
+
+
+class LivenessView(View):
+    suspended: bool
+    since: float
+    ends_at: float
+    reason: str
+    silent_nodes: int
+    judged_nodes: int
+
+
+class MirrorView(View):
+    revision: int
+    store_revision: int
+    lag: int
+    watch: str
+    compaction_recoveries: int
+
+
+class Health(View):
+    """A replica's health: leadership, mode, store, events, mirror, liveness guard."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")  # event losses
+    replica_id: str
+    active: bool
+    role: str
+    leader: str
+    elected_at: float
+    sharded: bool
+    owned_nodes: int
+    mode: str
+    store_ok: bool
+    events_ok: bool
+    store_backend: str
+    nodes_ready: int
+    workloads: int
+    detail: str
+    decision_latency: dict[str, Any]
+    mirror: MirrorView
+    liveness: LivenessView

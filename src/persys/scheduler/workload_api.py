@@ -1,0 +1,217 @@
+"""Clients' changes to workloads (apply, start/stop, restart, delete) and their dry runs (plan,
+explain). Any replica may take them: each is a compare-and-swap on the workload's document,
+retried a few times against concurrent writers. Reconciliation follows from the mirror."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from persys.model import DesiredState, Workload, WorkloadManifest
+from persys.model.base import Model
+from persys.model.workload import instance_id
+from persys.scheduler import keys, quarantine
+from persys.scheduler import placement as pl
+from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.group_commit import TXN_MAX_BYTES, Unit, commit_units
+from persys.scheduler.placement_service import to_request
+from persys.scheduler.shell import Shell
+from persys.scheduler.state import Versioned, put_doc
+from persys.scheduler.views import replica_explanations
+from persys.store.base import Compare, Put, TxnTooLarge, txn_bytes
+
+M = TypeVar("M", bound=Model)
+CAS_ATTEMPTS = 10
+
+
+def updated_workload(old: Workload, incoming: Workload, now: float) -> Workload | None:
+    """`old` changed to an applied manifest's spec and labels (None: nothing to change)."""
+    same_spec = old.spec.spec_revision() == incoming.revision
+    if same_spec and old.labels == incoming.labels and not old.deleting:
+        return None
+    return old.model_copy(update={
+        "spec": incoming.spec, "labels": incoming.labels,
+        "revision": Workload.revision_of(incoming.spec, old.restart_epoch),
+        "generation": old.generation + (0 if same_spec else 1), "updated_at": now, "deleting": False,
+    })
+
+
+class WorkloadApi:
+    def __init__(self, shell: Shell, admit: Callable[[], Awaitable[None]]) -> None:
+        self.s = shell
+        self.admit = admit  # holds a bulk apply while the reconcile backlog is long
+
+    async def apply(self, manifest: WorkloadManifest, dry_run: bool = False) -> tuple[Workload, bool, bool]:
+        """Create or update a workload. Returns (workload, created, changed); idempotent."""
+        if not dry_run:
+            self.s.require_normal()
+        state = self.s.state
+        incoming = Workload.from_manifest(manifest, time.time())
+        key = keys.workload(incoming.id)
+        for _ in range(CAS_ATTEMPTS):
+            current = state.workloads.get(incoming.id)
+            if current is None:
+                if dry_run:
+                    return incoming, True, True
+                # rev_of: 0, or the revision of a stored document the model refuses, which a
+                # valid manifest of the same name replaces.
+                if await state.commit([Compare(key, state.rev_of(key))], [Put(key, incoming.to_json())],
+                                      fenced=False):
+                    self.s.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
+                    return incoming, True, True
+                await self.s.refresh(key)
+                continue
+            updated = updated_workload(current.value, incoming, incoming.created_at)
+            if updated is None:
+                return current.value, False, False
+            if dry_run:
+                return updated, False, True
+            if await state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())], fenced=False):
+                self.s.emit("WorkloadUpdated", f"workload/{updated.id}", f"revision {updated.revision}")
+                return updated, False, True
+            await self.s.refresh(key)
+        raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
+
+    async def apply_many(self, manifests: list[WorkloadManifest]) -> list[tuple[Workload, bool, bool]]:
+        """Apply many manifests at once (same results as `apply` one by one, in order).
+
+        New workloads are created together, many per transaction; a name applied twice in the
+        batch, an existing workload, or a create that lost a race goes through `apply`."""
+        self.s.require_normal()
+        await self.admit()
+        now = time.time()
+        incoming = [Workload.from_manifest(m, now) for m in manifests]
+        puts = [put_doc(keys.workload(w.id), w) for w in incoming]
+        for i, put in enumerate(puts):  # refuse the batch before anything is written
+            if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
+                raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
+                                  f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")
+        fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
+        seen: set[str] = set()
+        for i, w in enumerate(incoming):
+            if w.id in seen:
+                fresh.pop(w.id, None)
+            elif w.id not in self.s.state.workloads:
+                fresh[w.id] = i
+            seen.add(w.id)
+        created: dict[int, bool] = {}
+        if fresh:
+            units = [Unit([Compare(keys.workload(wid), 0)], [puts[i]]) for wid, i in fresh.items()]
+            oks = await commit_units(lambda c, o: self.s.state.commit(c, o, fenced=False), units)
+            for (wid, i), ok in zip(fresh.items(), oks, strict=True):
+                created[i] = ok
+                if ok:
+                    self.s.emit("WorkloadCreated", f"workload/{wid}", f"revision {incoming[i].revision}")
+        out = []
+        for i, m in enumerate(manifests):
+            out.append((incoming[i], True, True) if created.get(i) else await self.apply(m))
+        return out
+
+    async def cas_change(self, key: str, what: str, read: Callable[[], Versioned[M] | None],
+                         change: Callable[[M], M], stamp: Callable[[M], None] | None = None) -> tuple[M, bool]:
+        """Apply an operator's change to one document with compare-and-swap (any replica may).
+
+        Returns the document and whether it was written; `stamp` runs only on a real change."""
+        self.s.require_normal()
+        for _ in range(CAS_ATTEMPTS):
+            cur = read()
+            if cur is None:
+                raise NotFound(what)
+            updated = change(cur.value.model_copy(deep=True))
+            if updated == cur.value:
+                return updated, False
+            if stamp is not None:
+                stamp(updated)
+            if await self.s.state.commit([Compare(key, cur.mod_revision)], [Put(key, updated.to_json())],
+                                         fenced=False):
+                return updated, True
+            await self.s.refresh(key)
+        raise MutationRefused(f"{what} is being changed concurrently; try again")
+
+    async def _change_workload(self, wid: str, change: Callable[[Workload], Workload], event: str) -> Workload:
+        def read() -> Versioned[Workload] | None:
+            cur = self.s.state.workloads.get(wid)
+            return cur if cur is not None and not cur.value.deleting else None
+
+        def stamp(w: Workload) -> None:
+            w.updated_at = time.time()
+
+        updated, written = await self.cas_change(keys.workload(wid), f"workload {wid!r}", read, change, stamp)
+        if written:
+            self.s.emit(event, f"workload/{wid}", f"revision {updated.revision}")
+        return updated
+
+    async def set_desired_state(self, wid: str, state: DesiredState) -> Workload:
+        """Start or stop a workload without editing its manifest."""
+
+        def change(w: Workload) -> Workload:
+            if w.spec.desired_state != state:
+                w.spec.desired_state = state
+                w.revision = Workload.revision_of(w.spec, w.restart_epoch)
+                w.generation += 1
+            return w
+
+        return await self._change_workload(wid, change, "WorkloadStarted" if state == DesiredState.RUNNING
+                                           else "WorkloadStopping")
+
+    async def restart(self, wid: str) -> Workload:
+        """Replace every instance with a fresh copy of the same spec (a new revision)."""
+
+        def change(w: Workload) -> Workload:
+            w.restart_epoch += 1
+            w.revision = Workload.revision_of(w.spec, w.restart_epoch)
+            w.generation += 1
+            return w
+
+        return await self._change_workload(wid, change, "WorkloadRestarting")
+
+    async def delete(self, wid: str) -> tuple[bool, bool]:
+        """Ask for a workload's removal. Returns (deleted, already_gone); idempotent."""
+        self.s.require_normal()
+        state = self.s.state
+        key = keys.workload(wid)
+        for _ in range(CAS_ATTEMPTS):
+            current = state.workloads.get(wid)
+            refused = state.refused.get(wid) if current is None else None
+            if refused is not None:  # stored, but refused by the model: deletable all the same
+                if refused.value.deleting:
+                    return True, False
+                marked, rev = quarantine.marked_deleting(refused.value, time.time()), refused.mod_revision
+            elif current is None:
+                return False, True
+            elif current.value.deleting:
+                return True, False
+            else:
+                doc = current.value.model_copy(update={"deleting": True, "updated_at": time.time()})
+                marked, rev = doc.to_json(), current.mod_revision
+            if await state.commit([Compare(key, rev)], [Put(key, marked)], fenced=False):
+                self.s.emit("WorkloadDeleting", f"workload/{wid}", "deletion requested")
+                return True, False
+            await self.s.refresh(key)
+        raise MutationRefused(f"workload {wid} is being changed concurrently; try again")
+
+    def plan(self, manifest: WorkloadManifest) -> list[tuple[str, pl.Decision]]:
+        """Where the workload's replicas would go now, and why. Writes and reserves nothing."""
+        state = self.s.state
+        w = Workload.from_manifest(manifest, time.time())
+        current = state.workloads.get(w.id)
+        requests = []
+        for i in range(w.spec.replicas):
+            inst = instance_id(w.id, i)
+            st = state.statuses.get(inst)
+            pinned = st.value.volume_node if st and st.value.volume_node and current else None
+            requests.append(to_request(w, inst, pinned or None))
+        decisions = self.s.placement.plan(requests)
+        return [(r.id, d) for r, d in zip(requests, decisions, strict=True)]
+
+    def explain(self, wid: str, node_id: str = "") -> dict[str, Any]:
+        """The stored placement explanation of each replica; with `node_id`, every filter's
+        verdict and the score breakdown for that node as the cluster stands now."""
+        out = replica_explanations(self.s.state, wid)
+        if node_id:
+            if node_id not in self.s.state.nodes:
+                raise NotFound(f"node {node_id!r}")
+            ev = self.s.placement.evaluate(to_request(self.s.state.workloads[wid].value, wid), node_id)
+            out["node"] = ev.to_dict() if ev else None
+        return out

@@ -1,0 +1,42 @@
+"""Every view a replica shows validates against its declared model (view_models.py) with no
+undeclared field, so the gateway's OpenAPI response schemas say what the API really sends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from persys.model import NodeUsage, Phase, parse_manifests
+from persys.model.status import WorkloadUsage
+from persys.scheduler import view_models as vm
+from persys.scheduler.replica import Scheduler
+from persys.scheduler.reports import WorkloadReport
+from tests.scheduler import test_core
+from tests.scheduler.test_core import manifest, node, settle
+
+make, clock = test_core.make, test_core.clock  # the same scheduler fixtures (pytest finds them here)
+
+
+async def test_views_match_their_models(make: Callable) -> None:
+    s: Scheduler = await make()
+    await s.register(node("n1"))
+    s.heartbeat("n1", NodeUsage(cpu_percent=3))
+    (m,) = parse_manifests(manifest("web").replace("spec:\n", "spec:\n  replicas: 2\n"))
+    await s.apply(m)
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1" and s.state.placement_of.get("web.1") == "n1")
+    rev = s.state.workloads["web"].value.revision
+    await s.report("n1", [WorkloadReport("web", rev, 1, Phase.RUNNING, usage=WorkloadUsage(cpu_percent=2.5)),
+                          WorkloadReport("web.1", rev, 1, Phase.STOPPED)], complete=True)
+    await s.drain("n1", 0)
+
+    w = vm.WorkloadView.model_validate(s.workload_view("web"))
+    assert w.spec is not None and len(w.instances) == 2 and w.instances[0].usage.cpu_percent == 2.5
+    assert w.drift and w.drift[0].kind == "unexpected-stop"
+    assert vm.WorkloadView.model_validate(s.workload_view("web", summary=True)).spec is None
+    n = vm.NodeView.model_validate(s.node_view("n1"))
+    assert n.allocated.workloads == 2 and n.draining
+    assert vm.DrainStatus.model_validate(s.drain_status("n1")).node == "n1"
+    assert vm.Explanation.model_validate(s.explain("web", "n1")).replicas[0].decision.scores
+    h = vm.Health.model_validate(await s.health())
+    assert h.active and h.liveness.judged_nodes >= 0
+    # camelCase on the wire, as the views send it
+    assert "observedRevision" in vm.InstanceView.model_json_schema(by_alias=True)["properties"]

@@ -158,7 +158,7 @@ class HollowNode:
         h.errors_by_code[f"{call} {err.code().name}"] += 1
         h.c.last_error = f"{call} {self.node_id}: {err.code().name} {err.details()}"
 
-    async def accept_desired(self, ds: pb.DesiredState) -> None:
+    async def accept_desired(self, ds: pb.AssignmentSet) -> None:
         h = self.hollow
         now = time.monotonic()
         if not self.synced:
@@ -174,7 +174,7 @@ class HollowNode:
         for wid in ds.removed:
             self.desired.pop(wid, None)
         for a in ds.workloads:
-            wid = a.workload_id
+            wid = a.instance_id
             h.received(wid, now)
             self.desired[wid] = (a.revision, a.generation)
             if self.unreported is not None:
@@ -203,7 +203,7 @@ class HollowNode:
                     node_id=self.node_id,
                     workloads=[
                         pb.WorkloadReport(
-                            workload_id=wid, revision=self.desired[wid][0], generation=self.desired[wid][1],
+                            instance_id=wid, revision=self.desired[wid][0], generation=self.desired[wid][1],
                             state=pb.WORKLOAD_STATE_RUNNING, runtime_id=f"hollow-{wid}",
                         )
                         for wid in wids

@@ -42,5 +42,5 @@ async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int, *
     """Ask node `node_id`'s agent for an instance's logs."""
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
-            apb.LogsRequest(workload_id=workload_id, tail=tail), timeout=15)
+            apb.LogsRequest(instance_id=workload_id, tail=tail), timeout=15)
     return str(resp.text)

@@ -34,7 +34,7 @@ def test_build(case: dict[str, Any]) -> None:
         failures={w: failure(f) for w, f in case.get("failures", {}).items()},
         restarts=case.get("restarts", {}), usage={w: usage(w, u) for w, u in case.get("usage", {}).items()},
         fenced=case.get("fenced", {}), failure_grace=case.get("failure_grace", 30.0)))
-    got = {r.workload_id: r for r in reports}
+    got = {r.instance_id: r for r in reports}
     assert set(got) == set(case["expect"])
     for wid, fields in case["expect"].items():
         for key, want in fields.items():
@@ -45,7 +45,7 @@ def test_build(case: dict[str, Any]) -> None:
 
 
 def _reports(states: dict[str, str]) -> list[pb.WorkloadReport]:
-    return [pb.WorkloadReport(workload_id=w, revision="r1", state=pb.WorkloadState.Value(f"WORKLOAD_STATE_{s}"))
+    return [pb.WorkloadReport(instance_id=w, revision="r1", state=pb.WorkloadState.Value(f"WORKLOAD_STATE_{s}"))
             for w, s in states.items()]
 
 
@@ -53,13 +53,13 @@ def _reports(states: dict[str, str]) -> list[pb.WorkloadReport]:
 def test_select(case: dict[str, Any]) -> None:
     last = None
     if "last" in case:
-        last = {r.workload_id: report.fingerprint(r) for r in _reports(case["last"])}
+        last = {r.instance_id: report.fingerprint(r) for r in _reports(case["last"])}
     out = report.select(_reports(case["reports"]), last, case["now"], case.get("last_full", 0.0))
     want = case["expect"]
     if want["sent"] is None:
         assert out is None
         return
     assert out is not None
-    assert [r.workload_id for r in out.reports] == want["sent"]
+    assert [r.instance_id for r in out.reports] == want["sent"]
     assert out.complete == want["complete"]
     assert set(out.seen) == set(case["reports"])

@@ -47,9 +47,9 @@ class FakeRuntime:
         return None
 
 
-def _full(*ids: str) -> pb.DesiredState:
-    return pb.DesiredState(mode="normal", full=True, workloads=[
-        pb.AssignedWorkload(workload_id=w, revision="r1", generation=1, desired_state="Running", spec_json=BAD)
+def _full(*ids: str) -> pb.AssignmentSet:
+    return pb.AssignmentSet(mode="normal", full=True, workloads=[
+        pb.AssignedWorkload(instance_id=w, revision="r1", generation=1, desired_state="Running", spec_json=BAD)
         for w in ids])
 
 
@@ -67,7 +67,7 @@ async def test_instance_listed_with_an_unreadable_spec_is_kept(tmp_path: Path) -
     await agent.reconcile_once()
     assert rt.removed == ["stray"] and rt.running == {"quarantined"}
 
-    await agent.accept_desired(pb.DesiredState(mode="normal", removed=["quarantined"]))  # deleted
+    await agent.accept_desired(pb.AssignmentSet(mode="normal", removed=["quarantined"]))  # deleted
     await agent.reconcile_once()
     assert rt.removed == ["stray", "quarantined"]
     agent.local.close()

@@ -35,9 +35,9 @@ async def sched(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, pb_grpc
     await running.stop()
 
 
-async def next_message(call: grpc.aio.UnaryStreamCall) -> pb.DesiredState:  # type: ignore[type-arg]
+async def next_message(call: grpc.aio.UnaryStreamCall) -> pb.AssignmentSet:  # type: ignore[type-arg]
     msg = await asyncio.wait_for(call.read(), 10)
-    assert isinstance(msg, pb.DesiredState)
+    assert isinstance(msg, pb.AssignmentSet)
     return msg
 
 
@@ -55,11 +55,11 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
         msg = await next_message(deltas)
         while not msg.workloads:  # a wake-up may carry nothing new
             msg = await next_message(deltas)
-        assert not msg.full and [w.workload_id for w in msg.workloads] == [name] and not msg.removed
+        assert not msg.full and [w.instance_id for w in msg.workloads] == [name] and not msg.removed
     msg = await next_message(fulls)
     while len(msg.workloads) < 2:
         msg = await next_message(fulls)
-    assert msg.full and sorted(w.workload_id for w in msg.workloads) == ["a", "b"]
+    assert msg.full and sorted(w.instance_id for w in msg.workloads) == ["a", "b"]
 
     await s.delete("a")
     msg = await next_message(deltas)
@@ -69,7 +69,7 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
 
     s.delivery.ask_resync("n1")  # what drift remediation does for a node missing a workload
     msg = await next_message(deltas)
-    assert msg.full and [w.workload_id for w in msg.workloads] == ["b"]
+    assert msg.full and [w.instance_id for w in msg.workloads] == ["b"]
     deltas.cancel()
     fulls.cancel()
 
@@ -92,7 +92,7 @@ async def test_heartbeats_and_reports_on_the_update_stream(
     assert s.live["n1"].usage.workloads == 1
 
     await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True, workloads=[
-        pb.WorkloadReport(workload_id="web", revision=web.revision, generation=web.generation,
+        pb.WorkloadReport(instance_id="web", revision=web.revision, generation=web.generation,
                           state=pb.WORKLOAD_STATE_RUNNING, runtime_id="pid-1")])))
     await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1")))
     await asyncio.wait_for(call.read(), 5)  # answered after the report before it was handled

@@ -269,7 +269,7 @@ class Agent:
             return [self.runtimes[d.spec.type]], True
         return list(self.runtimes.values()), d is not None
 
-    async def accept_desired(self, ds: pb.DesiredState) -> None:
+    async def accept_desired(self, ds: pb.AssignmentSet) -> None:
         """Take a full desired set or a delta (see DesiredState in the proto)."""
         self.mode = ds.mode or "normal"
         changed: dict[str, Desired] = {}
@@ -279,20 +279,20 @@ class Agent:
             try:
                 spec = WorkloadSpec.model_validate_json(a.spec_json)
             except ValueError as err:
-                if a.workload_id not in self._unreadable:
-                    log.error("scheduler sent an unreadable spec for %s: %s", a.workload_id, err)
-                unreadable.add(a.workload_id)
+                if a.instance_id not in self._unreadable:
+                    log.error("scheduler sent an unreadable spec for %s: %s", a.instance_id, err)
+                unreadable.add(a.instance_id)
                 continue
             d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
-            old = self.desired.get(a.workload_id)
+            old = self.desired.get(a.instance_id)
             if old is not None and old.generation > d.generation:
                 continue  # fencing: never go back to an older generation
-            changed[a.workload_id] = d
+            changed[a.instance_id] = d
         holding = self.mode != "normal"  # hold: accept updates but never remove anything
         if ds.full and not holding:
             self.synced = True
             self._full_set_at = time.monotonic()
-            removed = set(self.desired) - {a.workload_id for a in ds.workloads}
+            removed = set(self.desired) - {a.instance_id for a in ds.workloads}
             self._unreadable = unreadable  # the scheduler's list replaces what we had
         else:
             removed = set() if holding else set(ds.removed) & set(self.desired)

@@ -48,14 +48,14 @@ def build(s: Local) -> list[pb.WorkloadReport]:
     # Anything still running but no longer desired is listed too, so "complete" is honest.
     for wid, o in s.observed.items():
         if wid not in s.desired:
-            reports.append(pb.WorkloadReport(workload_id=wid, revision=o.revision, generation=o.generation,
+            reports.append(pb.WorkloadReport(instance_id=wid, revision=o.revision, generation=o.generation,
                                              state=STATE_TO_PB[o.state], runtime_id=o.runtime_id))
     return reports
 
 
 def _desired_report(s: Local, wid: str, d: Desired) -> pb.WorkloadReport:
     o = s.observed.get(wid)
-    r = pb.WorkloadReport(workload_id=wid, generation=d.generation, restarts=s.restarts.get(wid, 0))
+    r = pb.WorkloadReport(instance_id=wid, generation=d.generation, restarts=s.restarts.get(wid, 0))
     if o is None:
         r.revision = d.revision
         r.state = pb.WORKLOAD_STATE_PENDING
@@ -108,11 +108,11 @@ def select(reports: list[pb.WorkloadReport], last: Mapping[str, Fingerprint] | N
            last_full: float) -> Outgoing | None:
     """What to send (None: nothing changed). `last` is what the scheduler was last told (None:
     nothing yet on this stream); `last_full` when the latest complete report went out."""
-    seen = {r.workload_id: fingerprint(r) for r in reports}
+    seen = {r.instance_id: fingerprint(r) for r in reports}
     complete = last is None or now - last_full >= FULL_REPORT_SECONDS or not last.keys() <= seen.keys()
     if not complete:
         assert last is not None
-        reports = [r for r in reports if last.get(r.workload_id) != seen[r.workload_id]]
+        reports = [r for r in reports if last.get(r.instance_id) != seen[r.instance_id]]
         if not reports:
             return None
     return Outgoing(reports, complete, seen)

@@ -54,7 +54,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
         who = peer_identity(context)
         if who not in ALLOWED:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not read logs")
-        wid, tail = request.workload_id, request.tail or 100
+        wid, tail = request.instance_id, request.tail or 100
         candidates, desired = self.node.log_sources(wid)
         for rt in candidates:
             try:

@@ -223,7 +223,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [
             WorkloadReport(
-                workload_id=r.workload_id, revision=r.revision, generation=r.generation,
+                workload_id=r.instance_id, revision=r.revision, generation=r.generation,
                 phase=STATE_TO_PHASE.get(r.state, Phase.SCHEDULED), reason=r.reason, message=r.message,
                 terminal=r.terminal, runtime_id=r.runtime_id, restarts=r.restarts, usage=WorkloadUsage.of(r),
             )
@@ -276,22 +276,22 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         raise AssertionError("unreachable")  # _mapped aborts on every error
 
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
-                               ) -> AsyncIterator[pb.DesiredState]:
+                               ) -> AsyncIterator[pb.AssignmentSet]:
         await self._as_node(request.node_id, context)
         async with self._budget(self.watch_budget, request.node_id, context):
             async for state in self._watch(request, context):
                 yield state
 
     async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
-                     ) -> AsyncIterator[pb.DesiredState]:
+                     ) -> AsyncIterator[pb.AssignmentSet]:
         # The delta protocol is delivery.py's; this only converts its messages to protobuf.
         messages = self.s.delivery.messages(request.node_id, request.deltas, lambda: self.s.mode)
         while True:
             async with _mapped(context):  # a deposed replica ends the stream with the new address
                 msg = await anext(messages)
-            items = [pb.AssignedWorkload(workload_id=i.workload_id, revision=i.revision, generation=i.generation,
+            items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
-            yield pb.DesiredState(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
+            yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
                                   full=msg.full, removed=msg.removed)
 
     # ---------------------------------------------------------------- client side

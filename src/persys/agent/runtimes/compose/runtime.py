@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiodocker
 import yaml
 from aiodocker.exceptions import DockerError
 from aiodocker.volumes import DockerVolume
@@ -50,6 +49,7 @@ from persys.agent.runtimes.compose.project import (
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
+from persys.agent.runtimes.docker_client import LazyDocker
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
@@ -83,27 +83,18 @@ class ComposeRuntime:
     ) -> None:
         self._dirs = WorkDirs(Path(state_dir) / "compose", ComposeMeta, lenient=True)
         self._node_paths = node_paths
-        self._url = url
         self._cli = ComposeCLI(url=url, compose_command=compose_command, command_timeout=command_timeout)
         self._stop_timeout = stop_timeout
         self._stats_timeout = stats_timeout
         # The runtime label keeps projects apart from DockerRuntime's containers; extra labels (the
         # node) keep agents that share one engine from adopting or removing each other's projects.
         self._scope = {LABEL_RUNTIME: self.name, **(extra_labels or {})}
-        self._client: aiodocker.Docker | None = None
+        self._docker = LazyDocker(url)
         # Per workload: start/stop/remove of one project are serialised, different projects overlap.
         self._locks: dict[str, asyncio.Lock] = {}
 
-    # The aiohttp session must be created inside a running loop, so connect lazily.
-    def _docker(self) -> aiodocker.Docker:
-        if self._client is None:
-            self._client = aiodocker.Docker(url=self._url)
-        return self._client
-
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._docker.close()
 
     def _lock(self, workload_id: str) -> asyncio.Lock:
         return self._locks.setdefault(workload_id, asyncio.Lock())

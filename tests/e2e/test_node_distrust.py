@@ -31,10 +31,14 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Components, EtcdServer]]:
     etcd = start_etcd(tmp_path / "etcd")
-    c = Components(tmp_path, etcd.url, nodes=())  # no agents: the test speaks for nodes itself
-    yield c, etcd
-    c.stop()
-    etcd.stop()
+    try:  # etcd is stopped also when the components fail to start
+        c = Components(tmp_path, etcd.url, nodes=())  # no agents: the test speaks for nodes itself
+        try:
+            yield c, etcd
+        finally:
+            c.stop()
+    finally:
+        etcd.stop()
 
 
 def issue_node(pki: Path, out: Path, node_id: str) -> TLSFiles:

@@ -3,7 +3,9 @@
 
 Read from the store on each admission rather than from the mirror: an admin's change holds for
 the very next apply on every replica. A stored document the model refuses is logged and the
-defaults hold (fail closed: never a relaxed policy by accident).
+defaults hold (fail closed: never a relaxed policy by accident). While the store is unreachable
+the policy last read holds (the defaults if none was), so admission still answers: an apply is
+then refused by the scheduler's own frozen mode, naming it, and a plan still works.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.policy import WorkloadPolicy, check
 from persys.scheduler import keys
-from persys.store.base import StateStore
+from persys.store.base import StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +56,33 @@ class PolicyGate:
     def __init__(self, store: StateStore, defaults: WorkloadPolicy | None = None) -> None:
         self.store = store
         self.defaults = defaults or WorkloadPolicy()
+        self._last: tuple[WorkloadPolicy, bool] | None = None  # the policy last read from the store
 
-    async def current(self) -> tuple[WorkloadPolicy, bool]:
-        """The policy in force and whether it is stored (False: the defaults)."""
-        kv = await self.store.get(keys.POLICY)
-        if kv is None:
-            return self.defaults, False
+    async def _read(self) -> tuple[WorkloadPolicy, bool]:
         try:
-            return WorkloadPolicy.model_validate_json(kv.value), True
+            kv = await self.store.get(keys.POLICY)
+        except StoreUnavailable:
+            if self._last is None:
+                return self.defaults, False
+            return self._last
+        if kv is None:
+            self._last = (self.defaults, False)
+            return self._last
+        try:
+            self._last = (WorkloadPolicy.model_validate_json(kv.value), True)
         except ValidationError as err:
             log.error("stored workload policy refused by the model, defaults hold: %s",
                       "; ".join(format_validation_error(err)))
-            return self.defaults, False
+            self._last = (self.defaults, False)
+        return self._last
+
+    async def current(self) -> tuple[WorkloadPolicy, bool]:
+        """The policy in force and whether it is stored (False: the defaults)."""
+        return await self._read()
 
     async def save(self, policy: WorkloadPolicy) -> None:
         await self.store.put(keys.POLICY, policy.to_json())
+        self._last = (policy, True)
 
     async def admit(self, manifests: Sequence[WorkloadManifest]) -> None:
         """Raise PolicyRefusedError naming every violation; nothing is written before this passes."""

@@ -1,5 +1,9 @@
 """Shared fixtures: real etcd/Redis servers and the Docker engine (started on demand)."""
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from tests.docker_fixtures import *  # noqa: F403
@@ -10,3 +14,23 @@ from tests.lanes import mark_unit_tests
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_unit_tests(items)  # the fast lane's selection (tests/lanes.py)
+
+
+def _agent_cgroups() -> set[Path]:
+    """The per-agent cgroup folders under every controller's `persys/` (cgroup v1 and v2)."""
+    parents = [p for p in Path("/sys/fs/cgroup").glob("*/persys") if p.is_dir()]
+    parents += [p for p in [Path("/sys/fs/cgroup/persys")] if p.is_dir()]
+    return {d for parent in parents for d in parent.iterdir() if d.is_dir()}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _remove_agent_cgroups() -> Iterator[None]:
+    """Agents leave their cgroup folder behind on purpose (workloads outlive the agent); the
+    suite removes the empty ones its agents made, deepest first, so runs do not pile them up."""
+    before = _agent_cgroups()
+    yield
+    for top in sorted(_agent_cgroups() - before):
+        deepest_first = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for d in [*deepest_first, top]:
+            with contextlib.suppress(OSError):  # not empty: something still runs there
+                d.rmdir()

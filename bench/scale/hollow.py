@@ -89,7 +89,7 @@ class HollowNode:
         self.node_id = p.node_id
         self.request = pb.RegisterNodeRequest(
             node_id=p.node_id,
-            address=f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}",
+            address=f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}:7070",
             agent_version=f"{__version__}+hollow",
             capabilities=pb.NodeCapabilities(
                 runtimes=[

@@ -22,11 +22,12 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes as CertificatePublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from persys.model.node_names import node_id_problem
 from persys.security import peer_names
-from persys.security.identity import Kind, from_subject
+from persys.security.identity import Identity, Kind, from_subject
 from persys.tlsfiles import TLSFiles as TLSFiles  # moved to a leaf module; re-exported for older callers
 
 CA_VALIDITY = dt.timedelta(days=3650)
@@ -63,6 +64,25 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+
+
+def certificate_contents(common_name: str, groups: tuple[str, ...], hosts: tuple[str, ...]
+                         ) -> tuple[Identity, tuple[str, ...]]:
+    """The identity a certificate for `common_name` stands for and the names it carries (the
+    hosts plus the role's name); raises CertificateRequestError for what no CA may sign."""
+    identity = from_subject(common_name, groups)
+    if identity.kind is Kind.UNKNOWN:
+        raise CertificateRequestError(
+            f"common name {common_name!r}: use node:<id>, scheduler[:<name>], gateway[:<name>] or user:<name>")
+    problem = node_id_problem(identity.name) if identity.kind is Kind.NODE else None
+    if problem:  # the id becomes a DNS name in the certificate, and the scheduler refuses others
+        raise CertificateRequestError(problem)
+    reserved = [h for h in hosts if peer_names.is_reserved(h)]
+    if reserved:
+        raise CertificateRequestError(f"host {reserved[0]!r}: names under {peer_names.ROLE_DOMAIN} and wildcards "
+                                      "are given by role only")
+    role_name = peer_names.for_identity(identity)
+    return identity, ((*hosts, role_name) if role_name else ())
 
 
 class ClusterCA:
@@ -118,17 +138,7 @@ class ClusterCA:
         host names. `out` (default: the CA's folder) receives the key, the certificate and a copy
         of ca.crt, never the CA key: the folder to hand to the machine that uses the identity.
         """
-        identity = from_subject(common_name, groups)
-        if identity.kind is Kind.UNKNOWN:
-            raise CertificateRequestError(
-                f"common name {common_name!r}: use node:<id>, scheduler[:<name>], gateway[:<name>] or user:<name>")
-        problem = node_id_problem(identity.name) if identity.kind is Kind.NODE else None
-        if problem:  # the id becomes a DNS name in the certificate, and the scheduler refuses others
-            raise CertificateRequestError(problem)
-        reserved = [h for h in hosts if peer_names.is_reserved(h)]
-        if reserved:
-            raise CertificateRequestError(f"host {reserved[0]!r}: names under {peer_names.ROLE_DOMAIN} and wildcards "
-                                          "are given by role only")
+        identity, names = certificate_contents(common_name, groups, hosts)
         folder = Path(out) if out is not None else self.dir
         private_dir(folder)
         ca_path = folder / "ca.crt"
@@ -136,8 +146,6 @@ class ClusterCA:
             ca_path.write_bytes(self.ca_cert_path.read_bytes())
         cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
         files = TLSFiles(ca_path, cert_path, key_path)
-        role_name = peer_names.for_identity(identity)
-        names = (*hosts, role_name) if role_name else ()
         if cert_path.exists() and key_path.exists() and _matches(cert_path, common_name, names, groups):
             protect_key(key_path)
             return files
@@ -148,10 +156,16 @@ class ClusterCA:
 
     def _sign(self, common_name: str, groups: tuple[str, ...], names: tuple[str, ...], kind: Kind
               ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        return self.certify(key.public_key(), common_name, groups, names, kind, LEAF_VALIDITY), key
+
+    def certify(self, public_key: CertificatePublicKey, common_name: str, groups: tuple[str, ...],
+                names: tuple[str, ...], kind: Kind, validity: dt.timedelta) -> x509.Certificate:
+        """A certificate for a key held elsewhere (a CSR's): the subject, names and usages come
+        from the arguments, never from the request, so a CSR cannot ask for more."""
         ca_key = serialization.load_pem_private_key(self.ca_key_path.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(self.ca_cert_path.read_bytes())
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-        key = ec.generate_private_key(ec.SECP256R1())
         subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
         # Users only ever dial: a user certificate cannot serve TLS at all.
@@ -162,10 +176,10 @@ class ClusterCA:
             x509.CertificateBuilder()
             .subject_name(x509.Name(subject))
             .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
+            .public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + LEAF_VALIDITY)
+            .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -179,7 +193,7 @@ class ClusterCA:
         )
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(_general_names(names)), critical=False)
-        return builder.sign(ca_key, hashes.SHA256()), key
+        return builder.sign(ca_key, hashes.SHA256())
 
 
 def _general_names(hosts: tuple[str, ...]) -> list[x509.GeneralName]:

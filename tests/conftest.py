@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bao_server import *  # noqa: F403
 from tests.docker_fixtures import *  # noqa: F403
 from tests.fixtures_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests

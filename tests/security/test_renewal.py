@@ -1,0 +1,25 @@
+"""When certificates are renewed (persys.security.renewal), table-driven from renewal_cases/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from persys.security.renewal import Validity, expired, renew_at, retry_at
+
+CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "renewal_cases" / "schedule.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_schedule(case: dict[str, Any]) -> None:
+    cert = Validity(**case["cert"])
+    expect = case["expect"]
+    if "renew" in expect:
+        assert renew_at(cert, case.get("jitter", 1.0)) == pytest.approx(expect["renew"])
+    if "retry" in expect:
+        assert retry_at(cert, case["now"], case["failures"]) == pytest.approx(expect["retry"])
+    if "expired" in expect:
+        assert expired(cert, case["now"]) is expect["expired"]

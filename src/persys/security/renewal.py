@@ -32,7 +32,7 @@ def renew_at(cert: Validity, jitter: float = 1.0) -> float:
 def retry_at(cert: Validity, now: float, failures: int) -> float:
     """The next attempt after `failures` failed ones in a row (1, 2, 4 … 60 s), never later
     than halfway to the expiry, and at least once per RETRY_FIRST once the expiry is near."""
-    wait = min(RETRY_CAP, RETRY_FIRST * 2 ** max(0, failures - 1))
+    wait = min(RETRY_CAP, RETRY_FIRST * 2.0 ** min(max(0, failures - 1), 16))
     remaining = cert.not_after - now
     if remaining <= (cert.not_after - cert.not_before) * RETRY_NEAR_EXPIRY:
         return now + RETRY_FIRST

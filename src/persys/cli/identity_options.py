@@ -26,7 +26,13 @@ from persys.security.cert_requests import IdentityRequestError, identity_request
 from persys.security.live_identity import MIN_TTL, LiveIdentity, Material
 from persys.security.pki import CertificateRequestError
 from persys.security.signer import SignedCertificate
-from persys.security.vault_session import VaultLoginError, VaultSession, read_credential, unwrap_secret_id
+from persys.security.vault_session import (
+    REQUEST_TIMEOUT,
+    VaultLoginError,
+    VaultSession,
+    read_credential,
+    unwrap_secret_id,
+)
 from persys.store.base import StateStore
 
 log = logging.getLogger(__name__)
@@ -92,7 +98,10 @@ def _session(o: VaultIdentityOptions) -> VaultSession:
     if o.secret_id_file is None:
         raise VaultLoginError("--vault-wrapped-secret-id-file is required with --identity-from openbao")
     secret_id = unwrap_secret_id(o.addr, o.ca_file, o.secret_id_file, "--vault-wrapped-secret-id-file")
-    return VaultSession(o.addr, o.ca_file, approle=(role_id, secret_id), approle_mount=o.approle_mount)
+    # A stalled OpenBao holds one attempt for at most a twentieth of the lifetime: retries stay frequent.
+    timeout = min(REQUEST_TIMEOUT, o.ttl_seconds / 20)
+    return VaultSession(o.addr, o.ca_file, approle=(role_id, secret_id), approle_mount=o.approle_mount,
+                        timeout=timeout)
 
 
 async def start_identity(o: VaultIdentityOptions, role: str, name: str = "") -> LiveIdentity:

@@ -136,6 +136,13 @@ def vault_drop_issuer(
     print(f"issuer {issuer} removed from {pki}")
 
 
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
 def _bao_records(client: Any, pki: str) -> list[CertRecord]:
     """Certificates the PKI mount issued (this covers gateways, which hold no store connection)."""
     serials = ((client.list(f"{pki}/certs") or {}).get("data") or {}).get("keys") or []
@@ -143,7 +150,7 @@ def _bao_records(client: Any, pki: str) -> list[CertRecord]:
     for serial in serials[:MAX_LISTED]:
         data = client.read(f"{pki}/cert/{serial}")["data"]
         cert = x509.load_pem_x509_certificate(data["certificate"].encode())
-        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+        if _is_ca(cert):
             continue  # the issuers themselves
         out.append(CertRecord(format(cert.serial_number, "x"), from_certificate(cert).principal,
                               cert.not_valid_after_utc.timestamp(), cert.not_valid_before_utc.timestamp(), "openbao",

@@ -45,9 +45,11 @@ class Material:
     validity: Validity
 
 
-def _validity(cert_pem: bytes) -> Validity:
+def _validity(cert_pem: bytes, received: float) -> Validity:
+    """The lifetime counted from when the certificate arrived: CAs backdate not_before (OpenBao by
+    30 s against clock skew), which would pull renewals of short certificates early."""
     cert = x509.load_pem_x509_certificate(cert_pem)
-    return Validity(cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp())
+    return Validity(max(cert.not_valid_before_utc.timestamp(), received), cert.not_valid_after_utc.timestamp())
 
 
 def _replace(path: Path, data: bytes, mode: int) -> None:
@@ -122,7 +124,7 @@ class LiveIdentity:
         signed: SignedCertificate = await self.signer.sign(csr, self.request, self.ttl)
         gen = self._material.generation + 1 if self._material else 1
         m = Material(gen, key, signed.certificate_pem, signed.ca_bundle_pem, signed.serial,
-                     _validity(signed.certificate_pem))
+                     _validity(signed.certificate_pem, time.time()))
         # The files change together, between two awaits: readers on this loop see one set.
         _replace(self.files.ca, m.ca_pem, 0o644)
         _replace(self.files.key, m.key_pem, 0o600)

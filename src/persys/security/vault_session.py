@@ -53,8 +53,8 @@ def _shred(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def new_client(url: str, ca_file: Path | None, token: str | None = None) -> Any:
-    return hvac.Client(url=url, token=token, verify=str(ca_file) if ca_file else True, timeout=REQUEST_TIMEOUT)
+def new_client(url: str, ca_file: Path | None, token: str | None = None, timeout: float = REQUEST_TIMEOUT) -> Any:
+    return hvac.Client(url=url, token=token, verify=str(ca_file) if ca_file else True, timeout=timeout)
 
 
 def unwrap_secret_id(url: str, ca_file: Path | None, wrapped_file: Path, option: str) -> str:
@@ -84,20 +84,22 @@ class VaultSession:
     """One hvac client, logged in again when its token is refused (expired or revoked)."""
 
     def __init__(self, url: str, ca_file: Path | None, *, token: str | None = None,
-                 approle: tuple[str, str] | None = None, approle_mount: str = APPROLE_MOUNT) -> None:
+                 approle: tuple[str, str] | None = None, approle_mount: str = APPROLE_MOUNT,
+                 timeout: float = REQUEST_TIMEOUT) -> None:
         self.url = url
+        self._timeout = timeout
         self._ca = ca_file
         self._approle = approle
         self._mount = approle_mount
         self._lock = threading.Lock()
-        self._client = new_client(url, ca_file, token)
+        self._client = new_client(url, ca_file, token, timeout)
         if approle is not None:
             self._login()
 
     def _login(self) -> None:
         assert self._approle is not None
         role_id, secret_id = self._approle
-        client = new_client(self.url, self._ca)
+        client = new_client(self.url, self._ca, timeout=self._timeout)
         try:
             client.auth.approle.login(role_id, secret_id, mount_point=self._mount)
         except (hvac_errors.InvalidRequest, hvac_errors.Forbidden) as e:

@@ -5,7 +5,9 @@ Each module run configures its own uuid-named PKI and AppRole mounts on the sess
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +133,69 @@ async def test_session_logs_in_again_when_its_token_is_revoked(setup: Setup, tmp
     signed = await BaoSigner(session, setup.opts.pki_mount).sign(
         csr, identity_request("gateway", "", ("localhost",), ()), TTL)
     assert signed.serial and session.call(lambda c: c.token) != token
+
+
+# ---------------------------------------------------------------- the command line: one-line errors
+
+def _persys(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """`persys ARGS` in-process; a ServerError becomes the one line `persys` prints for it (cli.server.main)."""
+    from typer.testing import CliRunner
+
+    from persys.cli.server import app
+    from persys.cli.server_errors import ServerError
+
+    result = CliRunner().invoke(app, list(args), env=env)
+    if isinstance(result.exception, ServerError):
+        return 1, f"error: {result.exception}\n"
+    return result.exit_code, result.output
+
+
+def test_a_used_wrapped_secret_id_stops_the_service_with_one_line(setup: Setup, tmp_path: Path) -> None:
+    wrapped = setup.wrapped("scheduler", tmp_path / "sid")
+    token = wrapped.read_text()
+    unwrap_secret_id(setup.server.url, None, wrapped, "--f")  # someone used it first
+    wrapped.write_text(token)
+    role_id = tmp_path / "role-id"
+    role_id.write_text(setup.role_ids["scheduler"])
+    code, out = _persys("scheduler", "--store", f"sqlite:///{tmp_path / 's.db'}", "--listen", "127.0.0.1:0",
+                        "--data-dir", str(tmp_path / "d"), "--identity-from", "openbao",
+                        "--vault-addr", setup.server.url, "--vault-role-id-file", str(role_id),
+                        "--vault-wrapped-secret-id-file", str(wrapped),
+                        "--vault-approle-mount", setup.opts.approle_mount, "--vault-pki-mount", setup.opts.pki_mount,
+                        "--runtime-dir", str(tmp_path / "run"))
+    assert code == 1 and "already used or has expired" in out and "Traceback" not in out
+    assert not (tmp_path / "run" / "scheduler.key").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["scheduler", "--store", "sqlite:///x.db", "--identity-from", "vault"],
+     "--identity-from 'vault': use files or openbao"),
+    (["scheduler", "--store", "sqlite:///x.db"], "--tls-dir is required with --identity-from files"),
+    (["gateway", "--scheduler", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--identity-from", "openbao",
+      "--vault-addr", "http://127.0.0.1:1"], "--vault-role-id-file (or $PERSYS_VAULT_ROLE_ID) is required"),
+    (["certs", "vault-setup", "--vault-addr", "http://127.0.0.1:1", "--node-host", "*"], "--node-host '*' would match"),
+    (["certs", "status"], "name a source: --store and/or --vault-addr"),
+])
+def test_bad_options_are_one_line_errors(args: list[str], message: str) -> None:
+    code, out = _persys(*args, env={"VAULT_TOKEN": "x", "PERSYS_VAULT_ROLE_ID": ""})
+    assert code != 0 and message in out and "Traceback" not in out, out
+
+
+async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
+    from persys.scheduler.cert_registry import mark_revoked, record_issued
+    from persys.security.signer import SignedCertificate
+    from persys.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    await record_issued(store, SignedCertificate(b"", b"", "0a1b", soon), "node:n1", "builtin")
+    await record_issued(store, SignedCertificate(b"", b"", "0c2d", soon), "node:n2", "builtin")
+    await mark_revoked(store, "0c2d")
+    await store.close()
+    code, out = await asyncio.to_thread(_persys, "certs", "status", "--store", f"sqlite:///{tmp_path / 's.db'}")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:2] == ["IDENTITY", "STATE"]
+    assert lines[1].split()[:2] == ["node:n1", "valid"] and lines[2].split()[:2] == ["node:n2", "revoked"]
+    code, out = await asyncio.to_thread(_persys, "certs", "status", "--store", f"sqlite:///{tmp_path / 's.db'}",
+                                        "--json")
+    assert [r["serial"] for r in json.loads(out)] == ["0a1b", "0c2d"]

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import ssl
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -57,6 +56,12 @@ class Cluster:
 
     def runtime(self, service: str) -> Path:
         return self.tmp / f"{service}-run"
+
+    def seconds_left(self) -> float:
+        """Validity left of the certificate that expires first (read from the services' runtime dirs)."""
+        ends = [x509.load_pem_x509_certificate((self.runtime(s) / f"{s}.crt").read_bytes()).not_valid_after_utc
+                for s in ("scheduler", "gateway")]
+        return min(ends).timestamp() - time.time()
 
     def renewals(self, service: str) -> int:
         """Certificates obtained after the first (each process logs one line per certificate)."""
@@ -207,10 +212,14 @@ def renewal_failed(proc: Proc, service: str) -> bool:
 
 
 def status_json(c: Cluster) -> list[dict[str, object]]:
-    """`persys certs status --json` from the scheduler's store and the PKI mount."""
-    out = subprocess.run(persys("certs", "status", "--store", f"sqlite:///{c.tmp / 'state.db'}", "--vault-addr",
-                                c.bao.url, "--json"), capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "VAULT_TOKEN": c.bao.root_token})
-    assert out.returncode == 0, out.stderr
-    rows: list[dict[str, object]] = json.loads(out.stdout)
+    """`persys certs status --json` from the scheduler's store and the PKI mount (in-process: the
+    command's own code, without another interpreter's start-up)."""
+    from typer.testing import CliRunner
+
+    from persys.cli.certs_cmds import certs_app
+
+    out = CliRunner().invoke(certs_app, ["status", "--store", f"sqlite:///{c.tmp / 'state.db'}", "--vault-addr",
+                                         c.bao.url, "--json"], env={"VAULT_TOKEN": c.bao.root_token})
+    assert out.exit_code == 0, out.output
+    rows: list[dict[str, object]] = json.loads(out.output)
     return rows

@@ -22,6 +22,7 @@ from tests.e2e.cert_lifecycle import Cluster, cluster, paused, renewal_failed, s
 
 pytestmark = pytest.mark.e2e
 TTL = 45
+SAFETY = 8.0  # seconds of validity left when OpenBao comes back at the latest
 
 
 async def _until(what: str, cond: Callable[[], bool], within: float) -> None:
@@ -36,9 +37,13 @@ async def _scenario(c: Cluster) -> None:
     async with traffic(c) as report:
         await _until("first heartbeat acknowledged", lambda: report.heartbeats_acked > 0, 20)
         with paused(c.bao):
-            # Both renewals come due while OpenBao is away: each fails and the services keep serving.
-            await _until("both renewals failed", lambda: renewal_failed(c.scheduler, "scheduler")
-                         and renewal_failed(c.gateway, "gateway"), TTL)
+            # The renewals come due while OpenBao is away: they fail and the services keep serving.
+            # Back once both failed, or before a certificate gets near its expiry (on a slow machine the
+            # gateway starts late enough that its renewal may come due only after that).
+            await _until("renewals failed", lambda: (renewal_failed(c.scheduler, "scheduler")
+                                                     and renewal_failed(c.gateway, "gateway"))
+                         or c.seconds_left() < SAFETY, TTL)
+            assert renewal_failed(c.scheduler, "scheduler")  # issued first, due first
             assert c.renewals("scheduler") == 0 and c.renewals("gateway") == 0
         await _until("both renewed after OpenBao came back",
                      lambda: c.renewals("scheduler") >= 1 and c.renewals("gateway") >= 1, TTL / 4)
@@ -53,9 +58,7 @@ async def _scenario(c: Cluster) -> None:
 
 
 def test_renewals_without_restart_and_through_an_openbao_outage(tmp_path: Path) -> None:
-    t0 = time.monotonic()
     with cluster(tmp_path, TTL) as c:
-        print(f"started in {time.monotonic() - t0:.1f} s")
         assert not any(w.exists() for w in c.wrapped)  # single-use secret ids: unwrapped and shredded
         asyncio.run(_scenario(c))
         # No long-lived files: the CA bundle and the current key and certificate of each process only.
@@ -64,7 +67,6 @@ def test_renewals_without_restart_and_through_an_openbao_outage(tmp_path: Path) 
             assert sorted(p.name for p in run.iterdir()) == sorted(["ca.crt", f"{service}.crt", f"{service}.key"])
             assert stat.S_IMODE((run / f"{service}.key").stat().st_mode) == 0o600
             assert stat.S_IMODE(run.stat().st_mode) == 0o700
-        print(f"scenario done at {time.monotonic() - t0:.1f} s")
         rows = status_json(c)
         sched = [r for r in rows if r["identity"] == "scheduler:scheduler"]
         assert len(sched) >= 2 and {r["signer"] for r in sched} == {"openbao"}

@@ -199,3 +199,25 @@ async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
     code, out = await asyncio.to_thread(_persys, "certs", "status", "--store", f"sqlite:///{tmp_path / 's.db'}",
                                         "--json")
     assert [r["serial"] for r in json.loads(out)] == ["0a1b", "0c2d"]
+
+
+async def test_signer_from_options_records_every_signature(tmp_path: Path) -> None:
+    from persys.cli.server_errors import ServerError
+    from persys.cli.signer_options import signer_from_options
+    from persys.scheduler.cert_registry import list_records
+    from persys.security.pki import ClusterCA
+    from persys.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        with pytest.raises(ServerError, match="no CA key"):
+            signer_from_options(store, ca_dir=tmp_path / "nothing")
+        ca = ClusterCA(tmp_path / "ca")
+        ca.ensure()
+        signer = signer_from_options(store, ca_dir=ca.dir)
+        _, csr = new_key_and_csr("x")
+        signed = await signer.sign(csr, identity_request("node", "n9", ("n9.example",), ()), TTL)
+        assert [(r.serial, r.identity, r.signer) for r in await list_records(store)] == [
+            (signed.serial, "node:n9", "builtin")]
+    finally:
+        await store.close()

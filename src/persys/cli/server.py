@@ -46,7 +46,9 @@ app = typer.Typer(
         "  persys agent       the node agent\n\n"
         "  persys gateway     the REST gateway\n\n"
         "  persys certs init  a cluster CA and certificates for the components\n\n"
-        "  persys certs issue one machine's certificate, into its own folder"
+        "  persys certs issue one machine's certificate, into its own folder\n\n"
+        "  persys certs vault-setup  OpenBao/Vault for --identity-from openbao\n\n"
+        "  persys certs status  every identity and its certificate's expiry"
     ),
     no_args_is_help=True,
     add_completion=False,

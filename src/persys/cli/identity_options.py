@@ -116,7 +116,9 @@ async def start_identity(o: VaultIdentityOptions, role: str, name: str = "") -> 
     except (IdentityRequestError, VaultLoginError, CertificateRequestError, SignerUnavailable, ValueError) as e:
         raise ServerError(str(e)) from None
     except OSError as e:  # the runtime folder, or OpenBao unreachable at the very start
-        raise ServerError(f"--identity-from openbao: {e}") from None
+        if e.filename:
+            raise ServerError(f"--runtime-dir: {e.filename}: {e.strerror}") from None
+        raise ServerError(f"--vault-addr {o.addr}: OpenBao is unreachable ({type(e).__name__})") from None
     return identity
 
 

@@ -64,7 +64,10 @@ async def start_scheduler(
     audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
     node_simulators: frozenset[str] = frozenset(),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningScheduler:
+    """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
+    its certificate for new handshakes: `security.grpc_reload`)."""
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
@@ -77,7 +80,7 @@ async def start_scheduler(
     tokens, audit = TokenStore(store), AuditLog(store, keep=audit_keep)
     server = grpc.aio.server(options=server_options(limits.max_message_bytes),
                              interceptors=[AuthorizationInterceptor(tokens, audit)])
-    port = server.add_secure_port(listen, server_credentials(tls))
+    port = server.add_secure_port(listen, credentials or server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     config = config or SchedulerConfig()

@@ -32,6 +32,7 @@ from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import start_scheduler
+from persys.secrets.base import SecretStoreError
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles
 
@@ -183,7 +184,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
-        DockerRuntime(extra_labels=scope),
+        DockerRuntime(extra_labels=scope, secrets_dir=state_dir / "runtimes" / "container-secrets"),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
@@ -207,7 +208,7 @@ async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callabl
 def _run(coro: Callable[[], Awaitable[None]]) -> None:
     try:
         asyncio.run(coro())  # type: ignore[arg-type]
-    except ServerError as e:
+    except (ServerError, SecretStoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
 
@@ -262,6 +263,7 @@ def dev(
                 SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
                 # The dev agents' state (and image store) lives under the data dir.
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
+                secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
             )
             parts.append(sched.stop)
             agents = []
@@ -343,6 +345,12 @@ def scheduler(
     node_simulator: list[str] = typer.Option(
         [], "--node-simulator", help="Certificate identity (e.g. user:admin) allowed to act for any node: "
         "benchmarks' hollow agents only; never in production (repeatable)."),
+    secrets: str = typer.Option(
+        "builtin", "--secrets", metavar="builtin[:KEYFILE]|openbao",
+        help="Where secrets live. builtin: encrypted (AES-GCM) in the state store under a master key file "
+        "(default DATA_DIR/secrets.key, created 0600; every replica needs the same file). openbao (or vault): "
+        "KV v2 at $PERSYS_BAO_ADDR, mount $PERSYS_BAO_MOUNT (secret), credentials from files only: "
+        "$PERSYS_BAO_TOKEN_FILE, or $PERSYS_BAO_ROLE_ID_FILE + $PERSYS_BAO_SECRET_ID_FILE (AppRole)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica."""
@@ -359,7 +367,8 @@ def scheduler(
                 node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
                 replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
                 liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
-                limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator))
+                limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator),
+                secrets=secrets)
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, StrictStr, ValidationError, model_validator
 
@@ -22,15 +22,14 @@ from persys.model.secret_refs import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES
 from persys.model.workload import Metadata, WorkloadManifest
 
 
-class SecretManifest(Model):
-    api_version: Literal["persys.dev/v1"]
-    kind: Literal["Secret"]
-    metadata: Metadata
+class SecretData(Model):
+    """A secret's values as clients send them (the REST body of `PUT /v1/secrets/{name}`)."""
+
     data: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     string_data: dict[StrictStr, StrictStr] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _bounded(self) -> SecretManifest:
+    def _bounded(self) -> SecretData:
         self.values()  # raises ValueError naming the field
         return self
 
@@ -57,9 +56,22 @@ class SecretManifest(Model):
         return out
 
 
-def validate_secret(doc: Any, source: str = "") -> SecretManifest:
+class SecretManifest(SecretData):
+    api_version: Literal["persys.dev/v1"]
+    kind: Literal["Secret"]
+    metadata: Metadata
+
+    def body(self) -> dict[str, Any]:
+        """The REST body that stores it."""
+        return {"data": dict(self.data), "stringData": dict(self.string_data)}
+
+
+M = TypeVar("M", bound=SecretData)
+
+
+def validate_secret(doc: Any, source: str = "", model: type[M] = SecretManifest) -> M:  # type: ignore[assignment]
     try:
-        return SecretManifest.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as err:
         # pydantic would quote the input; never a secret's value: only where and what.
         raise ManifestError([p.split(" (input", 1)[0] for p in format_validation_error(err)], source) from None

@@ -72,7 +72,7 @@ class SecretFile(Model):
     def _relative(cls, v: str) -> str:
         parts = v.split("/")
         if len(parts) > 4 or not all(FILE_PART_RE.fullmatch(p) for p in parts):
-            raise ValueError("a relative path of at most 4 parts (letters, digits, '-', '_', '.'; no '..')")
+            raise ValueError("a relative path of at most 4 parts (letters, digits, '-', '_', '.', never '..')")
         return v
 
 

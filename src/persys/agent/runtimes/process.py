@@ -33,6 +33,8 @@ from persys.agent.runtimes.base import (
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
+from persys.agent.runtimes.secret_files import DIR_NAME as SECRETS_DIR
+from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
@@ -293,9 +295,12 @@ class ProcessRuntime:
     def _spawn(self, w: RuntimeWorkload, wdir: Path) -> ObservedWorkload:
         spec = w.spec.process
         assert spec is not None
-        env = {"PATH": DEFAULT_PATH, **spec.env}
+        env = {"PATH": DEFAULT_PATH, **spec.env, **w.secrets.env_text()}
         wdir.mkdir(parents=True, exist_ok=True)
         run_as = resolve_user(spec.user, self._workload_user)
+        if w.spec.secrets is not None and w.spec.secrets.files:
+            owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
+            env["PERSYS_SECRETS_DIR"] = str(write_secret_files(wdir / SECRETS_DIR, w.secrets.files, *owner))
         # The default working directory is the process's own (`work/`), never the agent's files.
         cwd = spec.working_dir or str(self._work_dir(wdir, run_as.uid, run_as.gid, run_as.switches))
         if not Path(cwd).is_dir():
@@ -374,6 +379,7 @@ class ProcessRuntime:
         meta.finished_at = meta.finished_at or time.time()
         self._save(meta)
         self._cleanup_cgroups(meta)
+        remove_secret_files(self._wdir(workload_id) / SECRETS_DIR)  # values live only while it runs
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:

@@ -423,7 +423,11 @@ class Agent:
         wid = action.workload_id
         prev, now = self.failures.get(wid), time.monotonic()
         try:
-            material = await fetch_secrets(self.link, wid, d.spec)
+            try:
+                material = await fetch_secrets(self.link, wid, d.spec)
+            except RuntimeFailure:
+                await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
+                raise
             await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)

@@ -176,6 +176,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
     from persys.agent.runtimes.node_paths import NodePaths
     from persys.agent.runtimes.process import ProcessRuntime
+    from persys.agent.runtimes.secret_files import secrets_root
     from persys.agent.runtimes.vm import LibvirtVMRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
@@ -184,7 +185,8 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
-        DockerRuntime(extra_labels=scope, secrets_dir=state_dir / "runtimes" / "container-secrets"),
+        DockerRuntime(extra_labels=scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
+                                                                   state_dir / "runtimes" / "container")),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),

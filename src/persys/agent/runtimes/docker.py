@@ -259,7 +259,6 @@ class DockerRuntime:
     async def _create_and_start(self, w: RuntimeWorkload, config: dict[str, Any]) -> ObservedWorkload:
         docker = self._docker()
         if self._secrets_dir is not None and w.spec.secrets is not None and w.spec.secrets.files:
-            self._secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_secret_files(self._secrets_dir / w.workload_id, w.secrets.files)
         try:
             container = await docker.containers.create(config, name=container_name(w.workload_id))

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
 from tests.bao_server import BaoServer
 from tests.e2e.harness import ctl
@@ -66,7 +68,8 @@ class Setup:
     etcd: EtcdServer | None
 
 
-@pytest.fixture(params=["builtin-sqlite", "builtin-etcd", "openbao-sqlite"])
+# The built-in store on SQLite is checked at rest in test_builtin.py; two clusters cover the rest.
+@pytest.fixture(params=["builtin-etcd", "openbao-sqlite"])
 def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
     etcd = start_etcd(tmp_path / "etcd") if request.param == "builtin-etcd" else None
     args: tuple[str, ...] = ("--secrets", f"builtin:{tmp_path / 'secrets.key'}")
@@ -86,12 +89,20 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
     try:
         yield Setup(cluster, etcd)
     finally:
-        env = cluster.ctl_env()  # the agent removes what the test left running (workloads outlive it)
-        for name in ("web", "legacy"):
-            ctl("delete", "workload", name, "--timeout", "30", env=env, check=False)
+        with cluster.client() as http:  # the agent removes what the test left (workloads outlive it)
+            delete_all(http)
         cluster.stop()
         if etcd:
             etcd.stop()
+
+
+def delete_all(http: httpx.Client) -> None:
+    names = [w["name"] for w in http.get("/v1/workloads").json()]
+    for name in names:
+        http.delete(f"/v1/workloads/{name}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and http.get("/v1/workloads").json():
+        time.sleep(0.2)
 
 
 def wait_for(what: str, check: object, timeout: float = 45.0) -> object:
@@ -129,9 +140,20 @@ def assert_absent(value: str, places: dict[str, bytes]) -> None:
     assert leaked == [], f"secret value found in {leaked}"
 
 
+LEGACY = """apiVersion: persys.dev/v1
+kind: Workload
+metadata: {name: legacy}
+spec:
+  type: process
+  resources: {cpuMillicores: 10, memoryMb: 16}
+  process: {command: ["/bin/sh", "-c", "echo token=$LEGACY_TOKEN > proof; exec sleep 600"], env: {LEGACY_TOKEN: t0k}}
+"""
+
+
 def test_secret_reaches_the_workload_only(setup: Setup, tmp_path: Path) -> None:
     c = setup.cluster
     env = c.ctl_env()
+    http = c.client()
     first, second = f"v1-{uuid.uuid4().hex}", f"v2-{rnd.token_hex(16)}"
     (tmp_path / "app.yaml").write_text(secret_doc(first) + WORKLOAD)
     applied = ctl("apply", "-f", str(tmp_path / "app.yaml"), env=env).stdout
@@ -139,8 +161,8 @@ def test_secret_reaches_the_workload_only(setup: Setup, tmp_path: Path) -> None:
     assert wait_for("the workload's proof", lambda: proof(c)) == f"env={first}\nfile={first}\nmode=400\n"
 
     # A new version restarts the workload with it.
-    (tmp_path / "db.yaml").write_text(secret_doc(second))
-    assert "restarted web" in ctl("apply", "-f", str(tmp_path / "db.yaml"), env=env).stdout
+    put = http.put("/v1/secrets/db", json={"stringData": {"password": second, "user": "app"}}).json()
+    assert (put["version"], put["rolled"]) == (2, ["web"])
     wait_for("the new version in the workload", lambda: f"env={second}" in proof(c))
 
     listing = ctl("get", "secrets", "-o", "json", env=env).stdout
@@ -150,44 +172,30 @@ def test_secret_reaches_the_workload_only(setup: Setup, tmp_path: Path) -> None:
     assert_absent(second, at_rest(setup))
 
     # Refused at apply, naming the field; nothing written.
-    bad = WORKLOAD.replace("name: web", "name: bad").replace("{name: db, key: password}}]\n  ",
-                                                             "{name: nope, key: password}}]\n  ", 1)
-    (tmp_path / "bad.yaml").write_text(bad)
-    refused = ctl("apply", "-f", str(tmp_path / "bad.yaml"), env=env, check=False)
-    assert refused.returncode == 1 and "spec.secrets.env[0].secretRef.name: secret nope does not exist" \
-        in refused.stderr, refused.stderr
-    assert ctl("get", "workloads", "bad", env=env, check=False).returncode == 1
+    bad = yaml.safe_load(WORKLOAD)
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["secrets"]["env"][0]["secretRef"]["name"] = "nope"
+    refused = http.post("/v1/workloads", json=bad)
+    assert refused.status_code == 400
+    assert refused.json()["problems"] == ["spec.secrets.env[0].secretRef.name: secret nope does not exist"]
+    assert http.get("/v1/workloads/bad").status_code == 404
 
     # Deleted under a running workload: its next start says why it cannot.
-    assert "secret/db deleted" in ctl("delete", "secret", "db", env=env).stdout
-    ctl("restart", "web", env=env)
-    with c.client() as http:
-        wait_for("the workload's reason", lambda: "secret db" in http.get("/v1/workloads/web").text)
-    ctl("delete", "workload", "web", env=env)
+    assert http.delete("/v1/secrets/db").json() == {"deleted": True}
+    http.post("/v1/workloads/web/restart")
+    wait_for("the workload's reason", lambda: "secret db (for DB_PASSWORD) does not exist"
+             in http.get("/v1/workloads/web").text)
+    delete_all(http)
     agent_files = b"".join(p.read_bytes() for p in (c.tmp / "agent").rglob("*") if p.is_file())
     assert second.encode() not in agent_files  # the secret files went with the workload
 
-
-def test_migration_moves_plaintext_env(setup: Setup, tmp_path: Path) -> None:
-    env = setup.cluster.ctl_env()
-    (tmp_path / "legacy.yaml").write_text("""apiVersion: persys.dev/v1
-kind: Workload
-metadata: {name: legacy}
-spec:
-  type: process
-  resources: {cpuMillicores: 10, memoryMb: 16}
-  process: {command: ["/bin/sh", "-c", "echo token=$LEGACY_TOKEN > proof; exec sleep 600"], env: {LEGACY_TOKEN: t0k}}
-""")
-    ctl("apply", "-f", str(tmp_path / "legacy.yaml"), env=env)
+    # Migration: a workload's plaintext env moves into a secret it then references.
+    http.post("/v1/workloads", json=yaml.safe_load(LEGACY)).raise_for_status()
     assert "would move LEGACY_TOKEN into secret/legacy-env" in ctl("secret", "migrate", "--dry-run", env=env).stdout
-    moved = ctl("secret", "migrate", "--workload", "legacy", env=env).stdout
-    assert "moved LEGACY_TOKEN into secret/legacy-env" in moved
-    assert "no plaintext env values" in ctl("secret", "migrate", "--workload", "legacy", env=env).stdout
-    with setup.cluster.client() as http:
-        spec = http.get("/v1/workloads/legacy").json()["spec"]
+    assert "moved LEGACY_TOKEN into secret/legacy-env" in ctl("secret", "migrate", "-w", "legacy", env=env).stdout
+    spec = http.get("/v1/workloads/legacy").json()["spec"]
     assert spec["process"].get("env", {}) == {}
-    assert spec["secrets"]["env"] == [{"name": "LEGACY_TOKEN", "secretRef": {"name": "legacy-env",
-                                                                            "key": "LEGACY_TOKEN"}}]
-    work = setup.cluster.tmp / "agent" / "runtimes" / "process" / "legacy" / "work" / "proof"
+    assert spec["secrets"]["env"] == [{"name": "LEGACY_TOKEN",
+                                       "secretRef": {"name": "legacy-env", "key": "LEGACY_TOKEN"}}]
+    work = c.tmp / "agent" / "runtimes" / "process" / "legacy" / "work" / "proof"
     wait_for("the migrated value in the workload", lambda: work.exists() and "token=t0k" in work.read_text())
-    ctl("delete", "workload", "legacy", env=env)

@@ -17,6 +17,10 @@ from persys.secrets.keyfile import KeyFileError, load_or_create
 from persys.store import open_store
 
 
+def at_rest(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in folder.glob("state.db*"))
+
+
 async def test_sqlite_file_holds_no_value_and_records_cannot_be_moved(tmp_path: Path) -> None:
     state = open_store(f"sqlite:///{tmp_path}/state.db")
     store = BuiltinSecretStore(state, load_or_create(tmp_path / "secrets.key"))
@@ -25,7 +29,7 @@ async def test_sqlite_file_holds_no_value_and_records_cannot_be_moved(tmp_path: 
         await store.put("a", {"k": value})
         await store.put("a", {"k": value + b"2"})  # history keeps the earlier record too
         await store.put("b", {"k": b"other"})
-        blob = b"".join(p.read_bytes() for p in tmp_path.glob("state.db*"))
+        blob = at_rest(tmp_path)
         assert b"/persys-secrets/a" in blob  # the records are there ...
         assert value not in blob and base64.b64encode(value) not in blob  # ... but no value
 

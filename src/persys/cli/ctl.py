@@ -45,6 +45,7 @@ app = typer.Typer(
         "  persysctl get workloads\n\n"
         "  persysctl describe workload hello-process\n\n"
         "  persysctl delete workload hello-process\n\n"
+        "  persysctl apply -f secret.yaml   (kind: Secret; then persysctl get secrets)\n\n"
         "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`)."
     ),
     no_args_is_help=True,

@@ -25,6 +25,7 @@ from persys._pb.persys.v1 import secrets_pb2_grpc as pb_grpc
 from persys.model.workload import workload_of
 from persys.scheduler import node_admission
 from persys.scheduler.authorization import CALLER
+from persys.scheduler.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
 from persys.scheduler.errors import Frozen, MutationRefused, NotFound
 from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
@@ -154,6 +155,7 @@ class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
         self.secrets = secrets
         self.require_identity = require_identity
         self.node_simulators = node_simulators
+        self.budget = CallBudget(CALLS_PER_NODE, "secret resolutions in progress")
 
     async def ResolveSecrets(self, request: pb.ResolveSecretsRequest,  # noqa: N802
                              context: grpc.aio.ServicerContext) -> pb.ResolveSecretsResponse:
@@ -163,6 +165,17 @@ class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
         refusal = node_admission.caller_refusal(caller, request.node_id, self.node_simulators)
         if refusal:
             await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
+        try:
+            self.budget.acquire(request.node_id)
+        except OverBudgetError as err:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+        try:
+            return await self._resolve(request, context)
+        finally:
+            self.budget.release(request.node_id)
+
+    async def _resolve(self, request: pb.ResolveSecretsRequest, context: grpc.aio.ServicerContext
+                       ) -> pb.ResolveSecretsResponse:
         assigned = self.s.state.assignments.get(request.node_id, {}).get(request.instance_id)
         if assigned is None:  # never another node's instances, nor ones withdrawn from this node
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,

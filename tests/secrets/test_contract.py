@@ -36,6 +36,7 @@ async def test_listing_shows_names_keys_versions_never_values(secret_store: Secr
                                                             ("b-second", ("k",), 1)]
     assert all(i.created_at > 0 and i.updated_at >= i.created_at for i in listed)
     assert "value" not in repr(listed)
+    assert await secret_store.names() == ("a-first", "b-second")
     info = await secret_store.info("a-first")
     assert (info.keys, info.version) == (("password", "user"), 2)
 

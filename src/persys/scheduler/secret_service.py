@@ -31,6 +31,7 @@ from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
 from persys.secrets import refs
 from persys.secrets.base import (
+    MAX_SECRETS,
     SecretInfo,
     SecretInvalid,
     SecretNotFound,
@@ -113,6 +114,10 @@ class SecretsService(pb_grpc.SecretsServicer):
         data = dict(request.data)
         async with secret_errors(context):
             check_data(data)
+            names = await self.secrets.names()
+            if request.name not in names and len(names) >= MAX_SECRETS:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"the store holds {len(names)} secrets, the most it takes ({MAX_SECRETS})")
             version = await self.secrets.put(request.name, data)
             info = await self.secrets.info(request.name)
         self.s.emit("SecretChanged", f"secret/{request.name}", f"version {version}, keys {', '.join(info.keys)}")

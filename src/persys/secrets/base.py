@@ -15,7 +15,7 @@ from persys.model.secret_refs import SECRET_NAME_RE as NAME_RE
 # under SYSTEM_PREFIX (`persys/system/token-pepper`, later RGW and cephx keys): the API refuses
 # such names, so only the scheduler itself reads or writes them.
 SYSTEM_PREFIX = "persys/system/"
-MAX_SECRETS = 10_000  # listed at once; a store holding more answers the first this many
+MAX_SECRETS = 10_000  # secrets a store holds at most (the API refuses more); listed at once
 
 
 class SecretStoreError(Exception):
@@ -114,6 +114,10 @@ class SecretStore(Protocol):
 
     async def list(self) -> list[SecretInfo]:
         """Every secret, sorted by name, without values."""
+        ...
+
+    async def names(self) -> tuple[str, ...]:
+        """Every secret's name, sorted (cheaper than list: what a bound on their number needs)."""
         ...
 
     async def close(self) -> None: ...

@@ -107,5 +107,8 @@ class BuiltinSecretStore:
             raise SecretUnavailable(f"state store unavailable: {err}") from None
         return [_info(json.loads(kv.value)) for kv in kvs[:MAX_SECRETS]]
 
+    async def names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in await self.list())
+
     async def close(self) -> None:
         return None  # the state store belongs to the scheduler

@@ -198,6 +198,9 @@ class OpenBaoSecretStore:
 
         return await self._run(walk)
 
+    async def names(self) -> tuple[str, ...]:
+        return tuple(await self._run(self._names))
+
     async def close(self) -> None:
         if self._client is not None:
             await asyncio.to_thread(self._client.adapter.close)

@@ -12,7 +12,7 @@ from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc
+from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
@@ -56,6 +56,7 @@ class SchedulerClient:
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
         self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
+        self._secret_stubs = [secrets_pb2_grpc.SecretsStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -213,6 +214,25 @@ class SchedulerClient:
         req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())
         resp = await self._call("SetPolicy", req, stubs=self._policy_stubs)
         return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
+
+    # ---------------------------------------------------------------- Secrets service (never values back)
+
+    async def put_secret(self, name: str, data: dict[str, bytes]) -> dict[str, Any]:
+        r = await self._call("PutSecret", secrets_pb2.PutSecretRequest(name=name, data=data),
+                             stubs=self._secret_stubs)
+        return {**_document(r.secret_json), "rolled": list(r.rolled)}
+
+    async def get_secret(self, name: str) -> dict[str, Any]:
+        r = await self._call("GetSecret", secrets_pb2.GetSecretRequest(name=name), stubs=self._secret_stubs)
+        return _document(r.secret_json)
+
+    async def list_secrets(self) -> list[dict[str, Any]]:
+        r = await self._call("ListSecrets", secrets_pb2.ListSecretsRequest(), stubs=self._secret_stubs)
+        return [_document(i) for i in r.items]
+
+    async def delete_secret(self, name: str) -> bool:
+        r = await self._call("DeleteSecret", secrets_pb2.DeleteSecretRequest(name=name), stubs=self._secret_stubs)
+        return bool(r.deleted)
 
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())

@@ -167,7 +167,10 @@ class Components:
             Proc(f"scheduler-{i}", persys(
                 "scheduler", "--listen", "127.0.0.1:0", "--store", (replica_store_urls or (store_url,) * replicas)[i],
                 "--events", events_url, "--replica-id", f"r{i}",
-                "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"), *scheduler_args), tmp)
+                "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"),
+                # Replicas share one secrets master key, as a deployment's must (each data dir would make its own).
+                *(() if "--secrets" in scheduler_args else ("--secrets", f"builtin:{tmp / 'secrets.key'}")),
+                *scheduler_args), tmp)
             for i in range(replicas)
         ]
         self.replica_targets = [f"127.0.0.1:{s.bound_port(SCHEDULER_PORT)}" for s in self.schedulers]

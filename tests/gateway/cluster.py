@@ -60,13 +60,15 @@ def _port(proc: Proc, pattern: str) -> int:
 
 
 def start_cluster(tmp: Path, with_agent: bool, gateway_args: tuple[str, ...] = (),
-                  agent_args: tuple[str, ...] = ()) -> GatewayCluster:
+                  agent_args: tuple[str, ...] = (), store_url: str = "", scheduler_args: tuple[str, ...] = (),
+                  scheduler_env: dict[str, str] | None = None) -> GatewayCluster:
     pki = tmp / "pki"
     subprocess.run(persys("certs", "init", "--dir", str(pki), "--node", "n1"), check=True, capture_output=True,
                    timeout=60)
     scheduler = Proc("scheduler", persys("scheduler", "--listen", "127.0.0.1:0", "--store",
-                                         f"sqlite:///{tmp / 'state.db'}", "--tls-dir", str(pki),
-                                         "--data-dir", str(tmp / "scheduler")), tmp)
+                                         store_url or f"sqlite:///{tmp / 'state.db'}", "--tls-dir", str(pki),
+                                         "--data-dir", str(tmp / "scheduler"), *scheduler_args), tmp,
+                     env=scheduler_env)
     procs = [scheduler]
     try:
         scheduler.wait_for("scheduler ready", timeout=60)

@@ -39,6 +39,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
@@ -422,7 +423,12 @@ class Agent:
         wid = action.workload_id
         prev, now = self.failures.get(wid), time.monotonic()
         try:
-            await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec))
+            try:
+                material = await fetch_secrets(self.link, wid, d.spec)
+            except RuntimeFailure:
+                await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
+                raise
+            await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,

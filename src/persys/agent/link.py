@@ -22,6 +22,8 @@ import grpc
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys._pb.persys.v1 import secrets_pb2 as spb
+from persys._pb.persys.v1 import secrets_pb2_grpc as spb_grpc
 from persys.agent import disconnect
 from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
 from persys.security import peer_names
@@ -82,6 +84,10 @@ class SchedulerLink(Protocol):
     def reregister(self) -> None: ...
 
     def reopen_watch(self) -> None: ...
+
+    async def resolve_secrets(self, instance_id: str) -> spb.ResolveSecretsResponse:
+        """The secret values one of this node's instances references, resolved now."""
+        ...
 
     async def report(self, req: pb.ReportStatusRequest) -> bool:
         """Send a status report; False when it did not go out (the next one must be complete)."""
@@ -192,6 +198,17 @@ class GrpcLink:
                  "for a full desired set")
         self._watch_reopen = True
         call.cancel()
+
+    async def resolve_secrets(self, instance_id: str) -> spb.ResolveSecretsResponse:
+        """The secret values an instance assigned here references (SecretDelivery, over this
+        link's mTLS channel to the active replica); raises grpc.aio.AioRpcError."""
+        if self._channel is None:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="not connected to a scheduler yet")
+        stub = spb_grpc.SecretDeliveryStub(self._channel)
+        r: spb.ResolveSecretsResponse = await stub.ResolveSecrets(
+            spb.ResolveSecretsRequest(node_id=self.node_id, instance_id=instance_id), timeout=10)
+        return r
 
     async def report(self, req: pb.ReportStatusRequest) -> bool:
         if await self._send(pb.AgentUpdate(report=req)):

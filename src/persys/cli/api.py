@@ -101,14 +101,15 @@ def emit(data: Any, output: str, table: Table | None = None) -> None:
 KINDS = {
     "workload": "workloads", "workloads": "workloads", "wl": "workloads",
     "node": "nodes", "nodes": "nodes", "no": "nodes",
+    "secret": "secrets", "secrets": "secrets",
 }
 
 
 def resource_kind(kind: str) -> str:
-    """The canonical resource kind (workloads or nodes) a user typed."""
+    """The canonical resource kind (workloads, nodes or secrets) a user typed."""
     k = KINDS.get(kind.lower())
     if k is None:
-        fail(f"unknown resource kind {kind!r} (use workloads or nodes)")
+        fail(f"unknown resource kind {kind!r} (use workloads, nodes or secrets)")
     return k
 
 

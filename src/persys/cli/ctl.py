@@ -13,7 +13,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import node_cmds
+from persys.cli import node_cmds, secret_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -33,7 +33,8 @@ from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
-from persys.model.manifest import ManifestError, parse_manifests
+from persys.model.manifest import ManifestError
+from persys.model.secret import SecretManifest, parse_documents
 
 app = typer.Typer(
     name="persysctl",
@@ -44,6 +45,7 @@ app = typer.Typer(
         "  persysctl get workloads\n\n"
         "  persysctl describe workload hello-process\n\n"
         "  persysctl delete workload hello-process\n\n"
+        "  persysctl apply -f secret.yaml   (kind: Secret; then persysctl get secrets)\n\n"
         "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`)."
     ),
     no_args_is_help=True,
@@ -84,7 +86,13 @@ def _node_table(items: list[dict[str, Any]]) -> Table:
 
 
 def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    return _read_files(files)[0]
+
+
+def _read_files(files: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[SecretManifest]]:
+    """Workload manifests (as documents to send) and `kind: Secret` documents of the files."""
     docs: list[tuple[str, dict[str, Any]]] = []
+    secrets: list[SecretManifest] = []
     for f in files:
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -97,14 +105,16 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             text, source = f.read_text(), str(f)
         try:
             # Validate locally first: the whole set is refused before anything is written.
-            for m in parse_manifests(text, source):
+            workloads, found = parse_documents(text, source)
+            secrets += found
+            for m in workloads:
                 doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
                     fail(f"{source}: manifest {m.metadata.name} is larger than {human_bytes(MANIFEST_MAX_BYTES)}")
                 docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
-    return docs
+    return docs, secrets
 
 
 APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
@@ -130,10 +140,12 @@ def apply(
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Create or update workloads from manifests. Idempotent: applying twice changes nothing."""
-    docs = _read_manifest_files(files)
+    """Create or update workloads and secrets (`kind: Secret`, applied first) from manifests.
+    Idempotent for workloads: applying twice changes nothing."""
+    docs, secrets = _read_files(files)
     api = Api(server)
-    results = []
+    secret_results = secret_cmds.apply_secrets(api, secrets, dry_run) if secrets else []
+    results: list[dict[str, Any]] = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
         for batch in _batches([d for _, d in docs]):
             results += api.request("POST", "/v1/workloads:batch", json=batch)["items"]
@@ -145,12 +157,12 @@ def apply(
             verb = "created" if r["created"] else ("configured" if r["changed"] else "unchanged")
             out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
     if output != "text":
-        emit(results, output)
+        emit(secret_results + results, output)
 
 
 @app.command()
 def get(
-    kind: str = typer.Argument(..., help="workloads or nodes"),
+    kind: str = typer.Argument(..., help="workloads, nodes or secrets"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
     chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
@@ -158,9 +170,12 @@ def get(
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
-    """List workloads or nodes."""
+    """List workloads, nodes or secrets (secrets: names, keys, versions; never values)."""
     k = resource_kind(kind)
     api = Api(server)
+    if k == "secrets":
+        secret_cmds.get_secrets(api, name, output)
+        return
     if not name:
         if output not in ("table", "json", "yaml"):
             fail(f"unknown output format {output!r} (use table, json or yaml)")
@@ -213,14 +228,17 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
 
 @app.command()
 def describe(
-    kind: str = typer.Argument(..., help="workload or node"),
+    kind: str = typer.Argument(..., help="workload, node or secret"),
     name: str = typer.Argument(..., help="Its name."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Show one workload or node in detail, including why a workload is Pending."""
+    """Show one workload, node or secret in detail, including why a workload is Pending."""
     k = resource_kind(kind)
     api = Api(server)
+    if k == "secrets":
+        secret_cmds.describe_secret(api, name, output)
+        return
     item = api.request("GET", f"/v1/{k}/{name}")
     if output == "text":
         text = workload_text(item) if k == "workloads" else node_text(item)
@@ -292,7 +310,7 @@ def explain(
 
 @app.command()
 def delete(
-    kind: str | None = typer.Argument(None, help="workload or node"),
+    kind: str | None = typer.Argument(None, help="workload, node or secret"),
     name: str | None = typer.Argument(None, help="Its name."),
     files: list[Path] | None = typer.Option(None, "--filename", "-f", help="Delete what these manifests define."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the workload is gone from its node."),
@@ -309,6 +327,9 @@ def delete(
     elif kind and name:
         if resource_kind(kind) == "nodes":
             _delete_node(name, force, server)
+            return
+        if resource_kind(kind) == "secrets":
+            secret_cmds.delete_secret(Api(server), name)
             return
         names = [name]
     else:
@@ -454,6 +475,7 @@ node_cmds.register(app)
 app.add_typer(admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
 app.add_typer(auth_app, name="auth")
+app.add_typer(secret_cmds.secret_app, name="secret")
 app.command("audit")(audit_command)
 
 

@@ -33,6 +33,7 @@ from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import start_scheduler
+from persys.secrets.base import SecretStoreError
 from persys.security.grpc_reload import reloading_server_credentials
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles
@@ -179,6 +180,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
     from persys.agent.runtimes.node_paths import NodePaths
     from persys.agent.runtimes.process import ProcessRuntime
+    from persys.agent.runtimes.secret_files import secrets_root
     from persys.agent.runtimes.vm import LibvirtVMRuntime
 
     # Containers carry their node's name, so agents sharing one engine (tests, several
@@ -187,7 +189,8 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
-        DockerRuntime(extra_labels=scope),
+        DockerRuntime(extra_labels=scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
+                                                                   state_dir / "runtimes" / "container")),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
@@ -211,7 +214,7 @@ async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callabl
 def _run(coro: Callable[[], Awaitable[None]]) -> None:
     try:
         asyncio.run(coro())  # type: ignore[arg-type]
-    except ServerError as e:
+    except (ServerError, SecretStoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
 
@@ -266,6 +269,7 @@ def dev(
                 SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
                 # The dev agents' state (and image store) lives under the data dir.
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
+                secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
             )
             parts.append(sched.stop)
             agents = []
@@ -353,6 +357,12 @@ def scheduler(
     vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
     vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
     cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
+    secrets: str = typer.Option(
+        "builtin", "--secrets", metavar="builtin[:KEYFILE]|openbao",
+        help="Where secrets live. builtin: encrypted (AES-GCM) in the state store under a master key file "
+        "(default DATA_DIR/secrets.key, created 0600; every replica needs the same file). openbao (or vault): "
+        "KV v2 at $PERSYS_BAO_ADDR, mount $PERSYS_BAO_MOUNT (secret), credentials from files only: "
+        "$PERSYS_BAO_TOKEN_FILE, or $PERSYS_BAO_ROLE_ID_FILE + $PERSYS_BAO_SECRET_ID_FILE (AppRole)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -376,7 +386,7 @@ def scheduler(
                 replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
                 liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
                 limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator),
-                credentials=creds)
+                credentials=creds, secrets=secrets)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)

@@ -30,6 +30,7 @@ from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
+from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
 from persys.model.limits import GatewayLimits
 from persys.tlsfiles import TLSFiles
 
@@ -53,6 +54,8 @@ def body_limit_for(limits: GatewayLimits) -> Any:
     """Which byte limit a request's body has, by route."""
 
     def limit(method: str, path: str) -> int:
+        if method == "PUT" and path.startswith("/v1/secrets/"):
+            return SECRET_BODY_MAX_BYTES
         if method != "POST":
             return limits.small_body_bytes
         if path in ("/v1/workloads", "/v1/plan"):
@@ -116,5 +119,6 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(admin_routes(client, parser))
     app.include_router(auth_router(client))
     app.include_router(policy_router(client))
+    app.include_router(secret_router(client))
     authorization.install(app, client)  # outermost: who calls is checked before anything is read
     return app

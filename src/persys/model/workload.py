@@ -12,6 +12,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, fi
 
 from persys.model.base import Model
 from persys.model.documents import DocumentError, load_yaml
+from persys.model.secret_refs import SecretRefs, ref_problems
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
@@ -272,6 +273,9 @@ class WorkloadSpec(Model):
     # Unset: Stop when a volume is single-writer (see VolumeSpec.single_writer), Keep otherwise;
     # unset stays out of the revision hash, so specs written before the field keep their revision.
     on_disconnect: OnDisconnect | None = None
+    # Secrets the workload receives as env variables or files (persys.model.secret_refs);
+    # unset stays out of the revision hash.
+    secrets: SecretRefs | None = None
     container: ContainerSpec | None = None
     process: ProcessSpec | None = None
     compose: ComposeSpec | None = None
@@ -285,9 +289,16 @@ class WorkloadSpec(Model):
             problems.append(f"type is {self.type!r} but spec.{self.type} is missing")
         problems += [f"spec.{t} is given but type is {self.type!r}"
                      for t in WORKLOAD_TYPES if t != self.type and getattr(self, t) is not None]
+        if self.secrets is not None and not problems:
+            problems += ref_problems(self.type, set(self.plain_env()), self.secrets)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def plain_env(self) -> dict[str, str]:
+        """The env variables written in the spec itself (not from secrets)."""
+        typed = self.process or self.container or self.compose
+        return dict(typed.env) if typed is not None else {}
 
     def disconnect_policy(self) -> OnDisconnect:
         if self.on_disconnect is not None:

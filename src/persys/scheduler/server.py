@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
-from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc
+from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc, secrets_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
@@ -22,8 +23,14 @@ from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
+from persys.scheduler.secret_admission import SecretAwareGate
+from persys.scheduler.secret_service import SecretDeliveryService, SecretsService
+from persys.scheduler.token_pepper import TokenPepper
 from persys.scheduler.token_store import TokenStore
 from persys.scheduler.workload_policy import PolicyGate
+from persys.secrets.base import SecretStore
+from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
+from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.store import open_store
 from persys.store.base import BlockingLeases, StateStore
@@ -40,6 +47,7 @@ class RunningScheduler:
     store: StateStore
     events: EventBus
     audit: AuditLog | None = None
+    secrets: SecretStore | None = None
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
@@ -50,6 +58,8 @@ class RunningScheduler:
         if self.audit is not None:
             await self.audit.stop()
         await self.events.close()
+        if self.secrets is not None:
+            await self.secrets.close()
         await self.store.close()
 
 
@@ -65,10 +75,22 @@ async def start_scheduler(
     policy_defaults: WorkloadPolicy | None = None,
     node_simulators: frozenset[str] = frozenset(),
     credentials: grpc.ServerCredentials | None = None,
+    secrets: str | None = None,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
-    its certificate for new handshakes: `security.grpc_reload`)."""
+    its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
+    (persys.secrets.config: builtin[:KEYFILE], openbao); None: none (secret calls answer
+    UNAVAILABLE and token records keep a bare sha256)."""
     store = open_store(store_url, tls=store_tls)
+    config = config or SchedulerConfig()
+    secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
+        if secrets else None
+    if isinstance(secret_store, BuiltinSecretStore):
+        try:
+            await secret_store.check_master_key()
+        except MasterKeyMismatch:
+            await store.close()
+            raise
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
@@ -77,23 +99,29 @@ async def start_scheduler(
     # (leader key, redirects) must carry the real one before the election can publish it.
     limits = limits or InputLimits()
     # Every client call is authorized (and mutations audited) before it reaches a service.
-    tokens, audit = TokenStore(store), AuditLog(store, keep=audit_keep)
+    tokens = TokenStore(store, TokenPepper(secret_store) if secret_store is not None else None)
+    audit = AuditLog(store, keep=audit_keep)
     server = grpc.aio.server(options=server_options(limits.max_message_bytes),
                              interceptors=[AuthorizationInterceptor(tokens, audit)])
     port = server.add_secure_port(listen, credentials or server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
-    config = config or SchedulerConfig()
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
-    gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
+    # The workload policy (defaults until an admin stores one), and secret references at admission.
+    gate = PolicyGate(store, policy_defaults) if secret_store is None \
+        else SecretAwareGate(store, secret_store, policy_defaults)
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
                                                                   node_simulators=node_simulators), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
+    if secret_store is not None:
+        secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
+        secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(
+            SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators), server)
     await scheduler.start()
     audit.start()
     await server.start()
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
-    return RunningScheduler(scheduler, server, port, store, events, audit)
+    return RunningScheduler(scheduler, server, port, store, events, audit, secret_store)

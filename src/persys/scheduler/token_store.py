@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 
 from persys.security.identity import Identity
 from persys.security.tokens import TokenError, TokenRecord, new_token, parse, verify
@@ -19,12 +20,14 @@ class TokenRefusedError(Exception):
 
 
 class TokenStore:
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, pepper: Callable[[], Awaitable[bytes]] | None = None) -> None:
         self.store = store
+        self.pepper = pepper  # scheduler.token_pepper: new records are HMACs under it
 
     async def create(self, name: str, role: str, ttl: float, created_by: str, description: str = ""
                      ) -> tuple[str, TokenRecord]:
-        secret, record = new_token(name, role, ttl, created_by, time.time(), description)
+        pepper = await self.pepper() if self.pepper is not None else None
+        secret, record = new_token(name, role, ttl, created_by, time.time(), description, pepper)
         if await self.store.cas(TOKENS + record.id, json.dumps(record.to_doc()).encode(), 0) is None:
             raise TokenError("id: collision, try again")  # 64 random bits: practically never
         return secret, record
@@ -57,7 +60,8 @@ class TokenStore:
         if parts is None:
             raise TokenRefusedError("malformed token")
         record = await self.get(parts[0])
-        why = verify(record, parts[1], time.time())
+        pepper = await self.pepper() if record is not None and record.peppered and self.pepper else None
+        why = verify(record, parts[1], time.time(), pepper)
         if why or record is None:
             raise TokenRefusedError(why or "unknown token")
         return record.identity(), f"token {record.id}"

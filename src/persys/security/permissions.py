@@ -29,11 +29,14 @@ def _m(verb: str, resource: str) -> Rule:
 CONTROL = "/persys.v1.AgentControl/"
 AUTH = "/persys.v1.Auth/"
 POLICY = "/persys.v1.Policy/"
+SECRETS = "/persys.v1.Secrets/"
+SECRET_DELIVERY = "/persys.v1.SecretDelivery/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
 NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
-    "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments"))
+    "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments")) | {
+    SECRET_DELIVERY + "ResolveSecrets"}
 
 RPC_RULES: dict[str, Rule] = {
     CONTROL + "ApplyWorkload": _m("apply", "workloads"),
@@ -67,6 +70,10 @@ RPC_RULES: dict[str, Rule] = {
     AUTH + "RecordAudit": _r("record", "audit"),
     POLICY + "GetPolicy": _r("get", "policy"),
     POLICY + "SetPolicy": _m("update", "policy"),
+    SECRETS + "PutSecret": _m("apply", "secrets"),
+    SECRETS + "GetSecret": _r("get", "secrets"),
+    SECRETS + "ListSecrets": _r("list", "secrets"),
+    SECRETS + "DeleteSecret": _m("delete", "secrets"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -111,6 +118,10 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/audit"): _r("list", "audit"),
     ("GET", "/v1/policy"): _r("get", "policy"),
     ("PUT", "/v1/policy"): _m("update", "policy"),
+    ("GET", "/v1/secrets"): _r("list", "secrets"),
+    ("GET", "/v1/secrets/{name}"): _r("get", "secrets"),
+    ("PUT", "/v1/secrets/{name}"): _m("apply", "secrets"),
+    ("DELETE", "/v1/secrets/{name}"): _m("delete", "secrets"),
 }
 
 

@@ -2,9 +2,10 @@
 
 Three built-in roles, each including the one below it:
 
-- `viewer`: read everything a client can read (workloads, nodes, events, health, placement);
+- `viewer`: read everything a client can read (workloads, nodes, events, health, placement,
+  the names of secrets);
 - `operator`: also change workloads and nodes (apply, control, delete, cordon, drain, label,
-  taint, load images);
+  taint, load images) and secrets (apply, delete, see their keys; never their values);
 - `admin`: also remove nodes, back up, restore, recover, resume liveness, manage API tokens
   and read the audit log.
 
@@ -39,10 +40,12 @@ Grant = tuple[str, str]  # (verb, resource)
 _VIEWER: frozenset[Grant] = frozenset({
     ("get", "health"), ("get", "workloads"), ("list", "workloads"), ("plan", "workloads"),
     ("logs", "workloads"), ("get", "nodes"), ("list", "nodes"), ("list", "events"), ("get", "policy"),
+    ("list", "secrets"),  # names and versions; their keys need `get secrets`, values are never read back
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
     ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
+    ("get", "secrets"), ("apply", "secrets"), ("delete", "secrets"),
 }
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),

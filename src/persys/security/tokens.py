@@ -1,8 +1,9 @@
 """Bearer API tokens: their format, their stored record and whether one is valid (pure).
 
 A token reads `persys_<id>_<secret>`: the id finds the record, the secret (32 random bytes,
-URL-safe base64) proves possession. The store keeps the id, the sha256 of the secret and the
-token's user, role, expiry and revocation; never the secret, which is shown once at creation.
+URL-safe base64) proves possession. The store keeps the id, the digest of the secret (HMAC-SHA256
+under the cluster's pepper, kept in the secret store; a bare sha256 for records made before the
+pepper) and the token's user, role, expiry and revocation; never the secret, which is shown once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TokenRecord:
     description: str = ""
     revoked_at: float = 0.0
     revoked_by: str = ""
+    peppered: bool = False  # sha256 holds HMAC-SHA256(pepper, secret)
 
     def to_doc(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()}
@@ -62,12 +64,14 @@ class TokenRecord:
         return replace(self, revoked_at=now, revoked_by=by)
 
 
-def _digest(secret: str) -> str:
+def _digest(secret: str, pepper: bytes | None = None) -> str:
+    if pepper is not None:
+        return hmac.new(pepper, secret.encode(), hashlib.sha256).hexdigest()
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_token(name: str, role: str, ttl: float, created_by: str, now: float, description: str = ""
-              ) -> tuple[str, TokenRecord]:
+def new_token(name: str, role: str, ttl: float, created_by: str, now: float, description: str = "",
+              pepper: bytes | None = None) -> tuple[str, TokenRecord]:
     """A fresh token (the secret string) and the record to store. Raises TokenError naming the field."""
     if not NAME.match(name):
         raise TokenError("name: lowercase letters, digits and . _ @ - (1 to 63 characters)")
@@ -80,7 +84,8 @@ def new_token(name: str, role: str, ttl: float, created_by: str, now: float, des
         raise TokenError("description: at most 256 characters")
     token_id = secrets.token_hex(8)
     secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
-    record = TokenRecord(token_id, name, role, _digest(secret), now, now + ttl, created_by, description)
+    record = TokenRecord(token_id, name, role, _digest(secret, pepper), now, now + ttl, created_by, description,
+                         peppered=pepper is not None)
     return f"{PREFIX}{token_id}_{secret}", record
 
 
@@ -96,9 +101,12 @@ def state(record: TokenRecord, now: float) -> str:
     return "expired" if now >= record.expires_at else "active"
 
 
-def verify(record: TokenRecord | None, secret: str, now: float) -> str:
-    """'' if the secret matches an active record, else why not (for the refusal message)."""
-    if record is None or not hmac.compare_digest(record.sha256, _digest(secret)):
+def verify(record: TokenRecord | None, secret: str, now: float, pepper: bytes | None = None) -> str:
+    """'' if the secret matches an active record, else why not (for the refusal message).
+    A peppered record needs the pepper."""
+    if record is None or (record.peppered and pepper is None):
+        return "unknown token"
+    if not hmac.compare_digest(record.sha256, _digest(secret, pepper if record.peppered else None)):
         return "unknown token"
     st = state(record, now)
     return "" if st == "active" else f"token {record.id} is {st}"

@@ -18,6 +18,23 @@ class RuntimeState(StrEnum):
 
 
 @dataclass(frozen=True)
+class SecretMaterial:
+    """Secret values for one start, held in memory only (never in a repr or a log line): env
+    variables, and files by relative path (spec.secrets)."""
+
+    env: dict[str, bytes] = field(default_factory=dict, repr=False)
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def env_text(self) -> dict[str, str]:
+        """Env values as text (a value that is not UTF-8 is refused: env cannot carry it safely)."""
+        try:
+            return {k: v.decode() for k, v in self.env.items()}
+        except UnicodeDecodeError:
+            raise RuntimeFailure("a secret env value is not UTF-8 text; deliver it as a file",
+                                 code="InvalidSpec", terminal=True) from None
+
+
+@dataclass(frozen=True)
 class RuntimeWorkload:
     """What the agent wants running: one workload at one revision."""
 
@@ -25,6 +42,7 @@ class RuntimeWorkload:
     revision: str
     generation: int
     spec: WorkloadSpec
+    secrets: SecretMaterial = field(default_factory=SecretMaterial)  # resolved just before the start
 
 
 @dataclass

@@ -7,6 +7,7 @@ restarted agent adopts what is already running instead of starting a second copy
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from aiodocker.exceptions import DockerError
@@ -20,7 +21,10 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.docker_client import LazyDocker, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
+from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
 from persys.model.workload import ContainerSpec
+
+SECRETS_TARGET = "/run/secrets"  # where a container finds its spec.secrets.files
 
 LABEL_WORKLOAD = "persys.workload"
 LABEL_REVISION = "persys.revision"
@@ -46,7 +50,10 @@ class DockerRuntime:
         stop_timeout: int = 3,
         stats_timeout: float = 5.0,
         extra_labels: dict[str, str] | None = None,
+        secrets_dir: Path | None = None,
     ) -> None:
+        # Where containers' secret files are written (bind-mounted read-only at /run/secrets).
+        self._secrets_dir = secrets_dir
         self._stop_timeout = stop_timeout
         self._stats_timeout = stats_timeout
         self._extra_labels = dict(extra_labels or {})
@@ -171,7 +178,7 @@ class DockerRuntime:
         }
         config: dict[str, Any] = {
             "Image": c.image,
-            "Env": [f"{k}={v}" for k, v in c.env.items()],
+            "Env": [f"{k}={v}" for k, v in {**c.env, **w.secrets.env_text()}.items()],
             "Labels": labels,
         }
         if c.command:
@@ -202,6 +209,12 @@ class DockerRuntime:
         if res.memory_mb:
             host["Memory"] = res.memory_mb * 1024 * 1024
             host["MemorySwap"] = res.memory_mb * 1024 * 1024  # no swap beyond the limit
+        if w.spec.secrets is not None and w.spec.secrets.files:
+            if self._secrets_dir is None:
+                raise RuntimeFailure("this agent keeps no secret files for containers", code="InvalidSpec",
+                                     terminal=True)
+            src = self._secrets_dir / w.workload_id  # written once the start is decided (_create_and_start)
+            host["Mounts"] = [{"Type": "bind", "Source": str(src), "Target": SECRETS_TARGET, "ReadOnly": True}]
         config["HostConfig"] = host
         return config
 
@@ -233,6 +246,8 @@ class DockerRuntime:
 
     async def _create_and_start(self, w: RuntimeWorkload, config: dict[str, Any]) -> ObservedWorkload:
         docker = self._docker()
+        if self._secrets_dir is not None and w.spec.secrets is not None and w.spec.secrets.files:
+            write_secret_files(self._secrets_dir / w.workload_id, w.secrets.files)
         try:
             container = await docker.containers.create(config, name=container_name(w.workload_id))
         except DockerError as exc:
@@ -291,3 +306,5 @@ class DockerRuntime:
             data = await self._show(workload_id)
             if data is not None:
                 await self._delete(data["Id"])
+            if self._secrets_dir is not None:
+                remove_secret_files(self._secrets_dir / workload_id)

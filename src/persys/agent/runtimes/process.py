@@ -33,6 +33,7 @@ from persys.agent.runtimes.base import (
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
+from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
@@ -87,6 +88,7 @@ class ProcessRuntime:
     ) -> None:
         self._dir = Path(state_dir) / "process"
         self._dirs = WorkDirs(self._dir, ProcessMeta)
+        self._secrets = secrets_root(self._dir.parent / "process-secrets", self._dir)
         self._workload_user = workload_user
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
@@ -293,9 +295,13 @@ class ProcessRuntime:
     def _spawn(self, w: RuntimeWorkload, wdir: Path) -> ObservedWorkload:
         spec = w.spec.process
         assert spec is not None
-        env = {"PATH": DEFAULT_PATH, **spec.env}
+        env = {"PATH": DEFAULT_PATH, **spec.env, **w.secrets.env_text()}
         wdir.mkdir(parents=True, exist_ok=True)
         run_as = resolve_user(spec.user, self._workload_user)
+        if w.spec.secrets is not None and w.spec.secrets.files:
+            owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
+            env["PERSYS_SECRETS_DIR"] = str(write_secret_files(self._secrets / w.workload_id, w.secrets.files,
+                                                               *owner))
         # The default working directory is the process's own (`work/`), never the agent's files.
         cwd = spec.working_dir or str(self._work_dir(wdir, run_as.uid, run_as.gid, run_as.switches))
         if not Path(cwd).is_dir():
@@ -374,6 +380,7 @@ class ProcessRuntime:
         meta.finished_at = meta.finished_at or time.time()
         self._save(meta)
         self._cleanup_cgroups(meta)
+        remove_secret_files(self._secrets / workload_id)  # values live only while it runs
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:
@@ -382,6 +389,7 @@ class ProcessRuntime:
     async def remove(self, workload_id: str) -> None:
         async with self._lock:
             await self._stop_locked(workload_id)
+            remove_secret_files(self._secrets / workload_id)
             self._dirs.remove(workload_id)
             self._cpu.forget(workload_id)
 

@@ -267,7 +267,9 @@ class ComposeRuntime:
             # The project's own .env first, spec.env last (later files win). The values also go in
             # the process environment, which Compose ranks above any env file, so they arrive verbatim.
             env_files = [f for f in (project_dir / ".env",) if f.is_file()] + [env_file]
-            common: dict[str, Any] = {"project_dir": project_dir, "env_files": env_files, "env": spec.env}
+            # Secret values (spec.secrets.env) go in the process environment only, never the env file.
+            common: dict[str, Any] = {"project_dir": project_dir, "env_files": env_files,
+                                      "env": {**spec.env, **w.secrets.env_text()}}
 
             model, services = await self._config(project, compose_file, spec, common)
             await self._check_images(model)

@@ -1,0 +1,114 @@
+"""How a workload refers to secrets (`spec.secrets`), and the bounds of a secret, shared by the
+model, the secret stores and the agents. A workload names secrets and keys, never values:
+
+    spec:
+      secrets:
+        env:                              # environment variables of the process / container,
+          - name: DB_PASSWORD             # or compose's ${VAR} interpolation variables
+            secretRef: {name: db, key: password}
+        files:                            # files of mode 0400 (process, container)
+          - path: db/password             # under $PERSYS_SECRETS_DIR (process), /run/secrets (container)
+            secretRef: {name: db, key: password}
+        rollOnChange: true                # a new version of a referenced secret restarts the workload
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, StrictBool, StrictStr, field_validator
+
+from persys.model.base import Model
+
+SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # as Kubernetes' Secret keys
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+FILE_PART_RE = re.compile(r"^[A-Za-z0-9_][-._A-Za-z0-9]{0,127}$")
+MAX_VALUE_BYTES = 64 << 10
+MAX_SECRET_BYTES = 256 << 10
+MAX_KEYS = 64
+MAX_REFS = 64  # env entries, and file entries, per workload
+SECRET_TYPES = ("process", "container", "compose")  # workload types that take secret references
+
+
+class SecretKeyRef(Model):
+    name: Annotated[StrictStr, Field(max_length=63)]
+    key: Annotated[StrictStr, Field(max_length=253)]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not SECRET_NAME_RE.fullmatch(v):
+            raise ValueError("a secret name: a DNS label (lowercase letters, digits and '-')")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not SECRET_KEY_RE.fullmatch(v):
+            raise ValueError("a secret key: letters, digits, '-', '_' or '.'")
+        return v
+
+
+class SecretEnvVar(Model):
+    name: StrictStr
+    secret_ref: SecretKeyRef
+
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not ENV_NAME_RE.fullmatch(v):
+            raise ValueError("an environment variable name: letters, digits and '_', not starting with a digit")
+        return v
+
+
+class SecretFile(Model):
+    path: Annotated[StrictStr, Field(max_length=255)]
+    secret_ref: SecretKeyRef
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        parts = v.split("/")
+        if len(parts) > 4 or not all(FILE_PART_RE.fullmatch(p) for p in parts):
+            raise ValueError("a relative path of at most 4 parts (letters, digits, '-', '_', '.', never '..')")
+        return v
+
+
+class SecretRefs(Model):
+    env: Annotated[list[SecretEnvVar], Field(max_length=MAX_REFS)] = Field(default_factory=list)
+    files: Annotated[list[SecretFile], Field(max_length=MAX_REFS)] = Field(default_factory=list)
+    roll_on_change: StrictBool = True
+
+    def refs(self) -> list[SecretKeyRef]:
+        return [e.secret_ref for e in self.env] + [f.secret_ref for f in self.files]
+
+    def names(self) -> set[str]:
+        return {r.name for r in self.refs()}
+
+
+def ref_problems(workload_type: str, plain_env: set[str], refs: SecretRefs) -> list[str]:
+    """What is wrong with a workload's secret references by themselves (pure): each problem
+    names its field. Whether the secrets exist is checked at admission (persys.secrets.refs)."""
+    if workload_type not in SECRET_TYPES:
+        return [f"secrets: a {workload_type} workload takes no secret references (only {', '.join(SECRET_TYPES)})"]
+    problems = []
+    if workload_type == "compose" and refs.files:
+        problems.append("secrets.files: compose takes secrets as env (its ${VAR} interpolation variables) only")
+    seen: set[str] = set()
+    for i, e in enumerate(refs.env):
+        if e.name in plain_env:
+            problems.append(f"secrets.env[{i}].name: {e.name} is also a plain env variable")
+        elif e.name in seen:
+            problems.append(f"secrets.env[{i}].name: {e.name} is given twice")
+        elif e.name.startswith("PERSYS_"):
+            problems.append(f"secrets.env[{i}].name: PERSYS_ variables are the agent's")
+        seen.add(e.name)
+    paths: set[str] = set()
+    for i, f in enumerate(refs.files):
+        clash = [p for p in paths if p == f.path or p.startswith(f.path + "/") or f.path.startswith(p + "/")]
+        if clash:
+            problems.append(f"secrets.files[{i}].path: {f.path} collides with {clash[0]}")
+        paths.add(f.path)
+    return problems

@@ -1,0 +1,200 @@
+"""The Secrets and SecretDelivery gRPC services (proto/persys/v1/secrets.proto).
+
+Secrets (clients): authorized by the interceptor (security.permissions: list for viewers, get,
+apply and delete for operators and admins) and audited without values (map fields stay out of
+audit records). No answer carries a value. The control plane's own secrets (persys/system/...)
+are neither listed nor reachable here. A new version restarts the workloads that use it
+(secrets.refs.to_roll).
+
+SecretDelivery (nodes): node <id>'s certificate receives the values an instance assigned to
+node <id> references, resolved from the secret store at this moment; nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from persys._pb.persys.v1 import secrets_pb2 as pb
+from persys._pb.persys.v1 import secrets_pb2_grpc as pb_grpc
+from persys.model.workload import workload_of
+from persys.scheduler import node_admission
+from persys.scheduler.authorization import CALLER
+from persys.scheduler.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
+from persys.scheduler.errors import Frozen, MutationRefused, NotFound
+from persys.scheduler.grpc_status import mapped
+from persys.scheduler.replica import Scheduler
+from persys.secrets import refs
+from persys.secrets.base import (
+    MAX_SECRETS,
+    SecretInfo,
+    SecretInvalid,
+    SecretNotFound,
+    SecretStore,
+    SecretStoreError,
+    SecretUnavailable,
+    check_data,
+    check_name,
+    is_system,
+)
+from persys.security.identity import Identity, Kind
+from persys.security.peer import peer_identity_of
+from persys.security.roles import decide
+
+log = logging.getLogger(__name__)
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@contextlib.asynccontextmanager
+async def secret_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """Secret store failures as gRPC statuses; their messages never carry a value."""
+    try:
+        yield
+    except SecretInvalid as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+    except SecretNotFound as err:
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+    except SecretUnavailable as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"secret store unavailable: {err}")
+    except SecretStoreError as err:
+        await context.abort(grpc.StatusCode.INTERNAL, f"secret store: {err}")
+
+
+def listing(infos: list[SecretInfo], with_keys: bool) -> list[dict[str, Any]]:
+    """What a client sees of the workload secrets (pure): never system ones, keys only if allowed."""
+    out = []
+    for i in infos:
+        if is_system(i.name):
+            continue
+        doc = i.to_doc()
+        if not with_keys:
+            doc.pop("keys")
+        out.append(doc)
+    return out
+
+
+class SecretsService(pb_grpc.SecretsServicer):
+    def __init__(self, scheduler: Scheduler, secrets: SecretStore, require_identity: bool = True) -> None:
+        self.s = scheduler
+        self.secrets = secrets
+        self.require_identity = require_identity
+
+    async def _allow(self, context: grpc.aio.ServicerContext, name: str | None = None) -> None:
+        if self.require_identity and CALLER.get(None) is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "secret calls need the authorization layer")
+        if name is not None:
+            try:
+                check_name(name, system_ok=False)
+            except SecretInvalid as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def _roll(self, name: str) -> list[str]:
+        """Restart (a new revision) every workload that uses `name` and rolls on change."""
+        rolled = []
+        for wid in refs.to_roll((v.value for v in self.s.state.workloads.values()), name):
+            try:
+                await self.s.workload_api.restart(wid)
+            except (NotFound, MutationRefused, Frozen) as err:
+                log.warning("secret %s changed but workload %s was not restarted: %s", name, wid, err)
+                continue
+            rolled.append(wid)
+        return rolled
+
+    async def PutSecret(self, request: pb.PutSecretRequest, context: grpc.aio.ServicerContext  # noqa: N802
+                        ) -> pb.SecretAnswer:
+        await self._allow(context, request.name)
+        data = dict(request.data)
+        async with secret_errors(context):
+            check_data(data)
+            names = await self.secrets.names()
+            if request.name not in names and len(names) >= MAX_SECRETS:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"the store holds {len(names)} secrets, the most it takes ({MAX_SECRETS})")
+            version = await self.secrets.put(request.name, data)
+            info = await self.secrets.info(request.name)
+        self.s.emit("SecretChanged", f"secret/{request.name}", f"version {version}, keys {', '.join(info.keys)}")
+        async with mapped(context):
+            rolled = await self._roll(request.name) if version > 1 else []
+        return pb.SecretAnswer(secret_json=_dumps(info.to_doc()), rolled=rolled)
+
+    async def GetSecret(self, request: pb.GetSecretRequest, context: grpc.aio.ServicerContext  # noqa: N802
+                        ) -> pb.SecretAnswer:
+        await self._allow(context, request.name)
+        async with secret_errors(context):
+            info = await self.secrets.info(request.name)
+        users = sorted(w.value.id for w in self.s.state.workloads.values()
+                       if w.value.spec.secrets is not None and request.name in w.value.spec.secrets.names())
+        return pb.SecretAnswer(secret_json=_dumps({**info.to_doc(), "usedBy": users[:100]}))
+
+    async def ListSecrets(self, request: pb.ListSecretsRequest, context: grpc.aio.ServicerContext  # noqa: N802
+                          ) -> pb.ListSecretsResponse:
+        await self._allow(context)
+        caller = CALLER.get(None)
+        with_keys = caller is None or decide(caller.identity, "get", "secrets").allowed
+        async with secret_errors(context):
+            infos = await self.secrets.list()
+        return pb.ListSecretsResponse(items=[_dumps(d) for d in listing(infos, with_keys)])
+
+    async def DeleteSecret(self, request: pb.DeleteSecretRequest, context: grpc.aio.ServicerContext  # noqa: N802
+                           ) -> pb.DeleteSecretResponse:
+        await self._allow(context, request.name)
+        async with secret_errors(context):
+            deleted = await self.secrets.delete(request.name)
+        if deleted:
+            self.s.emit("SecretDeleted", f"secret/{request.name}", "deleted")
+        return pb.DeleteSecretResponse(deleted=deleted)
+
+
+class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
+    def __init__(self, scheduler: Scheduler, secrets: SecretStore, require_identity: bool = True,
+                 node_simulators: frozenset[str] = frozenset()) -> None:
+        self.s = scheduler
+        self.secrets = secrets
+        self.require_identity = require_identity
+        self.node_simulators = node_simulators
+        self.budget = CallBudget(CALLS_PER_NODE, "secret resolutions in progress")
+
+    async def ResolveSecrets(self, request: pb.ResolveSecretsRequest,  # noqa: N802
+                             context: grpc.aio.ServicerContext) -> pb.ResolveSecretsResponse:
+        async with mapped(context):
+            self.s.require_owner(request.node_id)
+        caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, request.node_id)
+        refusal = node_admission.caller_refusal(caller, request.node_id, self.node_simulators)
+        if refusal:
+            await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
+        try:
+            self.budget.acquire(request.node_id)
+        except OverBudgetError as err:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+        try:
+            return await self._resolve(request, context)
+        finally:
+            self.budget.release(request.node_id)
+
+    async def _resolve(self, request: pb.ResolveSecretsRequest, context: grpc.aio.ServicerContext
+                       ) -> pb.ResolveSecretsResponse:
+        assigned = self.s.state.assignments.get(request.node_id, {}).get(request.instance_id)
+        if assigned is None:  # never another node's instances, nor ones withdrawn from this node
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"instance {request.instance_id[:80]!r} is not assigned to node {request.node_id}")
+        w = self.s.state.workloads.get(workload_of(request.instance_id))
+        if w is None or w.value.spec.secrets is None:
+            return pb.ResolveSecretsResponse(revision=w.value.revision if w else "")
+        values: dict[str, dict[str, bytes]] = {}
+        async with secret_errors(context):
+            for name in sorted(w.value.spec.secrets.names()):
+                with contextlib.suppress(SecretNotFound):  # material() names what is missing
+                    values[name] = (await self.secrets.get(name))[0]
+        m = refs.material(w.value.spec.secrets, values)
+        if isinstance(m, str):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, m)
+            raise AssertionError("unreachable")
+        return pb.ResolveSecretsResponse(env=m.env, files=m.files, revision=w.value.revision)

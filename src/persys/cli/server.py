@@ -20,6 +20,7 @@ import yaml
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.base import Runtime
+from persys.cli import backend_opts
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
 from persys.cli.server_errors import ServerError
@@ -314,8 +315,10 @@ def dev(
 @app.command()
 def scheduler(
     listen: str = typer.Option("0.0.0.0:7443", "--listen", help="gRPC address."),
-    store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port] or sqlite:///path.db"),
-    events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
+    store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port], etcds://... (TLS) or "
+                              "sqlite:///path.db. No password in the URL: see --etcd-user."),
+    events: str = typer.Option("memory://", "--events", help="redis://host:port/0, rediss://[user@]host:port/0 "
+                               "(TLS), unix:///path.sock?db=0 or memory://. No password in the URL."),
     tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
@@ -343,23 +346,66 @@ def scheduler(
     node_simulator: list[str] = typer.Option(
         [], "--node-simulator", help="Certificate identity (e.g. user:admin) allowed to act for any node: "
         "benchmarks' hollow agents only; never in production (repeatable)."),
+    etcd_ca: Path | None = backend_opts.ETCD_CA,
+    etcd_cert: Path | None = backend_opts.ETCD_CERT,
+    etcd_key: Path | None = backend_opts.ETCD_KEY,
+    etcd_server_name: str | None = backend_opts.ETCD_SERVER_NAME,
+    etcd_user: str | None = backend_opts.ETCD_USER,
+    etcd_password: str | None = backend_opts.ETCD_PASSWORD,
+    etcd_password_file: Path | None = backend_opts.ETCD_PASSWORD_FILE,
+    redis_ca: Path | None = backend_opts.REDIS_CA,
+    redis_cert: Path | None = backend_opts.REDIS_CERT,
+    redis_key: Path | None = backend_opts.REDIS_KEY,
+    redis_user: str | None = backend_opts.REDIS_USER,
+    redis_password: str | None = backend_opts.REDIS_PASSWORD,
+    redis_password_file: Path | None = backend_opts.REDIS_PASSWORD_FILE,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run a scheduler replica."""
+    """Run a scheduler replica.
+
+    In production etcd and Redis usually have their own CA and users: --etcd-ca, --etcd-cert and
+    --etcd-key, --etcd-user with --etcd-password-file (or --etcd-password file:PATH, env:NAME or
+    secret:NAME/KEY); likewise --redis-*. A password is never accepted on the command line or in
+    a URL. Example:
+
+    persys scheduler --tls-dir /etc/persys/pki \
+
+      --store etcds://10.0.0.2:2379 --etcd-ca /etc/etcd/ca.crt \
+
+      --etcd-cert /etc/persys/etcd.crt --etcd-key /etc/persys/etcd.key \
+
+      --etcd-user persys --etcd-password-file /etc/persys/etcd-password \
+
+      --events rediss://persys@10.0.0.3:6380/0 --redis-ca /etc/redis/ca.crt \
+
+      --redis-password env:PERSYS_REDIS_PASSWORD
+
+    Users, roles and ACLs to create: docs/security.md, "etcd and Redis in production".
+    """
     _setup_logging(verbose)
 
     async def main() -> None:
         tls = _tls_from_dir(tls_dir, "scheduler")
+        try:
+            s_access = backend_opts.store_access(store, tls, etcd_ca, etcd_cert, etcd_key, etcd_server_name,
+                                                 etcd_user, etcd_password, etcd_password_file)
+            e_access = backend_opts.events_access(events, redis_ca, redis_cert, redis_key, redis_user,
+                                                  redis_password, redis_password_file)
+        except backend_opts.CredentialError as e:
+            raise ServerError(str(e)) from None
         holder = []
 
         async def started() -> None:
             host, _, port = listen.rpartition(":")
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
-            s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
-                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
-                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
-                limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator))
+            with backend_opts.refusals_as(ServerError):  # a wrong password: one line, no traceback
+                s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
+                    node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
+                    replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
+                    liveness_suspension_seconds=liveness_suspension,
+                    liveness_guard_min_nodes=liveness_guard_min_nodes),
+                    limits=InputLimits(max_manifest_bytes=max_manifest_bytes),
+                    node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access)
             holder.append(s)
             print(f"scheduler ready on port {s.port}", flush=True)
 

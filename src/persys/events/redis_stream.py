@@ -17,10 +17,12 @@ from urllib.parse import urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from persys.backend_access import BackendTLS, tls_refusal_hint
+from persys.credentials import Login
 from persys.events.base import ClusterEvent, EventsUnavailable
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,24 @@ def _decode(event_id: Any, data: dict[Any, Any]) -> ClusterEvent:
     )
 
 
+def _access_options(tls: BackendTLS | None, login: Login | None) -> dict[str, Any]:
+    """redis-py's connection options for a TLS identity and an ACL user (AUTH user password)."""
+    out: dict[str, Any] = {}
+    if tls is not None:
+        out.update(ssl_cert_reqs="required", ssl_check_hostname=True)
+        if tls.ca is not None:
+            out["ssl_ca_certs"] = str(tls.ca)
+        if tls.cert is not None and tls.key is not None:
+            out.update(ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
+    if login is not None:
+        out.update(username=login.user, password=login.password.reveal())
+    return out
+
+
+class EventsAccessDenied(Exception):
+    """Redis refused our credentials, TLS identity or the commands/keys Persys needs."""
+
+
 class RedisEventBus:
     def __init__(
         self,
@@ -79,6 +99,8 @@ class RedisEventBus:
         maxlen: int = 10_000,
         timeout: float = 2.0,
         block_ms: int = 1000,
+        tls: BackendTLS | None = None,
+        login: Login | None = None,
     ) -> None:
         self.url = url
         self.stream = stream
@@ -91,6 +113,7 @@ class RedisEventBus:
             "protocol": 2,  # redis-py 8 defaults to RESP3; we parse RESP2 replies
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
+            **_access_options(tls, login),
         }
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, **common)
         # Blocking XREADs hold a connection; give them their own pool and a longer timeout.
@@ -171,6 +194,25 @@ class RedisEventBus:
                     ev = _decode(event_id, data)
                     cursor = ev.id
                     yield ev
+
+    async def check_access(self) -> None:
+        """Raise EventsAccessDenied for a wrong password or an ACL without what Persys needs; return
+        when Redis is merely unreachable (events are best effort: the scheduler starts without them)."""
+        try:
+            await self._redis.ping()
+            await self._redis.xrevrange(self.stream, count=1)
+        except AuthenticationError:  # a ConnectionError to redis-py: before _DOWN
+            raise EventsAccessDenied(f"redis at {redacted(self.url)}: authentication failed (wrong user or "
+                                     "password, or the user is disabled; check --redis-user and "
+                                     "--redis-password)") from None
+        except _DOWN as e:
+            hint = tls_refusal_hint(str(e), "redis")
+            if hint:
+                raise EventsAccessDenied(f"redis at {redacted(self.url)}: {hint} ({e})") from None
+            log.warning("event bus: redis at %s unreachable at start: %s", redacted(self.url), e)
+        except (NoPermissionError, ResponseError) as e:
+            raise EventsAccessDenied(f"redis at {redacted(self.url)}: {e} (the ACL user needs the commands and "
+                                     f"key pattern in docs/security.md, 'etcd and Redis in production')") from None
 
     async def healthy(self) -> bool:
         try:

@@ -10,7 +10,8 @@ import grpc
 
 from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.events import open_events
+from persys.backend_access import BackendAccess
+from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
 from persys.policy import WorkloadPolicy
@@ -19,13 +20,13 @@ from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
+from persys.scheduler.backends import open_backends
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.token_store import TokenStore
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options
-from persys.store import open_store
 from persys.store.base import BlockingLeases, StateStore
 from persys.tlsfiles import TLSFiles
 
@@ -64,9 +65,11 @@ async def start_scheduler(
     audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
     node_simulators: frozenset[str] = frozenset(),
+    store_access: BackendAccess | None = None,
+    events_access: BackendAccess | None = None,
+    secrets: SecretResolver | None = None,
 ) -> RunningScheduler:
-    store = open_store(store_url, tls=store_tls)
-    events = open_events(events_url)
+    store, events = await open_backends(store_url, events_url, store_tls, store_access, events_access, secrets)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
     keeper = store.blocking_lease if isinstance(store, BlockingLeases) else None

@@ -1,0 +1,76 @@
+"""`persys scheduler`'s options for etcd and Redis as they run in production (own CA, client
+certificates, users), turned into the BackendAccess the scheduler opens them with."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from persys.backend_access import BackendAccess, BackendOptions, backend_access
+from persys.credentials import CredentialError
+from persys.scheduler.backends import BackendRefused
+from persys.tlsfiles import TLSFiles
+
+REF = "file:PATH, env:NAME or secret:NAME/KEY"
+
+# The options, shared by name with the scheduler command's signature (typer reads them there).
+ETCD_CA = typer.Option(None, "--etcd-ca", help="CA certificate that issued etcd's server certificate, when etcd "
+                       "has a PKI of its own (needs etcds://; default: the CA in --tls-dir).")
+ETCD_CERT = typer.Option(None, "--etcd-cert", help="Client certificate for etcd's --client-cert-auth, issued by "
+                         "etcd's CA (with --etcd-key; default with etcds:// and no --etcd-ca: scheduler.crt).")
+ETCD_KEY = typer.Option(None, "--etcd-key", help="Private key of --etcd-cert.")
+ETCD_SERVER_NAME = typer.Option(None, "--etcd-server-name", help="Name to verify in etcd's certificate when "
+                                "the endpoints are IP addresses it does not list.")
+ETCD_USER = typer.Option(None, "--etcd-user", help="etcd user (etcd authentication on); its role needs "
+                         "readwrite on the prefix /persys only (docs/security.md).")
+ETCD_PASSWORD = typer.Option(None, "--etcd-password", help=f"Where --etcd-user's password is: {REF}. Never the "
+                             "password itself: command lines are visible to every local user.")
+ETCD_PASSWORD_FILE = typer.Option(None, "--etcd-password-file", help="File holding --etcd-user's password "
+                                  "(same as --etcd-password file:PATH).")
+REDIS_CA = typer.Option(None, "--redis-ca", help="CA certificate that issued Redis' certificate (needs "
+                        "rediss://; default: the system's trusted CAs).")
+REDIS_CERT = typer.Option(None, "--redis-cert", help="Client certificate for Redis' tls-auth-clients (with "
+                          "--redis-key).")
+REDIS_KEY = typer.Option(None, "--redis-key", help="Private key of --redis-cert.")
+REDIS_USER = typer.Option(None, "--redis-user", help="Redis ACL user (or rediss://USER@host:port/0); see "
+                          "docs/security.md for its ACL SETUSER line.")
+REDIS_PASSWORD = typer.Option(None, "--redis-password", help=f"Where the Redis user's password is: {REF}.")
+REDIS_PASSWORD_FILE = typer.Option(None, "--redis-password-file", help="File holding the Redis user's password.")
+
+
+def _configured(access: BackendAccess) -> BackendAccess | None:
+    return access if access.tls is not None or access.password is not None else None
+
+
+def store_access(url: str, persys_tls: TLSFiles, ca: Path | None, cert: Path | None, key: Path | None,
+                 server_name: str | None, user: str | None, password: str | None,
+                 password_file: Path | None) -> BackendAccess | None:
+    """How to reach etcd (None: a plain etcd:// or SQLite URL with no options). Raises CredentialError."""
+    options = BackendOptions("etcd", url, ca, cert, key, server_name, user, password, password_file)
+    if url.partition("://")[0] not in ("etcd", "etcds"):
+        backend_access(options)  # refuses etcd options given with another store
+        return None
+    return _configured(backend_access(options, default_tls=persys_tls))
+
+
+def events_access(url: str, ca: Path | None, cert: Path | None, key: Path | None, user: str | None,
+                  password: str | None, password_file: Path | None) -> BackendAccess | None:
+    """How to reach Redis (None: nothing beyond the URL). Raises CredentialError."""
+    options = BackendOptions("redis", url, ca, cert, key, None, user, password, password_file)
+    access = backend_access(options)
+    return _configured(access) if url.partition("://")[0] in ("redis", "rediss", "unix") else None
+
+
+@contextlib.contextmanager
+def refusals_as(error: type[Exception]) -> Iterator[None]:
+    """A backend that refuses our credentials, or a reference that cannot be resolved, as `error`."""
+    try:
+        yield
+    except (BackendRefused, CredentialError) as e:
+        raise error(str(e)) from None
+
+
+__all__ = ["CredentialError", "events_access", "refusals_as", "store_access"]

@@ -49,6 +49,7 @@ from persys.store.etcd_auth import (
     denied,
     is_permission_denied,
     is_stale_token,
+    stale_token_text,
 )
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,11 @@ class EtcdStore:
     @property
     def user(self) -> str | None:
         return self._auth.user if self._auth is not None else None
+
+    @property
+    def authentications(self) -> int:
+        """How many tokens this store obtained (one at first, one per expiry seen)."""
+        return self._auth.authentications if self._auth is not None else 0
 
     async def _metadata(self) -> Metadata | None:
         return await self._auth.metadata(self._channel) if self._auth is not None else None
@@ -373,7 +379,7 @@ class EtcdStore:
                         break
                     assert isinstance(resp, rpc_pb2.WatchResponse)
                     if self._token_refused(resp, renewed):
-                        # etcd refuses a watch for an expired token as "permission denied".
+                        # etcd cancels a watch created with an expired token ("invalid auth token").
                         renewed = True
                         await self._fresh_token(metadata)
                         break
@@ -403,8 +409,7 @@ class EtcdStore:
             backoff = min(backoff * 2, 2.0)
 
     def _token_refused(self, resp: rpc_pb2.WatchResponse, renewed: bool) -> bool:
-        return (self._auth is not None and not renewed and resp.canceled
-                and is_permission_denied(resp.cancel_reason))
+        return self._auth is not None and not renewed and resp.canceled and stale_token_text(resp.cancel_reason)
 
     # ---- misc -------------------------------------------------------------------------
 

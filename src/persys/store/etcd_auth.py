@@ -43,7 +43,11 @@ def _code_details(e: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
 
 
 def is_stale_token(e: grpc.RpcError) -> bool:
-    details = _code_details(e)[1]
+    return stale_token_text(_code_details(e)[1])
+
+
+def stale_token_text(details: str) -> bool:
+    """Whether etcd's message (an error's details, a watch's cancel reason) says the token is stale."""
     return any(s in details for s in _STALE)
 
 

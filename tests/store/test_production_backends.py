@@ -105,6 +105,16 @@ async def test_the_persys_users_cannot_reach_outside_their_prefix(secure_backend
             await store.range("")  # the whole keyspace
     finally:
         await store.close()
+    # With --client-cert-auth, a certificate whose common name is an etcd user is that user, no
+    # password needed: the same role applies.
+    cert, key = b.pki.issue(f"cn-{uuid.uuid4().hex[:6]}", "persys")
+    by_cn = EtcdStore([b.etcd.endpoint], tls=BackendTLS(b.pki.ca, cert, key), timeout=3)
+    try:
+        await by_cn.put("/persys/least-privilege-probe", b"by-cn")
+        with pytest.raises(StoreAccessDenied, match="denied this client access"):
+            await by_cn.get("/other/secret")
+    finally:
+        await by_cn.close()
     assert b.etcdctl("get", "/other/secret", "--print-value-only").strip() == "root-only"
 
     admin = b.redis_admin()

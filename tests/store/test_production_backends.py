@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -138,31 +142,33 @@ async def test_the_persys_users_cannot_reach_outside_their_prefix(secure_backend
 
 async def test_an_expired_etcd_token_is_renewed(secure_backends: SecureBackends) -> None:
     """Simple tokens expire after --auth-token-ttl idle seconds (2 here): calls and watches
-    authenticate again once and go on; lease keep-alives go on too."""
+    authenticate again once and go on; lease keep-alives go on too. Two stores (each with its own
+    token) let one idle period show both renewals."""
     b = secure_backends
-    store = _store(b)
+    store, watcher = _store(b), _store(b)
     lease = store.blocking_lease()
     try:
         lease_id = await store.grant_lease(30)
-        first = store.authentications
+        await watcher.get("/persys/absent")
+        first, first_w = store.authentications, watcher.authentications
         await asyncio.sleep(b.etcd.token_ttl + 1.5)
         # etcd 3.4 does not check tokens on keep-alives; the lease thread renews one when it must.
         assert lease.keep_alive(lease_id) > 0
         assert await store.get("/persys/absent") is None  # a unary call
         assert store.authentications == first + 1
-        await asyncio.sleep(b.etcd.token_ttl + 1.5)
         prefix = f"/persys/renewal-{uuid.uuid4().hex[:6]}/"
-        events = store.watch(prefix)
+        events = watcher.watch(prefix)  # created with the expired token: etcd cancels it, we renew
         first_event = asyncio.ensure_future(anext(events))
         await asyncio.sleep(0.5)
         await store.put(prefix + "k", b"v")
         assert (await asyncio.wait_for(first_event, 10)).kv.key == prefix + "k"
         await events.aclose()
-        assert store.authentications == first + 2  # the watch's own renewal
+        assert watcher.authentications == first_w + 1
         await store.revoke_lease(lease_id)
     finally:
         lease.close()
         await store.close()
+        await watcher.close()
 
 
 async def test_a_wrong_password_is_refused_at_start_and_never_shown(
@@ -230,3 +236,40 @@ def test_persys_scheduler_refuses_in_one_line(secure_backends: SecureBackends, t
         assert expected in out and "Traceback" not in out
         assert "Wr0ng-passw0rd-value" not in out
         assert [line for line in out.splitlines() if line.startswith("error: ")], out
+
+
+def test_persys_scheduler_runs_on_them_from_files_and_environment(secure_backends: SecureBackends,
+                                                                  tmp_path: Path) -> None:
+    """The real command, as an operator runs it: certificates and password files, a password in the
+    environment; it gets ready, and its output never holds a password."""
+    b = secure_backends
+    ca = ClusterCA(tmp_path / "pki")
+    ca.ensure()
+    ca.issue("scheduler", "scheduler", ("localhost",))
+    tls = b.etcd_access.tls
+    assert tls is not None and tls.cert is not None and tls.key is not None and b.etcd_access.password
+    argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
+            "--tls-dir", str(tmp_path / "pki"), "--data-dir", str(tmp_path / "data"), "--verbose",
+            "--store", _etcd_url(b), "--etcd-ca", str(b.pki.ca), "--etcd-cert", str(tls.cert),
+            "--etcd-key", str(tls.key), "--etcd-user", "persys", "--etcd-password-file", b.etcd_access.password.target,
+            "--events", b.redis.url.replace("rediss://", "rediss://persys@"), "--redis-ca", str(b.pki.ca),
+            "--redis-cert", str(tls.cert), "--redis-key", str(tls.key), "--redis-password", "env:PERSYS_REDIS_PW"]
+    log = tmp_path / "scheduler.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PERSYS_REDIS_PW": b.redis_password})
+        try:
+            deadline = time.monotonic() + 30
+            while "scheduler ready" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "scheduler ready" in log.read_text(), log.read_text()[-2000:]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()  # debug logging (--verbose) included
+    assert b.etcd_password not in text and b.redis_password not in text
+    assert "Traceback" not in text

@@ -21,6 +21,7 @@ from persys.credentials import (
     Login,
     SecretResolver,
     parse_ref,
+    read_local,
     resolve,
     url_password_problem,
 )
@@ -63,8 +64,10 @@ class BackendAccess:
         """The user and its resolved password, or None when the backend takes no password."""
         if self.password is None:
             return None
-        password = await resolve(self.password, self.password_option, secrets)
-        return Login(self.user or "default", password)
+        ref, option = self.password, self.password_option
+        password = await resolve(ref, option, secrets)
+        reread = (lambda: read_local(ref, option)) if ref.scheme in ("file", "env") else None
+        return Login(self.user or "default", password, reread)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
@@ -57,10 +58,25 @@ class Password:
 
 @dataclass(frozen=True, slots=True)
 class Login:
-    """A backend user and its password (etcd user, Redis ACL user)."""
+    """A backend user and its password (etcd user, Redis ACL user).
+
+    `reread` reads the password again from where it came from (file: and env: references): a
+    backend that refuses the password in memory is tried once more with the current one, so a
+    rotated password file takes effect without a restart."""
 
     user: str
     password: Password
+    reread: Callable[[], Password] | None = field(default=None, compare=False)
+
+    def current(self) -> Login | None:
+        """This login with the password as it reads now, if that differs (else None)."""
+        if self.reread is None:
+            return None
+        try:
+            fresh = self.reread()
+        except CredentialError:
+            return None  # unreadable now: keep what we have
+        return None if fresh == self.password else Login(self.user, fresh, self.reread)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from persys.backend_access import BackendAccess, BackendTLS
 from persys.cli.server import app
 from persys.client import SchedulerClient
 from persys.credentials import CredentialRef, Login, Password
+from persys.events import ClusterEvent, open_events
 from persys.scheduler import keys
 from persys.scheduler.backends import BackendRefused, open_backends
 from persys.scheduler.config import SchedulerConfig
@@ -30,7 +31,7 @@ from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store.etcd import EtcdStore
 from persys.store.etcd_auth import StoreAccessDenied
-from tests.fixtures_secure_infra import BackendPKI, SecureBackends
+from tests.fixtures_secure_infra import REDIS_ACL, BackendPKI, SecureBackends
 from tests.scheduler.test_core import node
 
 pytestmark = [pytest.mark.etcd, pytest.mark.redis]
@@ -273,3 +274,46 @@ def test_persys_scheduler_runs_on_them_from_files_and_environment(secure_backend
     text = log.read_text()  # debug logging (--verbose) included
     assert b.etcd_password not in text and b.redis_password not in text
     assert "Traceback" not in text
+
+
+async def test_a_rotated_password_file_takes_effect_without_a_restart(secure_backends: SecureBackends,
+                                                                      tmp_path: Path) -> None:
+    """The operator writes the new password to the file, then changes it in etcd and Redis: the
+    store (whose tokens etcd then invalidates) and the event bus (at its next connection) read the
+    file again, and go on."""
+    b = secure_backends
+    user = f"rotate-{uuid.uuid4().hex[:6]}"
+    file = tmp_path / "password"
+    file.write_text("first-Passw0rd\n")
+    file.chmod(0o600)
+    b.etcdctl("user", "add", user, "--interactive=false", stdin="first-Passw0rd\n")
+    b.etcdctl("user", "grant-role", user, "persys")
+    admin = b.redis_admin()
+    await admin.execute_command("ACL", "SETUSER", user, "on", ">first-Passw0rd", *REDIS_ACL.split())
+    ref = CredentialRef("file", str(file))
+    etcd_login = await BackendAccess("etcd", b.etcd_access.tls, user, ref).login()
+    redis_login = await BackendAccess("redis", b.redis_access.tls, user, ref).login()
+    assert etcd_login is not None and redis_login is not None
+    store = EtcdStore([b.etcd.endpoint], tls=b.etcd_access.tls, login=etcd_login, timeout=3)
+    bus = open_events(b.redis.url, tls=b.redis_access.tls, login=redis_login)
+    try:
+        await store.put("/persys/rotation-probe", b"1")
+        assert await bus.publish(ClusterEvent(kind="Probe", subject=user, message="before"))
+
+        file.write_text("second-Passw0rd\n")
+        b.etcdctl("user", "passwd", user, "--interactive=false", stdin="second-Passw0rd\n")
+        await admin.execute_command("ACL", "SETUSER", user, "resetpass", ">second-Passw0rd")
+        await admin.execute_command("CLIENT", "KILL", "USER", user)
+
+        assert (await store.get("/persys/rotation-probe")) is not None
+        assert store.authentications == 2
+        deadline = time.monotonic() + 10
+        while not await bus.publish(ClusterEvent(kind="Probe", subject=user, message="after")):
+            assert time.monotonic() < deadline, "the event bus never reconnected with the new password"
+            await asyncio.sleep(0.2)
+    finally:
+        await bus.close()
+        await store.close()
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+        b.etcdctl("user", "delete", user)

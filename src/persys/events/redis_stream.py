@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.credentials import CredentialProvider
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -82,8 +83,29 @@ def _access_options(tls: BackendTLS | None, login: Login | None) -> dict[str, An
         if tls.cert is not None and tls.key is not None:
             out.update(ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
     if login is not None:
-        out.update(username=login.user, password=login.password.reveal())
+        out["credential_provider"] = LoginCredentials(login)
     return out
+
+
+def _without_user(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else url
+
+
+class LoginCredentials(CredentialProvider):
+    """The ACL user's credentials for each new connection, the password read again from its file
+    or variable each time: a rotated password takes effect at the next connection."""
+
+    def __init__(self, login: Login) -> None:
+        self._login = login
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        fresh = self._login.current()
+        if fresh is not None:
+            self._login = fresh
+        password = self._login.password.reveal()
+        # A password alone is the default user's (requirepass): plain AUTH, as before Redis 6.
+        return (password,) if self._login.user == "default" else (self._login.user, password)
 
 
 class EventsAccessDenied(Exception):
@@ -115,9 +137,11 @@ class RedisEventBus:
             "retry": Retry(NoBackoff(), 0),
             **_access_options(tls, login),
         }
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, **common)
+        # With a login the user comes from it (a user in the URL too would clash in redis-py).
+        target = _without_user(url) if login is not None else url
+        self._redis = aioredis.Redis.from_url(target, socket_timeout=timeout, **common)
         # Blocking XREADs hold a connection; give them their own pool and a longer timeout.
-        self._sub_redis = aioredis.Redis.from_url(url, socket_timeout=timeout + block_ms / 1000, **common)
+        self._sub_redis = aioredis.Redis.from_url(target, socket_timeout=timeout + block_ms / 1000, **common)
 
     async def publish(self, event: ClusterEvent) -> str:
         return (await self.publish_many([event]))[0]

@@ -123,19 +123,39 @@ class TokenKeeper:
             if token is not None and token != stale:
                 return token
             stub = auth_pb2_grpc.AuthStub(channel)
-            try:
-                resp = await stub.Authenticate(self._request(), timeout=self.timeout)
-            except grpc.aio.AioRpcError as e:
-                raise _auth_error(e, self.target, self.login.user) from None
-            return self._store(resp.token)
+            for attempt in range(2):  # a refused password is read again once (a rotated file)
+                try:
+                    resp = await stub.Authenticate(self._request(), timeout=self.timeout)
+                    return self._store(resp.token)
+                except grpc.aio.AioRpcError as e:
+                    if attempt == 0 and self._reread_after(e):
+                        continue
+                    raise _auth_error(e, self.target, self.login.user) from None
+            raise AssertionError("unreachable")
+
+    def _reread_after(self, e: grpc.RpcError) -> bool:
+        """After a refused password: whether its source now holds another one (then use that)."""
+        if "authentication failed" not in _code_details(e)[1]:
+            return False
+        fresh = self.login.current()
+        if fresh is None:
+            return False
+        with self._guard:
+            self.login = fresh
+        return True
 
     def metadata_blocking(self, channel: grpc.Channel, stale: str | None = None) -> Metadata:
         """For the lease thread (synchronous gRPC): the token, authenticating when it is missing or stale."""
         token = self.current()
-        if token is None or token == stale:
+        for attempt in range(2):
+            if token is not None and token != stale:
+                break
             try:
-                resp = auth_pb2_grpc.AuthStub(channel).Authenticate(self._request(), timeout=self.timeout)
+                token = self._store(auth_pb2_grpc.AuthStub(channel).Authenticate(
+                    self._request(), timeout=self.timeout).token)
             except grpc.RpcError as e:
+                if attempt == 0 and self._reread_after(e):
+                    continue
                 raise _auth_error(e, self.target, self.login.user) from None
-            token = self._store(resp.token)
+        assert token is not None
         return (("token", token),)

@@ -31,6 +31,7 @@ from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store.etcd import EtcdStore
 from persys.store.etcd_auth import StoreAccessDenied
+from tests.fixtures_infra import free_port
 from tests.fixtures_secure_infra import REDIS_ACL, BackendPKI, SecureBackends
 from tests.scheduler.test_core import node
 
@@ -317,3 +318,14 @@ async def test_a_rotated_password_file_takes_effect_without_a_restart(secure_bac
         await admin.execute_command("ACL", "DELUSER", user)
         await admin.aclose()
         b.etcdctl("user", "delete", user)
+
+
+async def test_an_unreachable_backend_is_an_outage_not_a_refusal(secure_backends: SecureBackends) -> None:
+    """Nothing listens: the replica's backends open anyway (it starts frozen and waits, as without
+    credentials), unlike a refused password or certificate."""
+    b = secure_backends
+    port = free_port()  # nothing listens there (the kernel's pick, released again)
+    store, events = await open_backends(f"etcds://127.0.0.1:{port}", f"rediss://127.0.0.1:{port}/0", None,
+                                        b.etcd_access, b.redis_access, None)
+    await events.close()
+    await store.close()

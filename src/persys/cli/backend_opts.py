@@ -10,11 +10,29 @@ from pathlib import Path
 import typer
 
 from persys.backend_access import BackendAccess, BackendOptions, backend_access
+from persys.cli.server_errors import ServerError
 from persys.credentials import CredentialError
 from persys.scheduler.backends import BackendRefused
 from persys.tlsfiles import TLSFiles
 
 REF = "file:PATH, env:NAME or secret:NAME/KEY"
+
+SCHEDULER_HELP = """Run a scheduler replica.
+
+In production etcd and Redis usually have their own CA and users: --etcd-ca, --etcd-cert and
+--etcd-key, --etcd-user with --etcd-password-file (or --etcd-password file:PATH, env:NAME or
+secret:NAME/KEY); likewise --redis-*. A password is never accepted on the command line or in
+a URL. Example:
+
+persys scheduler --tls-dir /etc/persys/pki \\
+  --store etcds://10.0.0.2:2379 --etcd-ca /etc/etcd/ca.crt \\
+  --etcd-cert /etc/persys/etcd.crt --etcd-key /etc/persys/etcd.key \\
+  --etcd-user persys --etcd-password-file /etc/persys/etcd-password \\
+  --events rediss://persys@10.0.0.3:6380/0 --redis-ca /etc/redis/ca.crt \\
+  --redis-password env:PERSYS_REDIS_PASSWORD
+
+Users, roles and ACLs to create: docs/security.md, "etcd and Redis in production".
+"""
 
 # The options, shared by name with the scheduler command's signature (typer reads them there).
 ETCD_CA = typer.Option(None, "--etcd-ca", help="CA certificate that issued etcd's server certificate, when etcd "
@@ -64,13 +82,25 @@ def events_access(url: str, ca: Path | None, cert: Path | None, key: Path | None
     return _configured(access) if url.partition("://")[0] in ("redis", "rediss", "unix") else None
 
 
+EtcdValues = tuple[Path | None, Path | None, Path | None, str | None, str | None, str | None, Path | None]
+RedisValues = tuple[Path | None, Path | None, Path | None, str | None, str | None, Path | None]
+
+
+def accesses(store: str, events: str, persys_tls: TLSFiles, etcd: EtcdValues, redis: RedisValues
+             ) -> tuple[BackendAccess | None, BackendAccess | None]:
+    """Both backends' access from the option values (in declaration order); ServerError if wrong."""
+    with refusals():
+        return store_access(store, persys_tls, *etcd), events_access(events, *redis)
+
+
 @contextlib.contextmanager
-def refusals_as(error: type[Exception]) -> Iterator[None]:
-    """A backend that refuses our credentials, or a reference that cannot be resolved, as `error`."""
+def refusals() -> Iterator[None]:
+    """A backend refusing our credentials, or options and references that are wrong: ServerError
+    (one line on stderr, no traceback)."""
     try:
         yield
     except (BackendRefused, CredentialError) as e:
-        raise error(str(e)) from None
+        raise ServerError(str(e)) from None
 
 
-__all__ = ["CredentialError", "events_access", "refusals_as", "store_access"]
+__all__ = ["SCHEDULER_HELP", "accesses", "events_access", "refusals", "store_access"]

@@ -312,7 +312,7 @@ def dev(
 # --------------------------------------------------------------------------- separate servers
 
 
-@app.command()
+@app.command(help=backend_opts.SCHEDULER_HELP)
 def scheduler(
     listen: str = typer.Option("0.0.0.0:7443", "--listen", help="gRPC address."),
     store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port], etcds://... (TLS) or "
@@ -361,44 +361,21 @@ def scheduler(
     redis_password_file: Path | None = backend_opts.REDIS_PASSWORD_FILE,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run a scheduler replica.
-
-    In production etcd and Redis usually have their own CA and users: --etcd-ca, --etcd-cert and
-    --etcd-key, --etcd-user with --etcd-password-file (or --etcd-password file:PATH, env:NAME or
-    secret:NAME/KEY); likewise --redis-*. A password is never accepted on the command line or in
-    a URL. Example:
-
-    persys scheduler --tls-dir /etc/persys/pki \
-
-      --store etcds://10.0.0.2:2379 --etcd-ca /etc/etcd/ca.crt \
-
-      --etcd-cert /etc/persys/etcd.crt --etcd-key /etc/persys/etcd.key \
-
-      --etcd-user persys --etcd-password-file /etc/persys/etcd-password \
-
-      --events rediss://persys@10.0.0.3:6380/0 --redis-ca /etc/redis/ca.crt \
-
-      --redis-password env:PERSYS_REDIS_PASSWORD
-
-    Users, roles and ACLs to create: docs/security.md, "etcd and Redis in production".
-    """
+    """Run a scheduler replica (the full help: backend_opts.SCHEDULER_HELP)."""
     _setup_logging(verbose)
 
     async def main() -> None:
         tls = _tls_from_dir(tls_dir, "scheduler")
-        try:
-            s_access = backend_opts.store_access(store, tls, etcd_ca, etcd_cert, etcd_key, etcd_server_name,
-                                                 etcd_user, etcd_password, etcd_password_file)
-            e_access = backend_opts.events_access(events, redis_ca, redis_cert, redis_key, redis_user,
-                                                  redis_password, redis_password_file)
-        except backend_opts.CredentialError as e:
-            raise ServerError(str(e)) from None
+        s_access, e_access = backend_opts.accesses(
+            store, events, tls, (etcd_ca, etcd_cert, etcd_key, etcd_server_name, etcd_user, etcd_password,
+                                 etcd_password_file), (redis_ca, redis_cert, redis_key, redis_user, redis_password,
+                                                       redis_password_file))
         holder = []
 
         async def started() -> None:
             host, _, port = listen.rpartition(":")
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
-            with backend_opts.refusals_as(ServerError):  # a wrong password: one line, no traceback
+            with backend_opts.refusals():  # a wrong password: one line, no traceback
                 s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                     node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
                     replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,

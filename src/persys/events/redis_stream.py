@@ -102,10 +102,14 @@ class LoginCredentials(CredentialProvider):
     def get_credentials(self) -> tuple[str] | tuple[str, str]:
         fresh = self._login.current()
         if fresh is not None:
+            log.info("event bus: user %r's password changed in its source; new connections use it", fresh.user)
             self._login = fresh
         password = self._login.password.reveal()
         # A password alone is the default user's (requirepass): plain AUTH, as before Redis 6.
         return (password,) if self._login.user == "default" else (self._login.user, password)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()  # a small file or variable: no need to leave the loop
 
 
 class EventsAccessDenied(Exception):
@@ -219,9 +223,25 @@ class RedisEventBus:
                     cursor = ev.id
                     yield ev
 
-    async def check_access(self) -> None:
-        """Raise EventsAccessDenied for a wrong password or an ACL without what Persys needs; return
-        when Redis is merely unreachable (events are best effort: the scheduler starts without them)."""
+    async def check_access(self, attempts: int = 3) -> None:
+        """Raise EventsAccessDenied for a wrong password, TLS identity or an ACL without what Persys
+        needs; return when Redis is merely unreachable (events are best effort: the scheduler starts
+        without them). Under TLS 1.3 a server refusing our certificate sometimes just resets the
+        connection instead of sending its alert, so an unexplained failure is tried again."""
+        for attempt in range(attempts):
+            try:
+                await self._check_once()
+                return
+            except _DOWN as e:
+                hint = tls_refusal_hint(str(e), "redis")
+                if hint:
+                    raise EventsAccessDenied(f"redis at {redacted(self.url)}: {hint} ({e})") from None
+                if attempt + 1 == attempts or isinstance(e, RedisTimeoutError):
+                    log.warning("event bus: redis at %s unreachable at start: %s", redacted(self.url), e)
+                    return
+                await asyncio.sleep(0.1)
+
+    async def _check_once(self) -> None:
         try:
             await self._redis.ping()
             await self._redis.xrevrange(self.stream, count=1)
@@ -229,11 +249,6 @@ class RedisEventBus:
             raise EventsAccessDenied(f"redis at {redacted(self.url)}: authentication failed (wrong user or "
                                      "password, or the user is disabled; check --redis-user and "
                                      "--redis-password)") from None
-        except _DOWN as e:
-            hint = tls_refusal_hint(str(e), "redis")
-            if hint:
-                raise EventsAccessDenied(f"redis at {redacted(self.url)}: {hint} ({e})") from None
-            log.warning("event bus: redis at %s unreachable at start: %s", redacted(self.url), e)
         except (NoPermissionError, ResponseError) as e:
             raise EventsAccessDenied(f"redis at {redacted(self.url)}: {e} (the ACL user needs the commands and "
                                      f"key pattern in docs/security.md, 'etcd and Redis in production')") from None

@@ -206,14 +206,21 @@ class EtcdStore:
                 raise _map_error(e, self.target, self.user) from e
         raise AssertionError("unreachable")
 
-    async def check_access(self) -> None:
-        """Raise StoreAccessDenied for a wrong password, TLS identity or role; return on an outage."""
-        try:
-            await self.current_revision()
-        except StoreUnavailable as e:
-            hint = tls_refusal_hint(str(e), "etcd")
-            if hint:
-                raise StoreAccessDenied(f"etcd at {self.target}: {hint} ({e})") from None
+    async def check_access(self, attempts: int = 3) -> None:
+        """Raise StoreAccessDenied for a wrong password, TLS identity or role; return on an outage.
+        A TLS 1.3 server refusing our certificate may reset the connection instead of sending its
+        alert, so an unexplained failure is tried again before it counts as an outage."""
+        for attempt in range(attempts):
+            try:
+                await self.current_revision()
+                return
+            except StoreUnavailable as e:
+                hint = tls_refusal_hint(str(e), "etcd")
+                if hint:
+                    raise StoreAccessDenied(f"etcd at {self.target}: {hint} ({e})") from None
+                if attempt + 1 == attempts or "DEADLINE_EXCEEDED" in str(e):
+                    return  # an outage (a timeout is not worth waiting for twice)
+                await asyncio.sleep(0.1)
 
     # ---- KV ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ as `***`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import grpc
@@ -29,6 +30,7 @@ from persys.store.base import StoreError, StoreUnavailable
 _STALE = ("invalid auth token", "revision of auth store is old", "user name is empty")
 
 Metadata = tuple[tuple[str, str], ...]
+log = logging.getLogger(__name__)
 
 
 class StoreAccessDenied(StoreError):
@@ -142,6 +144,8 @@ class TokenKeeper:
             return False
         with self._guard:
             self.login = fresh
+        log.info("etcd at %s refused user %r's password; its source holds a new one, trying that", self.target,
+                 fresh.user)
         return True
 
     def metadata_blocking(self, channel: grpc.Channel, stale: str | None = None) -> Metadata:

@@ -9,6 +9,7 @@ import pytest
 from tests.bao_server import *  # noqa: F403
 from tests.docker_fixtures import *  # noqa: F403
 from tests.fixtures_infra import *  # noqa: F403
+from tests.fixtures_secure_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests
 
 

@@ -71,7 +71,7 @@ async def test_a_replica_with_another_master_key_is_refused(tmp_path: Path) -> N
         await first.check_master_key()
         await first.check_master_key()  # the same key again: fine (a restart)
         second = BuiltinSecretStore(state, load_or_create(tmp_path / "r1.key"), tmp_path / "r1.key")
-        with pytest.raises(MasterKeyMismatch, match="r1.key holds key .*every replica needs the same key file"):
+        with pytest.raises(MasterKeyMismatch, match=r"r1\.key holds key .*every replica needs the same key file"):
             await second.check_master_key()
         assert await second.names() == ()  # the key id record is not a secret
     finally:

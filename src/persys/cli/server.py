@@ -20,6 +20,7 @@ import yaml
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.base import Runtime
+from persys.cli import backend_opts
 from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
@@ -319,11 +320,13 @@ def dev(
 # --------------------------------------------------------------------------- separate servers
 
 
-@app.command()
+@app.command(help=backend_opts.SCHEDULER_HELP)
 def scheduler(
     listen: str = typer.Option("0.0.0.0:7443", "--listen", help="gRPC address."),
-    store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port] or sqlite:///path.db"),
-    events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
+    store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port], etcds://... (TLS) or "
+                              "sqlite:///path.db. No password in the URL: see --etcd-user."),
+    events: str = typer.Option("memory://", "--events", help="redis://host:port/0, rediss://[user@]host:port/0 "
+                               "(TLS), unix:///path.sock?db=0 or memory://. No password in the URL."),
     tls_dir: Path = typer.Option(None, "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key "
                                  "(with --identity-from files, the default)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
@@ -363,6 +366,19 @@ def scheduler(
         "(default DATA_DIR/secrets.key, created 0600; every replica needs the same file). openbao (or vault): "
         "KV v2 at $PERSYS_BAO_ADDR, mount $PERSYS_BAO_MOUNT (secret), credentials from files only: "
         "$PERSYS_BAO_TOKEN_FILE, or $PERSYS_BAO_ROLE_ID_FILE + $PERSYS_BAO_SECRET_ID_FILE (AppRole)."),
+    etcd_ca: Path | None = backend_opts.ETCD_CA,
+    etcd_cert: Path | None = backend_opts.ETCD_CERT,
+    etcd_key: Path | None = backend_opts.ETCD_KEY,
+    etcd_server_name: str | None = backend_opts.ETCD_SERVER_NAME,
+    etcd_user: str | None = backend_opts.ETCD_USER,
+    etcd_password: str | None = backend_opts.ETCD_PASSWORD,
+    etcd_password_file: Path | None = backend_opts.ETCD_PASSWORD_FILE,
+    redis_ca: Path | None = backend_opts.REDIS_CA,
+    redis_cert: Path | None = backend_opts.REDIS_CERT,
+    redis_key: Path | None = backend_opts.REDIS_KEY,
+    redis_user: str | None = backend_opts.REDIS_USER,
+    redis_password: str | None = backend_opts.REDIS_PASSWORD,
+    redis_password_file: Path | None = backend_opts.REDIS_PASSWORD_FILE,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -376,17 +392,24 @@ def scheduler(
         live = await idopt.start_identity(vault, "scheduler", replica_id) if identity_from == "openbao" else None
         tls = live.files if live else _tls_from_dir(tls_dir, "scheduler")
         creds = reloading_server_credentials(lambda: live.current) if live else None
+        s_access, e_access = backend_opts.accesses(
+            store, events, tls, (etcd_ca, etcd_cert, etcd_key, etcd_server_name, etcd_user, etcd_password,
+                                 etcd_password_file), (redis_ca, redis_cert, redis_key, redis_user, redis_password,
+                                                       redis_password_file))
         holder = []
 
         async def started() -> None:
             host, _, port = listen.rpartition(":")
             adv = advertise or (f"{socket.gethostname()}:{port}" if host in ("0.0.0.0", "[::]", "") else listen)
-            s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
-                node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
-                replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
-                liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
-                limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator),
-                credentials=creds, secrets=secrets)
+            with backend_opts.refusals():  # a wrong password: one line, no traceback
+                s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
+                    node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
+                    replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
+                    liveness_suspension_seconds=liveness_suspension,
+                    liveness_guard_min_nodes=liveness_guard_min_nodes),
+                    limits=InputLimits(max_manifest_bytes=max_manifest_bytes),
+                    node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access,
+                    credentials=creds, secrets=secrets)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)

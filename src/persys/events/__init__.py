@@ -1,17 +1,25 @@
 """Cluster event bus (observability, not authoritative state).
 
-open_events() URLs: `redis://host:port/0` or `unix:///path/redis.sock?db=0` (Redis Streams), or
-`memory://` (in-process ring).
+open_events() URLs: `redis://host:port/0`, `rediss://[user@]host:port/0` (TLS) or
+`unix:///path/redis.sock?db=0` (Redis Streams), or `memory://` (in-process ring). Passwords never
+go in the URL: pass login=Login(user, password).
 """
 
 from __future__ import annotations
 
+from persys.backend_access import BackendTLS
+from persys.credentials import Login, url_password_problem
 from persys.events.base import ClusterEvent, EventBus, EventsUnavailable
 
 __all__ = ["ClusterEvent", "EventBus", "EventsUnavailable", "open_events"]
 
 
-def open_events(url: str, *, maxlen: int = 10_000) -> EventBus:
+def open_events(url: str, *, maxlen: int = 10_000, tls: BackendTLS | None = None,
+                login: Login | None = None) -> EventBus:
+    """tls and login: Redis over TLS (`rediss://`) and an ACL user (persys.backend_access)."""
+    problem = url_password_problem(url, "events URL", "--redis-password")
+    if problem:
+        raise ValueError(problem)
     scheme = url.partition("://")[0]
     if scheme == "memory":
         from persys.events.memory import MemoryEventBus
@@ -20,5 +28,5 @@ def open_events(url: str, *, maxlen: int = 10_000) -> EventBus:
     if scheme in ("redis", "rediss", "unix"):
         from persys.events.redis_stream import RedisEventBus
 
-        return RedisEventBus(url, maxlen=maxlen)
+        return RedisEventBus(url, maxlen=maxlen, tls=tls, login=login)
     raise ValueError(f"unsupported events URL {url!r} (use redis://host:port/0, unix:///path?db=0 or memory://)")

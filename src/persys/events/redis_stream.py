@@ -17,10 +17,13 @@ from urllib.parse import urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.credentials import CredentialProvider
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from persys.backend_access import BackendTLS, tls_refusal_hint
+from persys.credentials import Login
 from persys.events.base import ClusterEvent, EventsUnavailable
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,49 @@ def _decode(event_id: Any, data: dict[Any, Any]) -> ClusterEvent:
     )
 
 
+def _access_options(tls: BackendTLS | None, login: Login | None) -> dict[str, Any]:
+    """redis-py's connection options for a TLS identity and an ACL user (AUTH user password)."""
+    out: dict[str, Any] = {}
+    if tls is not None:
+        out.update(ssl_cert_reqs="required", ssl_check_hostname=True)
+        if tls.ca is not None:
+            out["ssl_ca_certs"] = str(tls.ca)
+        if tls.cert is not None and tls.key is not None:
+            out.update(ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
+    if login is not None:
+        out["credential_provider"] = LoginCredentials(login)
+    return out
+
+
+def _without_user(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else url
+
+
+class LoginCredentials(CredentialProvider):
+    """The ACL user's credentials for each new connection, the password read again from its file
+    or variable each time: a rotated password takes effect at the next connection."""
+
+    def __init__(self, login: Login) -> None:
+        self._login = login
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        fresh = self._login.current()
+        if fresh is not None:
+            log.info("event bus: user %r's password changed in its source; new connections use it", fresh.user)
+            self._login = fresh
+        password = self._login.password.reveal()
+        # A password alone is the default user's (requirepass): plain AUTH, as before Redis 6.
+        return (password,) if self._login.user == "default" else (self._login.user, password)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()  # a small file or variable: no need to leave the loop
+
+
+class EventsAccessDenied(Exception):
+    """Redis refused our credentials, TLS identity or the commands/keys Persys needs."""
+
+
 class RedisEventBus:
     def __init__(
         self,
@@ -79,6 +125,8 @@ class RedisEventBus:
         maxlen: int = 10_000,
         timeout: float = 2.0,
         block_ms: int = 1000,
+        tls: BackendTLS | None = None,
+        login: Login | None = None,
     ) -> None:
         self.url = url
         self.stream = stream
@@ -91,10 +139,13 @@ class RedisEventBus:
             "protocol": 2,  # redis-py 8 defaults to RESP3; we parse RESP2 replies
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
+            **_access_options(tls, login),
         }
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, **common)
+        # With a login the user comes from it (a user in the URL too would clash in redis-py).
+        target = _without_user(url) if login is not None else url
+        self._redis = aioredis.Redis.from_url(target, socket_timeout=timeout, **common)
         # Blocking XREADs hold a connection; give them their own pool and a longer timeout.
-        self._sub_redis = aioredis.Redis.from_url(url, socket_timeout=timeout + block_ms / 1000, **common)
+        self._sub_redis = aioredis.Redis.from_url(target, socket_timeout=timeout + block_ms / 1000, **common)
 
     async def publish(self, event: ClusterEvent) -> str:
         return (await self.publish_many([event]))[0]
@@ -171,6 +222,36 @@ class RedisEventBus:
                     ev = _decode(event_id, data)
                     cursor = ev.id
                     yield ev
+
+    async def check_access(self, attempts: int = 3) -> None:
+        """Raise EventsAccessDenied for a wrong password, TLS identity or an ACL without what Persys
+        needs; return when Redis is merely unreachable (events are best effort: the scheduler starts
+        without them). Under TLS 1.3 a server refusing our certificate sometimes just resets the
+        connection instead of sending its alert, so an unexplained failure is tried again."""
+        for attempt in range(attempts):
+            try:
+                await self._check_once()
+                return
+            except _DOWN as e:
+                hint = tls_refusal_hint(str(e), "redis")
+                if hint:
+                    raise EventsAccessDenied(f"redis at {redacted(self.url)}: {hint} ({e})") from None
+                if attempt + 1 == attempts or isinstance(e, RedisTimeoutError):
+                    log.warning("event bus: redis at %s unreachable at start: %s", redacted(self.url), e)
+                    return
+                await asyncio.sleep(0.1)
+
+    async def _check_once(self) -> None:
+        try:
+            await self._redis.ping()
+            await self._redis.xrevrange(self.stream, count=1)
+        except AuthenticationError:  # a ConnectionError to redis-py: before _DOWN
+            raise EventsAccessDenied(f"redis at {redacted(self.url)}: authentication failed (wrong user or "
+                                     "password, or the user is disabled; check --redis-user and "
+                                     "--redis-password)") from None
+        except (NoPermissionError, ResponseError) as e:
+            raise EventsAccessDenied(f"redis at {redacted(self.url)}: {e} (the ACL user needs the commands and "
+                                     f"key pattern in docs/security.md, 'etcd and Redis in production')") from None
 
     async def healthy(self) -> bool:
         try:

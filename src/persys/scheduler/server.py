@@ -11,7 +11,8 @@ import grpc
 
 from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc, secrets_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.events import open_events
+from persys.backend_access import BackendAccess
+from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
 from persys.policy import WorkloadPolicy
@@ -20,6 +21,7 @@ from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
+from persys.scheduler.backends import open_backends
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
@@ -32,7 +34,6 @@ from persys.secrets.base import SecretStore
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
-from persys.store import open_store
 from persys.store.base import BlockingLeases, StateStore
 from persys.tlsfiles import TLSFiles
 
@@ -76,12 +77,18 @@ async def start_scheduler(
     node_simulators: frozenset[str] = frozenset(),
     credentials: grpc.ServerCredentials | None = None,
     secrets: str | None = None,
+    store_access: BackendAccess | None = None,
+    events_access: BackendAccess | None = None,
+    secret_resolver: SecretResolver | None = None,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
     (persys.secrets.config: builtin[:KEYFILE], openbao); None: none (secret calls answer
-    UNAVAILABLE and token records keep a bare sha256)."""
-    store = open_store(store_url, tls=store_tls)
+    UNAVAILABLE and token records keep a bare sha256). `store_access`/`events_access`: the
+    backends' own TLS identities and users (scheduler.backends); `secret_resolver` resolves their
+    `secret:` password references (never a store kept in the backend it unlocks)."""
+    store, events = await open_backends(store_url, events_url, store_tls, store_access, events_access,
+                                        secret_resolver)
     config = config or SchedulerConfig()
     secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
         if secrets else None
@@ -89,9 +96,9 @@ async def start_scheduler(
         try:
             await secret_store.check_master_key()
         except MasterKeyMismatch:
+            await events.close()
             await store.close()
             raise
-    events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
     keeper = store.blocking_lease if isinstance(store, BlockingLeases) else None

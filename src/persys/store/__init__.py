@@ -2,11 +2,15 @@
 
 open_store() URLs:
   sqlite:///abs/path/state.db    sqlite://relative/path.db    sqlite://:memory:
-  etcd://host:port[,host:port]   etcds://host:port[,...]  (TLS; requires tls=TLSFiles)
+  etcd://host:port[,host:port]   etcds://host:port[,...]  (TLS; requires tls=TLSFiles or BackendTLS)
+With login=Login(user, password) the etcd store authenticates as that etcd user. A URL holding a
+password is refused: credentials come from files or the environment (persys.credentials).
 """
 
 from __future__ import annotations
 
+from persys.backend_access import BackendTLS
+from persys.credentials import Login, url_password_problem
 from persys.store.base import (
     CompactedError,
     Compare,
@@ -43,7 +47,10 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, tls: TLSFiles | None = None) -> StateStore:
+def open_store(url: str, *, tls: TLSFiles | BackendTLS | None = None, login: Login | None = None) -> StateStore:
+    problem = url_password_problem(url, "store URL", "--etcd-password")
+    if problem:
+        raise ValueError(problem)
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ValueError(f"store URL needs a scheme (sqlite://, etcd://, etcds://): {url!r}")
@@ -59,8 +66,8 @@ def open_store(url: str, *, tls: TLSFiles | None = None) -> StateStore:
 
         endpoints = [ep.strip() for ep in rest.strip("/").split(",") if ep.strip()]
         if scheme == "etcds" and tls is None:
-            raise ValueError("etcds:// requires tls=TLSFiles(ca, cert, key)")
+            raise ValueError("etcds:// requires tls=TLSFiles(ca, cert, key) or BackendTLS(ca[, cert, key])")
         if scheme == "etcd" and tls is not None:
             raise ValueError("TLS files given for a plaintext etcd:// URL; use etcds://")
-        return EtcdStore(endpoints, tls=tls)
+        return EtcdStore(endpoints, tls=tls, login=login)
     raise ValueError(f"unsupported store URL scheme {scheme!r} in {url!r}")

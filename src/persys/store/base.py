@@ -196,6 +196,16 @@ class BlockingLeases(Protocol):
     def blocking_lease(self) -> ThreadLease: ...
 
 
+@runtime_checkable
+class AccessCheck(Protocol):
+    """A store capability: tell a configuration problem (credentials, TLS identity) from an outage.
+
+    `check_access` raises StoreError for the former and returns for the latter, so a replica
+    refuses to start with a wrong password but starts (frozen) while its etcd is down."""
+
+    async def check_access(self) -> None: ...
+
+
 def prefix_range_end(prefix: bytes) -> bytes:
     """Smallest key greater than every key with this prefix (etcd's convention).
 

@@ -16,6 +16,7 @@ import ipaddress
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Literal, TypeVar
 
 import grpc
@@ -23,6 +24,8 @@ import grpc.aio
 
 from persys._pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from persys._pb.etcd.mvccpb import kv_pb2
+from persys.backend_access import BackendTLS, tls_refusal_hint
+from persys.credentials import Login
 from persys.store.base import (
     DEFAULT_MAX_TXN_BYTES,
     CompactedError,
@@ -38,6 +41,15 @@ from persys.store.base import (
     WatchEvent,
     check_txn_size,
     prefix_range_end,
+)
+from persys.store.etcd_auth import (
+    Metadata,
+    StoreAccessDenied,
+    TokenKeeper,
+    denied,
+    is_permission_denied,
+    is_stale_token,
+    stale_token_text,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +70,17 @@ _CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
 _MAX_RECEIVE_BYTES = 64 << 20
+# The key a count-only read asks for when only the revision is wanted: inside the prefix a
+# Persys etcd role may read (a read of "\0", outside it, is refused to a prefix-limited user).
+REVISION_PROBE_KEY = b"/persys/"
+
+
+def _credentials(tls: TLSFiles | BackendTLS) -> grpc.ChannelCredentials:
+    def read(path: Path | None) -> bytes | None:
+        return path.read_bytes() if path is not None else None
+
+    return grpc.ssl_channel_credentials(root_certificates=read(tls.ca), private_key=read(tls.key),
+                                        certificate_chain=read(tls.cert))
 
 
 def _target(endpoints: Sequence[str]) -> str:
@@ -86,8 +109,10 @@ def _too_large(err: StoreError) -> bool:
     return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
+def _map_error(e: grpc.aio.AioRpcError, target: str, user: str | None = None) -> StoreError:
     code, details = e.code(), e.details() or ""
+    if is_permission_denied(details):
+        return denied(target, user, details)
     if code in _UNAVAILABLE:
         return StoreUnavailable(f"etcd at {target} unavailable ({code.name}): {details}")
     if "lease not found" in details:
@@ -97,11 +122,13 @@ def _map_error(e: grpc.aio.AioRpcError, target: str) -> StoreError:
     return StoreError(f"etcd error ({code.name}): {details}")
 
 
-def _raise_if_ended(resp: rpc_pb2.WatchResponse, next_rev: int | None) -> None:
+def _raise_if_ended(resp: rpc_pb2.WatchResponse, next_rev: int | None, target: str, user: str | None) -> None:
     """A watch response that ends the watch: compacted history or a cancellation by etcd."""
     if resp.compact_revision:
         # etcd's compact_revision is the oldest revision still watchable.
         raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
+    if resp.canceled and is_permission_denied(resp.cancel_reason):
+        raise denied(target, user, resp.cancel_reason)
     if resp.canceled:
         raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
 
@@ -111,7 +138,8 @@ class EtcdStore:
         self,
         endpoints: Sequence[str],
         *,
-        tls: TLSFiles | None = None,
+        tls: TLSFiles | BackendTLS | None = None,
+        login: Login | None = None,
         timeout: float = 5.0,
         max_txn_bytes: int = DEFAULT_MAX_TXN_BYTES,
         max_receive_bytes: int = _MAX_RECEIVE_BYTES,
@@ -127,33 +155,72 @@ class EtcdStore:
         options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
         self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
-            self._creds = grpc.ssl_channel_credentials(
-                root_certificates=tls.ca.read_bytes(),
-                private_key=tls.key.read_bytes(),
-                certificate_chain=tls.cert.read_bytes(),
-            )
+            self._creds = _credentials(tls)
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
             self._channel = grpc.aio.secure_channel(self.target, self._creds, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(self.target, options=options)
         self._options = options
+        # etcd authentication: a token in every call's metadata (None: etcd has auth off, or
+        # takes the user from our client certificate's common name).
+        self._auth = TokenKeeper(login, self.target, timeout) if login is not None else None
         self._kv = rpc_pb2_grpc.KVStub(self._channel)
         self._watch = rpc_pb2_grpc.WatchStub(self._channel)
         self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
         self._maint = rpc_pb2_grpc.MaintenanceStub(self._channel)
         # One shared LeaseKeepAlive stream; the lock pairs each request with its response.
         self._ka_call: grpc.aio.StreamStreamCall | None = None
+        self._ka_metadata: Metadata | None = None
         self._ka_lock = asyncio.Lock()
         self._closed = False
+
+    @property
+    def user(self) -> str | None:
+        return self._auth.user if self._auth is not None else None
+
+    @property
+    def authentications(self) -> int:
+        """How many tokens this store obtained (one at first, one per expiry seen)."""
+        return self._auth.authentications if self._auth is not None else 0
+
+    async def _metadata(self) -> Metadata | None:
+        return await self._auth.metadata(self._channel) if self._auth is not None else None
+
+    async def _fresh_token(self, stale: Metadata | None) -> None:
+        """Authenticate again: etcd said the token in `stale` is no longer valid."""
+        if self._auth is not None:
+            await self._auth.refresh(self._channel, stale[0][1] if stale else None)
 
     async def _call(self, fn: Callable[..., Awaitable[T]], request: object) -> T:
         if self._closed:
             raise StoreUnavailable("etcd store is closed")
-        try:
-            return await fn(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise _map_error(e, self.target) from e
+        for attempt in range(2):  # an expired token gets one new authentication
+            metadata = await self._metadata()
+            try:
+                return await fn(request, timeout=self.timeout, metadata=metadata)
+            except grpc.aio.AioRpcError as e:
+                if attempt == 0 and self._auth is not None and is_stale_token(e):
+                    await self._fresh_token(metadata)
+                    continue
+                raise _map_error(e, self.target, self.user) from e
+        raise AssertionError("unreachable")
+
+    async def check_access(self, attempts: int = 3) -> None:
+        """Raise StoreAccessDenied for a wrong password, TLS identity or role; return on an outage.
+        A TLS 1.3 server refusing our certificate may reset the connection instead of sending its
+        alert, so an unexplained failure is tried again before it counts as an outage."""
+        for attempt in range(attempts):
+            try:
+                await self.current_revision()
+                return
+            except StoreUnavailable as e:
+                hint = tls_refusal_hint(str(e), "etcd")
+                if hint:
+                    raise StoreAccessDenied(f"etcd at {self.target}: {hint} ({e})") from None
+                if attempt + 1 == attempts or "DEADLINE_EXCEEDED" in str(e):
+                    return  # an outage (a timeout is not worth waiting for twice)
+                await asyncio.sleep(0.1)
 
     # ---- KV ---------------------------------------------------------------------------
 
@@ -239,7 +306,7 @@ class EtcdStore:
 
     async def current_revision(self) -> int:
         # count_only on a single key: the cheapest linearizable read that returns a header.
-        resp = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=b"\0", count_only=True))
+        resp = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=REVISION_PROBE_KEY, count_only=True))
         return int(resp.header.revision)
 
     # ---- leases -----------------------------------------------------------------------
@@ -261,7 +328,8 @@ class EtcdStore:
         async with self._ka_lock:
             for attempt in range(2):  # a stale stream (e.g. after an etcd restart) gets one retry
                 if self._ka_call is None:
-                    self._ka_call = self._lease.LeaseKeepAlive()
+                    self._ka_metadata = await self._metadata()
+                    self._ka_call = self._lease.LeaseKeepAlive(metadata=self._ka_metadata)
                 call = self._ka_call
                 try:
                     async with asyncio.timeout(self.timeout):
@@ -271,9 +339,11 @@ class EtcdStore:
                     call.cancel()
                     self._ka_call = None
                     if attempt == 0 and not isinstance(e, TimeoutError):
+                        if isinstance(e, grpc.aio.AioRpcError) and is_stale_token(e):
+                            await self._fresh_token(self._ka_metadata)
                         continue
                     if isinstance(e, grpc.aio.AioRpcError):
-                        raise _map_error(e, self.target) from e
+                        raise _map_error(e, self.target, self.user) from e
                     raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
                 if resp is grpc.aio.EOF:
                     self._ka_call = None
@@ -288,7 +358,7 @@ class EtcdStore:
 
     def blocking_lease(self) -> BlockingLease:
         """A lease keep-alive for a plain thread, on a connection of its own (see BlockingLease)."""
-        return BlockingLease(self.target, self._creds, self._options, self.timeout)
+        return BlockingLease(self.target, self._creds, self._options, self.timeout, self._auth)
 
     # ---- watch ------------------------------------------------------------------------
 
@@ -298,8 +368,10 @@ class EtcdStore:
         next_rev = start_revision if start_revision and start_revision > 0 else None
         backoff = 0.1
         outage_logged = False
+        renewed = False  # a watch refused for a stale token gets one new authentication
         while not self._closed:
-            call = self._watch.Watch()
+            metadata = await self._metadata()
+            call = self._watch.Watch(metadata=metadata)
             try:
                 await call.write(
                     rpc_pb2.WatchRequest(
@@ -313,9 +385,14 @@ class EtcdStore:
                     if resp is grpc.aio.EOF:
                         break
                     assert isinstance(resp, rpc_pb2.WatchResponse)
-                    _raise_if_ended(resp, next_rev)
+                    if self._token_refused(resp, renewed):
+                        # etcd cancels a watch created with an expired token ("invalid auth token").
+                        renewed = True
+                        await self._fresh_token(metadata)
+                        break
+                    _raise_if_ended(resp, next_rev, self.target, self.user)
                     if resp.created:
-                        backoff, outage_logged = 0.1, False
+                        backoff, outage_logged, renewed = 0.1, False, False
                         if next_rev is None:  # "from now": pin it so a reconnect misses nothing
                             next_rev = resp.header.revision + 1
                         continue
@@ -327,7 +404,7 @@ class EtcdStore:
             except grpc.aio.AioRpcError as e:
                 if self._closed or e.code() == grpc.StatusCode.CANCELLED:
                     return
-                err = _map_error(e, self.target)
+                err = _map_error(e, self.target, self.user)
                 if not isinstance(err, StoreUnavailable):
                     raise err from e
                 if not outage_logged:
@@ -337,6 +414,9 @@ class EtcdStore:
                 call.cancel()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
+
+    def _token_refused(self, resp: rpc_pb2.WatchResponse, renewed: bool) -> bool:
+        return self._auth is not None and not renewed and resp.canceled and stale_token_text(resp.cancel_reason)
 
     # ---- misc -------------------------------------------------------------------------
 
@@ -373,22 +453,30 @@ class BlockingLease:
     """
 
     def __init__(self, target: str, creds: grpc.ChannelCredentials | None,
-                 options: list[tuple[str, int | str]], timeout: float) -> None:
+                 options: list[tuple[str, int | str]], timeout: float, auth: TokenKeeper | None = None) -> None:
         self.target = target
         self.timeout = timeout
+        self._auth = auth
         self._channel = (grpc.secure_channel(target, creds, options=options) if creds is not None
                          else grpc.insecure_channel(target, options=options))
         self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
 
     def keep_alive(self, lease_id: int, timeout: float | None = None) -> float:
         """Refresh the lease once; its remaining TTL. Raises LeaseNotFound or StoreUnavailable."""
-        try:
-            responses = self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]),
-                                                   timeout=timeout or self.timeout)
-            resp = next(iter(responses), None)
-        except grpc.RpcError as e:
-            code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
-            raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {code.name}") from e
+        stale: str | None = None
+        for attempt in range(2):  # an expired token gets one new authentication
+            metadata = self._auth.metadata_blocking(self._channel, stale) if self._auth is not None else None
+            try:
+                responses = self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]),
+                                                       timeout=timeout or self.timeout, metadata=metadata)
+                resp = next(iter(responses), None)
+                break
+            except grpc.RpcError as e:
+                if attempt == 0 and metadata is not None and is_stale_token(e):
+                    stale = metadata[0][1]
+                    continue
+                code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
+                raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {code.name}") from e
         if resp is None:
             raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
         if resp.TTL <= 0:

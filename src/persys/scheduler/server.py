@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc
+from persys._pb.persys.v1 import auth_pb2_grpc, certificates_pb2_grpc, policy_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.events import open_events
 from persys.events.base import EventBus
@@ -20,11 +20,16 @@ from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.join_server import start_join_server
+from persys.scheduler.node_access_service import NodeAccessService
+from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
+from persys.scheduler.node_revocations import NodeRevocations
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.token_store import TokenStore
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.grpc_tls import server_credentials, server_options
+from persys.security.signer import CertificateSigner
 from persys.store import open_store
 from persys.store.base import BlockingLeases, StateStore
 from persys.tlsfiles import TLSFiles
@@ -40,12 +45,19 @@ class RunningScheduler:
     store: StateStore
     events: EventBus
     audit: AuditLog | None = None
+    revocations: NodeRevocations | None = None
+    join_server: grpc.aio.Server | None = None
+    join_port: int = 0  # the join listener's port (0: none)
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
         # of after the drain.
         await self.scheduler.election.stop()
+        if self.join_server is not None:
+            await self.join_server.stop(grace)
         await self.server.stop(grace)
+        if self.revocations is not None:
+            await self.revocations.stop()
         await self.scheduler.stop()
         if self.audit is not None:
             await self.audit.stop()
@@ -64,7 +76,12 @@ async def start_scheduler(
     audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
     node_simulators: frozenset[str] = frozenset(),
+    signer: CertificateSigner | None = None,
+    join_listen: str = "",
+    node_cert_ttl: float = DEFAULT_NODE_CERT_TTL,
 ) -> RunningScheduler:
+    """`signer` signs node certificates (Join on `join_listen`, Renew on the main port); without
+    one, nodes bring certificates issued elsewhere (`persys certs issue`)."""
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
@@ -86,11 +103,22 @@ async def start_scheduler(
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
+    revocations = NodeRevocations(store)  # revoked node identities, refused on every node call
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
-                                                                  node_simulators=node_simulators), server)
+                                                                  node_simulators=node_simulators,
+                                                                  revocations=revocations), server)
+    certificates_pb2_grpc.add_NodeAccessServicer_to_server(NodeAccessService(store, revocations, signer), server)
+    certs = NodeCertificates(signer, store, revocations, audit, node_cert_ttl) if signer is not None else None
+    if certs is not None:
+        certificates_pb2_grpc.add_NodeCertificatesServicer_to_server(NodeCertificatesService(certs), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     await scheduler.start()
     audit.start()
+    revocations.start()
     await server.start()
+    join_server, join_port = None, 0
+    if certs is not None and join_listen:
+        join_server, join_port = await start_join_server(join_listen, tls, certs)
+        log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
-    return RunningScheduler(scheduler, server, port, store, events, audit)
+    return RunningScheduler(scheduler, server, port, store, events, audit, revocations, join_server, join_port)

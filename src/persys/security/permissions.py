@@ -29,11 +29,16 @@ def _m(verb: str, resource: str) -> Rule:
 CONTROL = "/persys.v1.AgentControl/"
 AUTH = "/persys.v1.Auth/"
 POLICY = "/persys.v1.Policy/"
+NODE_ACCESS = "/persys.v1.NodeAccess/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
 NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
-    "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments"))
+    "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments")) | {
+    "/persys.v1.NodeCertificates/Renew"}
+# Served on the scheduler's join listener only, to callers without a certificate: the join token
+# is the credential (scheduler.node_certificates checks it and audits every attempt).
+JOIN_RPCS: frozenset[str] = frozenset({"/persys.v1.NodeJoin/Join"})
 
 RPC_RULES: dict[str, Rule] = {
     CONTROL + "ApplyWorkload": _m("apply", "workloads"),
@@ -67,6 +72,10 @@ RPC_RULES: dict[str, Rule] = {
     AUTH + "RecordAudit": _r("record", "audit"),
     POLICY + "GetPolicy": _r("get", "policy"),
     POLICY + "SetPolicy": _m("update", "policy"),
+    NODE_ACCESS + "CreateJoinToken": _m("create", "join-tokens"),
+    NODE_ACCESS + "ListJoinTokens": _r("list", "join-tokens"),
+    NODE_ACCESS + "RevokeJoinToken": _m("delete", "join-tokens"),
+    NODE_ACCESS + "RevokeNode": _m("revoke", "nodes"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -111,6 +120,10 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/audit"): _r("list", "audit"),
     ("GET", "/v1/policy"): _r("get", "policy"),
     ("PUT", "/v1/policy"): _m("update", "policy"),
+    ("POST", "/v1/join-tokens"): _m("create", "join-tokens"),
+    ("GET", "/v1/join-tokens"): _r("list", "join-tokens"),
+    ("DELETE", "/v1/join-tokens/{token_id}"): _m("delete", "join-tokens"),
+    ("POST", "/v1/nodes/{node_id}/revoke"): _m("revoke", "nodes"),
 }
 
 

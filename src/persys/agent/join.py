@@ -70,7 +70,7 @@ async def fetch_pinned_ca(address: str, pin: str) -> bytes:
 
 async def join(address: str, token: str, pin: str, node_id: str, hosts: tuple[str, ...], tls_dir: Path
                ) -> TLSFiles:
-    """Join the cluster as `node_id`; returns the files written."""
+    """Join the cluster as `node_id` ('' : the node the token names); returns the files written."""
     ca_pem = await fetch_pinned_ca(address, pin)
     key_pem, csr_pem = await asyncio.to_thread(new_key_and_csr, f"node:{node_id}")
     creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
@@ -81,6 +81,7 @@ async def join(address: str, token: str, pin: str, node_id: str, hosts: tuple[st
                 pb.JoinRequest(token=token, node_id=node_id, hosts=list(hosts), csr_pem=csr_pem), timeout=TIMEOUT)
         except grpc.aio.AioRpcError as err:
             raise JoinError(f"the scheduler refused the join: {err.details() or err.code().name}") from None
+    node_id = node_id or resp.node_id
     try:
         node_identity.check_issued(resp.certificate_pem, key_pem, node_id)
     except node_identity.IdentityError as e:

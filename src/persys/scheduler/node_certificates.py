@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
@@ -29,6 +29,7 @@ from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.security import peer_names
 from persys.security.cert_requests import IdentityRequest
 from persys.security.identity import Kind
+from persys.security.join_tokens import parse
 from persys.security.peer import peer_hosts, peer_identity_of
 from persys.security.pki import CertificateRequestError
 from persys.security.signer import MAX_CSR_BYTES, CertificateSigner, SignedCertificate
@@ -84,51 +85,71 @@ def _answer(node_id: str, signed: SignedCertificate) -> pb.CertificateResponse:
                                   node_id=node_id, serial=signed.serial, not_after=signed.not_after.timestamp())
 
 
+class JoinRefusedError(Exception):
+    def __init__(self, code: grpc.StatusCode, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
 class NodeJoinService(pb_grpc.NodeJoinServicer):
     def __init__(self, certs: NodeCertificates) -> None:
         self.c = certs
 
+    async def _admit(self, request: pb.JoinRequest) -> tuple[str, str, int]:
+        """(node, token id, the token record's revision) of an admissible join; else JoinRefusedError."""
+        if len(request.token) > 128 or len(request.node_id) > 63 or len(request.csr_pem) > MAX_CSR_BYTES:
+            raise JoinRefusedError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"token, node_id or csr_pem: too long (csr at most {MAX_CSR_BYTES} bytes)")
+        if problem := hosts_problem(list(request.hosts)):
+            raise JoinRefusedError(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        admission, token_id, revision = await self.c.tokens.check(request.token, request.node_id)
+        if admission.refusal:
+            code = grpc.StatusCode.UNAUTHENTICATED if admission.forged else (
+                grpc.StatusCode.INVALID_ARGUMENT if admission.refusal.startswith("node_id:")
+                else grpc.StatusCode.PERMISSION_DENIED)
+            raise JoinRefusedError(code, f"join refused: {admission.refusal}")
+        node = admission.node_id
+        if await self.c.revocations.revoked_in_store(node):
+            raise JoinRefusedError(grpc.StatusCode.PERMISSION_DENIED, str(NodeRevokedError(node)))
+        if not admission.named and await self.c.store.get(keys.node(node)) is not None:
+            # Otherwise any token would let its holder take over a node the cluster runs.
+            raise JoinRefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                                   f"node_id: node {node} exists; only a token naming it admits it again "
+                                   f"(persysctl node token create --node-id {node})")
+        return node, token_id, revision
+
+    async def _join(self, request: pb.JoinRequest, obj: dict[str, Any]) -> tuple[str, SignedCertificate]:
+        try:
+            node, token_id, revision = await self._admit(request)
+            obj["node_id"] = node
+            signed = await self.c.sign(node, tuple(request.hosts), request.csr_pem)
+            # Signed first, consumed after: a bad CSR or a failing signer leaves the token unused.
+            if not await self.c.tokens.consume(token_id, revision, node):
+                raise JoinRefusedError(grpc.StatusCode.PERMISSION_DENIED, f"join refused: token {token_id} is used")
+        except CertificateRequestError as err:
+            raise JoinRefusedError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+        except StoreError as err:
+            raise JoinRefusedError(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}") from None
+        except JoinRefusedError:
+            raise
+        except Exception as err:  # the signer's backend (a CA service) failed: the token stays unused
+            log.exception("signing a joining node's certificate failed")
+            raise JoinRefusedError(grpc.StatusCode.UNAVAILABLE,
+                                   f"the certificate signer failed: {type(err).__name__}") from None
+        return node, signed
+
     async def Join(self, request: pb.JoinRequest, context: grpc.aio.ServicerContext) -> pb.CertificateResponse:
         obj: dict[str, Any] = {"node_id": request.node_id[:64], "hosts": [h[:64] for h in request.hosts[:MAX_HOSTS]]}
-        credential = "join token (malformed)"
-
-        async def refuse(code: grpc.StatusCode, why: str) -> NoReturn:
-            await self.c.record(JOIN, f"node:{request.node_id[:64]}" if request.node_id else "anonymous",
-                                credential, obj, code.name)
-            log.warning("join refused (%s): %s", credential, why)
-            await context.abort(code, why)
-            raise AssertionError("unreachable")
-
-        if len(request.token) > 128 or len(request.node_id) > 63 or len(request.csr_pem) > MAX_CSR_BYTES:
-            await refuse(grpc.StatusCode.INVALID_ARGUMENT, f"token, node_id or csr_pem: too long (csr at most "
-                         f"{MAX_CSR_BYTES} bytes)")
-        if problem := hosts_problem(list(request.hosts)):
-            await refuse(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        parts = parse(request.token) if len(request.token) <= 128 else None
+        credential = f"join token {parts[0]}" if parts else "join token (malformed)"  # never the secret
         try:
-            admission, token_id, revision = await self.c.tokens.check(request.token, request.node_id)
-            if token_id:
-                credential = f"join token {token_id}"
-            if admission.refusal:
-                code = grpc.StatusCode.UNAUTHENTICATED if admission.forged else (
-                    grpc.StatusCode.INVALID_ARGUMENT if admission.refusal.startswith("node_id:")
-                    else grpc.StatusCode.PERMISSION_DENIED)
-                await refuse(code, f"join refused: {admission.refusal}")
-            node = admission.node_id
-            obj["node_id"] = node
-            if await self.c.revocations.revoked_in_store(node):
-                await refuse(grpc.StatusCode.PERMISSION_DENIED, str(NodeRevokedError(node)))
-            if not admission.named and await self.c.store.get(keys.node(node)) is not None:
-                # Otherwise any token would let its holder take over a node the cluster runs.
-                await refuse(grpc.StatusCode.PERMISSION_DENIED,
-                             f"node_id: node {node} exists; only a token naming it admits it again "
-                             f"(persysctl node token create --node-id {node})")
-            signed = await self.c.sign(node, tuple(request.hosts), request.csr_pem)
-            if not await self.c.tokens.consume(token_id, revision, node):
-                await refuse(grpc.StatusCode.PERMISSION_DENIED, f"join refused: token {token_id} is used")
-        except CertificateRequestError as err:
-            await refuse(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except StoreError as err:
-            await refuse(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+            node, signed = await self._join(request, obj)
+        except JoinRefusedError as err:
+            principal = f"node:{obj['node_id']}" if obj["node_id"] else "anonymous"
+            await self.c.record(JOIN, principal, credential, obj, err.code.name)
+            log.warning("join refused (%s): %s", credential, err)
+            await context.abort(err.code, str(err))
+            raise AssertionError("unreachable") from None
         obj["serial"] = signed.serial
         await self.c.record(JOIN, f"node:{node}", credential, obj, "OK")
         log.info("node %s joined with %s (certificate %s until %s)", node, credential, signed.serial,
@@ -159,6 +180,9 @@ class NodeCertificatesService(pb_grpc.NodeCertificatesServicer):
             code, why = grpc.StatusCode.INVALID_ARGUMENT, str(err)
         except StoreError as err:
             code, why = grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}"
+        except Exception as err:  # the signer's backend failed: the node keeps its certificate and retries
+            log.exception("renewing node %s's certificate failed", peer.name)
+            code, why = grpc.StatusCode.UNAVAILABLE, f"the certificate signer failed: {type(err).__name__}"
         await self.c.record(RENEW, peer.principal, "certificate", obj, code.name)
         if code is not grpc.StatusCode.OK:
             await context.abort(code, why)

@@ -9,7 +9,6 @@ into HTTP statuses and persysctl into one line of text.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -265,19 +264,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         """`step`'s result, unless the node is revoked first: then the call ends PERMISSION_DENIED."""
         if self.revocations is None:
             return await step
-        with self.revocations.watching(node_id) as revoked:
-            task = asyncio.ensure_future(step)
-            waiter = asyncio.ensure_future(revoked.wait())
-            try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await task
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(NodeRevokedError(node_id)))
-            return task.result()
+        try:
+            return await self.revocations.first_or_revoked(node_id, step)
+        except NodeRevokedError as err:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(err))
 
     async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[pb.AssignmentSet]:

@@ -15,8 +15,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
 
 from persys.store.base import StateStore, StoreError
 
@@ -25,6 +25,7 @@ POLL = 1.0  # seconds: how stale another replica's view may be
 MAX_REASON = 256
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class NodeRevokedError(Exception):
@@ -63,6 +64,25 @@ class NodeRevocations:
             if not self._watchers[node_id]:
                 del self._watchers[node_id]
                 del self._events[node_id]
+
+    async def first_or_revoked(self, node_id: str, step: Awaitable[T]) -> T:
+        """`step`'s result, or NodeRevokedError as soon as `node_id` is revoked (`step` cancelled)."""
+        with self.watching(node_id) as revoked:
+            task = asyncio.ensure_future(step)
+            waiter = asyncio.ensure_future(revoked.wait())
+            try:
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # the call itself was cancelled: so is its step
+                task.cancel()
+                raise
+            finally:
+                waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await task
+                raise NodeRevokedError(node_id)
+            return task.result()
 
     def _learn(self, ids: set[str]) -> None:
         for node_id in ids - self._revoked:

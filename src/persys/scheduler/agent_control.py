@@ -260,22 +260,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             async for state in self._watch(request, context):
                 yield state
 
-    async def _until_revoked(self, node_id: str, context: grpc.aio.ServicerContext, step: Awaitable[Any]) -> Any:
-        """`step`'s result, unless the node is revoked first: then the call ends PERMISSION_DENIED."""
-        if self.revocations is None:
-            return await step
-        try:
-            return await self.revocations.first_or_revoked(node_id, step)
-        except NodeRevokedError as err:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(err))
-
     async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[pb.AssignmentSet]:
         # The delta protocol is delivery.py's; this only converts its messages to protobuf.
         messages = self.s.delivery.messages(request.node_id, request.deltas, lambda: self.s.mode)
         while True:
             async with mapped(context):  # a deposed replica ends the stream with the new address
-                msg = await self._until_revoked(request.node_id, context, anext(messages))
+                msg = await anext(messages)
+            await self._not_revoked(request.node_id, context)  # revocation wakes the stream: it ends here
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
             yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,

@@ -4,7 +4,8 @@
 tokens: a restore cannot undo a revocation). Each replica keeps the set in memory, read again
 every POLL seconds (and at once on the replica that records it), so a check costs a set lookup:
 AgentControl refuses every call of a revoked node, its update stream at its next message (one
-heartbeat interval), its desired-state watch at once (it waits on the node's event here).
+heartbeat interval), its desired-state watch at once (woken by `on_revoked`, it finds the node
+revoked before sending).
 Renewals and joins read the store itself, so no replica ever signs for a revoked node.
 """
 
@@ -15,8 +16,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from persys.store.base import StateStore, StoreError
 
@@ -25,7 +26,6 @@ POLL = 1.0  # seconds: how stale another replica's view may be
 MAX_REASON = 256
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class NodeRevokedError(Exception):
@@ -36,60 +36,25 @@ class NodeRevokedError(Exception):
 
 
 class NodeRevocations:
-    def __init__(self, store: StateStore, poll: float = POLL) -> None:
+    def __init__(self, store: StateStore, poll: float = POLL, on_revoked: Callable[[str], None] | None = None
+                 ) -> None:
         self.store = store
         self.poll = poll
+        # Told each node newly known revoked: the scheduler wakes its desired-state watch, which
+        # then finds it revoked and ends (no per-message cost while nobody is revoked).
+        self.on_revoked = on_revoked
         self._revoked: set[str] = set()
-        self._events: dict[str, asyncio.Event] = {}  # node -> set when it is revoked (open watches wait on it)
-        self._watchers: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     def is_revoked(self, node_id: str) -> bool:
         return node_id in self._revoked
 
-    @contextlib.contextmanager
-    def watching(self, node_id: str) -> Iterator[asyncio.Event]:
-        """An event set once `node_id` is revoked, for as long as one of its streams waits on it
-        (kept per watching node: bounded by the nodes' watch budgets)."""
-        ev = self._events.get(node_id)
-        if ev is None:
-            ev = self._events[node_id] = asyncio.Event()
-            if node_id in self._revoked:
-                ev.set()
-        self._watchers[node_id] = self._watchers.get(node_id, 0) + 1
-        try:
-            yield ev
-        finally:
-            self._watchers[node_id] -= 1
-            if not self._watchers[node_id]:
-                del self._watchers[node_id]
-                del self._events[node_id]
-
-    async def first_or_revoked(self, node_id: str, step: Awaitable[T]) -> T:
-        """`step`'s result, or NodeRevokedError as soon as `node_id` is revoked (`step` cancelled)."""
-        with self.watching(node_id) as revoked:
-            task = asyncio.ensure_future(step)
-            waiter = asyncio.ensure_future(revoked.wait())
-            try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            except BaseException:  # the call itself was cancelled: so is its step
-                task.cancel()
-                raise
-            finally:
-                waiter.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await task
-                raise NodeRevokedError(node_id)
-            return task.result()
-
     def _learn(self, ids: set[str]) -> None:
-        for node_id in ids - self._revoked:
+        new, self._revoked = ids - self._revoked, self._revoked | ids
+        for node_id in new:
             log.warning("node %s is revoked: refusing its calls and ending its streams", node_id)
-            if ev := self._events.get(node_id):
-                ev.set()
-        self._revoked |= ids
+            if self.on_revoked is not None:
+                self.on_revoked(node_id)
 
     async def refresh(self) -> None:
         kvs, _ = await self.store.range(REVOKED)

@@ -103,7 +103,8 @@ async def start_scheduler(
     scheduler = Scheduler(store, events, config, blocking_lease=keeper)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     gate = PolicyGate(store, policy_defaults)  # the workload policy: defaults until an admin stores one
-    revocations = NodeRevocations(store)  # revoked node identities, refused on every node call
+    # Revoked node identities, refused on every node call; a revocation wakes the node's watch to end it.
+    revocations = NodeRevocations(store, on_revoked=scheduler.delivery.ask_resync)
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
                                                                   node_simulators=node_simulators,
                                                                   revocations=revocations), server)

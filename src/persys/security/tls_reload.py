@@ -14,14 +14,17 @@ log = logging.getLogger(__name__)
 
 
 class _Fetcher:
-    def __init__(self, files: TLSFiles, require_client_auth: bool) -> None:
+    def __init__(self, files: TLSFiles, require_client_auth: bool, send_ca: bool) -> None:
         self.files = files
         self.require_client_auth = require_client_auth
+        self.send_ca = send_ca
         self.current = files.read()
 
     def config(self) -> grpc.ServerCertificateConfiguration:
         ca, cert, key = self.current
-        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+        chain = cert.rstrip(b"\n") + b"\n" + ca if self.send_ca else cert
+        return grpc.ssl_server_certificate_configuration(
+            [(key, chain)], root_certificates=ca if self.require_client_auth else None)
 
     def __call__(self) -> grpc.ServerCertificateConfiguration | None:
         try:
@@ -36,7 +39,10 @@ class _Fetcher:
         return self.config()
 
 
-def reloading_server_credentials(files: TLSFiles, require_client_auth: bool = True) -> grpc.ServerCredentials:
-    fetcher = _Fetcher(files, require_client_auth)
+def reloading_server_credentials(files: TLSFiles, require_client_auth: bool = True, send_ca: bool = False
+                                 ) -> grpc.ServerCredentials:
+    """`send_ca`: the CA bundle follows the certificate in the handshake (the join listener: a
+    joining node finds there the CA its pin names)."""
+    fetcher = _Fetcher(files, require_client_auth, send_ca)
     return grpc.dynamic_ssl_server_credentials(fetcher.config(), fetcher,
                                                require_client_authentication=require_client_auth)

@@ -29,6 +29,7 @@ from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 TIMEOUT = 15.0
+UNREADABLE_RETRY = 60.0
 
 
 class CertRenewer:
@@ -44,7 +45,12 @@ class CertRenewer:
 
     async def run(self) -> None:
         while True:
-            validity = await asyncio.to_thread(node_identity.validity, self.files)
+            try:
+                validity = await asyncio.to_thread(node_identity.validity, self.files)
+            except (OSError, ValueError) as err:  # replaced by hand, or unreadable: look again later
+                log.error("cannot read the node certificate %s (%s); renewal waits", self.files.cert, err)
+                await asyncio.sleep(UNREADABLE_RETRY)
+                continue
             await asyncio.sleep(max(0.0, renew_at(validity, self.jitter) - time.time()))
             self.failures = 0
             while True:

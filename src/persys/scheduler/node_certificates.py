@@ -26,6 +26,7 @@ from persys.scheduler import keys
 from persys.scheduler.audit import AuditLog
 from persys.scheduler.join_token_store import JoinTokenStore
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
+from persys.scheduler.refusal_budget import RefusalBudget
 from persys.security import peer_names
 from persys.security.cert_requests import IdentityRequest
 from persys.security.identity import Kind
@@ -94,6 +95,7 @@ class JoinRefusedError(Exception):
 class NodeJoinService(pb_grpc.NodeJoinServicer):
     def __init__(self, certs: NodeCertificates) -> None:
         self.c = certs
+        self.refusals = RefusalBudget()  # strangers cannot flood the audit log with refused joins
 
     async def _admit(self, request: pb.JoinRequest) -> tuple[str, str, int]:
         """(node, token id, the token record's revision) of an admissible join; else JoinRefusedError."""
@@ -138,6 +140,13 @@ class NodeJoinService(pb_grpc.NodeJoinServicer):
                                    f"the certificate signer failed: {type(err).__name__}") from None
         return node, signed
 
+    async def _record_refusal(self, principal: str, credential: str, obj: dict[str, Any], result: str) -> None:
+        record, summary = self.refusals.admit(time.monotonic())
+        if summary:
+            await self.c.record(JOIN, "anonymous", "join token", {"suppressed_refusals": summary}, "SUPPRESSED")
+        if record:
+            await self.c.record(JOIN, principal, credential, obj, result)
+
     async def Join(self, request: pb.JoinRequest, context: grpc.aio.ServicerContext) -> pb.CertificateResponse:
         obj: dict[str, Any] = {"node_id": request.node_id[:64], "hosts": [h[:64] for h in request.hosts[:MAX_HOSTS]]}
         parts = parse(request.token) if len(request.token) <= 128 else None
@@ -146,7 +155,7 @@ class NodeJoinService(pb_grpc.NodeJoinServicer):
             node, signed = await self._join(request, obj)
         except JoinRefusedError as err:
             principal = f"node:{obj['node_id']}" if obj["node_id"] else "anonymous"
-            await self.c.record(JOIN, principal, credential, obj, err.code.name)
+            await self._record_refusal(principal, credential, obj, err.code.name)
             log.warning("join refused (%s): %s", credential, err)
             await context.abort(err.code, str(err))
             raise AssertionError("unreachable") from None

@@ -16,10 +16,10 @@ import pytest
 SERVICE_MARKERS = frozenset({"etcd", "redis", "docker", "e2e", "vm"})
 SERVICE_FIXTURES = frozenset({
     "etcd_server", "redis_server", "store_url", "_etcd_session", "_redis_session",
-    "docker_engine", "vm_host", "test_guest", "microvm_guest",
+    "docker_engine", "vm_host", "test_guest", "microvm_guest", "bao_server",
 })
 SERVICE_DIRS = (Path("e2e"), Path("gateway"), Path("agent") / "runtimes")
-SERVICE_STARTERS = ("start_etcd", "start_redis")  # module globals that start a server in the test body
+SERVICE_STARTERS = ("start_etcd", "start_redis", "start_bao")  # module globals that start a server in the test body
 
 TESTS = Path(__file__).resolve().parent
 

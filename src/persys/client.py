@@ -49,15 +49,28 @@ class SchedulerClient:
         self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.target = target
         self.timeout = timeout
+        self._retired: list[grpc.aio.Channel] = []
+        self._dial(tls)
+        self._current = 0
+
+    def _dial(self, tls: TLSFiles) -> None:
         self._channels = [secure_channel(t, tls, expect=peer_names.SCHEDULER) for t in self.targets]
         self._stubs = [pb_grpc.AgentControlStub(c) for c in self._channels]
         self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
         self._node_access_stubs = [cpb_grpc.NodeAccessStub(c) for c in self._channels]
-        self._current = 0
+
+    async def reload_tls(self, tls: TLSFiles) -> None:
+        """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
+        bundle); calls and streams on the old channels finish there. Those retired by the reload
+        before are closed now: a renewal comes at most every few minutes, far after their calls."""
+        retired, self._retired = self._retired, list(self._channels)
+        self._dial(tls)
+        for c in retired:
+            await c.close(grace=1.0)
 
     async def close(self) -> None:
-        for c in self._channels:
+        for c in [*self._channels, *self._retired]:
             await c.close()
 
     async def _call(self, method: str, request: Any, auth: bool = False,

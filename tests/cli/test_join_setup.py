@@ -47,10 +47,10 @@ async def test_without_a_valid_certificate_the_join_flags_are_checked(tmp_path: 
     assert not (tmp_path / "tls" / "node-n1.key").exists()
 
 
-def test_the_scheduler_signs_only_with_a_ca_folder(ca: ClusterCA, tmp_path: Path) -> None:
-    assert scheduler_signer(None, "", 3600) is None
-    assert scheduler_signer(ca.dir, "127.0.0.1:0", 3600) is not None
-    for args, says in (((None, "127.0.0.1:0", 3600), "--join-listen needs a signer"),
-                       ((tmp_path / "empty", "", 3600), "--ca-dir"), ((ca.dir, "", 5), "--node-cert-ttl")):
+def test_the_scheduler_signs_only_with_a_signer(ca: ClusterCA, tmp_path: Path) -> None:
+    assert scheduler_signer(None, None, "", 3600) is None
+    assert scheduler_signer(ca.dir, None, "127.0.0.1:0", 3600) is not None
+    for args, says in (((None, None, "127.0.0.1:0", 3600), "--join-listen needs a signer"),
+                       ((tmp_path / "empty", None, "", 3600), "--ca-dir"), ((ca.dir, None, "", 5), "--node-cert-ttl")):
         with pytest.raises(ServerError, match=says):
             scheduler_signer(*args)  # type: ignore[arg-type]

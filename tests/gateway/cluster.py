@@ -3,15 +3,17 @@ the kernel picks (port 0; each process prints the port it bound)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import ssl
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.e2e.harness import Proc, persys
+from tests.e2e.harness import Proc, eventually, persys
 
 
 @dataclass
@@ -88,3 +90,16 @@ def start_cluster(tmp: Path, with_agent: bool, gateway_args: tuple[str, ...] = (
             p.stop()
         raise
     return GatewayCluster(tmp, pki, scheduler, target, agent, gateway, url)
+
+
+@contextlib.contextmanager
+def ready_cluster(tmp: Path, gateway_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()
+                  ) -> Iterator[GatewayCluster]:
+    """A cluster with agent n1, handed out once the node is Ready; stopped afterwards."""
+    c = start_cluster(tmp, with_agent=True, gateway_args=gateway_args, agent_args=agent_args)
+    try:
+        eventually(lambda: [n for n in c.client().get("/v1/nodes").json() if n["status"] == "Ready"],
+                   timeout=30, what="node n1 Ready")
+        yield c
+    finally:
+        c.stop()

@@ -21,7 +21,7 @@ from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import TLSFiles
 from tests.e2e.harness import ctl, eventually
-from tests.gateway.cluster import GatewayCluster, start_cluster
+from tests.gateway.cluster import GatewayCluster, ready_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -30,13 +30,8 @@ SHADOW_LIKE = "root:$6$saltsalt$not-a-real-hash:19000:0:99999:7:::\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("guard"), with_agent=True)
-    try:
-        eventually(lambda: [n for n in c.client().get("/v1/nodes").json() if n["status"] == "Ready"],
-                   timeout=30, what="node n1 Ready")
+    with ready_cluster(tmp_path_factory.mktemp("guard")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import ctl, eventually
-from tests.gateway.cluster import GatewayCluster, start_cluster
+from tests.gateway.cluster import GatewayCluster, ready_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -34,15 +34,9 @@ AGENT_IMAGE_CAP = 8 * MiB
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("gw"), with_agent=True,
-                      gateway_args=("--max-image-bytes", str(GATEWAY_IMAGE_CAP)),
-                      agent_args=("--max-image-bytes", str(AGENT_IMAGE_CAP)))
-    try:
-        eventually(lambda: [n for n in c.client().get("/v1/nodes").json() if n["status"] == "Ready"],
-                   timeout=30, what="node n1 Ready")
+    with ready_cluster(tmp_path_factory.mktemp("gw"), gateway_args=("--max-image-bytes", str(GATEWAY_IMAGE_CAP)),
+                       agent_args=("--max-image-bytes", str(AGENT_IMAGE_CAP))) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def manifest(name: str, **process: object) -> dict[str, object]:

@@ -27,6 +27,8 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.agent import node_identity
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.join import JoinError, join
+from persys.cli.signer_options import signer_from_options
+from persys.scheduler import cert_registry
 from persys.scheduler.join_token_store import JOIN_TOKENS
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security import peer_names
@@ -35,7 +37,6 @@ from persys.security.csr import new_key_and_csr
 from persys.security.grpc_tls import secure_channel
 from persys.security.join_tokens import new_join_token
 from persys.security.pki import ClusterCA, TLSFiles, standard_identities
-from persys.security.signer import BuiltinSigner
 
 Cluster = tuple[RunningScheduler, dict[str, TLSFiles], Path]
 
@@ -46,7 +47,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     ca.ensure()
     ids = standard_identities(ca, "n1")
     s = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0", ids["scheduler"],
-                              signer=BuiltinSigner(ca), join_listen="127.0.0.1:0", node_cert_ttl=600)
+                              signer_for=lambda store: signer_from_options(store, ca_dir=ca.dir),
+                              join_listen="127.0.0.1:0", node_cert_ttl=600)
     yield s, ids, tmp_path
     await s.stop()
 
@@ -85,6 +87,9 @@ async def test_a_token_joins_once_and_refusals_are_audited(cluster: Cluster) -> 
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(san.get_values_for_type(x509.DNSName)) == {"localhost", peer_names.node("j1")}
     assert 500 < (cert.not_valid_after_utc.timestamp() - time.time()) <= 600  # the scheduler's lifetime
+    # Recorded for `persys certs status` (serial, identity, expiry; never the certificate).
+    assert [(r.identity, r.serial, r.signer) for r in await cert_registry.list_records(s.store)] == [
+        ("node:j1", format(cert.serial_number, "x"), "builtin")]
 
     with pytest.raises(JoinError, match=r"token \w+ is used"):
         await join(join_target(s), token, pin, "j2", ("localhost",), tmp / "j2")
@@ -188,6 +193,8 @@ async def test_renewal_is_for_the_callers_own_identity_and_revocation_ends_every
             await asyncio.wait_for(watch.read(), 5)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "node-revoked" in str(err.value.details())
         assert time.monotonic() - t0 < 2.0  # on this replica: at once
+        records = [r for r in await cert_registry.list_records(s.store) if r.identity == "node:j1"]
+        assert len(records) == 2 and all(r.revoked_at for r in records)  # joined, renewed: both marked
         for call in (node.Heartbeat(pb.HeartbeatRequest(node_id="j1"), timeout=5),
                      cpb_grpc.NodeCertificatesStub(ch).Renew(cpb.RenewRequest(csr_pem=csr), timeout=5)):
             with pytest.raises(grpc.aio.AioRpcError) as err:

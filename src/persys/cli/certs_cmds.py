@@ -9,10 +9,12 @@ import typer
 
 from persys.cli.config import config_path
 from persys.cli.server_errors import ServerError
+from persys.cli.vault_cmds import register as register_vault_commands
 from persys.security.cert_requests import IdentityRequestError, identity_request
 from persys.security.pki import ADMIN_GROUPS, CertificateRequestError, ClusterCA
 
-certs_app = typer.Typer(help="Manage the built-in cluster CA.", no_args_is_help=True)
+certs_app = typer.Typer(help="Manage the built-in cluster CA, or an OpenBao/Vault PKI for Persys (vault-*), and list "
+                        "certificates (status).", no_args_is_help=True)
 
 
 @certs_app.command("init")
@@ -68,3 +70,6 @@ def certs_issue(
     except CertificateRequestError as e:
         raise ServerError(str(e)) from None
     print(f"{spec.common_name}: {files.cert}, {files.key}, {files.ca}")
+
+
+register_vault_commands(certs_app)  # persys certs vault-setup, vault-secret-id, vault-rotate, status

@@ -7,33 +7,39 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from persys.agent import node_identity
 from persys.agent.join import JoinError, join
 from persys.cli.server_errors import ServerError
+from persys.cli.signer_options import signer_from_options
 from persys.scheduler.node_certificates import MAX_NODE_CERT_TTL, MIN_NODE_CERT_TTL
 from persys.security.ca_pin import PinError, check_pin
+from persys.security.live_identity import LiveIdentity
 from persys.security.pki import ClusterCA
-from persys.security.signer import BuiltinSigner
+from persys.security.signer import CertificateSigner
+from persys.store.base import StateStore
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger("persys")
 TOKEN_ENV = "PERSYS_JOIN_TOKEN"
 
 
-def scheduler_signer(ca_dir: Path | None, join_listen: str, node_cert_ttl: float) -> BuiltinSigner | None:
-    """The built-in CA as the signer of node certificates, when its folder is given."""
+def scheduler_signer(ca_dir: Path | None, live: LiveIdentity | None, join_listen: str, node_cert_ttl: float
+                     ) -> Callable[[StateStore], CertificateSigner] | None:
+    """What signs node certificates (join and renewal), given the store it records them in: OpenBao
+    through the scheduler's own session, else the built-in CA in `ca_dir`; None: no signing here."""
     if not MIN_NODE_CERT_TTL <= node_cert_ttl <= MAX_NODE_CERT_TTL:
         raise ServerError(f"--node-cert-ttl: from {MIN_NODE_CERT_TTL:.0f} to {MAX_NODE_CERT_TTL:.0f} seconds")
-    if ca_dir is None:
+    if ca_dir is None and live is None:
         if join_listen:
-            raise ServerError("--join-listen needs a signer: --ca-dir (the folder of `persys certs init`)")
+            raise ServerError("--join-listen needs a signer: --ca-dir (the folder of `persys certs init`) or "
+                              "--identity-from openbao")
         return None
-    ca = ClusterCA(ca_dir)
-    if not ca.exists():
+    if live is None and ca_dir is not None and not ClusterCA(ca_dir).exists():
         raise ServerError(f"--ca-dir {ca_dir}: no ca.crt and ca.key there (persys certs init --dir {ca_dir})")
-    return BuiltinSigner(ca)
+    return lambda store: signer_from_options(store, identity=live, ca_dir=ca_dir)
 
 
 def certificate_hosts(listen: str, advertise_host: str) -> tuple[str, ...]:

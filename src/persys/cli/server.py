@@ -20,6 +20,7 @@ import yaml
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.base import Runtime
+from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
 from persys.cli.join_setup import agent_tls, certificate_hosts, scheduler_signer
@@ -33,6 +34,7 @@ from persys.policy.model import DEFAULT_NODE_PATHS
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import start_scheduler
+from persys.security.grpc_reload import reloading_server_credentials
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles
 
@@ -45,7 +47,9 @@ app = typer.Typer(
         "  persys agent       the node agent\n\n"
         "  persys gateway     the REST gateway\n\n"
         "  persys certs init  a cluster CA and certificates for the components\n\n"
-        "  persys certs issue one machine's certificate, into its own folder"
+        "  persys certs issue one machine's certificate, into its own folder\n\n"
+        "  persys certs vault-setup  OpenBao/Vault for --identity-from openbao\n\n"
+        "  persys certs status  every identity and its certificate's expiry"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -317,7 +321,8 @@ def scheduler(
     listen: str = typer.Option("0.0.0.0:7443", "--listen", help="gRPC address."),
     store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port] or sqlite:///path.db"),
     events: str = typer.Option("memory://", "--events", help="redis://host:port/0 or memory://"),
-    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key."),
+    tls_dir: Path = typer.Option(None, "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key "
+                                 "(with --identity-from files, the default)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
                                        help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
@@ -344,21 +349,33 @@ def scheduler(
     node_simulator: list[str] = typer.Option(
         [], "--node-simulator", help="Certificate identity (e.g. user:admin) allowed to act for any node: "
         "benchmarks' hollow agents only; never in production (repeatable)."),
+    identity_from: str = idopt.IDENTITY_FROM, vault_addr: str = idopt.VAULT_ADDR,
+    vault_ca_file: Path = idopt.VAULT_CA_FILE, vault_role_id_file: Path = idopt.VAULT_ROLE_ID_FILE,
+    vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
+    vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
+    cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
     ca_dir: Path = typer.Option(None, "--ca-dir", help="Sign node certificates (join and renewal) with the "
-                                "built-in CA in this folder (ca.crt, ca.key; `persys certs init`)."),
+                                "built-in CA in this folder (ca.crt, ca.key; `persys certs init`); with "
+                                "--identity-from openbao they are signed by OpenBao."),
     join_listen: str = typer.Option("", "--join-listen", help="Where nodes without a certificate join with a "
                                     "token (server-only TLS, serving nothing else), e.g. 0.0.0.0:7444. "
-                                    "Needs --ca-dir."),
+                                    "Needs a signer: --ca-dir or --identity-from openbao."),
     node_cert_ttl: float = typer.Option(12 * 3600.0, "--node-cert-ttl", help="Lifetime of the node certificates "
                                         "this replica signs, in seconds; nodes renew at two thirds of it."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run a scheduler replica."""
+    """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
+    --identity-from openbao, renewed while it runs)."""
     _setup_logging(verbose)
+    vault = idopt.VaultIdentityOptions(vault_addr, vault_ca_file, vault_role_id_file, vault_secret_id_file,
+                                       vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
 
     async def main() -> None:
-        tls = _tls_from_dir(tls_dir, "scheduler")
-        signer = scheduler_signer(ca_dir, join_listen, node_cert_ttl)
+        idopt.check_source(identity_from, tls_dir)
+        live = await idopt.start_identity(vault, "scheduler", replica_id) if identity_from == "openbao" else None
+        tls = live.files if live else _tls_from_dir(tls_dir, "scheduler")
+        creds = reloading_server_credentials(lambda: live.current) if live else None
+        signer_for = scheduler_signer(ca_dir, live, join_listen, node_cert_ttl)
         holder = []
 
         async def started() -> None:
@@ -369,14 +386,18 @@ def scheduler(
                 replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
                 liveness_suspension_seconds=liveness_suspension, liveness_guard_min_nodes=liveness_guard_min_nodes),
                 limits=InputLimits(max_manifest_bytes=max_manifest_bytes), node_simulators=frozenset(node_simulator),
-                signer=signer, join_listen=join_listen, node_cert_ttl=node_cert_ttl)
+                credentials=creds, signer_for=signer_for, join_listen=join_listen, node_cert_ttl=node_cert_ttl)
             holder.append(s)
+            if live:
+                await idopt.track_in_registry(s.store, live)
             print(f"scheduler ready on port {s.port}" + (f", join port {s.join_port}" if s.join_port else ""),
                   flush=True)
 
         async def stop() -> None:
             for s in holder:
                 await s.stop()
+            if live:
+                await live.stop()
 
         await _until_signalled(started, stop)
 
@@ -442,7 +463,8 @@ def agent(
 def gateway(
     scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
     listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HTTPS address host:port."),
-    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt, gateway.crt, gateway.key."),
+    tls_dir: Path = typer.Option(None, "--tls-dir", help="Directory with ca.crt, gateway.crt, gateway.key "
+                                 "(with --identity-from files, the default)."),
     max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1,
                                            help="Largest manifest body (apply, plan); the scheduler's own limit is "
                                            "the default."),
@@ -452,18 +474,28 @@ def gateway(
                                           help="Largest backup body to restore."),
     max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
                                         help="Largest image upload (streamed to the node, never held in memory)."),
+    identity_from: str = idopt.IDENTITY_FROM, vault_addr: str = idopt.VAULT_ADDR,
+    vault_ca_file: Path = idopt.VAULT_CA_FILE, vault_role_id_file: Path = idopt.VAULT_ROLE_ID_FILE,
+    vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
+    vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
+    cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run the REST gateway."""
+    """Run the REST gateway (its certificate from --tls-dir, or from OpenBao/Vault with
+    --identity-from openbao, renewed while it runs)."""
     _setup_logging(verbose)
     host, _, port_s = listen.rpartition(":")
+    vault = idopt.VaultIdentityOptions(vault_addr, vault_ca_file, vault_role_id_file, vault_secret_id_file,
+                                       vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
 
     async def main() -> None:
-        tls = _tls_from_dir(tls_dir, "gateway")
+        idopt.check_source(identity_from, tls_dir)
         if not port_s.isdigit():
             raise ServerError(f"--listen {listen!r} must be host:port")
         if not _port_free(host, int(port_s)):
             raise ServerError(f"port {port_s} on {host} is in use")
+        live = await idopt.start_identity(vault, "gateway") if identity_from == "openbao" else None
+        tls = live.files if live else _tls_from_dir(tls_dir, "gateway")
         holder = []
 
         async def started() -> None:
@@ -471,11 +503,15 @@ def gateway(
                                    restore_bytes=max_restore_bytes, image_bytes=max_image_bytes)
             gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits)
             holder.append(gw)
+            if live:
+                live.on_change(lambda _m: gw.reload_tls())
             print(f"gateway ready on https://{host}:{gw.port}", flush=True)
 
         async def stop() -> None:
             for gw in holder:
                 await gw.stop()
+            if live:
+                await live.stop()
 
         await _until_signalled(started, stop)
 

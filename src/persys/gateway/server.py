@@ -14,6 +14,7 @@ import uvicorn
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.gateway.authorization import PeerCertProtocol
+from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
 from persys.tlsfiles import TLSFiles
 
@@ -34,6 +35,14 @@ class RunningGateway:
     task: asyncio.Task[None]
     client: SchedulerClient
     port: int
+    tls_files: TLSFiles
+    server_tls: ReloadingServerTLS
+
+    async def reload_tls(self) -> None:
+        """Its TLS files were replaced (a renewal): new handshakes, inbound and to the scheduler,
+        use them; open connections keep what they had (agents are dialled per call anyway)."""
+        self.server_tls.reload(self.tls_files)
+        await self.client.reload_tls(self.tls_files)
 
     async def stop(self) -> None:
         self.server.should_exit = True
@@ -60,6 +69,7 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         # Idle keep-alive clients must not hold a shutdown forever.
         timeout_graceful_shutdown=3,
     )
+    server_tls = ReloadingServerTLS(config)
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(), name="gateway")
     while not server.started:
@@ -69,4 +79,4 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         await asyncio.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
     log.info("gateway listening on https://%s:%d", host, bound)
-    return RunningGateway(server, task, client, bound)
+    return RunningGateway(server, task, client, bound, tls, server_tls)

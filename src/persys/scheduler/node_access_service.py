@@ -16,6 +16,7 @@ import grpc
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.model.node_names import node_id_problem
+from persys.scheduler import cert_registry
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.join_token_store import JoinTokenStore
 from persys.scheduler.node_revocations import MAX_REASON, NodeRevocations
@@ -31,6 +32,7 @@ def _dumps(doc: Any) -> bytes:
 
 class NodeAccessService(pb_grpc.NodeAccessServicer):
     def __init__(self, store: StateStore, revocations: NodeRevocations, signer: CertificateSigner | None) -> None:
+        self.store = store
         self.tokens = JoinTokenStore(store)
         self.revocations = revocations
         self.signer = signer
@@ -83,6 +85,10 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
                                 f"reason: printable text, at most {MAX_REASON} characters")
         try:
             doc = await self.revocations.revoke(request.node_id, CALLER.get().identity.principal, request.reason)
+            # `persys certs status` shows the node's certificates revoked.
+            for rec in await cert_registry.list_records(self.store):
+                if rec.identity == f"node:{request.node_id}" and not rec.revoked_at:
+                    await cert_registry.mark_revoked(self.store, rec.serial)
         except StoreError as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.RevokeNodeResponse(revocation_json=_dumps(doc))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -76,12 +77,16 @@ async def start_scheduler(
     audit_keep: int = DEFAULT_KEEP,
     policy_defaults: WorkloadPolicy | None = None,
     node_simulators: frozenset[str] = frozenset(),
-    signer: CertificateSigner | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    signer_for: Callable[[StateStore], CertificateSigner] | None = None,
     join_listen: str = "",
     node_cert_ttl: float = DEFAULT_NODE_CERT_TTL,
 ) -> RunningScheduler:
-    """`signer` signs node certificates (Join on `join_listen`, Renew on the main port); without
-    one, nodes bring certificates issued elsewhere (`persys certs issue`)."""
+    """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
+    its certificate for new handshakes: `security.grpc_reload`). `signer_for(store)` gives the
+    signer of node certificates (Join on `join_listen`, Renew on the main port;
+    `cli.signer_options.signer_from_options` records each in the registry); without one, nodes
+    bring certificates issued elsewhere (`persys certs issue`)."""
     store = open_store(store_url, tls=store_tls)
     events = open_events(events_url)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
@@ -94,7 +99,7 @@ async def start_scheduler(
     tokens, audit = TokenStore(store), AuditLog(store, keep=audit_keep)
     server = grpc.aio.server(options=server_options(limits.max_message_bytes),
                              interceptors=[AuthorizationInterceptor(tokens, audit)])
-    port = server.add_secure_port(listen, server_credentials(tls))
+    port = server.add_secure_port(listen, credentials or server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     config = config or SchedulerConfig()
@@ -108,6 +113,7 @@ async def start_scheduler(
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
                                                                   node_simulators=node_simulators,
                                                                   revocations=revocations), server)
+    signer = signer_for(store) if signer_for is not None else None
     certificates_pb2_grpc.add_NodeAccessServicer_to_server(NodeAccessService(store, revocations, signer), server)
     certs = NodeCertificates(signer, store, revocations, audit, node_cert_ttl) if signer is not None else None
     if certs is not None:

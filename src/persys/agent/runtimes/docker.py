@@ -7,7 +7,6 @@ restarted agent adopts what is already running instead of starting a second copy
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiodocker.exceptions import DockerError
@@ -19,7 +18,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
-from persys.agent.runtimes.docker_client import LazyDocker
+from persys.agent.runtimes.docker_client import LazyDocker, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.model.workload import ContainerSpec
 
@@ -140,19 +139,8 @@ class DockerRuntime:
 
     async def list(self) -> list[ObservedWorkload]:
         filters = {"label": [f"{LABEL_MANAGED}=true", *(f"{k}={v}" for k, v in self._extra_labels.items())]}
-        try:
-            summaries = await self._docker().containers.list(all=True, filters=json.dumps(filters))
-            # The summary lacks exit codes; a full inspect per container is cheap on a local socket.
-            details = await asyncio.gather(*(c.show() for c in summaries), return_exceptions=True)
-        except (DockerError, OSError) as exc:
-            raise RuntimeFailure(f"list containers: {exc}") from exc
-        out = []
-        for d in details:
-            if isinstance(d, dict):  # a container removed between list and show is simply gone
-                obs = self._observe(d)
-                if obs.workload_id:
-                    out.append(obs)
-        return out
+        observed = [self._observe(d) for d in await inspect_containers(self._docker(), filters)]
+        return [obs for obs in observed if obs.workload_id]
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         data = await self._show(workload_id)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
 import aiodocker
+from aiodocker.exceptions import DockerError
+
+from persys.agent.runtimes.base import RuntimeFailure
 
 
 class LazyDocker:
@@ -22,3 +29,15 @@ class LazyDocker:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+async def inspect_containers(docker: aiodocker.Docker, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Full inspect data of every container matching the label filters (the list summary lacks
+    exit codes and OOM; an inspect each is cheap on a local socket). A container removed between
+    the list and its inspect is simply gone. Engine errors become RuntimeFailure."""
+    try:
+        summaries = await docker.containers.list(all=True, filters=json.dumps(filters))
+        details = await asyncio.gather(*(c.show() for c in summaries), return_exceptions=True)
+    except (DockerError, OSError) as exc:
+        raise RuntimeFailure(f"list containers: {exc}") from exc
+    return [d for d in details if isinstance(d, dict)]

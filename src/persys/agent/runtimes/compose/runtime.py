@@ -49,7 +49,7 @@ from persys.agent.runtimes.compose.project import (
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
-from persys.agent.runtimes.docker_client import LazyDocker
+from persys.agent.runtimes.docker_client import LazyDocker, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
@@ -129,25 +129,15 @@ class ComposeRuntime:
 
     # ---- reading -------------------------------------------------------------------------------
 
-    def _filters(self, *extra: str) -> str:
-        return json.dumps({"label": [*(f"{k}={v}" for k, v in self._scope.items()), *extra]})
+    def _filters(self, *extra: str) -> dict[str, list[str]]:
+        return {"label": [*(f"{k}={v}" for k, v in self._scope.items()), *extra]}
 
     async def _containers(self, project: str | None = None) -> list[dict[str, Any]]:
         """Full inspect data of our containers (one project, or all), one-off `run` containers excluded."""
         extra = [f"{COMPOSE_PROJECT}={project}"] if project else [COMPOSE_PROJECT]
-        try:
-            summaries = await self._docker().containers.list(all=True, filters=self._filters(*extra))
-            # The summary lacks exit codes and OOM; a full inspect each is cheap on a local socket.
-            details = await asyncio.gather(*(c.show() for c in summaries), return_exceptions=True)
-        except (DockerError, OSError) as exc:
-            raise RuntimeFailure(f"list containers: {exc}") from exc
-        out = []
-        for d in details:
-            if isinstance(d, dict):  # removed between list and show: simply gone
-                labels = (d.get("Config") or {}).get("Labels") or {}
-                if labels.get(COMPOSE_ONEOFF, "False") != "True":
-                    out.append(d)
-        return out
+        details = await inspect_containers(self._docker(), self._filters(*extra))
+        return [d for d in details
+                if ((d.get("Config") or {}).get("Labels") or {}).get(COMPOSE_ONEOFF, "False") != "True"]
 
     async def _foreign(self, project: str) -> bool:
         """Whether containers of this project exist that are not ours (another node's or unmanaged)."""

@@ -22,8 +22,8 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.model.limits import human_bytes
+from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity
-from persys.security.tls_reload import reloading_server_credentials
 from persys.tlsfiles import TLSFiles
 
 ALLOWED = {"gateway", "scheduler", "admin"}
@@ -103,7 +103,7 @@ async def serve(node: ServedNode, listen: str, tls: TLSFiles) -> tuple[grpc.aio.
     server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(node), server)
     # A renewed node certificate serves the next handshake (persys.agent.cert_renewal).
-    port = server.add_secure_port(listen, reloading_server_credentials(tls))
+    port = server.add_secure_port(listen, reloading_file_credentials(tls))
     if port == 0:
         raise OSError(f"agent cannot listen on {listen}")
     await server.start()

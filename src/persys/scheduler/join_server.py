@@ -13,8 +13,8 @@ import grpc
 
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.scheduler.node_certificates import NodeCertificates, NodeJoinService
+from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS
-from persys.security.tls_reload import reloading_server_credentials
 from persys.tlsfiles import TLSFiles
 
 MAX_JOIN_MESSAGE = 64 * 1024
@@ -26,7 +26,7 @@ async def start_join_server(listen: str, tls: TLSFiles, certs: NodeCertificates)
                              maximum_concurrent_rpcs=MAX_CONCURRENT_JOINS)
     pb_grpc.add_NodeJoinServicer_to_server(NodeJoinService(certs), server)
     # The scheduler's certificate as its files hold it now (renewed ones at the next handshake).
-    port = server.add_secure_port(listen, reloading_server_credentials(tls, require_client_auth=False, send_ca=True))
+    port = server.add_secure_port(listen, reloading_file_credentials(tls, require_client_auth=False, send_ca=True))
     if port == 0:
         raise OSError(f"cannot listen on {listen} (join listener)")
     await server.start()

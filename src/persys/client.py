@@ -10,6 +10,8 @@ import grpc
 
 from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
+from persys._pb.persys.v1 import certificates_pb2 as cpb
+from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc
@@ -57,6 +59,7 @@ class SchedulerClient:
         self._policy_stubs = [policy_pb2_grpc.PolicyStub(c) for c in self._channels]
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
         self._secret_stubs = [secrets_pb2_grpc.SecretsStub(c) for c in self._channels]
+        self._node_access_stubs = [cpb_grpc.NodeAccessStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -282,3 +285,24 @@ class SchedulerClient:
         """Record what this gateway did or refused itself; sent as the gateway, no one else."""
         await self._call("RecordAudit", apb.RecordAuditRequest(record_json=json.dumps(record).encode()),
                          auth=True, metadata=())
+
+    # ---------------------------------------------------------------- NodeAccess service
+
+    async def create_join_token(self, ttl_seconds: float, node_id: str = "", description: str = ""
+                                ) -> dict[str, Any]:
+        r = await self._call("CreateJoinToken", cpb.CreateJoinTokenRequest(
+            ttl_seconds=ttl_seconds, node_id=node_id, description=description), stubs=self._node_access_stubs)
+        return {**_document(r.token_json), "token": r.token, "caPin": r.ca_pin}
+
+    async def list_join_tokens(self) -> list[dict[str, Any]]:
+        r = await self._call("ListJoinTokens", cpb.ListJoinTokensRequest(), stubs=self._node_access_stubs)
+        return [_document(i) for i in r.items]
+
+    async def revoke_join_token(self, token_id: str) -> dict[str, Any]:
+        r = await self._call("RevokeJoinToken", cpb.RevokeJoinTokenRequest(id=token_id), stubs=self._node_access_stubs)
+        return _document(r.token_json)
+
+    async def revoke_node(self, node_id: str, reason: str = "") -> dict[str, Any]:
+        r = await self._call("RevokeNode", cpb.RevokeNodeRequest(node_id=node_id, reason=reason),
+                             stubs=self._node_access_stubs)
+        return _document(r.revocation_json)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from google.protobuf import message_factory
 
-from persys._pb.persys.v1 import auth_pb2, control_pb2, policy_pb2, secrets_pb2
+from persys._pb.persys.v1 import auth_pb2, certificates_pb2, control_pb2, policy_pb2, secrets_pb2
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
@@ -78,6 +78,10 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {}),
     ("PUT", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {"json": {"stringData": {}}}),  # allowed: 400, nothing
     ("DELETE", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {}),
+    ("POST", "/v1/join-tokens"): ("/v1/join-tokens", {"json": {"ttlSeconds": 1}}),  # allowed: 422 (under 1 min)
+    ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
+    ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),
+    ("POST", "/v1/nodes/{node_id}/revoke"): ("/v1/nodes/-bad-/revoke", {"json": {}}),  # allowed: 422
 }
 
 
@@ -129,7 +133,8 @@ def test_rest_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> Non
 
 def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:
     c, ids = cluster
-    methods = {f"/{s.full_name}/{m.name}": m for module in (control_pb2, auth_pb2, policy_pb2, secrets_pb2)
+    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2)
+    methods = {f"/{s.full_name}/{m.name}": m for module in modules
                for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
 
     async def run() -> list[str]:

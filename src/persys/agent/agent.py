@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent import disconnect, plan, report
+from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.link import GrpcLink, LinkOptions, SchedulerLink
 from persys.agent.localstate import LocalState
@@ -71,6 +72,7 @@ class AgentConfig:
     failure_grace: float = 30.0  # a retryable failure is reported Failed only once it lasts this long
     listen: str = ""  # where AgentService (logs) listens, e.g. 0.0.0.0:7444; "" = not served
     advertise_host: str = ""  # host the control plane dials for AgentService (default: from listen)
+    renew_certificate: bool = False  # renew tls before it expires (persys.agent.cert_renewal)
     ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
     image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
 
@@ -103,6 +105,7 @@ class Agent:
         self.link: SchedulerLink = link or GrpcLink(config.node_id, targets, config.tls, self,
                                                     LinkOptions(ack_deadline=config.ack_deadline))
         self._tasks: list[asyncio.Task[None]] = []
+        self.renewer: CertRenewer | None = None
         self._stopping = False  # stop() is ending the tasks: their end is expected
         self._reported: dict[str, report.Fingerprint] | None = None  # what the scheduler was last told
         self._last_full_report = 0.0
@@ -146,6 +149,10 @@ class Agent:
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
             asyncio.create_task(self._disconnect_loop(), name="agent-disconnect"),
         ]
+        if self.config.renew_certificate and self.config.tls:
+            self.renewer = CertRenewer(self.config.node_id, self.config.tls, lambda: self.link.target,
+                                       self.link.refresh_credentials)
+            self._tasks.append(asyncio.create_task(self.renewer.run(), name="agent-cert-renewal"))
         for t in self._tasks:
             t.add_done_callback(self._task_ended)
 

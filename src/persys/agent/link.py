@@ -32,6 +32,9 @@ from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY = 5.0  # seconds between reopenings of the desired-state stream to get a full set
+# A channel replaced by a renewed certificate's waits this long for unary calls begun on it (their
+# timeouts are shorter) once its streams have ended.
+RETIRED_GRACE = 15.0
 
 
 class LinkHandler(Protocol):
@@ -77,6 +80,11 @@ class SchedulerLink(Protocol):
     @property
     def heartbeat_interval(self) -> float: ...
 
+    @property
+    def target(self) -> str:
+        """The replica the link talks to now."""
+        ...
+
     def start(self) -> list[asyncio.Task[None]]: ...
 
     async def close(self) -> None: ...
@@ -87,6 +95,10 @@ class SchedulerLink(Protocol):
 
     async def resolve_secrets(self, instance_id: str) -> spb.ResolveSecretsResponse:
         """The secret values one of this node's instances references, resolved now."""
+        ...
+
+    def refresh_credentials(self) -> None:
+        """The node's certificate was renewed: new calls use it, open streams go on."""
         ...
 
     async def report(self, req: pb.ReportStatusRequest) -> bool:
@@ -127,6 +139,11 @@ class GrpcLink:
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.AgentControlStub | None = None
         self._channel_gen = 0
+        # Channels replaced by refresh_credentials, kept while a stream opened on them runs;
+        # `_stream_channels` says which channel each open stream ("watch", "updates") uses.
+        self._retired: list[grpc.aio.Channel] = []
+        self._stream_channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._switch_lock = asyncio.Lock()
         self._suspect_until: dict[str, float] = {}  # replica -> until when its pointers are not followed
         self._registered = asyncio.Event()
@@ -182,6 +199,7 @@ class GrpcLink:
         """Close the channel (the caller has cancelled the tasks `start` returned)."""
         if self._channel is not None and self.options.channel_factory is None:
             await self._channel.close()
+        await self._close_retired()
 
     def reregister(self) -> None:
         self._registered.clear()
@@ -209,6 +227,41 @@ class GrpcLink:
         r: spb.ResolveSecretsResponse = await stub.ResolveSecrets(
             spb.ResolveSecretsRequest(node_id=self.node_id, instance_id=instance_id), timeout=10)
         return r
+    def refresh_credentials(self) -> None:
+        """New calls go over a new channel, dialled with the renewed certificate; the streams open
+        on the old one go on until they end by themselves (their connection was authenticated
+        when it opened), and then the old channel is closed. Nothing re-registers: this is no
+        switch of replica."""
+        if self._channel is None or self.options.channel_factory is not None:
+            return
+        self._retired.append(self._channel)
+        self._channel = dial(self.target, self.tls)
+        self._stub = pb_grpc.AgentControlStub(self._channel)
+        log.info("renewed certificate: new calls to %s use it", self.target)
+        self._close_idle_retired()
+
+    def _close_idle_retired(self) -> None:
+        busy = [id(c) for c in self._stream_channels.values()]
+        for ch in [c for c in self._retired if id(c) not in busy]:
+            self._retired.remove(ch)
+            task = asyncio.get_running_loop().create_task(ch.close(grace=RETIRED_GRACE))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _close_retired(self) -> None:
+        """A switch or the end: every retired channel goes now (with the streams on it)."""
+        retired, self._retired = self._retired, []
+        for ch in retired:
+            await ch.close(grace=1.0)
+
+    def _stream_opened(self, name: str) -> None:
+        if self._channel is not None:  # (tests drive the loops with a stub and no channel)
+            self._stream_channels[name] = self._channel
+
+    def _stream_ended(self, name: str) -> None:
+        self._stream_channels.pop(name, None)
+        if self._retired:
+            self._close_idle_retired()
 
     async def report(self, req: pb.ReportStatusRequest) -> bool:
         if await self._send(pb.AgentUpdate(report=req)):
@@ -266,6 +319,7 @@ class GrpcLink:
             old = self._connect(nxt)
             if old is not None:
                 await old.close(grace=1.0)
+            await self._close_retired()
             self.reregister()  # register with the replica we now talk to
 
     def _ack_deadline(self) -> float:
@@ -386,6 +440,7 @@ class GrpcLink:
             await self._registered.wait()
             gen = self._channel_gen
             call = self.stub.StreamUpdates()
+            self._stream_opened("updates")
             self._updates = call
             deadline = AckDeadline(self._ack_deadline(), time.monotonic())
             watchdog = asyncio.create_task(self._ack_watchdog(deadline, gen), name="agent-ack-deadline")
@@ -410,6 +465,7 @@ class GrpcLink:
             finally:
                 watchdog.cancel()
                 self._updates = None
+                self._stream_ended("updates")
                 self.contact.reset()
                 self.handler.on_new_stream()  # a new stream (or replica) starts with a complete report
             await asyncio.sleep(delay)
@@ -436,6 +492,7 @@ class GrpcLink:
             self._watch_reopen = False
             try:
                 call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.node_id, deltas=True))
+                self._stream_opened("watch")
                 self._watch_call = call
                 async for ds in call:
                     delay = 0.2
@@ -453,5 +510,6 @@ class GrpcLink:
                     delay = 0.2
             finally:
                 self._watch_call = None
+                self._stream_ended("watch")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -22,7 +22,8 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.model.limits import human_bytes
-from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity, server_credentials
+from persys.security.grpc_reload import reloading_file_credentials
+from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity
 from persys.tlsfiles import TLSFiles
 
 ALLOWED = {"gateway", "scheduler", "admin"}
@@ -101,7 +102,8 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
 async def serve(node: ServedNode, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(node), server)
-    port = server.add_secure_port(listen, server_credentials(tls))
+    # A renewed node certificate serves the next handshake (persys.agent.cert_renewal).
+    port = server.add_secure_port(listen, reloading_file_credentials(tls))
     if port == 0:
         raise OSError(f"agent cannot listen on {listen}")
     await server.start()

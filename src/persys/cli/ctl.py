@@ -30,6 +30,7 @@ from persys.cli.api import (
 )
 from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.describe_text import node_text, score_lines, workload_text
+from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
@@ -476,6 +477,7 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
 app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")
+app.add_typer(node_app, name="node")
 app.command("audit")(audit_command)
 
 

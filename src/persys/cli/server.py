@@ -24,6 +24,7 @@ from persys.cli import backend_opts
 from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
+from persys.cli.join_setup import agent_tls, certificate_hosts, scheduler_signer
 from persys.cli.server_errors import ServerError
 from persys.gateway.server import start_gateway
 from persys.model import Taint
@@ -379,6 +380,14 @@ def scheduler(
     redis_user: str | None = backend_opts.REDIS_USER,
     redis_password: str | None = backend_opts.REDIS_PASSWORD,
     redis_password_file: Path | None = backend_opts.REDIS_PASSWORD_FILE,
+    ca_dir: Path = typer.Option(None, "--ca-dir", help="Sign node certificates (join and renewal) with the "
+                                "built-in CA in this folder (ca.crt, ca.key; `persys certs init`); with "
+                                "--identity-from openbao they are signed by OpenBao."),
+    join_listen: str = typer.Option("", "--join-listen", help="Where nodes without a certificate join with a "
+                                    "token (server-only TLS, serving nothing else), e.g. 0.0.0.0:7444. "
+                                    "Needs a signer: --ca-dir or --identity-from openbao."),
+    node_cert_ttl: float = typer.Option(12 * 3600.0, "--node-cert-ttl", help="Lifetime of the node certificates "
+                                        "this replica signs, in seconds; nodes renew at two thirds of it."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -396,6 +405,7 @@ def scheduler(
             store, events, tls, (etcd_ca, etcd_cert, etcd_key, etcd_server_name, etcd_user, etcd_password,
                                  etcd_password_file), (redis_ca, redis_cert, redis_key, redis_user, redis_password,
                                                        redis_password_file))
+        signer_for = scheduler_signer(ca_dir, live, join_listen, node_cert_ttl)
         holder = []
 
         async def started() -> None:
@@ -409,11 +419,13 @@ def scheduler(
                     liveness_guard_min_nodes=liveness_guard_min_nodes),
                     limits=InputLimits(max_manifest_bytes=max_manifest_bytes),
                     node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access,
-                    credentials=creds, secrets=secrets)
+                    credentials=creds, secrets=secrets, signer_for=signer_for, join_listen=join_listen,
+                    node_cert_ttl=node_cert_ttl)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)
-            print(f"scheduler ready on port {s.port}", flush=True)
+            print(f"scheduler ready on port {s.port}" + (f", join port {s.join_port}" if s.join_port else ""),
+                  flush=True)
 
         async def stop() -> None:
             for s in holder:
@@ -430,7 +442,16 @@ def scheduler(
 def agent(
     scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address host:port."),
     node_id: str = typer.Option(socket.gethostname(), "--node-id", help="This node's name."),
-    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt and node-<id>.crt/.key."),
+    tls_dir: Path = typer.Option(..., "--tls-dir", help="Directory with ca.crt and node-<id>.crt/.key (written "
+                                 "there by --join)."),
+    join_address: str = typer.Option("", "--join", help="Join first, if the TLS folder holds no valid "
+                                     "certificate: the scheduler's join listener host:port (--join-listen)."),
+    token: str = typer.Option("", "--token", help="The join token (persysctl node token create); or "
+                              "$PERSYS_JOIN_TOKEN, which stays out of the process list. Used once."),
+    ca_pin: str = typer.Option("", "--ca-pin", help="sha256:<hex> printed with the token: the join proceeds "
+                               "only with a scheduler whose CA matches it."),
+    renew: bool = typer.Option(True, "--renew/--no-renew", help="Renew the node certificate at two thirds of "
+                               "its lifetime, from the scheduler (which needs --ca-dir)."),
     state_dir: Path = typer.Option(Path("/var/lib/persys/agent"), "--state-dir"),
     label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
     taint: list[str] = typer.Option([], "--taint", help="Node taint key=value:Effect (repeatable)."),
@@ -453,12 +474,13 @@ def agent(
 
     async def main() -> None:
         _check_node_id(node_id)
-        tls = _tls_from_dir(tls_dir, f"node-{node_id}")
+        tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,
+                              certificate_hosts(listen, advertise_host))
         a = Agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
-                        advertise_host=advertise_host, image_max_bytes=max_image_bytes),
+                        advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew),
             default_runtimes(state_dir, node_id, workload_user, allow_node_path),
         )
 

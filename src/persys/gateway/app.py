@@ -23,6 +23,7 @@ from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import authorization, bodies
 from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
+from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
@@ -120,5 +121,6 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(auth_router(client))
     app.include_router(policy_router(client))
     app.include_router(secret_router(client))
+    app.include_router(join_router(client))
     authorization.install(app, client)  # outermost: who calls is checked before anything is read
     return app

@@ -45,6 +45,7 @@ from persys.scheduler.call_budget import (
 )
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
+from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
@@ -74,8 +75,10 @@ async def _refuse(context: grpc.aio.ServicerContext, refusal: node_admission.Ref
 
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None,
-                 policy: PolicyGate | None = None, node_simulators: frozenset[str] = frozenset()) -> None:
+                 policy: PolicyGate | None = None, node_simulators: frozenset[str] = frozenset(),
+                 revocations: NodeRevocations | None = None) -> None:
         self.s = scheduler
+        self.revocations = revocations  # revoked node identities (none: unit tests without them)
         self.require_identity = require_identity
         self.limits = limits or InputLimits()
         self.policy = policy or PolicyGate(scheduler.store)  # the workload policy, checked at admission
@@ -95,6 +98,11 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         refusal = node_admission.caller_refusal(caller, node_id, self.node_simulators)
         if refusal:
             await _refuse(context, refusal)
+        await self._not_revoked(node_id, context)
+
+    async def _not_revoked(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
+        if self.revocations is not None and self.revocations.is_revoked(node_id):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(NodeRevokedError(node_id)))
 
     @contextlib.asynccontextmanager
     async def _budget(self, budget: CallBudget, node_id: str, context: grpc.aio.ServicerContext
@@ -225,6 +233,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     await self._as_node(node_id, context)
                     await held.enter_async_context(self._budget(self.update_budget, node_id, context))
                     allowed.add(node_id)
+                else:  # a revoked node's stream ends at its next message (a heartbeat interval)
+                    await self._not_revoked(node_id, context)
                 if kind == "heartbeat":
                     await self._check_usage(update.heartbeat, context)
                 ack = await self._update(update, kind, context)
@@ -257,6 +267,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         while True:
             async with mapped(context):  # a deposed replica ends the stream with the new address
                 msg = await anext(messages)
+            await self._not_revoked(request.node_id, context)  # revocation wakes the stream: it ends here
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
             yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,

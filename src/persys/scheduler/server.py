@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from persys._pb.persys.v1 import auth_pb2_grpc, policy_pb2_grpc, secrets_pb2_grpc
+from persys._pb.persys.v1 import auth_pb2_grpc, certificates_pb2_grpc, policy_pb2_grpc, secrets_pb2_grpc
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
@@ -23,6 +24,10 @@ from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.backends import open_backends
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.join_server import start_join_server
+from persys.scheduler.node_access_service import NodeAccessService
+from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
+from persys.scheduler.node_revocations import NodeRevocations
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.secret_admission import SecretAwareGate
@@ -34,6 +39,7 @@ from persys.secrets.base import SecretStore
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
+from persys.security.signer import CertificateSigner
 from persys.store.base import BlockingLeases, StateStore
 from persys.tlsfiles import TLSFiles
 
@@ -49,12 +55,19 @@ class RunningScheduler:
     events: EventBus
     audit: AuditLog | None = None
     secrets: SecretStore | None = None
+    revocations: NodeRevocations | None = None
+    join_server: grpc.aio.Server | None = None
+    join_port: int = 0  # the join listener's port (0: none)
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
         # of after the drain.
         await self.scheduler.election.stop()
+        if self.join_server is not None:
+            await self.join_server.stop(grace)
         await self.server.stop(grace)
+        if self.revocations is not None:
+            await self.revocations.stop()
         await self.scheduler.stop()
         if self.audit is not None:
             await self.audit.stop()
@@ -80,13 +93,19 @@ async def start_scheduler(
     store_access: BackendAccess | None = None,
     events_access: BackendAccess | None = None,
     secret_resolver: SecretResolver | None = None,
+    signer_for: Callable[[StateStore], CertificateSigner] | None = None,
+    join_listen: str = "",
+    node_cert_ttl: float = DEFAULT_NODE_CERT_TTL,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
     (persys.secrets.config: builtin[:KEYFILE], openbao); None: none (secret calls answer
     UNAVAILABLE and token records keep a bare sha256). `store_access`/`events_access`: the
     backends' own TLS identities and users (scheduler.backends); `secret_resolver` resolves their
-    `secret:` password references (never a store kept in the backend it unlocks)."""
+    `secret:` password references (never a store kept in the backend it unlocks).
+    `signer_for(store)` gives the signer of node certificates (Join on `join_listen`, Renew on
+    the main port; `cli.signer_options.signer_from_options` records each in the registry);
+    without one, nodes bring certificates issued elsewhere (`persys certs issue`)."""
     store, events = await open_backends(store_url, events_url, store_tls, store_access, events_access,
                                         secret_resolver)
     config = config or SchedulerConfig()
@@ -120,8 +139,16 @@ async def start_scheduler(
     # The workload policy (defaults until an admin stores one), and secret references at admission.
     gate = PolicyGate(store, policy_defaults) if secret_store is None \
         else SecretAwareGate(store, secret_store, policy_defaults)
+    # Revoked node identities, refused on every node call; a revocation wakes the node's watch to end it.
+    revocations = NodeRevocations(store, on_revoked=scheduler.delivery.ask_resync)
     pb_grpc.add_AgentControlServicer_to_server(AgentControlService(scheduler, limits=limits, policy=gate,
-                                                                  node_simulators=node_simulators), server)
+                                                                  node_simulators=node_simulators,
+                                                                  revocations=revocations), server)
+    signer = signer_for(store) if signer_for is not None else None
+    certificates_pb2_grpc.add_NodeAccessServicer_to_server(NodeAccessService(store, revocations, signer), server)
+    certs = NodeCertificates(signer, store, revocations, audit, node_cert_ttl) if signer is not None else None
+    if certs is not None:
+        certificates_pb2_grpc.add_NodeCertificatesServicer_to_server(NodeCertificatesService(certs), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
@@ -129,6 +156,12 @@ async def start_scheduler(
             SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators), server)
     await scheduler.start()
     audit.start()
+    revocations.start()
     await server.start()
+    join_server, join_port = None, 0
+    if certs is not None and join_listen:
+        join_server, join_port = await start_join_server(join_listen, tls, certs)
+        log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
-    return RunningScheduler(scheduler, server, port, store, events, audit, secret_store)
+    return RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
+                            join_port)

@@ -31,12 +31,16 @@ AUTH = "/persys.v1.Auth/"
 POLICY = "/persys.v1.Policy/"
 SECRETS = "/persys.v1.Secrets/"
 SECRET_DELIVERY = "/persys.v1.SecretDelivery/"
+NODE_ACCESS = "/persys.v1.NodeAccess/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
 NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
     "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments")) | {
-    SECRET_DELIVERY + "ResolveSecrets"}
+    SECRET_DELIVERY + "ResolveSecrets", "/persys.v1.NodeCertificates/Renew"}
+# Served on the scheduler's join listener only, to callers without a certificate: the join token
+# is the credential (scheduler.node_certificates checks it and audits every attempt).
+JOIN_RPCS: frozenset[str] = frozenset({"/persys.v1.NodeJoin/Join"})
 
 RPC_RULES: dict[str, Rule] = {
     CONTROL + "ApplyWorkload": _m("apply", "workloads"),
@@ -74,6 +78,10 @@ RPC_RULES: dict[str, Rule] = {
     SECRETS + "GetSecret": _r("get", "secrets"),
     SECRETS + "ListSecrets": _r("list", "secrets"),
     SECRETS + "DeleteSecret": _m("delete", "secrets"),
+    NODE_ACCESS + "CreateJoinToken": _m("create", "join-tokens"),
+    NODE_ACCESS + "ListJoinTokens": _r("list", "join-tokens"),
+    NODE_ACCESS + "RevokeJoinToken": _m("delete", "join-tokens"),
+    NODE_ACCESS + "RevokeNode": _m("revoke", "nodes"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -122,6 +130,10 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/secrets/{name}"): _r("get", "secrets"),
     ("PUT", "/v1/secrets/{name}"): _m("apply", "secrets"),
     ("DELETE", "/v1/secrets/{name}"): _m("delete", "secrets"),
+    ("POST", "/v1/join-tokens"): _m("create", "join-tokens"),
+    ("GET", "/v1/join-tokens"): _r("list", "join-tokens"),
+    ("DELETE", "/v1/join-tokens/{token_id}"): _m("delete", "join-tokens"),
+    ("POST", "/v1/nodes/{node_id}/revoke"): _m("revoke", "nodes"),
 }
 
 

@@ -7,7 +7,7 @@ Three built-in roles, each including the one below it:
 - `operator`: also change workloads and nodes (apply, control, delete, cordon, drain, label,
   taint, load images) and secrets (apply, delete, see their keys; never their values);
 - `admin`: also remove nodes, back up, restore, recover, resume liveness, manage API tokens
-  and read the audit log.
+  and read the audit log; create node join tokens and revoke nodes.
 
 Roles come from group bindings (`persys:admins` -> admin, ...). Only user identities hold roles:
 a node, scheduler or gateway certificate never does, whatever groups its subject names. Every
@@ -51,6 +51,7 @@ _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),
     ("resume-liveness", "cluster"), ("create", "tokens"), ("list", "tokens"), ("delete", "tokens"),
     ("list", "audit"), ("update", "policy"),
+    ("create", "join-tokens"), ("list", "join-tokens"), ("delete", "join-tokens"), ("revoke", "nodes"),
 }
 GRANTS: dict[Role, frozenset[Grant]] = {Role.VIEWER: _VIEWER, Role.OPERATOR: _OPERATOR, Role.ADMIN: _ADMIN}
 SELF: Grant = ("get", "self")  # whoami and can-i: any user identity

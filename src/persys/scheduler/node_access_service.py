@@ -1,0 +1,94 @@
+"""The NodeAccess gRPC service (admins): join tokens and node revocation.
+
+Authorization happened before any method here runs (scheduler.authorization, rules in
+security.permissions); every call is audited there. A token's secret is in CreateJoinToken's
+answer only, with the pin of the CA the joining node must find.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import grpc
+
+from persys._pb.persys.v1 import certificates_pb2 as pb
+from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
+from persys.model.node_names import node_id_problem
+from persys.scheduler import cert_registry
+from persys.scheduler.authorization import CALLER
+from persys.scheduler.join_token_store import JoinTokenStore
+from persys.scheduler.node_revocations import MAX_REASON, NodeRevocations
+from persys.security.ca_pin import pin_of_pem
+from persys.security.join_tokens import TOKEN_ID, JoinTokenError
+from persys.security.signer import CertificateSigner
+from persys.store.base import StateStore, StoreError
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class NodeAccessService(pb_grpc.NodeAccessServicer):
+    def __init__(self, store: StateStore, revocations: NodeRevocations, signer: CertificateSigner | None) -> None:
+        self.store = store
+        self.tokens = JoinTokenStore(store)
+        self.revocations = revocations
+        self.signer = signer
+
+    async def CreateJoinToken(self, request: pb.CreateJoinTokenRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.CreateJoinTokenResponse:
+        if self.signer is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "this scheduler signs no node certificates: start it with --ca-dir and "
+                                "--join-listen")
+        assert self.signer is not None
+        try:
+            pin = pin_of_pem(await self.signer.ca_bundle())
+            token, record = await self.tokens.create(request.ttl_seconds, request.node_id,
+                                                     CALLER.get().identity.principal, request.description)
+        except JoinTokenError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except StoreError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        return pb.CreateJoinTokenResponse(token=token, ca_pin=pin, token_json=_dumps(record.public(time.time())))
+
+    async def ListJoinTokens(self, request: pb.ListJoinTokensRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.ListJoinTokensResponse:
+        try:
+            records = await self.tokens.list()
+        except StoreError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        now = time.time()
+        return pb.ListJoinTokensResponse(items=[_dumps(r.public(now)) for r in records])
+
+    async def RevokeJoinToken(self, request: pb.RevokeJoinTokenRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.JoinTokenResponse:
+        if not TOKEN_ID.match(request.id):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "id: a join token id (6 letters and digits)")
+        try:
+            record = await self.tokens.revoke(request.id, CALLER.get().identity.principal)
+        except StoreError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"join token {request.id} not found")
+        assert record is not None
+        return pb.JoinTokenResponse(token_json=_dumps(record.public(time.time())))
+
+    async def RevokeNode(self, request: pb.RevokeNodeRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.RevokeNodeResponse:
+        if problem := node_id_problem(request.node_id):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"node_id: {problem}")
+        if len(request.reason) > MAX_REASON or not request.reason.isprintable():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"reason: printable text, at most {MAX_REASON} characters")
+        try:
+            doc = await self.revocations.revoke(request.node_id, CALLER.get().identity.principal, request.reason)
+            # `persys certs status` shows the node's certificates revoked.
+            for rec in await cert_registry.list_records(self.store):
+                if rec.identity == f"node:{request.node_id}" and not rec.revoked_at:
+                    await cert_registry.mark_revoked(self.store, rec.serial)
+        except StoreError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
+        return pb.RevokeNodeResponse(revocation_json=_dumps(doc))

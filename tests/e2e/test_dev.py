@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import re
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -55,6 +56,21 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         print(f"apply-to-Running under persys dev: process {t1:.2f}s, container {t2:.2f}s")
         assert proc_w["node"] == cont_w["node"] == "dev-e2e"
         pid = int(proc_w["runtimeId"])
+
+        # Secrets need no set-up either (built-in store, its key made on first start): the value
+        # reaches the workload and no file of the control plane or the agent holds it.
+        value = secrets.token_hex(12)
+        example = (REPO / "examples/hello-secret.yaml").read_text().replace("change-me", value)
+        probe = example.replace('echo \\"password has', 'echo \\"got:$DB_PASSWORD; has')  # show the value itself
+        ctl("apply", "-f", "-", env=env, stdin=probe)
+        eventually(lambda: f"got:{value}" in ctl("logs", "hello-secret", env=env).stdout, 15,
+                   "the secret in the workload")
+        assert "password" in ctl("get", "secret", "hello-db", "-o", "json", env=env).stdout
+        shown = ctl("get", "secret", "hello-db", "-o", "json", env=env).stdout + ctl(
+            "get", "workloads", "hello-secret", "-o", "json", env=env).stdout + dev.text()
+        stores = [p for p in home.rglob("*.db*") if p.is_file()]
+        assert stores and value not in shown and all(value.encode() not in p.read_bytes() for p in stores)
+        ctl("delete", "workload", "hello-secret", env=env)
 
         # Ctrl-C stops the control plane cleanly; the restart finds the same state.
         dev.stop(signal.SIGINT)

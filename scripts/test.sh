@@ -54,4 +54,4 @@ PY
 fi
 
 echo "==> tests"
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 "$@"  # the slowest 30: where the budget goes

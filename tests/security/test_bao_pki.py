@@ -175,10 +175,19 @@ def test_a_used_wrapped_secret_id_stops_the_service_with_one_line(setup: Setup, 
       "--vault-addr", "http://127.0.0.1:1"], "--vault-role-id-file (or $PERSYS_VAULT_ROLE_ID) is required"),
     (["certs", "vault-setup", "--vault-addr", "http://127.0.0.1:1", "--node-host", "*"], "--node-host '*' would match"),
     (["certs", "status"], "name a source: --store and/or --vault-addr"),
+    (["certs", "issue", "--role", "user", "--name", "a", "--out", "never-written"],
+     "--ca-dir (the built-in CA) or --vault-addr (OpenBao/Vault) is required"),
+    (["certs", "issue", "--ca-dir", "ca", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a",
+      "--out", "never-written"], "--ca-dir or --vault-addr: one signer, not both"),
+    (["certs", "issue", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a", "--cert-ttl", "5",
+      "--out", "never-written"], "--cert-ttl 5: from 60 seconds"),
+    (["certs", "issue", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a", "--out",
+      "never-written"], "OpenBao at http://127.0.0.1:1: ConnectionError"),
 ])
 def test_bad_options_are_one_line_errors(args: list[str], message: str) -> None:
-    code, out = _persys(*args, env={"VAULT_TOKEN": "x", "PERSYS_VAULT_ROLE_ID": ""})
+    code, out = _persys(*args, env={"VAULT_TOKEN": "x", "PERSYS_VAULT_ROLE_ID": "", "VAULT_ADDR": ""})
     assert code != 0 and message in out and "Traceback" not in out, out
+    assert not Path("never-written").exists()
 
 
 async def test_status_lists_registered_certificates(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""`persys certs`: the built-in cluster CA's commands (init for one machine, issue per machine)."""
+"""`persys certs`: the built-in cluster CA's commands (init for one machine, issue per machine);
+`issue --vault-addr` signs with OpenBao instead (cli.vault_issue)."""
 
 from __future__ import annotations
 
@@ -68,12 +69,11 @@ def certs_issue(
     """Issue ONE identity into its own folder, to copy to the machine (or person) that uses it, e.g.
     `persys certs issue --ca-dir /root/persys-ca --role node --node-id node-a --host node-a.example --out node-a`
     writes node-a/{ca.crt,node-node-a.crt,node-node-a.key}, what `persys agent --tls-dir node-a` reads.
-
-    With --vault-addr instead of --ca-dir, the OpenBao/Vault PKI mount of `persys certs vault-setup`
-    signs it with your token ($VAULT_TOKEN or --vault-token-file); the key is made here and never
-    sent. This gives a Vault-backed cluster (--identity-from openbao) its first admin:
-    `persys certs issue --vault-addr https://bao.example:8200 --role user --name alice --group persys:admins
-    --out alice` writes alice/{ca.crt,user-alice.crt,user-alice.key} for persysctl's config."""
+    With --vault-addr instead of --ca-dir, the OpenBao/Vault PKI mount of `persys certs vault-setup` signs
+    it with your token ($VAULT_TOKEN or --vault-token-file), and the key is made here and never sent: this
+    gives a Vault-backed cluster (--identity-from openbao) its first admin, e.g. `persys certs issue
+    --vault-addr https://bao.example:8200 --role user --name alice --group persys:admins --out alice`
+    writes alice/{ca.crt,user-alice.crt,user-alice.key} for persysctl's config."""
     try:
         spec = identity_request(role, node_id or name, tuple(host), tuple(group))
     except IdentityRequestError as e:

@@ -84,7 +84,9 @@ def vault_setup(
                                      "gateway.role-id into this folder."),
 ) -> None:
     """Configure OpenBao/Vault for Persys, idempotently: a PKI mount with a root CA (once), one PKI
-    role per Persys role (each allows only its own names), AppRole auth with least-privilege
+    role per Persys role (each allows only its own names) and one per user group Persys binds (its
+    certificates carry that group: `persys certs issue --vault-addr --group persys:admins` makes the
+    first admin), AppRole auth with least-privilege
     policies (the scheduler may sign scheduler and node certificates, the gateway only its own),
     and print each service's role id. Run it again to change hosts; the CA and role ids stay."""
     def run() -> dict[str, str]:

@@ -9,7 +9,16 @@ import pytest
 import yaml
 
 from persys.scheduler.cert_registry import CertRecord, status
-from persys.security.bao_roles import SetupError, check_host_patterns, pki_role, policy, sign_call
+from persys.security.bao_roles import (
+    GROUP_PKI_ROLE,
+    SetupError,
+    check_host_patterns,
+    group_role,
+    pki_role,
+    policy,
+    role_for,
+    sign_call,
+)
 from persys.security.cert_requests import IdentityRequest, identity_request
 from persys.security.csr import new_key_and_csr
 from persys.security.identity import Kind
@@ -26,6 +35,7 @@ def _load(name: str) -> list[dict[str, Any]]:
 HOSTS = _load("host_patterns.yaml")
 SIGNS = _load("sign_calls.yaml")
 ROWS = _load("registry_status.yaml")
+CHOICES = _load("role_choice.yaml")
 
 
 @pytest.mark.parametrize("case", HOSTS, ids=[c["name"] for c in HOSTS])
@@ -54,6 +64,24 @@ def test_sign_calls(case: dict[str, Any]) -> None:
     assert {k: call.body[k] for k in ("common_name", "alt_names", "ip_sans")} == {
         k: want[k] for k in ("common_name", "alt_names", "ip_sans")}
     assert call.body["ttl"] == "60s" and call.body["exclude_cn_from_sans"] is True
+
+
+@pytest.mark.parametrize("case", CHOICES, ids=[c["name"] for c in CHOICES])
+def test_role_choice(case: dict[str, Any]) -> None:
+    kind, groups = Kind(case["kind"]), tuple(case["groups"])
+    if "error" in case:
+        with pytest.raises(CertificateRequestError, match=case["error"]):
+            role_for(kind, groups)
+    else:
+        assert role_for(kind, groups) == case["role"]
+
+
+def test_group_roles_fix_their_group_and_no_service_may_sign_them() -> None:
+    for group, name in GROUP_PKI_ROLE.items():
+        body = group_role(group)
+        assert body["organization"] == [group] and body["allowed_domains"] == ["user:*"]
+        assert body["use_csr_common_name"] is False and body["server_flag"] is False
+        assert all(name not in policy(service, "m") for service in ("scheduler", "gateway"))
 
 
 @pytest.mark.parametrize("case", ROWS, ids=[c["name"] for c in ROWS])

@@ -175,10 +175,19 @@ def test_a_used_wrapped_secret_id_stops_the_service_with_one_line(setup: Setup, 
       "--vault-addr", "http://127.0.0.1:1"], "--vault-role-id-file (or $PERSYS_VAULT_ROLE_ID) is required"),
     (["certs", "vault-setup", "--vault-addr", "http://127.0.0.1:1", "--node-host", "*"], "--node-host '*' would match"),
     (["certs", "status"], "name a source: --store and/or --vault-addr"),
+    (["certs", "issue", "--role", "user", "--name", "a", "--out", "never-written"],
+     "--ca-dir (the built-in CA) or --vault-addr (OpenBao/Vault) is required"),
+    (["certs", "issue", "--ca-dir", "ca", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a",
+      "--out", "never-written"], "--ca-dir or --vault-addr: one signer, not both"),
+    (["certs", "issue", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a", "--cert-ttl", "5",
+      "--out", "never-written"], "--cert-ttl 5: from 60 seconds"),
+    (["certs", "issue", "--vault-addr", "http://127.0.0.1:1", "--role", "user", "--name", "a", "--out",
+      "never-written"], "OpenBao at http://127.0.0.1:1: ConnectionError"),
 ])
 def test_bad_options_are_one_line_errors(args: list[str], message: str) -> None:
-    code, out = _persys(*args, env={"VAULT_TOKEN": "x", "PERSYS_VAULT_ROLE_ID": ""})
+    code, out = _persys(*args, env={"VAULT_TOKEN": "x", "PERSYS_VAULT_ROLE_ID": "", "VAULT_ADDR": ""})
     assert code != 0 and message in out and "Traceback" not in out, out
+    assert not Path("never-written").exists()
 
 
 async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
@@ -221,3 +230,40 @@ async def test_signer_from_options_records_every_signature(tmp_path: Path) -> No
             (signed.serial, "node:n9", "builtin")]
     finally:
         await store.close()
+
+
+# ---------------------------------------------------------------- a Vault-backed cluster's users
+
+def test_an_operator_token_issues_an_admin_certificate_with_a_local_key(setup: Setup, tmp_path: Path) -> None:
+    from persys.security.roles import Role, roles_of
+
+    out = tmp_path / "alice"
+    env = {"VAULT_TOKEN": setup.server.root_token, "VAULT_ADDR": ""}
+    code, text = _persys("certs", "issue", "--vault-addr", setup.server.url, "--vault-pki-mount", setup.opts.pki_mount,
+                         "--role", "user", "--name", "alice", "--group", "persys:admins", "--out", str(out), env=env)
+    assert code == 0, text
+    assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "user-alice.crt", "user-alice.key"]
+    assert out.stat().st_mode & 0o777 == 0o700 and (out / "user-alice.key").stat().st_mode & 0o777 == 0o600
+    cert = _cert((out / "user-alice.crt").read_bytes())
+    identity = from_certificate(cert)
+    assert (identity.principal, identity.groups, roles_of(identity)) == ("user:alice", ("persys:admins",),
+                                                                          (Role.ADMIN,))
+    key = serialization.load_pem_private_key((out / "user-alice.key").read_bytes(), None)
+    assert cert.public_key() == key.public_key()
+    assert _cert((out / "ca.crt").read_bytes()).subject == cert.issuer
+
+    # Several groups, or one Persys does not bind: one line, nothing written.
+    for groups in (["persys:admins", "persys:viewers"], ["ops"]):
+        bad = tmp_path / "bad"
+        code, text = _persys("certs", "issue", "--vault-addr", setup.server.url, "--vault-pki-mount",
+                             setup.opts.pki_mount, "--role", "user", "--name", "bob",
+                             *[a for g in groups for a in ("--group", g)], "--out", str(bad), env=env)
+        assert code == 1 and "group" in text and "Traceback" not in text and not bad.exists(), text
+
+
+async def test_no_service_approle_may_sign_a_user_into_a_group(setup: Setup, tmp_path: Path) -> None:
+    _, csr = new_key_and_csr("x")
+    admin = identity_request("user", "mallory", (), ("persys:admins",))
+    for service in ("scheduler", "gateway"):
+        with pytest.raises(CertificateRequestError, match="policy does not allow"):
+            await BaoSigner(setup.login(service, tmp_path), setup.opts.pki_mount).sign(csr, admin, TTL)

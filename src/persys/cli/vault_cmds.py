@@ -36,16 +36,21 @@ PKI = typer.Option(PKI_MOUNT, "--vault-pki-mount", help="The PKI mount path.")
 APPROLE = typer.Option(APPROLE_MOUNT, "--vault-approle-mount", help="The AppRole auth mount path.")
 
 
-def _client(addr: str, ca_file: Path | None, token_file: Path | None) -> Any:
-    if not addr:
-        raise ServerError("--vault-addr (or $VAULT_ADDR) is required")
+def operator_token(token_file: Path | None) -> str:
+    """The operator's token: from --vault-token-file, else $VAULT_TOKEN (never a command-line value)."""
     try:
         token = read_credential(token_file, "--vault-token-file") if token_file else os.environ.get("VAULT_TOKEN", "")
     except VaultLoginError as e:
         raise ServerError(str(e)) from None
     if not token:
         raise ServerError("a privileged token is required: --vault-token-file or $VAULT_TOKEN")
-    return new_client(addr, ca_file, token)
+    return token
+
+
+def _client(addr: str, ca_file: Path | None, token_file: Path | None) -> Any:
+    if not addr:
+        raise ServerError("--vault-addr (or $VAULT_ADDR) is required")
+    return new_client(addr, ca_file, operator_token(token_file))
 
 
 def _vault_errors(fn: Any) -> Any:
@@ -79,7 +84,9 @@ def vault_setup(
                                      "gateway.role-id into this folder."),
 ) -> None:
     """Configure OpenBao/Vault for Persys, idempotently: a PKI mount with a root CA (once), one PKI
-    role per Persys role (each allows only its own names), AppRole auth with least-privilege
+    role per Persys role (each allows only its own names) and one per user group Persys binds (its
+    certificates carry that group: `persys certs issue --vault-addr --group persys:admins` makes the
+    first admin), AppRole auth with least-privilege
     policies (the scheduler may sign scheduler and node certificates, the gateway only its own),
     and print each service's role id. Run it again to change hosts; the CA and role ids stay."""
     def run() -> dict[str, str]:

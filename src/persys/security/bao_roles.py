@@ -2,7 +2,9 @@
 
 One PKI role per Persys role, each allowing exactly its own common names and role name
 (`peer_names`) plus the host names the operator lists; the subject is never taken from the CSR
-(`use_csr_common_name`/`use_csr_sans` off), so only the key travels from the requester. Two AppRoles,
+(`use_csr_common_name`/`use_csr_sans` off), so only the key travels from the requester. A PKI role
+fixes the subject's O, so each user group Persys binds (`roles.DEFAULT_BINDINGS`) has its own user
+role with that group as O (`GROUP_PKI_ROLE`); no service's policy may sign with them. Two AppRoles,
 each with a least-privilege policy: the scheduler's may sign scheduler and node certificates (it
 admits nodes), the gateway's only gateway certificates.
 """
@@ -18,11 +20,14 @@ from persys.security import peer_names
 from persys.security.cert_requests import IdentityRequest
 from persys.security.identity import Kind
 from persys.security.pki import CertificateRequestError, certificate_contents
+from persys.security.roles import DEFAULT_BINDINGS
 
 PKI_MOUNT = "persys-pki"
 APPROLE_MOUNT = "approle"
 PKI_ROLE = {Kind.SCHEDULER: "persys-scheduler", Kind.GATEWAY: "persys-gateway", Kind.NODE: "persys-node",
             Kind.USER: "persys-user"}
+# One user role per bound group (`persys:admins` -> `persys-user-admins`): the group is the role's fixed O.
+GROUP_PKI_ROLE = {group: f"persys-user-{group.split(':', 1)[-1]}" for group in DEFAULT_BINDINGS}
 # The AppRoles Persys' own services log in with, and the PKI roles each may sign for.
 SERVICE_SIGNS = {"scheduler": (Kind.SCHEDULER, Kind.NODE), "gateway": (Kind.GATEWAY,)}
 MAX_TTL = "720h"
@@ -79,6 +84,31 @@ def pki_role(kind: Kind, hosts: tuple[str, ...], max_ttl: str = MAX_TTL) -> dict
     }
 
 
+def group_role(group: str, max_ttl: str = MAX_TTL) -> dict[str, object]:
+    """The body of `<mount>/roles/<GROUP_PKI_ROLE[group]>`: a user role whose certificates carry
+    `group` as their only O (OpenBao writes the role's `organization`, never the CSR's)."""
+    return {**pki_role(Kind.USER, (), max_ttl), "organization": [group]}
+
+
+def role_for(kind: Kind, groups: tuple[str, ...]) -> str:
+    """The PKI role that signs a `kind` certificate with `groups`: a user's one bound group picks
+    that group's role; several groups, a group Persys does not bind, or groups on a machine's
+    certificate are refused (a PKI role writes exactly one fixed O)."""
+    wanted = tuple(dict.fromkeys(groups))
+    if not wanted:
+        return PKI_ROLE[kind]
+    if kind is not Kind.USER:
+        raise CertificateRequestError("groups: only user certificates carry groups")
+    bound = ", ".join(GROUP_PKI_ROLE)
+    if len(wanted) > 1:
+        raise CertificateRequestError(f"groups {', '.join(wanted)[:200]}: a certificate from OpenBao carries one "
+                                      f"group (its PKI role fixes the O); ask for one of {bound}")
+    if wanted[0] not in GROUP_PKI_ROLE:
+        raise CertificateRequestError(f"group {wanted[0][:64]!r}: OpenBao signs only the groups Persys binds "
+                                      f"({bound}); for others use the built-in CA or API tokens")
+    return GROUP_PKI_ROLE[wanted[0]]
+
+
 def policy(service: str, pki_mount: str) -> str:
     """The HCL policy of `service`'s AppRole: sign what it may, read the CA bundle, nothing else."""
     lines = [f'path "{pki_mount}/sign/{PKI_ROLE[k]}" {{ capabilities = ["update"] }}' for k in SERVICE_SIGNS[service]]
@@ -95,11 +125,10 @@ class SignCall:
 
 def sign_call(csr_pem: bytes, request: IdentityRequest, ttl_seconds: int) -> SignCall:
     """The `<mount>/sign/<role>` call for `request`: names from the request (as the built-in CA
-    would write them), never from the CSR. Groups cannot be written: the PKI role fixes O."""
-    if request.groups:
-        raise CertificateRequestError("groups: the OpenBao signer cannot write groups (a PKI role fixes the "
-                                      "subject's O); issue user certificates with the built-in CA or use API tokens")
+    would write them), never from the CSR. A user's group is the O its group's PKI role fixes
+    (`role_for`)."""
     identity, names = certificate_contents(request.common_name, request.groups, request.hosts)
+    role = role_for(identity.kind, request.groups)
     ips, dns = [], []
     for n in names:
         try:
@@ -109,4 +138,4 @@ def sign_call(csr_pem: bytes, request: IdentityRequest, ttl_seconds: int) -> Sig
     body: dict[str, object] = {"csr": csr_pem.decode("ascii"), "common_name": request.common_name,
                                "alt_names": ",".join(dns), "ip_sans": ",".join(ips), "ttl": f"{ttl_seconds}s",
                                "exclude_cn_from_sans": True, "format": "pem"}
-    return SignCall(PKI_ROLE[identity.kind], body)
+    return SignCall(role, body)

@@ -1,10 +1,11 @@
 """Configuring a Vault/OpenBao for Persys, idempotently (blocking hvac calls: a CLI's work).
 
 `configure` enables the PKI mount with a root CA (once), writes one PKI role per Persys role
-(`bao_roles.pki_role`), enables AppRole and gives the scheduler and the gateway each a policy and
-an AppRole. Running it again rewrites roles and policies to what the options say and keeps the CA
-and the role ids. `rotate_ca` adds a new root issuer and makes it the default (new certificates
-come from it while the bundle still holds the old one); `drop_issuer` ends the overlap.
+(`bao_roles.pki_role`) and one per bound user group (`bao_roles.group_role`), enables AppRole and
+gives the scheduler and the gateway each a policy and an AppRole. Running it again rewrites roles
+and policies to what the options say and keeps the CA and the role ids. `rotate_ca` adds a new
+root issuer and makes it the default (new certificates come from it while the bundle still holds
+the old one); `drop_issuer` ends the overlap.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 
 from persys.security.bao_roles import (
     APPROLE_MOUNT,
+    GROUP_PKI_ROLE,
     PKI_MOUNT,
     PKI_ROLE,
     SERVICE_SIGNS,
     SetupError,
+    group_role,
     pki_role,
     policy,
 )
@@ -56,6 +59,8 @@ def configure(client: Any, o: SetupOptions) -> dict[str, str]:
     hosts = o.hosts or {}
     for kind, role in PKI_ROLE.items():
         client.write(f"{o.pki_mount}/roles/{role}", **pki_role(kind, hosts.get(kind, ("localhost",)), o.max_ttl))
+    for group, role in GROUP_PKI_ROLE.items():  # signed with an operator's token only: no AppRole policy names them
+        client.write(f"{o.pki_mount}/roles/{role}", **group_role(group, o.max_ttl))
     if f"{o.approle_mount}/" not in client.sys.list_auth_methods()["data"]:
         client.sys.enable_auth_method("approle", path=o.approle_mount)
     role_ids = {}

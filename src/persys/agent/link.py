@@ -6,6 +6,9 @@ choice is the pure `persys.agent.failover`). What it carries comes from and goes
 `LinkHandler`: the agent, or a hollow node of the scale benchmark (bench/scale/hollow.py),
 which reuses this link with nothing running behind it, as kubemark's hollow nodes do.
 The agent loop sees the link through the narrow `SchedulerLink` protocol.
+
+Just over 500 lines: the stream loops, failover between replicas and the channel renewal
+share the channel state; splitting them would expose it.
 """
 
 from __future__ import annotations

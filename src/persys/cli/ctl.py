@@ -1,4 +1,8 @@
-"""persysctl: the Persys command-line client (talks to the REST gateway over mutual TLS)."""
+"""persysctl: the Persys command-line client (talks to the REST gateway over mutual TLS).
+
+Just over 500 lines: the core verbs (apply, get, describe, delete, logs, plan) stay together;
+resource groups (auth, certs, node, policy, secret, admin) live in their own `*_cmds` modules.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ Authorization is by certificate identity: only an agent's `node:<id>` certificat
 Client calls are authorized by roles in scheduler.authorization first.
 Scheduler exceptions become gRPC status codes in one place (`grpc_status.mapped`), which the gateway turns
 into HTTP statuses and persysctl into one line of text.
+
+Just over 500 lines: one servicer per proto service, and node admission, call budgets and
+revocation checks must sit on each of its five streaming/unary node calls.
 """
 
 from __future__ import annotations

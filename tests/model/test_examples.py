@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from persys.model import parse_manifests
+from persys.model.secret import parse_documents
 
 EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "examples").glob("*.yaml") if p.name != "dev-3-nodes.yaml")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_is_valid(path: Path) -> None:
-    manifests = parse_manifests(path.read_text(), str(path))
-    assert manifests and all(m.metadata.name for m in manifests)
+    workloads, secrets = parse_documents(path.read_text(), str(path))  # workloads and `kind: Secret`
+    assert workloads and all(m.metadata.name for m in [*workloads, *secrets])

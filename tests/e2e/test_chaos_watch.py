@@ -80,15 +80,17 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
             if h is None:
                 return None
             m = h["mirror"]
+            # Its role is not asked: on a loaded machine the active may lose its lease meanwhile
+            # (keep-alive past its deadline) and the recovered standby take over already.
             ok = (m["compactionRecoveries"] >= 1 and m["lag"] == 0 and m["watch"] == "healthy"
-                  and h["mode"] == "normal" and h["workloads"] == len(wanted) and h["role"] == "standby")
+                  and h["mode"] == "normal" and h["workloads"] == len(wanted))
             return h if ok else None
 
         standby, took = eventually(recovered, 30, "the standby recovered from the compaction")
         print(f"standby recovered {took:.1f}s after the link was restored: mirror {standby['mirror']}")
 
         agent_log = len(c.agents["n1"].text())  # the deletes above were legitimately removed
-        c.schedulers[a].stop(signal.SIGKILL)
+        c.schedulers[a].stop(signal.SIGKILL)  # (if b took over already, this kills a standby)
         new, _ = eventually(lambda: (h := active_replica(c)) and h["replicaId"] == f"r{b}" and h, 20,
                             "the former standby active")
         assert new["workloads"] == len(wanted), new  # it knows every workload

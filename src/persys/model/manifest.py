@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from persys.model.documents import DocumentError, load_yaml_all
 from persys.model.workload import WorkloadManifest
+
+T = TypeVar("T")
 
 
 class ManifestError(ValueError):
@@ -52,8 +55,8 @@ def validate_manifest(doc: Any, source: str = "") -> WorkloadManifest:
         raise ManifestError(format_validation_error(err), source) from None
 
 
-def parse_manifests(text: str, source: str = "") -> list[WorkloadManifest]:
-    """Parse every document in `text`; all must be valid or none is returned."""
+def load_documents(text: str, source: str = "") -> list[Any]:
+    """The non-empty documents of `text`; ManifestError if it cannot be read or holds none."""
     try:
         # No aliases, bounded nesting, JSON types only (persys.model.documents).
         docs = [d for d in load_yaml_all(text) if d is not None]
@@ -61,14 +64,25 @@ def parse_manifests(text: str, source: str = "") -> list[WorkloadManifest]:
         raise ManifestError([str(err)], source) from None
     if not docs:
         raise ManifestError(["(document): no manifest found"], source)
-    out: list[WorkloadManifest] = []
+    return docs
+
+
+def validate_all(docs: list[Any], validate: Callable[[Any], T], source: str = "") -> list[T]:
+    """Each document validated; all must be valid or ManifestError lists every problem, prefixed
+    with its document's position when there are several."""
+    out: list[T] = []
     problems: list[str] = []
     for i, doc in enumerate(docs):
         try:
-            out.append(validate_manifest(doc))
+            out.append(validate(doc))
         except ManifestError as err:
             prefix = f"document {i + 1}: " if len(docs) > 1 else ""
             problems.extend(prefix + p for p in err.problems)
     if problems:
         raise ManifestError(problems, source)
     return out
+
+
+def parse_manifests(text: str, source: str = "") -> list[WorkloadManifest]:
+    """Parse every document in `text`; all must be valid or none is returned."""
+    return validate_all(load_documents(text, source), validate_manifest, source)

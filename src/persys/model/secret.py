@@ -16,8 +16,13 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, StrictStr, ValidationError, model_validator
 
 from persys.model.base import Model
-from persys.model.documents import DocumentError, load_yaml_all
-from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
+from persys.model.manifest import (
+    ManifestError,
+    format_validation_error,
+    load_documents,
+    validate_all,
+    validate_manifest,
+)
 from persys.model.secret_refs import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES, SECRET_KEY_RE
 from persys.model.workload import Metadata, WorkloadManifest
 
@@ -79,24 +84,11 @@ def validate_secret(doc: Any, source: str = "", model: type[M] = SecretManifest)
 
 def parse_documents(text: str, source: str = "") -> tuple[list[WorkloadManifest], list[SecretManifest]]:
     """Every document of a file, workloads and secrets apart; all valid or ManifestError."""
-    try:
-        docs = [d for d in load_yaml_all(text) if d is not None]
-    except DocumentError as err:
-        raise ManifestError([str(err)], source) from None
-    if not docs:
-        raise ManifestError(["(document): no manifest found"], source)
-    workloads: list[WorkloadManifest] = []
-    secrets: list[SecretManifest] = []
-    problems: list[str] = []
-    for i, doc in enumerate(docs):
-        try:
-            if isinstance(doc, dict) and doc.get("kind") == "Secret":
-                secrets.append(validate_secret(doc))
-            else:
-                workloads.append(validate_manifest(doc))
-        except ManifestError as err:
-            prefix = f"document {i + 1}: " if len(docs) > 1 else ""
-            problems.extend(prefix + p for p in err.problems)
-    if problems:
-        raise ManifestError(problems, source)
-    return workloads, secrets
+    def validate(doc: Any) -> WorkloadManifest | SecretManifest:
+        if isinstance(doc, dict) and doc.get("kind") == "Secret":
+            return validate_secret(doc)
+        return validate_manifest(doc)
+
+    parsed = validate_all(load_documents(text, source), validate, source)
+    return ([m for m in parsed if isinstance(m, WorkloadManifest)],
+            [m for m in parsed if isinstance(m, SecretManifest)])

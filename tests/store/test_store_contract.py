@@ -344,6 +344,14 @@ async def test_watch_from_now(store: StateStore, p: str) -> None:
             return bool(seen)
 
         await poll(established, what="watch to start")
+        # Probes put before the last check may still be in flight: a fence put after them all
+        # arrives after them, so everything past the fence is this test's.
+        fence = await store.put(p + "fence", b"")
+
+        async def fenced() -> bool:
+            return any(e.revision >= fence for e in seen)
+
+        await poll(fenced, what="fence event")
         before = len(seen)
         r1 = await store.put(p + "x", b"1")
         r2 = await store.put(p + "y", b"2")

@@ -19,31 +19,28 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 import yaml
 
-from persys.agent.agent import Agent, AgentConfig
-from persys.agent.runtimes.base import Runtime
 from persys.cli import backend_opts
 from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
-from persys.cli.join_setup import agent_tls, certificate_hosts, scheduler_signer
 from persys.cli.server_errors import ServerError
-from persys.gateway.server import start_gateway
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.model.node_names import node_id_problem
-from persys.policy import WorkloadPolicy
-from persys.policy.model import DEFAULT_NODE_PATHS
-from persys.scheduler.admission import InputLimits
-from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.server import start_scheduler
 from persys.secrets.base import SecretStoreError
-from persys.security.grpc_reload import reloading_server_credentials
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.tlsfiles import TLSFiles
+
+if TYPE_CHECKING:
+    from persys.agent.runtimes.base import Runtime
+
+# Each command imports its servers in its body: an agent process never loads the gateway's web
+# stack or the scheduler, a scheduler never loads the runtimes' clients (about 1 s per start).
 
 app = typer.Typer(
     name="persys",
@@ -258,6 +255,13 @@ def dev(
         raise typer.Exit(1) from None
 
     async def main() -> None:
+        from persys.agent.agent import Agent, AgentConfig
+        from persys.gateway.server import start_gateway
+        from persys.policy import WorkloadPolicy
+        from persys.policy.model import DEFAULT_NODE_PATHS
+        from persys.scheduler.config import SchedulerConfig
+        from persys.scheduler.server import start_scheduler
+
         t0 = time.monotonic()
         data.mkdir(parents=True, exist_ok=True)
         if not _port_free(host, port):
@@ -402,6 +406,12 @@ def scheduler(
                                        vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
 
     async def main() -> None:
+        from persys.cli.join_setup import scheduler_signer
+        from persys.scheduler.admission import InputLimits
+        from persys.scheduler.config import SchedulerConfig
+        from persys.scheduler.server import start_scheduler
+        from persys.security.grpc_reload import reloading_server_credentials
+
         idopt.check_source(identity_from, tls_dir)
         live = await idopt.start_identity(vault, "scheduler", replica_id) if identity_from == "openbao" else None
         tls = live.files if live else _tls_from_dir(tls_dir, "scheduler")
@@ -478,6 +488,9 @@ def agent(
     _setup_logging(verbose)
 
     async def main() -> None:
+        from persys.agent.agent import Agent, AgentConfig
+        from persys.cli.join_setup import agent_tls, certificate_hosts
+
         _check_node_id(node_id)
         tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,
                               certificate_hosts(listen, advertise_host))
@@ -528,6 +541,8 @@ def gateway(
                                        vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
 
     async def main() -> None:
+        from persys.gateway.server import start_gateway
+
         idopt.check_source(identity_from, tls_dir)
         if not port_s.isdigit():
             raise ServerError(f"--listen {listen!r} must be host:port")

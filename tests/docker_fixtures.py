@@ -42,15 +42,20 @@ def _run(cmd: list[str], what: str) -> None:
         pytest.fail(f"{what} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
 
 
-def _cleanup(run_id: str) -> None:
+def remove_containers(label: str) -> None:
+    """Remove every container carrying `label` (key=value), running or not."""
     ids = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={TEST_RUN_LABEL}={run_id}"],
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
         capture_output=True,
         text=True,
         timeout=30,
     ).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=60)
+
+
+def _cleanup(run_id: str) -> None:
+    remove_containers(f"{TEST_RUN_LABEL}={run_id}")
 
 
 @pytest.fixture(scope="session")

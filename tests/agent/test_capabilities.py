@@ -19,6 +19,7 @@ from persys.model import parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
+from tests.docker_fixtures import remove_containers
 
 
 class Relay:
@@ -70,9 +71,13 @@ async def cluster(tmp_path: Path, docker_engine: object) -> AsyncIterator[tuple[
     )
     await agent.start()
     await asyncio.wait_for(agent.registered.wait(), 10)
-    yield sched, agent, relay
-    await agent.stop()
-    await sched.stop()
+    try:
+        yield sched, agent, relay
+    finally:
+        await agent.stop()
+        await sched.stop()
+        # A deleted workload's container may outlive the agent's stop (removal is asynchronous).
+        remove_containers("persys.node=cap-test")
 
 
 async def until(cond, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]

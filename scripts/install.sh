@@ -27,7 +27,7 @@ fi
 if ((want_test)); then
   apt_install etcd-server etcd-client redis-server docker.io containerd runc tini busybox-static iptables procps \
     iproute2 git qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
-    libvirt-dev pkg-config gcc python3-dev e2fsprogs
+    libvirt-dev pkg-config gcc python3-dev e2fsprogs prometheus
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

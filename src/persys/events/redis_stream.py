@@ -223,6 +223,14 @@ class RedisEventBus:
                     cursor = ev.id
                     yield ev
 
+    async def bounds(self) -> tuple[str | None, str | None]:
+        try:
+            first: Any = await self._redis.xrange(self.stream, count=1)
+            last: Any = await self._redis.xrevrange(self.stream, count=1)
+        except _DOWN as e:
+            raise EventsUnavailable(f"{redacted(self.url)}: {e}") from e
+        return (_s(first[0][0]) if first else None), (_s(last[0][0]) if last else None)
+
     async def check_access(self, attempts: int = 3) -> None:
         """Raise EventsAccessDenied for a wrong password, TLS identity or an ACL without what Persys
         needs; return when Redis is merely unreachable (events are best effort: the scheduler starts

@@ -29,6 +29,7 @@ from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
 from persys.model import Phase, WorkloadUsage
 from persys.model.workload import workload_of
+from persys.observability.health_checks import NamedCheck
 from persys.scheduler import failures, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
@@ -103,6 +104,8 @@ class Scheduler:
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.worker_watch = WorkerWatch()
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
+        # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
+        self.health_checks: list[NamedCheck] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
         # The components (each takes this shell through the narrow Shell protocol); their
         # operations are this replica's API.
@@ -262,8 +265,9 @@ class Scheduler:
 
     # ------------------------------------------------------------------ events and change routing
 
-    def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
-        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
+    def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason,
+                                      fields={"node": node} if node else {}))
 
     def _on_change(self, kind: str, ident: str) -> None:
         if kind == "assignment":

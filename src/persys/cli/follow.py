@@ -21,7 +21,7 @@ from persys.security import peer_names
 
 STREAM_SECONDS = 300  # each request; reopened when the server ends it
 READ_TIMEOUT = 45.0  # the server sends a keep-alive every 15 s: three missed means the link is gone
-MAX_BACKOFF = 5.0
+MAX_BACKOFF = 2.0  # between reconnection attempts: a gateway restart is seconds
 
 
 @dataclass

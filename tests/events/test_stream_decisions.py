@@ -15,6 +15,7 @@ from persys.cli.follow import SseParser
 from persys.events.base import ClusterEvent
 from persys.events.filters import FilterError, check_id, keep_last, make_filter, parse_since, start_of
 from persys.gateway.routes.streams import event_frame
+from persys.scheduler.watch_service import select
 
 CASES = Path(__file__).parent / "stream_cases"
 
@@ -73,9 +74,20 @@ def test_keep_last_filters_then_keeps_the_newest() -> None:
 
 def test_sse_frames_parse_back_with_their_ids() -> None:
     msgs = [watch_pb2.WatchEventMessage(id="5-0", gap="events after 1-0 may be lost"),
-            watch_pb2.WatchEventMessage(id="6-0", json=b'{"id":"6-0","kind":"NodeReady"}'),
+            watch_pb2.WatchEventMessage(id="7-0", events=[
+                watch_pb2.WatchedEvent(id="6-0", json=b'{"id":"6-0","kind":"NodeReady"}'),
+                watch_pb2.WatchedEvent(id="6-1", json=b'{"id":"6-1","kind":"NodeReady"}')]),
             watch_pb2.WatchEventMessage(id="9-2")]
     parser = SseParser()
     frames = [f for m in msgs for line in event_frame(m).split("\n") if (f := parser.feed(line)) is not None]
-    assert [(f.event, f.id) for f in frames] == [("gap", "5-0"), ("", "6-0"), ("", "9-2")]
-    assert frames[1].data == ['{"id":"6-0","kind":"NodeReady"}'] and frames[2].data == []
+    assert [(f.event, f.id) for f in frames] == [("gap", "5-0"), ("", "6-0"), ("", "6-1"), ("", "9-2")]
+    assert frames[1].data == ['{"id":"6-0","kind":"NodeReady"}'] and frames[3].data == []
+
+
+def test_a_batch_stops_at_the_limit_and_its_position_follows_what_was_looked_at() -> None:
+    batch = [ClusterEvent(kind=k, subject="cluster", message="", id=f"{i}-0")
+             for i, k in enumerate(["A", "B", "A", "A", "B"], start=1)]
+    events, cursor, left = select(batch, make_filter(["A"]), 2)
+    assert ([e.id for e in events], cursor, left) == (["1-0", "3-0"], "3-0", 0)
+    events, cursor, left = select(batch, make_filter(["A"]), -1)
+    assert ([e.id for e in events], cursor, left) == (["1-0", "3-0", "4-0"], "5-0", -1)

@@ -25,13 +25,14 @@ from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import CallBudget, OverBudgetError
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps
-from persys.scheduler.object_changes import NODES, WORKLOADS, ChangeSet
+from persys.scheduler.object_changes import NODES, WORKLOADS, ChangeFeed
 from persys.scheduler.state import ClusterState
 
 STREAMS_PER_CALLER = 8
 STREAMS_TOTAL = 256
 DEFAULT_KEEPALIVE = 15.0
 PUMP_QUEUE = 1000  # events read ahead of a slow client (then the bus read waits)
+BATCH = 256  # events in one message at most
 
 
 class WatchSource(Protocol):
@@ -59,11 +60,32 @@ def _request_filter(request: pb.WatchEventsRequest) -> EventFilter:
     return make_filter(list(request.kinds), request.subject, request.node)
 
 
+def select(batch: list[ClusterEvent], flt: EventFilter, left: int
+           ) -> tuple[list[pb.WatchedEvent], str, int]:
+    """The batch's events the filter keeps (at most `left` of them; -1: no limit), the position
+    after the last event looked at, and how many may still be sent. Events after the limit is
+    reached are not looked at: a stream resumed from the position sees them."""
+    out: list[pb.WatchedEvent] = []
+    cursor = ""
+    for ev in batch:
+        if not left:
+            break
+        cursor = ev.id
+        if flt.matches(ev):
+            out.append(pb.WatchedEvent(id=ev.id, json=dumps(event_doc(ev))))
+            left -= 1 if left > 0 else 0
+    return out, cursor, left
+
+
 class WatchService(pb_grpc.WatchServicer):
     def __init__(self, s: WatchSource, per_caller: int = STREAMS_PER_CALLER, total: int = STREAMS_TOTAL) -> None:
         self.s = s
         self.budget = CallBudget(per_caller, "watch streams")
         self.total = total
+        # One mirror listener per watched kind, shared by all streams of it.
+        self.feeds = {WORKLOADS: ChangeFeed(WORKLOADS), NODES: ChangeFeed(NODES)}
+        for feed in self.feeds.values():
+            s.state.subscribe(feed.listener)
 
     @contextlib.asynccontextmanager
     async def _slot(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
@@ -114,23 +136,24 @@ class WatchService(pb_grpc.WatchServicer):
 
         task = asyncio.create_task(pump())
         deadline = time.monotonic() + request.timeout_seconds if request.timeout_seconds else None
-        cursor, sent, reported = after, 0, after
+        cursor = reported = after
+        left = request.limit or -1  # -1: no limit
         try:
-            while deadline is None or time.monotonic() < deadline:
+            while left and (deadline is None or time.monotonic() < deadline):
                 wait = keepalive if deadline is None else min(keepalive, max(0.0, deadline - time.monotonic()))
                 try:
-                    ev = await asyncio.wait_for(queue.get(), wait)
+                    first = await asyncio.wait_for(queue.get(), wait)
                 except TimeoutError:
                     # Keep-alive, and the position past filtered-out events (a resume starts there).
                     yield pb.WatchEventMessage(id=cursor)
                     reported = cursor
                     continue
-                cursor = ev.id
-                if flt.matches(ev):
-                    yield pb.WatchEventMessage(id=ev.id, json=dumps(event_doc(ev)))
-                    sent, reported = sent + 1, ev.id
-                    if request.limit and sent >= request.limit:
-                        return
+                # What is queued already goes in the same message (a burst costs few messages).
+                batch = [first, *(queue.get_nowait() for _ in range(min(queue.qsize(), BATCH - 1)))]
+                events, cursor, left = select(batch, flt, left)
+                if events:
+                    yield pb.WatchEventMessage(id=cursor, events=events)
+                    reported = cursor
             if cursor != reported:
                 yield pb.WatchEventMessage(id=cursor)
         finally:
@@ -162,8 +185,9 @@ class WatchService(pb_grpc.WatchServicer):
         if request.timeout_seconds < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timeoutSeconds must not be negative")
         async with self._slot(context):
-            changes = ChangeSet(watched)
-            self.s.state.subscribe(changes.listener)  # before the first view: no change falls between
+            feed = self.feeds[watched]
+            feed.readers += 1
+            cursor = feed.cursor  # before the first view: no change falls between
             shown: set[str] = set()
             try:
                 for oid in ids():
@@ -171,18 +195,18 @@ class WatchService(pb_grpc.WatchServicer):
                     if msg is not None:
                         yield msg
                 yield pb.ObjectChange(type="SYNCED", revision=self.s.state.revision)
-                async for msg in self._follow(changes, ids, render, shown, request.timeout_seconds):
+                async for msg in self._follow(feed, cursor, ids, render, shown, request.timeout_seconds):
                     yield msg
             finally:
-                self.s.state.unsubscribe(changes.listener)
+                feed.readers -= 1
 
-    async def _follow(self, changes: ChangeSet, ids: Callable[[], list[str]],
+    async def _follow(self, feed: ChangeFeed, cursor: int, ids: Callable[[], list[str]],
                       render: Callable[[str], dict[str, Any] | None], shown: set[str], seconds: float
                       ) -> AsyncIterator[pb.ObjectChange]:
         deadline = time.monotonic() + seconds if seconds else None
         while deadline is None or time.monotonic() < deadline:
-            await changes.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            changed, reset = changes.take()
+            await feed.wait(cursor, None if deadline is None else max(0.0, deadline - time.monotonic()))
+            changed, reset, cursor = feed.take(cursor)
             if reset:
                 changed = sorted(set(ids()) | shown)
             for oid in changed:

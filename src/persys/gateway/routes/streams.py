@@ -40,11 +40,12 @@ SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 
 
 def event_frame(msg: watch_pb2.WatchEventMessage) -> str:
-    """One SSE frame of a Watch/Events message."""
+    """The SSE frames of a Watch/Events message: one per event, each with its id; a message
+    without events is a position frame (and keep-alive)."""
     if msg.gap:
         return f"id: {msg.id}\nevent: gap\ndata: {json.dumps({'gap': msg.gap, 'after': msg.id})}\n\n"
-    if msg.json:
-        return f"id: {msg.id}\ndata: {msg.json.decode()}\n\n"
+    if msg.events:
+        return "".join(f"id: {e.id}\ndata: {e.json.decode()}\n\n" for e in msg.events)
     return f"id: {msg.id}\n: keep-alive\n\n"
 
 

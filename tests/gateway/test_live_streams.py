@@ -6,7 +6,8 @@
   so in one line, resumes after the last id and shows exactly the events the bus holds, each
   once, in order; Ctrl-C ends it with exit code 0.
 - The gateway's SSE stream read with httpx: `id:` lines, resume with Last-Event-ID, a `gap`
-  event for an id older than what is retained; bad parameters answered 400/422 naming the field.
+  event for an id older than what is retained, 8 streams per caller (the 9th: 429; slots free
+  again when clients leave); bad parameters answered 400/422 naming the field.
 - `persysctl get workloads -w` prints a row per change and the deletion.
 - Health names a stopped Redis with the reason (readiness stays: events are best effort), and a
   stopped etcd flips /readyz to 503 with the reason; both recover.
@@ -192,6 +193,15 @@ def test_sse_stream_resumes_with_last_event_id(cluster: Cluster) -> None:
         # An id older than what the bus keeps (here: before the cluster existed) gets a gap event.
         gap = _sse(cl, {"subject": "workload/sse-a", "limit": 1, "timeout": 10}, last_id="1-0")
         assert gap[0][0] == "gap" and "may be lost" in json.loads(gap[0][2])["gap"]
+        # Bounded per caller: 8 open streams, the 9th refused; a closed one frees its slot.
+        with contextlib.ExitStack() as held:
+            opened = [held.enter_context(cl.stream("GET", "/v1/events/stream", params={"timeout": 60}))
+                      for _ in range(8)]
+            assert [r.status_code for r in opened] == [200] * 8
+            over = cl.get("/v1/events/stream", params={"timeout": 1})
+            assert over.status_code == 429 and "holds 8 watch streams" in over.json()["error"], over.text
+        eventually(lambda: cl.get("/v1/events/stream", params={"timeout": 0.2}).status_code == 200, timeout=15,
+                   what="the slots freed when the clients left")
         # Bad parameters: answered at once, naming the field; nothing streamed.
         for params, field in (({"kind": "no such!"}, "kind"), ({"since": "yesterday"}, "since"),
                               ({"sinceId": "x"}, "sinceId"), ({"timeout": "0"}, "timeout"),

@@ -137,10 +137,10 @@ async def main() -> None:
             pub, done = await fan_out(args.events, n, state)
             print(f"{n:>8} {args.events / pub:>12,.0f} {base_pub / pub:>11.2f}x {n * args.events / done:>18,.0f} "
                   f"{done:>14.2f}s")
-        docs = workload_docs(args.changes, 1)
-        base = fold(state, docs)
+        fold(state, workload_docs(args.changes, 1))  # warm-up: the mirror holds the workloads from here on
+        base = fold(state, workload_docs(args.changes, 1 + args.changes))
         print(f"\nmirror: {args.changes} workload changes folded, no listener: {base / args.changes * 1e6:.1f} us each")
-        rev = 1 + args.changes
+        rev = 1 + 2 * args.changes
         for k in (1, 256):
             # One shared feed per watched kind, whatever the number of streams; each stream takes
             # the changes after its cursor (here after every 100 changes).

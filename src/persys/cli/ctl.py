@@ -182,6 +182,8 @@ def get(
     k = resource_kind(kind)
     api = Api(server)
     if k == "secrets":
+        if watch:
+            fail("-w follows workloads and nodes; secrets change through `persysctl events --kind SecretChanged -f`")
         secret_cmds.get_secrets(api, name, output)
         return
     if watch:

@@ -15,21 +15,18 @@ from persys.cli.follow import follow_events
 from persys.cli.safe_text import printable
 from persys.events.filters import FilterError, check_id, make_filter, parse_since
 
-HELP = """Show cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...), newest last.
-
-Filters (all optional, combined): --kind (repeat or comma-separate), --for/--subject/--object
-workload/web, --node n1 (events about the node or naming it), --since 10m | 2h | 1d | RFC 3339.
-
-With -f/--follow, keep printing events as they happen (Ctrl-C ends). A dropped connection is
-retried and resumed after the last event shown, so none is lost or shown twice; --since-id ID
-resumes after a given event (as `-o json` shows it). Examples:
-
-  persysctl events --kind WorkloadFailed,PlacementFailed --since 1h
-
-  persysctl events -f --node n1
-
-  persysctl events -f --since-id 1767000000000-0 -o json
-"""
+HELP = (
+    "Show cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...), newest last.\n\n"
+    "Filters (all optional, combined): --kind (repeat or comma-separate), --for/--subject/--object "
+    "workload/web, --node n1 (events about the node or naming it), --since 10m | 2h | 1d | RFC 3339.\n\n"
+    "With -f/--follow, keep printing events as they happen (Ctrl-C ends). A dropped connection is retried "
+    "and resumed after the last event shown, so none is lost or shown twice; --since-id ID resumes after a "
+    "given event (as `-o json` shows it).\n\n"
+    "Examples:\n\n"
+    "  persysctl events --kind WorkloadFailed,PlacementFailed --since 1h\n\n"
+    "  persysctl events -f --node n1\n\n"
+    "  persysctl events -f --since-id 1767000000000-0 -o json"
+)
 
 
 def _line(e: dict[str, Any]) -> str:

@@ -85,7 +85,7 @@ class ChangeFeed:
         missed = self._seq - cursor
         if missed > len(self._log):
             return [], True, self._seq
-        recent = set(itertools.islice(self._log, len(self._log) - missed, None))
+        recent = set(itertools.islice(reversed(self._log), missed))  # from the new end: O(missed)
         reset = RESET in recent
         recent.discard(RESET)
         return sorted(recent), reset, self._seq

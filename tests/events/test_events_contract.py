@@ -98,6 +98,14 @@ async def test_maxlen_bound(bus: EventBus) -> None:
     assert kept[-1].message == f"m{MAXLEN * 4 - 1}"
 
 
+async def test_bounds_are_the_oldest_and_newest_retained(bus: EventBus) -> None:
+    assert await bus.bounds() == (None, None)
+    ids = [await bus.publish(ev(i)) for i in range(MAXLEN * 4)]
+    kept = await bus.recent(limit=MAXLEN * 10)
+    # After trimming, the oldest retained one: what a resumed live stream compares its id with.
+    assert await bus.bounds() == (kept[0].id, ids[-1])
+
+
 async def test_subscribe_live_tail_in_order(bus: EventBus) -> None:
     await bus.publish(ev(-1))  # published before subscribing: not part of the live tail
     received: list[ClusterEvent] = []

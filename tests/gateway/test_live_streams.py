@@ -52,7 +52,9 @@ class Cluster:
         self.proxy_env = {"PERSYS_CONFIG": str(cfg)}
 
     def apply(self, name: str, cpu: int = 10) -> None:
-        ctl("apply", "-f", "-", env=self.env, stdin=process_manifest(name, cpu=cpu))
+        with self.c.client() as cl:  # over HTTP: a persysctl process per apply is a second under load
+            resp = cl.post("/v1/workloads", json=yaml.safe_load(process_manifest(name, cpu=cpu)))
+            assert resp.status_code in (200, 201), resp.text
 
     def events(self, kinds: str = KINDS) -> list[dict[str, Any]]:
         with self.c.client() as cl:
@@ -217,7 +219,8 @@ def test_get_workloads_watch_prints_changes(cluster: Cluster) -> None:
         cluster.apply("watched")
         eventually(lambda: any(line.split()[:1] == ["watched"] and "Running" in line for line in r.lines) or None,
                    timeout=30, what="a row for the running workload")
-        ctl("delete", "workload", "watched", env=cluster.env)
+        with cluster.c.client() as cl:
+            assert cl.delete("/v1/workloads/watched").status_code == 200
         eventually(lambda: "DELETED  workload/watched" in r.lines or None, timeout=30, what="the deletion row")
     finally:
         code, err = r.interrupt()

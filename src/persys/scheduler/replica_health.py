@@ -106,7 +106,9 @@ async def health(s: HealthSource) -> dict[str, Any]:
         notes.append(f"store: {err}")
     events_state, checked = await asyncio.gather(_events_state(s), run_checks(s.health_checks))
     dependencies = [DependencyState("store", store_ok, store_reason), events_state, *checked, runtimes_state(s)]
-    notes += [f"{d.name}: {d.reason}" for d in [*checked, dependencies[-1]] if not d.ok]
+    # Registered dependencies that fail are problems; a node without some runtime may be so by
+    # design, so node runtimes stay in their entry only.
+    notes += [f"{d.name}: {d.reason}" for d in checked if not d.ok]
     mirror = s.state.health(s.clock())
     notes += [mirror.detail] if mirror.detail else []
     if s.catching_up:

@@ -185,6 +185,10 @@ def test_sse_stream_resumes_with_last_event_id(cluster: Cluster) -> None:
         assert [d["kind"] for d in data] == ["WorkloadCreated", "WorkloadScheduled"]
         assert all(i == d["id"] for (ev, i, _), d in zip([f for f in frames if f[2]], data, strict=True))
         last = data[-1]["id"]
+        # The listing takes the same filters: a workload's placement names its node.
+        on_n1 = cl.get("/v1/events", params={"node": "n1", "kind": "WorkloadScheduled", "since": "10m"}).json()
+        assert "workload/sse-a" in {e["subject"] for e in on_n1} and {e["fields"]["node"] for e in on_n1} == {"n1"}
+        assert cl.get("/v1/events", params={"node": "n2", "kind": "WorkloadScheduled"}).json() == []
         cluster.apply("sse-b")  # not sse-a's: the filter skips it, the position moves past it
         cluster.apply("sse-a", cpu=20)  # a new revision
         eventually(lambda: [e for e in cluster.events("WorkloadUpdated") if e["subject"] == "workload/sse-a"],
@@ -225,6 +229,9 @@ def test_get_workloads_watch_prints_changes(cluster: Cluster) -> None:
     finally:
         code, err = r.interrupt()
     assert code == 0 and "Traceback" not in err, err
+    with cluster.c.client() as cl, cl.stream("GET", "/v1/watch/nodes", params={"timeout": 1}) as resp:
+        events = [line.removeprefix("event: ") for line in resp.iter_lines() if line.startswith("event: ")]
+    assert events[:2] == ["added", "synced"]  # the one node, then the marker; changes would follow
 
 
 def _dependency(cl: httpx.Client, name: str) -> dict[str, Any]:

@@ -94,11 +94,26 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     return _read_files(files)[0]
 
 
+def _expand_dirs(files: list[Path]) -> list[Path]:
+    """A folder stands for its manifests (*.yaml, *.yml, *.json, not recursive, in name order), as
+    with kubectl; an empty one is an error rather than a silent no-op."""
+    out: list[Path] = []
+    for f in files:
+        if str(f) != "-" and f.is_dir():
+            found = sorted(p for p in f.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+            if not found:
+                fail(f"{f}: a folder with no *.yaml, *.yml or *.json manifest")
+            out += found
+        else:
+            out.append(f)
+    return out
+
+
 def _read_files(files: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[SecretManifest]]:
     """Workload manifests (as documents to send) and `kind: Secret` documents of the files."""
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
-    for f in files:
+    for f in _expand_dirs(files):
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
         else:
@@ -140,7 +155,8 @@ def _batches(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 @app.command()
 def apply(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
+                                      "or a folder of them (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would change; write nothing."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
@@ -260,7 +276,8 @@ def describe(
 
 @app.command()
 def plan(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
+                                      "or a folder of them (repeatable)."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:

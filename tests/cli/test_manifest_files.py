@@ -35,5 +35,5 @@ def test_an_empty_folder_is_an_error_naming_it(tmp_path: Path) -> None:
 def test_a_bad_manifest_in_a_folder_is_named_and_nothing_is_sent(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(manifest("fine"))
     (tmp_path / "b.yaml").write_text(manifest("Bad_Name"))
-    with pytest.raises(CtlError, match="b.yaml"):
+    with pytest.raises(CtlError, match=r"b\.yaml"):
         _read_files([tmp_path])

@@ -30,9 +30,12 @@ def updated_workload(old: Workload, incoming: Workload, now: float) -> Workload 
     same_spec = old.spec.spec_revision() == incoming.revision
     if same_spec and old.labels == incoming.labels and not old.deleting:
         return None
+    # A new spec starts a new count of restarts: its revision is its content hash alone, so the
+    # same manifest has the same revision whatever restarts came before it.
+    epoch = old.restart_epoch if same_spec else 0
     return old.model_copy(update={
-        "spec": incoming.spec, "labels": incoming.labels,
-        "revision": Workload.revision_of(incoming.spec, old.restart_epoch),
+        "spec": incoming.spec, "labels": incoming.labels, "restart_epoch": epoch,
+        "revision": Workload.revision_of(incoming.spec, epoch),
         "generation": old.generation + (0 if same_spec else 1), "updated_at": now, "deleting": False,
     })
 
@@ -156,7 +159,16 @@ class WorkloadApi:
                                            else "WorkloadStopping")
 
     async def restart(self, wid: str) -> Workload:
-        """Replace every instance with a fresh copy of the same spec (a new revision)."""
+        """Replace every instance with a fresh copy of the same spec (a new revision). Refused
+        while no instance is placed: there is nothing to replace, and a new revision would only
+        hide why the workload is pending."""
+        cur = self.s.state.workloads.get(wid)
+        if cur is not None and not cur.value.deleting and not any(
+                instance_id(wid, i) in self.s.state.placement_of for i in range(cur.value.spec.replicas)):
+            st = self.s.state.statuses.get(wid)
+            why = f" ({st.value.phase}: {st.value.reason})" if st is not None and st.value.reason else ""
+            raise MutationRefused(f"workload {wid!r} has no placed instance to restart{why}; it starts once it "
+                                  f"can be placed (see `persysctl explain {wid}`)")
 
         def change(w: Workload) -> Workload:
             w.restart_epoch += 1

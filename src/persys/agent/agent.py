@@ -89,7 +89,7 @@ class Agent:
         self.synced = False  # a desired snapshot arrived in normal mode since we started
         self.mode = "normal"
         self.failures: dict[str, Failure] = {}
-        self.restarts: dict[str, int] = {}
+        self.restarts: dict[str, int] = self.local.restarts()  # kept across the agent's restarts
         self._known: set[str] = set()  # every workload desired here since start (or in local state)
         self._orphans: dict[str, float] = {}  # workload -> when first seen undesired and unknown
         # Desired here with a spec this agent cannot read (a workload the scheduler quarantines
@@ -424,7 +424,8 @@ class Agent:
         await rt.remove(wid)
         self._orphans.pop(wid, None)
         self.failures.pop(wid, None)
-        self.restarts.pop(wid, None)
+        if self.restarts.pop(wid, None):
+            await asyncio.to_thread(self.local.save_restarts, wid, 0)
 
     async def _start(self, action: plan.Action, d: Desired, rt: Runtime) -> None:
         wid = action.workload_id
@@ -444,6 +445,7 @@ class Agent:
             return
         if action.restart:
             self.restarts[wid] = self.restarts.get(wid, 0) + 1
+            await asyncio.to_thread(self.local.save_restarts, wid, self.restarts[wid])
             self.failures[wid] = plan.after_restart(prev, d.revision, now, random.uniform(0.8, 1.2))
 
     # ------------------------------------------------------------------ loss of every replica

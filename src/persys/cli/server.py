@@ -276,7 +276,8 @@ def dev(
 
         async def started() -> None:
             sched = await start_scheduler(
-                f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
+                # Events in a bounded SQLite log: their history survives a restart, as with Redis.
+                f"sqlite:///{data / 'state.db'}", f"sqlite://{data / 'events.db'}", target, ids["scheduler"],
                 SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
                 # The dev agents' state (and image store) lives under the data dir.
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
@@ -336,7 +337,8 @@ def scheduler(
     store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port], etcds://... (TLS) or "
                               "sqlite:///path.db. No password in the URL: see --etcd-user."),
     events: str = typer.Option("memory://", "--events", help="redis://host:port/0, rediss://[user@]host:port/0 "
-                               "(TLS), unix:///path.sock?db=0 or memory://. No password in the URL."),
+                               "(TLS), unix:///path.sock?db=0, sqlite:///path/events.db (one replica only: a "
+                               "durable, bounded log in a file) or memory://. No password in the URL."),
     tls_dir: Path = typer.Option(None, "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key "
                                  "(with --identity-from files, the default)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),

@@ -37,6 +37,7 @@ from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
+from persys.cli.version import version_option
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError
 from persys.model.secret import SecretManifest, parse_documents
@@ -504,7 +505,8 @@ app.command("audit")(audit_command)
 
 @app.callback()
 def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN", show_envvar=True,
-                                           help="A bearer API token, instead of the configured certificate.")
+                                           help="A bearer API token, instead of the configured certificate."),
+                 _version: bool = version_option("persysctl"),
                  ) -> None:
     Api.token = token or None
 

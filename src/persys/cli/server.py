@@ -29,6 +29,7 @@ from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
 from persys.cli.server_errors import ServerError
+from persys.cli.version import version_option
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.model.node_names import node_id_problem
@@ -60,6 +61,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(certs_app, name="certs")
+
+
+@app.callback()
+def _root(_version: bool = version_option("persys")) -> None:
+    """Run Persys servers."""
 
 log = logging.getLogger("persys")
 

@@ -52,10 +52,11 @@ app = typer.Typer(
         "  persysctl describe workload hello-process\n\n"
         "  persysctl delete workload hello-process\n\n"
         "  persysctl apply -f secret.yaml   (kind: Secret; then persysctl get secrets)\n\n"
-        "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`)."
+        "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`).\n\n"
+        "Shell completion (bash, zsh, fish): persysctl --install-completion"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

@@ -36,6 +36,12 @@ def test_catalogue_follows_prometheus_naming(name: str) -> None:
         assert name.startswith("persys_workload_"), "per-object series are the capped workload usage only"
 
 
+def test_every_family_is_documented() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "observability.md").read_text()
+    section = docs.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    assert [n for n in FAMILIES if f"`{n}`" not in section] == []
+
+
 @pytest.mark.parametrize("case", CASES["grpc"], ids=[c["path"] for c in CASES["grpc"]])
 def test_grpc_labels(case: dict[str, Any]) -> None:
     assert split_method(case["path"]) == tuple(case["labels"])

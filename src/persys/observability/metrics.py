@@ -104,7 +104,8 @@ _CATALOGUE: tuple[Family, ...] = (
     # replica state
     _f("persys_scheduler_leader", "gauge", "1 if this replica holds the leader lease."),
     _f("persys_scheduler_active", "gauge", "1 if this replica is the active one (elected and caught up)."),
-    _f("persys_scheduler_mode", "gauge", "1 for the replica's operating mode (normal, degraded, frozen, ...).",
+    _f("persys_scheduler_mode", "gauge",
+       "1 for the replica's operating mode (normal, degraded, recovery), 0 for the others.",
        ("mode",)),
     _f("persys_scheduler_sharded", "gauge", "1 if agents are spread over replicas (active-active)."),
     _f("persys_scheduler_owned_nodes", "gauge", "Nodes this replica serves (all of them unless sharded)."),
@@ -136,7 +137,8 @@ _CATALOGUE: tuple[Family, ...] = (
        f"Instances with usage but no usage series (over the cap of {USAGE_SERIES_MAX})."),
     # agent
     _f("persys_agent_runtime_operations_total", "counter",
-       "Runtime calls by the agent, by runtime, operation (start, stop, remove, list) and result (ok, error).",
+       "Runtime calls by the agent, by runtime, operation (start, stop, remove, list, inspect) and result "
+       "(ok, error, terminal_error).",
        ("runtime", "operation", "result"), "agent"),
     _f("persys_agent_runtime_operation_duration_seconds", "histogram", "Runtime call latency.",
        ("runtime", "operation"), "agent"),

@@ -6,7 +6,9 @@
     .venv/bin/python bench/metrics_overhead.py            # 500 nodes, 5,000 workloads per run (~2 x 1.5 min)
     .venv/bin/python bench/metrics_overhead.py --nodes 1000 --workloads 10000
 
-Prints placements/s for both runs, the ratio on/off, and the same ratio normalised by each run's
+First the seams in-process (bench/metrics_micro.py: a counter, a histogram, the gRPC
+interceptor per call, one scrape of a mirror of the same size). Then placements/s for both
+runs, the ratio on/off, and the same ratio normalised by each run's
 raw etcd transaction rate (the scale benchmark's own baseline: absolute rates on a shared machine
 drift between runs; their share of what etcd can do drifts less). Target (issue #15): metrics
 and tracing together cost under 5 % of placement throughput. Tracing's share is measured by
@@ -59,12 +61,17 @@ def main() -> int:
     a = ap.parse_args()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(HERE))
+    import metrics_micro
+
+    micro = metrics_micro.measure(nodes=a.nodes, workloads=a.workloads)
+    print(f"== seams in-process: {json.dumps(micro)}", flush=True)
     off = figures(run("off", a, RESULTS / f"metrics-overhead-{stamp}-off.json"))
     on = figures(run("scraped", a, RESULTS / f"metrics-overhead-{stamp}-on.json"))
     ratio = on["placements_per_s"] / off["placements_per_s"] if on["placements_per_s"] and off["placements_per_s"] \
         else None
     norm = on["share_of_etcd"] / off["share_of_etcd"] if on["share_of_etcd"] and off["share_of_etcd"] else None
-    summary = {"nodes": a.nodes, "workloads": a.workloads, "off": off, "on": on,
+    summary = {"nodes": a.nodes, "workloads": a.workloads, "micro": micro, "off": off, "on": on,
                "ratio_on_over_off": None if ratio is None else round(ratio, 3),
                "ratio_normalised_by_etcd": None if norm is None else round(norm, 3)}
     (RESULTS / f"metrics-overhead-{stamp}.json").write_text(json.dumps(summary, indent=2))
@@ -72,6 +79,10 @@ def main() -> int:
     print(f"metrics on, scraped every 1 s: {on['placements_per_s']} placements/s (etcd {on['etcd_txn_per_s']} txn/s,"
           f" {on['scrapes']})")
     print(f"ratio on/off: {summary['ratio_on_over_off']}; normalised by etcd: {summary['ratio_normalised_by_etcd']}")
+    h = micro["helpers"]
+    print(f"seams: counter {h['counter_inc_ns']} ns, histogram {h['histogram_observe_ns']} ns, "
+          f"gRPC interceptor {micro['grpc']['interceptor_us_per_call']} us/call, one scrape of the mirror "
+          f"{micro['scrape']['scrape_ms_median']} ms")
     cost = None if norm is None else 1 - norm
     verdict = "n/a" if cost is None else ("PASS" if cost < TARGET_COST else "FAIL")
     print(f"target: metrics cost < {TARGET_COST:.0%} of placement throughput: "

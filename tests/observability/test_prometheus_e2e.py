@@ -121,21 +121,17 @@ def _apply(s: Scraped, name: str, manifest: str) -> None:
     s.c.ctl("apply", "-f", str(path))
 
 
-def _phase(s: Scraped, name: str, phase: str) -> bool:
-    return bool(s.c.workload(name)["phase"] == phase)
-
-
 @pytest.fixture(scope="module")
 def sequence(scraped: Scraped) -> Scraped:
-    """Three applies, one that fails terminally (its command does not exist), two deletes."""
+    """Three applies, one that fails terminally (its command does not exist), two deletes. The
+    phases are awaited through Prometheus itself (no persysctl polling)."""
     s = scraped
     for name in OK_WORKLOADS:
         _apply(s, name, process_manifest(name, cpu=10))
     _apply(s, BAD_WORKLOAD, process_manifest(BAD_WORKLOAD, cpu=10).replace('"sleep", "3600"',
                                                                           '"/nonexistent/persys-cmd"'))
-    for name in OK_WORKLOADS:
-        eventually(lambda n=name: _phase(s, n, "Running") or None, timeout=60, what=f"{name} running")
-    eventually(lambda: _phase(s, BAD_WORKLOAD, "Failed") or None, timeout=60, what="m-bad failed")
+    eventually(lambda: s.value('persys_workloads{phase="Running"}') == 3
+               and s.value('persys_workloads{phase="Failed"}') == 1, timeout=60, what="3 running, 1 failed")
     for name in OK_WORKLOADS[:2]:
         s.c.ctl("delete", "workload", name)  # waits until the agent removed it and the keys are gone
     return s

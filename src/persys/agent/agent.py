@@ -254,6 +254,7 @@ class Agent:
 
     def heartbeat_request(self) -> pb.HeartbeatRequest:
         cpu, mem, disk = self._sampler.sample()
+        self.meter.node_usage = (cpu, mem, disk)
         return pb.HeartbeatRequest(
             node_id=self.config.node_id,
             usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk, workloads=len(self.desired)),

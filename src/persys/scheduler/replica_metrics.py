@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from persys.events.outbox import EventOutbox
-from persys.model import NodeStatus, WorkloadUsage
+from persys.model import DesiredState, NodeStatus, WorkloadUsage
 from persys.observability.metrics import USAGE_SERIES_MAX, Metrics, Sample
 from persys.scheduler import placement as pl
 from persys.scheduler.ha import LeaderElection
@@ -19,6 +19,8 @@ from persys.scheduler.placement.verdicts import Rejections
 from persys.scheduler.state import ClusterState
 
 MODES = tuple(str(m) for m in Mode)
+DELETING = "Deleting"
+DESIRED = (*(str(d) for d in DesiredState), DELETING)
 NO_NODES = "no_nodes"
 
 
@@ -98,29 +100,28 @@ def replica_samples(r: ReplicaView) -> Iterator[Sample]:
 
 
 def cluster_samples(state: ClusterState) -> Iterator[Sample]:
-    """Nodes, workloads and capacity as the mirror holds them (every replica's view)."""
-    nodes: Counter[tuple[str, str]] = Counter({(str(s), c): 0 for s in NodeStatus for c in ("false", "true")})
+    """Nodes, workloads and capacity as the mirror holds them (every replica's view). One pass
+    over each map, with the enum values counted as they are (str() once per label, not per item)."""
+    nodes: Counter[tuple[NodeStatus, bool]] = Counter()
     cpu_alloc = mem_alloc = cpu_req = mem_req = 0
     for vn in state.nodes.values():
         n = vn.value
-        nodes[(str(n.status), "true" if n.cordoned else "false")] += 1
+        nodes[(n.status, n.cordoned)] += 1
         if n.status == NodeStatus.READY:
             cpu_alloc += int(n.capabilities.cpu_millicores)
             mem_alloc += int(n.capabilities.memory_mb)
             for va in state.assignments.get(n.id, {}).values():
                 cpu_req += va.value.cpu_millicores
                 mem_req += va.value.memory_mb
-    for labels, count in nodes.items():
-        yield "persys_nodes", labels, float(count)
-    phases = Counter(str(v.value.phase) for v in state.statuses.values())
+    for status in NodeStatus:
+        for cordoned in (False, True):
+            yield "persys_nodes", (str(status), "true" if cordoned else "false"), float(nodes[(status, cordoned)])
+    phases = Counter(v.value.phase for v in state.statuses.values())
     for phase, count in phases.items():
-        yield "persys_workloads", (phase,), float(count)
-    desired: Counter[str] = Counter({"Running": 0, "Stopped": 0, "Deleting": 0})
-    for vw in state.workloads.values():
-        w = vw.value
-        desired["Deleting" if w.deleting else str(w.spec.desired_state)] += 1
-    for d, count in desired.items():
-        yield "persys_workloads_desired", (d,), float(count)
+        yield "persys_workloads", (str(phase),), float(count)
+    desired = Counter(DELETING if v.value.deleting else v.value.spec.desired_state for v in state.workloads.values())
+    for d in DESIRED:
+        yield "persys_workloads_desired", (d,), float(desired[DELETING if d == DELETING else DesiredState(d)])
     yield "persys_cluster_cpu_millicores", ("allocatable",), float(cpu_alloc)
     yield "persys_cluster_cpu_millicores", ("requested",), float(cpu_req)
     yield "persys_cluster_memory_bytes", ("allocatable",), float(mem_alloc << 20)

@@ -10,6 +10,8 @@ process's state from the thread that owns it. Two flavours:
   the caller supplies (security.metrics_access: the roles, as for every other client);
 * plain HTTP, only where an operator asks for it (`--metrics-plain-listen 127.0.0.1:9464` for a
   Prometheus on the same host): anyone who can connect may read.
+
+Scrapes closer together than `CACHE_SECONDS` get the text rendered for the first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
 READ_TIMEOUT_SECONDS = 10.0
+CACHE_SECONDS = 1.0  # scrapes closer together than this get the same text
 # (status, message): 200 lets the scrape through; anything else is the refusal sent back.
 Authorize = Callable[[bytes | None], tuple[int, str]]
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -81,6 +85,15 @@ class _Handler:
     def __init__(self, metrics: Metrics, authorize: Authorize | None) -> None:
         self.metrics = metrics
         self.authorize = authorize
+        self._cached: tuple[float, bytes] = (-CACHE_SECONDS, b"")
+
+    def exposition(self) -> bytes:
+        """The text, rendered at most once per CACHE_SECONDS: a scrape holds the event loop for
+        a while on a large mirror, so a client asking in a loop must not stall the process."""
+        now = time.monotonic()
+        if now - self._cached[0] >= CACHE_SECONDS:
+            self._cached = (now, self.metrics.exposition())
+        return self._cached[1]
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -105,7 +118,7 @@ class _Handler:
             status, message = self.authorize(der)
         if status != 200:
             return _response(status, f"{message}\n".encode())
-        return _response(200, self.metrics.exposition(), CONTENT_TYPE)
+        return _response(200, self.exposition(), CONTENT_TYPE)
 
 
 def server_context(ca: str, cert: str, key: str) -> ssl.SSLContext:

@@ -8,6 +8,7 @@ and the dashboard name exists in them, and the endpoints refuse who may not read
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -18,11 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 import yaml
 
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.security import peer_names
+from persys.security.grpc_tls import secure_channel
 from persys.security.pki import ClusterCA
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import REPO, Components, Proc, eventually, kill_process_workloads, process_manifest
@@ -228,6 +233,18 @@ def test_rules_and_dashboard_name_only_real_series(sequence: Scraped) -> None:
     assert used - exposed == set(), "series named by the rules or the dashboard that no process exposes"
 
 
+def _refused_list_workloads(target: str, tls: TLSFiles) -> grpc.StatusCode:
+    async def call() -> grpc.StatusCode:
+        async with secure_channel(target, tls, expect=peer_names.SCHEDULER) as ch:
+            try:
+                await pb_grpc.AgentControlStub(ch).ListWorkloads(pb.ListRequest(), timeout=10)
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+        return grpc.StatusCode.OK
+
+    return asyncio.run(call())
+
+
 def test_endpoints_refuse_who_may_not_read(sequence: Scraped) -> None:
     s = sequence
     url = f"https://127.0.0.1:{s.ports['scheduler-https']}/metrics"
@@ -246,5 +263,11 @@ def test_endpoints_refuse_who_may_not_read(sequence: Scraped) -> None:
     # The agent's HTTPS listener is scraped by Prometheus (above); its role check is the same.
     assert _fetch(f"https://127.0.0.1:{s.ports['agent-https']}/metrics", node,
                   peer_names.node("n1")).status_code == 403
+    # The gRPC interceptor counts what authorization refuses, with its code.
+    assert _refused_list_workloads(s.c.replica_targets[0], node) == grpc.StatusCode.PERMISSION_DENIED
+    denied = 'persys_grpc_server_requests_total{service="persys.v1.AgentControl",method="ListWorkloads",' \
+        'code="PERMISSION_DENIED"} 1'
+    eventually(lambda: denied in httpx.get(f"http://127.0.0.1:{s.ports['scheduler-http']}/metrics",
+                                           timeout=10).text, timeout=10, what="the refusal counted")
     # A stray path on the plain listener names nothing.
     assert httpx.get(f"http://127.0.0.1:{s.ports['scheduler-http']}/other", timeout=10).status_code == 404

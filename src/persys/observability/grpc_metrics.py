@@ -4,6 +4,7 @@ unary calls. Put it first in the server's interceptor list: it then sees what th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -31,7 +32,8 @@ def _code(context: grpc.aio.ServicerContext, failed: BaseException | None) -> st
         return str(code.name)
     if failed is None:
         return "OK"
-    return "CANCELLED" if isinstance(failed, (GeneratorExit,)) else "UNKNOWN"
+    # The client went away (a stream's end, a deadline): the task is cancelled, no code set.
+    return "CANCELLED" if isinstance(failed, (asyncio.CancelledError, GeneratorExit)) else "UNKNOWN"
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,unused-ignore]

@@ -84,9 +84,9 @@ class ReconcileWorker:
             needs: list[Need] = []
             m = self.s.metrics
             for wid in batch:
-                started = time.perf_counter()
                 try:
-                    needs += await self.reconcile(wid)
+                    with m.reconcile_seconds.time():
+                        needs += await self.reconcile(wid)
                     m.reconciles.inc(("ok",))
                 except StoreUnavailable as err:
                     m.reconciles.inc(("store_unavailable",))
@@ -97,7 +97,6 @@ class ReconcileWorker:
                     m.reconciles.inc(("error",))
                     log.exception("reconcile of %s failed", wid)
                     await self.placer.mark_failed(wid, None, failures.INTERNAL_ERROR, err)
-                m.reconcile_seconds.observe(time.perf_counter() - started)
             if needs:
                 await self.placer.place_isolated(needs)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent import disconnect, plan, report
+from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.link import GrpcLink, LinkOptions, SchedulerLink
@@ -44,6 +45,8 @@ from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
+from persys.observability.metrics_http import MetricsServer
+from persys.security.metrics_access import serve_metrics
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -75,12 +78,15 @@ class AgentConfig:
     renew_certificate: bool = False  # renew tls before it expires (persys.agent.cert_renewal)
     ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
     image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
+    metrics_listen: str = ""  # HTTPS /metrics (client certificate, `get metrics`), host:port; "" = none
+    metrics_plain_listen: str = ""  # plain HTTP /metrics, where an operator asks for it; "" = none
 
 
 class Agent:
     def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None) -> None:
         self.config = config
-        self.all_runtimes = list(runtimes)
+        self.meter = AgentMetrics()
+        self.all_runtimes = self.meter.wrap(runtimes)
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +122,9 @@ class Agent:
         self._load_local()
         self.fenced: dict[str, float] = dict.fromkeys(self.local.disconnect_stops(), self._started_at)
         self._resume: frozenset[str] = frozenset()  # released from a disconnection stop: start regardless
+        self.meter.install(lambda: list(self.runtimes.values()), lambda: len(self.desired),
+                           self.link.registered.is_set)
+        self.metrics_servers: list[MetricsServer] = []
 
     @property
     def registered(self) -> asyncio.Event:
@@ -137,7 +146,7 @@ class Agent:
     async def start(self) -> None:
         await self.probe_runtimes()
         if self.config.listen and self.config.tls:
-            self._server, port = await serve(self, self.config.listen, self.config.tls)
+            self._server, port = await serve(self, self.config.listen, self.config.tls, self.meter.metrics)
             host = self.config.advertise_host or self.config.listen.rpartition(":")[0]
             if host in ("0.0.0.0", "[::]", ""):
                 host = socket.gethostname()
@@ -155,6 +164,9 @@ class Agent:
             self._tasks.append(asyncio.create_task(self.renewer.run(), name="agent-cert-renewal"))
         for t in self._tasks:
             t.add_done_callback(self._task_ended)
+        if self.config.tls and (self.config.metrics_listen or self.config.metrics_plain_listen):
+            self.metrics_servers = await serve_metrics(self.meter.metrics, self.config.tls,
+                                                       self.config.metrics_listen, self.config.metrics_plain_listen)
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         """A long-lived loop must never end while the agent runs: say so loudly if one does.
@@ -171,6 +183,8 @@ class Agent:
     async def stop(self) -> None:
         """Stop the agent only: workloads keep running and are adopted by the next agent."""
         self._stopping = True
+        for m in self.metrics_servers:
+            await m.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -240,6 +254,7 @@ class Agent:
 
     def heartbeat_request(self) -> pb.HeartbeatRequest:
         cpu, mem, disk = self._sampler.sample()
+        self.meter.node_usage = (cpu, mem, disk)
         return pb.HeartbeatRequest(
             node_id=self.config.node_id,
             usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk, workloads=len(self.desired)),
@@ -330,6 +345,7 @@ class Agent:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.reconcile_interval)
             self._wake.clear()
+            self.meter.passes.inc()
             try:
                 observed = await self.reconcile_once()
             except Exception:

@@ -166,6 +166,7 @@ class Placer:
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        self.s.metrics.decided(decisions)
         placed: list[Placed] = []
         for n, decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
@@ -208,7 +209,7 @@ class Placer:
                     built.append(p)
                 except Exception as err:
                     broken.append((p, err))
-            oks = await commit_units(self.s.state.commit, units)
+            oks = await commit_units(self.s.state.commit, units, sizes=self.s.metrics.batch_sizes)
             landed = [p for p, ok in zip(built, oks, strict=True) if ok]
         except Exception as err:
             log.warning("committing %d placements failed: %s", len(batch), err)

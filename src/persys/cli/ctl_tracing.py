@@ -1,0 +1,72 @@
+"""persysctl's tracing: one CLIENT span per command, its context sent to the gateway in the
+`traceparent` header, exported before the command exits.
+
+Read from the same environment as the servers (`OTEL_EXPORTER_OTLP_ENDPOINT`, or
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, and `OTEL_TRACES_SAMPLER_ARG`); without an endpoint
+OpenTelemetry is not even imported, and requests carry no header.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+GROUPS = frozenset({"admin", "policy", "auth", "secret", "node", "certs"})  # commands with subcommands
+
+
+class _On:
+    on = False
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """The span's name: the command's words, never its arguments (a workload or file name)."""
+    words = [a for a in argv if not a.startswith("-")][:2]
+    if not words:
+        return "persysctl"
+    return "persysctl " + " ".join(words if words[0] in GROUPS else words[:1])
+
+
+@contextmanager
+def traced_command(argv: Sequence[str]) -> Iterator[None]:
+    if not any(os.environ.get(v) for v in ENDPOINT_VARS):
+        yield
+        return
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    from persys.observability import tracing
+
+    try:
+        handle = tracing.setup_from(None, "persysctl")
+    except tracing.TracingConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    _On.on = True
+    try:
+        with tracing.span(command_name(argv), kind=SpanKind.CLIENT, record=False) as s:
+            try:
+                yield
+            except SystemExit as done:
+                if done.code not in (0, None):
+                    s.set_status(Status(StatusCode.ERROR, f"exit {done.code}"))
+                raise
+    finally:
+        _On.on = False
+        handle.shutdown()  # the batch is exported now: the process is about to end
+
+
+def traceparent() -> str:
+    """The traceparent header of the current command ('' when persysctl does not trace)."""
+    if not _On.on:
+        return ""
+    from persys.observability import trace_context
+
+    return trace_context.current()
+
+
+def trace_id() -> str:
+    """The trace id of the current command ('' when persysctl does not trace)."""
+    parent = traceparent()
+    return parent[3:35] if parent else ""

@@ -523,9 +523,14 @@ def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN
     Api.token = token or None
 
 
+def _command_names() -> set[str]:
+    return {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands} | \
+        {g.name or "" for g in app.registered_groups}
+
+
 def main() -> None:
     try:
-        with ctl_tracing.traced_command(sys.argv[1:]):
+        with ctl_tracing.traced_command(sys.argv[1:], _command_names()):
             app()
     except CtlError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False)

@@ -9,28 +9,33 @@ OpenTelemetry is not even imported, and requests carry no header.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-GROUPS = frozenset({"admin", "policy", "auth", "secret", "node", "certs"})  # commands with subcommands
+GROUPS = frozenset({"admin", "policy", "auth", "secret", "node"})  # commands with subcommands
+_WORD = re.compile(r"[a-z][a-z-]{0,30}")
 
 
 class _On:
     on = False
 
 
-def command_name(argv: Sequence[str]) -> str:
-    """The span's name: the command's words, never its arguments (a workload or file name)."""
-    words = [a for a in argv if not a.startswith("-")][:2]
-    if not words:
-        return "persysctl"
-    return "persysctl " + " ".join(words if words[0] in GROUPS else words[:1])
+def command_name(argv: Sequence[str], known: Collection[str]) -> str:
+    """The span's name: the command's words, never its arguments or option values (a workload
+    name, a file, a --token value): the first word that is a `known` command, and for a group
+    the word after it when it looks like a subcommand."""
+    for i, word in enumerate(argv):
+        if word in known:
+            sub = argv[i + 1] if i + 1 < len(argv) else ""
+            return f"persysctl {word} {sub}" if word in GROUPS and _WORD.fullmatch(sub) else f"persysctl {word}"
+    return "persysctl"
 
 
 @contextmanager
-def traced_command(argv: Sequence[str]) -> Iterator[None]:
+def traced_command(argv: Sequence[str], known: Collection[str]) -> Iterator[None]:
     if not any(os.environ.get(v) for v in ENDPOINT_VARS):
         yield
         return
@@ -45,7 +50,7 @@ def traced_command(argv: Sequence[str]) -> Iterator[None]:
         sys.exit(1)
     _On.on = True
     try:
-        with tracing.span(command_name(argv), kind=SpanKind.CLIENT, record=False) as s:
+        with tracing.span(command_name(argv, known), kind=SpanKind.CLIENT, record=False) as s:
             try:
                 yield
             except SystemExit as done:

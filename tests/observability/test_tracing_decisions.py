@@ -23,9 +23,11 @@ def test_traceparent_parsing(case: dict[str, Any]) -> None:
     got = trace_context.parse(case["value"])
     if "trace_id" not in case:
         assert got is None and trace_context.trace_id_of(case["value"]) == ""
+        assert not trace_context.sampled(case["value"])
         assert trace_context.context_of(case["value"]) is None
         return
     assert got == (case["trace_id"], case["span_id"], case["flags"])
+    assert trace_context.sampled(case["value"]) is bool(case["flags"] & 1)
     ctx = trace_context.context_of(case["value"])
     assert ctx is not None
     from opentelemetry import trace

@@ -32,6 +32,12 @@ def parse(value: str) -> tuple[str, str, int] | None:
     return m.group(1), m.group(2), int(m.group(3), 16)
 
 
+def sampled(value: str) -> bool:
+    """Whether a traceparent is valid and says its trace is sampled (ParentBased keeps its children)."""
+    parsed = parse(value)
+    return parsed is not None and bool(parsed[2] & 1)
+
+
 def trace_id_of(value: str) -> str:
     """The trace id a traceparent names ('' if it is not one)."""
     parsed = parse(value)

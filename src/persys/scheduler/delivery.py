@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from persys.model import Assignment
 from persys.model.workload import workload_of
+from persys.observability import tracing
 from persys.scheduler.state import ClusterState
 
 SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (see Delivery.spec_json)
@@ -143,6 +144,7 @@ class Delivery:
         sender = DeltaSender(deltas)
         stream = self.desired_stream(node_id)
         async for assignments in stream:
-            msg = sender.step(assignments, mode(), lambda: self.take_resync(node_id), self.spec_json, self.trace_parent)
+            msg = sender.step(assignments, mode(), lambda: self.take_resync(node_id), self.spec_json,
+                              self.trace_parent if tracing.enabled() else None)
             if msg is not None:
                 yield msg

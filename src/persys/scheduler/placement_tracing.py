@@ -37,7 +37,7 @@ def attributes(need: Need, decision: pl.Decision, outcome: str) -> dict[str, str
 def record(need: Need, decision: pl.Decision, outcome: str, started_ns: int, ok: bool = True) -> None:
     """One finished placement span (nothing when the workload carries no trace context)."""
     parent = need.workload.trace_parent
-    if not parent:
+    if not parent or not trace_context.sampled(parent):  # no trace, or one not sampled: no span is kept
         return
     ctx = trace_context.context_of(parent)
     if ctx is None:

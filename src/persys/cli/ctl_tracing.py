@@ -8,6 +8,7 @@ OpenTelemetry is not even imported, and requests carry no header.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 GROUPS = frozenset({"admin", "policy", "auth", "secret", "node"})  # commands with subcommands
+EXPORT_TIMEOUT = 2.0  # seconds a command may wait at exit for a receiver that does not answer
 _WORD = re.compile(r"[a-z][a-z-]{0,30}")
 
 
@@ -43,8 +45,10 @@ def traced_command(argv: Sequence[str], known: Collection[str]) -> Iterator[None
 
     from persys.observability import tracing
 
+    # A receiver that is down must not add lines to a command's output: its spans are dropped quietly.
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
     try:
-        handle = tracing.setup_from(None, "persysctl")
+        handle = tracing.setup_from(None, "persysctl", export_timeout=EXPORT_TIMEOUT)
     except tracing.TracingConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

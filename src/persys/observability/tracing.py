@@ -111,8 +111,10 @@ class Tracing:
         _state.enabled, _state.provider = False, None
 
 
-def setup(settings: TracingSettings | None) -> Tracing:
-    """Install the SDK for `settings` (None: nothing at all). Once per process."""
+def setup(settings: TracingSettings | None, export_timeout: float = 10.0) -> Tracing:
+    """Install the SDK for `settings` (None: nothing at all). `export_timeout`: seconds one
+    export may take, retries included (a short-lived client waits that long at most at exit
+    when the receiver is down)."""
     if settings is None:
         return Tracing(None)
     # The SDK and the exporter are imported only here: a process without tracing never loads them.
@@ -125,8 +127,8 @@ def setup(settings: TracingSettings | None) -> Tracing:
     resource = Resource.create({"service.name": settings.service_name,
                                 "service.instance.id": settings.instance_id})
     provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
-    exporter = OTLPSpanExporter(endpoint=settings.endpoint,
-                                insecure=urlsplit(settings.endpoint).scheme == "http")
+    exporter = OTLPSpanExporter(endpoint=settings.endpoint, insecure=urlsplit(settings.endpoint).scheme == "http",
+                                timeout=export_timeout)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000))
     # Kept here rather than as OpenTelemetry's global provider (which can be set once per
     # process): a test sets tracing up and tears it down again; nothing else in Persys reads the global.
@@ -137,9 +139,10 @@ def setup(settings: TracingSettings | None) -> Tracing:
 
 
 def setup_from(endpoint: str | None, service_name: str, instance_id: str = "",
-               environ: Mapping[str, str] | None = None) -> Tracing:
+               environ: Mapping[str, str] | None = None, export_timeout: float = 10.0) -> Tracing:
     """`setup` from an option and the environment (the one call each process makes)."""
-    return setup(settings_from(endpoint, os.environ if environ is None else environ, service_name, instance_id))
+    return setup(settings_from(endpoint, os.environ if environ is None else environ, service_name, instance_id),
+                 export_timeout)
 
 
 def force_flush(timeout_millis: int = 5000) -> None:

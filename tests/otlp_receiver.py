@@ -60,13 +60,17 @@ class _Service(trace_service_pb2_grpc.TraceServiceServicer):
 class OtlpReceiver:
     """`with OtlpReceiver() as r:` ... `r.endpoint` (http://127.0.0.1:<port>), `r.spans()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: grpc.ServerCredentials | None = None) -> None:
+        """`tls`: serve TLS (the endpoint is then https://), else plain gRPC."""
         self._spans: list[ReceivedSpan] = []
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Service(self), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        if tls is None:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            self.port = self.server.add_secure_port("127.0.0.1:0", tls)
+        self.endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
 
     def add(self, spans: list[ReceivedSpan]) -> None:
         with self._lock:

@@ -1,10 +1,12 @@
 """Tracing set up for real in this process, exporting over OTLP/gRPC to a real endpoint
 (tests/otlp_receiver.py): the spans, their parents across a gRPC call (interceptor) and an HTTP
-request (ASGI middleware), the response headers, sampling, and nothing at all when off."""
+request (ASGI middleware), the response headers, sampling, TLS to an https endpoint, and nothing
+at all when off."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import httpx
@@ -17,6 +19,7 @@ from starlette.routing import Route
 from persys.observability import trace_context, tracing
 from persys.observability.asgi_tracing import TracingMiddleware
 from persys.observability.grpc_tracing import TracingInterceptor, with_trace_context
+from persys.security.pki import ClusterCA, standard_identities
 from tests.otlp_receiver import OtlpReceiver
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -134,3 +137,23 @@ def test_off_means_nothing(receiver: OtlpReceiver) -> None:
     handle.shutdown()
     tracing.force_flush()
     assert receiver.spans() == []
+
+
+def test_https_endpoint_exports_over_tls_with_the_configured_ca(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = ClusterCA(tmp_path / "pki")
+    ca.ensure()
+    server = standard_identities(ca, "n1")["gateway"]  # any server certificate valid for 127.0.0.1
+    creds = grpc.ssl_server_credentials([(server.key.read_bytes(), server.cert.read_bytes())])
+    with OtlpReceiver(tls=creds) as receiver:
+        assert receiver.endpoint.startswith("https://")
+        # Read by the OpenTelemetry exporter itself: the CA that signed the receiver's certificate
+        # (without it the handshake fails and nothing arrives).
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(server.ca))
+        handle = tracing.setup(tracing.settings_from(receiver.endpoint, {}, "persys-test"))
+        try:
+            with tracing.span("over-tls"):
+                pass
+        finally:
+            handle.shutdown()
+        assert [s.name for s in receiver.wait_for(lambda s: len(s) >= 1)] == ["over-tls"]

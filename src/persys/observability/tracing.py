@@ -83,6 +83,7 @@ def settings_from(endpoint: str | None, environ: Mapping[str, str], service_name
 class _State:
     enabled = False
     provider: Any = None
+    tracer: trace.Tracer | None = None  # made once: the SDK builds a new one on every get_tracer
 
 
 _state = _State()
@@ -108,7 +109,7 @@ class Tracing:
         except Exception as err:  # losing spans at exit must never fail the process
             log.warning("tracing: flushing spans at shutdown failed: %s", err)
         self.provider = None
-        _state.enabled, _state.provider = False, None
+        _state.enabled, _state.provider, _state.tracer = False, None, None
 
 
 def setup(settings: TracingSettings | None, export_timeout: float = 10.0) -> Tracing:
@@ -132,7 +133,7 @@ def setup(settings: TracingSettings | None, export_timeout: float = 10.0) -> Tra
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000))
     # Kept here rather than as OpenTelemetry's global provider (which can be set once per
     # process): a test sets tracing up and tears it down again; nothing else in Persys reads the global.
-    _state.enabled, _state.provider = True, provider
+    _state.enabled, _state.provider, _state.tracer = True, provider, provider.get_tracer(TRACER_NAME)
     log.info("tracing: exporting spans to %s (sampled ratio %.3g) as %s", settings.endpoint,
              settings.sample_ratio, settings.service_name)
     return Tracing(provider)
@@ -152,8 +153,7 @@ def force_flush(timeout_millis: int = 5000) -> None:
 
 
 def tracer() -> trace.Tracer:
-    provider = _state.provider
-    return provider.get_tracer(TRACER_NAME) if provider is not None else trace.get_tracer(TRACER_NAME)
+    return _state.tracer if _state.tracer is not None else trace.get_tracer(TRACER_NAME)
 
 
 @contextmanager

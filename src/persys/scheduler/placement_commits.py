@@ -173,9 +173,9 @@ class Placer:
         placed: list[Placed] = []
         for n, decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
-                await self.mark_pending(n, decision)
+                reason = await self.mark_pending(n, decision)
                 if started_ns:
-                    placement_tracing.record(n, decision, "Pending", started_ns)
+                    placement_tracing.record(n, decision, "Pending", started_ns, reason)
                 continue
             placed.append(Placed(n, decision, decided_ns=started_ns))
         # Many placements per transaction: one etcd revision (and one fsync) for up to
@@ -189,15 +189,17 @@ class Placer:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def mark_pending(self, n: Need, decision: pl.Decision) -> None:
+    async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
+        """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
         status = pending_status(st.value if st else None, decision, time.time())
         if status is None:
-            return
+            return st.value.message if st else ""
         w, inst = n.workload, n.instance
         await self.s.state.commit([Compare(keys.workload(w.id), n.wrev)], [Put(keys.status(inst), status.to_json())])
         self.s.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {status.message}" if inst != w.id
                     else status.message, "Unschedulable")
+        return status.message
 
     @staticmethod
     def trace(batch: list[Placed], landed: list[Placed]) -> None:
@@ -205,7 +207,8 @@ class Placer:
         for p in batch:
             if p.decided_ns:
                 ok = p.instance in done
-                placement_tracing.record(p.need, p.decision, "Scheduled" if ok else "NotCommitted", p.decided_ns, ok)
+                placement_tracing.record(p.need, p.decision, "Scheduled" if ok else "NotCommitted", p.decided_ns,
+                                         p.explanation, ok)
 
     async def commit(self, batch: list[Placed]) -> None:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload

@@ -19,8 +19,9 @@ from persys.scheduler.reconcile import Need
 EXPLANATION_MAX = 512  # characters of the explanation kept on a span
 
 
-def attributes(need: Need, decision: pl.Decision, outcome: str) -> dict[str, str | int]:
-    """What a placement span says (pure)."""
+def attributes(need: Need, decision: pl.Decision, outcome: str, explanation: str) -> dict[str, str | int]:
+    """What a placement span says (pure). `explanation`: the decision's, as already written in
+    the status (building it again costs more than the span)."""
     return {
         "persys.workload": need.workload.id,
         "persys.instance": need.instance,
@@ -30,11 +31,12 @@ def attributes(need: Need, decision: pl.Decision, outcome: str) -> dict[str, str
         "persys.placement.feasible": decision.feasible,
         "persys.placement.evaluated": decision.evaluated,
         "persys.placement.nodes": decision.total,
-        "persys.placement.explanation": decision.explain()[:EXPLANATION_MAX],
+        "persys.placement.explanation": explanation[:EXPLANATION_MAX],
     }
 
 
-def record(need: Need, decision: pl.Decision, outcome: str, started_ns: int, ok: bool = True) -> None:
+def record(need: Need, decision: pl.Decision, outcome: str, started_ns: int, explanation: str,
+           ok: bool = True) -> None:
     """One finished placement span (nothing when the workload carries no trace context)."""
     parent = need.workload.trace_parent
     if not parent or not trace_context.sampled(parent):  # no trace, or one not sampled: no span is kept
@@ -43,7 +45,7 @@ def record(need: Need, decision: pl.Decision, outcome: str, started_ns: int, ok:
     if ctx is None:
         return
     span = tracing.tracer().start_span("scheduler.place", context=ctx, start_time=started_ns,
-                                       attributes=attributes(need, decision, outcome))
+                                       attributes=attributes(need, decision, outcome, explanation))
     if not ok:
         span.set_status(Status(StatusCode.ERROR, outcome))
     span.end()

@@ -313,14 +313,15 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         await self._check_size(context, self.limits.batch_problem(request.manifests_json))
         async with mapped(context):
-            manifests = []
-            for i, raw in enumerate(request.manifests_json):
-                try:
-                    manifests.append(self._manifest(raw))
-                except (ManifestError, ValidationError) as err:
-                    problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
-                    raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
-            await self.policy.admit(manifests)
+            with tracing.span("scheduler.admission", {"persys.manifests": len(request.manifests_json)}, record=False):
+                manifests = []
+                for i, raw in enumerate(request.manifests_json):
+                    try:
+                        manifests.append(self._manifest(raw))
+                    except (ManifestError, ValidationError) as err:
+                        problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
+                        raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
+                await self.policy.admit(manifests)
             results = await self.s.apply_many(manifests)
             return pb.ApplyWorkloadsResponse(results=[
                 pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)

@@ -127,13 +127,19 @@ def test_sampling_ratio_zero_follows_a_sampled_parent_only(receiver: OtlpReceive
     assert [s.name for s in receiver.wait_for(lambda s: len(s) >= 1)] == ["child-of-sampled"]
 
 
-def test_off_means_nothing(receiver: OtlpReceiver) -> None:
+async def test_off_means_nothing(receiver: OtlpReceiver) -> None:
     receiver.clear()
     handle = tracing.setup_from(None, "persys-test", environ={})
     assert not tracing.enabled()
     with tracing.span("nothing", parent=PARENT) as s:
         assert not s.is_recording() and trace_context.current() == ""
     assert with_trace_context((("a", "b"),)) == (("a", "b"),)
+    # A gateway that does not trace installs no middleware; this one, if it were there, adds nothing.
+    app = TracingMiddleware(Starlette(routes=[Route("/x", lambda _r: PlainTextResponse("x"))]),
+                            route_of=lambda _m, _p: "/x")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+        resp = await http.get("/x", headers={"traceparent": PARENT})
+    assert resp.status_code == 200 and "traceparent" not in resp.headers and "x-persys-trace-id" not in resp.headers
     handle.shutdown()
     tracing.force_flush()
     assert receiver.spans() == []

@@ -1,7 +1,8 @@
 """One apply, one trace: persysctl, the gateway, the scheduler and the agent (each its own OS
 process, over HTTPS and gRPC with mutual TLS) export their spans to a real OTLP/gRPC endpoint
-(tests/otlp_receiver.py), and one `persysctl apply` of a process workload yields a single
-connected trace across the four, whose id `apply -v` prints and the workload's events carry."""
+(tests/otlp_receiver.py), and one `persysctl apply` of a secret and a process workload that
+reads it yields a single connected trace across the four, whose id `apply -v` prints and the
+workload's events carry, with no secret or env value in any span."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Components, ctl, eventually, kill_process_workloads
+from tests.e2e.harness import Components, ctl, eventually, kill_process_workloads, process_manifest
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.e2e
 NAME = "traced"
 SECRET_LOOKING = "hunter2-never-in-a-span"
+SECRET_VALUE = "s3cret-value-never-in-a-span"
+SECRET = f"""
+apiVersion: persys.dev/v1
+kind: Secret
+metadata: {{name: traced-db}}
+stringData: {{password: {SECRET_VALUE}}}
+---
+"""
 MANIFEST = f"""
 apiVersion: persys.dev/v1
 kind: Workload
@@ -27,6 +36,8 @@ spec:
   process:
     command: ["sleep", "3600"]
     env: {{API_KEY: {SECRET_LOOKING}}}
+  secrets:
+    env: [{{name: DB_PASSWORD, secretRef: {{name: traced-db, key: password}}}}]
 """
 SERVICES = {"persysctl", "persys-gateway", "persys-scheduler", "persys-agent"}
 
@@ -49,7 +60,7 @@ def test_one_apply_is_one_trace_across_four_processes(tmp_path: Path) -> None:
                        gateway_args=otlp)
         try:
             env = {**c.env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
-            out = ctl("apply", "-v", "-f", "-", env=env, stdin=MANIFEST).stdout
+            out = ctl("apply", "-v", "-f", "-", env=env, stdin=SECRET + MANIFEST).stdout
             m = re.search(r"^trace ([0-9a-f]{32})$", out, re.M)
             assert m, out
             trace_id = m.group(1)
@@ -86,10 +97,15 @@ def test_one_apply_is_one_trace_across_four_processes(tmp_path: Path) -> None:
             assert start.attributes["persys.outcome"] == "Started"
             runtime = _one(spans, "persys-agent", "runtime.start")
             assert runtime.parent_id == start.span_id and runtime.status != 2
+            # Back to the scheduler: the start's secrets come over a call carrying its trace context.
+            secrets = _one(spans, "persys-scheduler", "persys.v1.SecretDelivery/ResolveSecrets")
+            assert secrets.parent_id == start.span_id and secrets.status != 2
+            # The secret applied with it is in the same trace, under the same root.
+            assert by_id[_one(spans, "persys-gateway", "PUT /v1/secrets/{name}").parent_id].service == "persysctl"
 
-            # Never a spec's values: the env value appears in no attribute of any span received.
+            # Never a spec's values nor a secret's: neither appears in any span received.
             every = receiver.spans()
-            assert not [s for s in every if SECRET_LOOKING in json.dumps(s.attributes, default=str)]
+            assert not [s for s in every if SECRET_LOOKING in repr(s) or SECRET_VALUE in repr(s)]
 
             # The workload's events carry the trace id.
             events = json.loads(c.ctl("events", "--limit", "1000", "-o", "json").stdout)
@@ -98,7 +114,7 @@ def test_one_apply_is_one_trace_across_four_processes(tmp_path: Path) -> None:
                 assert mine[kind].get("fields", {}).get("traceId") == trace_id, (kind, mine)
 
             # Without persysctl tracing, the gateway still starts a trace and returns its id.
-            again = c.ctl("apply", "-v", "-f", "-", stdin=MANIFEST.replace(NAME, "untraced-client")).stdout
+            again = c.ctl("apply", "-v", "-f", "-", stdin=process_manifest("untraced-client")).stdout
             m2 = re.search(r"^trace ([0-9a-f]{32})$", again, re.M)
             assert m2 and m2.group(1) != trace_id, again
         finally:

@@ -169,7 +169,7 @@ class Components:
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
                  scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
-                 replica_store_urls: tuple[str, ...] = ()) -> None:
+                 replica_store_urls: tuple[str, ...] = (), gateway_args: tuple[str, ...] = ()) -> None:
         """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
 
@@ -182,7 +182,8 @@ class Components:
         self.agents: dict[str, Proc] = {}
         self.gateway: Proc | None = None
         try:
-            self._start(tmp, store_url, events_url, nodes, scheduler_args, agent_args, replicas, replica_store_urls)
+            self._start(tmp, store_url, events_url, nodes, scheduler_args, agent_args, replicas, replica_store_urls,
+                        gateway_args)
         except BaseException:
             self.stop()  # whatever did start: a failed start leaks nothing
             raise
@@ -193,7 +194,7 @@ class Components:
 
     def _start(self, tmp: Path, store_url: str, events_url: str, nodes: tuple[str, ...],
                scheduler_args: tuple[str, ...], agent_args: tuple[str, ...], replicas: int,
-               replica_store_urls: tuple[str, ...]) -> None:
+               replica_store_urls: tuple[str, ...], gateway_args: tuple[str, ...]) -> None:
         # Every server binds port 0 and says which port it got: nothing is picked here and bound later.
         for i in range(replicas):
             self.schedulers.append(Proc(f"scheduler-{i}", persys(
@@ -211,7 +212,7 @@ class Components:
                           "--state-dir", str(tmp / f"agent-{n}"), *agent_args)
             self.agents[n] = Proc(f"agent-{n}", argv, tmp)
         self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen", "127.0.0.1:0",
-                                              "--tls-dir", str(self.pki)), tmp)
+                                              "--tls-dir", str(self.pki), *gateway_args), tmp)
         self.gw_port = self.gateway.bound_port(GATEWAY_PORT)
         for n, a in self.agents.items():
             a.wait_for(f"agent {n} started")

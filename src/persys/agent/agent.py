@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect, plan, report
+from persys.agent import disconnect, plan, report, start_tracing
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
@@ -45,6 +45,7 @@ from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
+from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
 from persys.tlsfiles import TLSFiles
@@ -101,6 +102,7 @@ class Agent:
         # Desired here with a spec this agent cannot read (a workload the scheduler quarantines
         # after a stricter model, an old local record): kept as they run, never removed.
         self._unreadable: set[str] = set()
+        self.trace_parents: dict[str, str] = {}  # instance -> traceparent of the apply that sent it (in memory)
         self._kept_logged: set[str] = set()
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
@@ -311,6 +313,7 @@ class Agent:
             if old is not None and old.generation > d.generation:
                 continue  # fencing: never go back to an older generation
             changed[a.instance_id] = d
+            self.trace_parents[a.instance_id] = a.traceparent
         holding = self.mode != "normal"  # hold: accept updates but never remove anything
         if ds.full and not holding:
             self.synced = True
@@ -324,6 +327,8 @@ class Agent:
             self._unreadable = (self._unreadable - set(changed)) | unreadable
         self._kept_logged &= self._unreadable
         removed |= dropped - self._unreadable - set(changed)  # unreadable local records no longer listed
+        for wid in removed:
+            self.trace_parents.pop(wid, None)
         incoming = {wid: d for wid, d in self.desired.items() if wid not in removed}
         incoming.update(changed)
         self.desired = incoming
@@ -444,6 +449,15 @@ class Agent:
             await asyncio.to_thread(self.local.save_restarts, wid, 0)
 
     async def _start(self, action: plan.Action, d: Desired, rt: Runtime) -> None:
+        if not tracing.enabled():
+            await self._start_instance(action, d, rt)
+            return
+        # A child of the apply that sent this spec (its traceparent came with the assignment).
+        with tracing.span("agent.instance.start", start_tracing.attributes(self.config.node_id, action, d),
+                          parent=self.trace_parents.get(action.workload_id, ""), record=False) as s:
+            start_tracing.outcome(s, await self._start_instance(action, d, rt))
+
+    async def _start_instance(self, action: plan.Action, d: Desired, rt: Runtime) -> RuntimeFailure | None:
         wid = action.workload_id
         prev, now = self.failures.get(wid), time.monotonic()
         try:
@@ -452,17 +466,19 @@ class Agent:
             except RuntimeFailure:
                 await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
                 raise
-            await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
+            with start_tracing.runtime_call(d.spec.type):
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,
                                                     random.uniform(0.8, 1.2))
             log.warning("starting %s failed: %s", wid, err)
-            return
+            return err
         if action.restart:
             self.restarts[wid] = self.restarts.get(wid, 0) + 1
             await asyncio.to_thread(self.local.save_restarts, wid, self.restarts[wid])
             self.failures[wid] = plan.after_restart(prev, d.revision, now, random.uniform(0.8, 1.2))
+        return None
 
     # ------------------------------------------------------------------ loss of every replica
 

@@ -17,7 +17,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import node_cmds, secret_cmds
+from persys.cli import ctl_tracing, node_cmds, secret_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -161,6 +161,10 @@ def apply(
                                       "or a folder of them (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would change; write nothing."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the trace id of the apply (on stderr "
+                                 "with -o json/yaml): find its spans in your tracing backend, and its events with "
+                                 "`persysctl events -o json` (fields.traceId). Needs a gateway run with "
+                                 "--otlp-endpoint."),
     server: str | None = ServerOpt,
 ) -> None:
     """Create or update workloads and secrets (`kind: Secret`, applied first) from manifests.
@@ -181,6 +185,13 @@ def apply(
             out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
     if output != "text":
         emit(secret_results + results, output)
+    if verbose:
+        _print_trace(api.trace_id or ctl_tracing.trace_id(), output)
+
+
+def _print_trace(trace_id: str, output: str) -> None:
+    line = f"trace {trace_id}" if trace_id else "trace: none (the gateway does not trace: see --otlp-endpoint)"
+    (out if output == "text" else err_console).print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -512,9 +523,15 @@ def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN
     Api.token = token or None
 
 
+def _command_names() -> set[str]:
+    return {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands} | \
+        {g.name or "" for g in app.registered_groups}
+
+
 def main() -> None:
     try:
-        app()
+        with ctl_tracing.traced_command(sys.argv[1:], _command_names()):
+            app()
     except CtlError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False)
         sys.exit(1)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import typer
 import yaml
 
-from persys.cli import backend_opts
+from persys.cli import backend_opts, tracing_opts
 from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
@@ -268,6 +268,7 @@ def dev(
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
                                     "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run scheduler, agent(s) and gateway in one process on the embedded store and event log.
@@ -356,7 +357,7 @@ def dev(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-dev", otlp_endpoint, node_specs[0].name, lambda: _run(main))
 
 
 # --------------------------------------------------------------------------- separate servers
@@ -435,6 +436,7 @@ def scheduler(
                                              help=METRICS_PLAIN_HELP),
     metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Count gRPC calls and store operations "
                                  "(--no-metrics: neither is wrapped, nothing is served; to measure their cost)."),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -494,7 +496,7 @@ def scheduler(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-scheduler", otlp_endpoint, replica_id, lambda: _run(main))
 
 
 @app.command()
@@ -529,6 +531,7 @@ def agent(
     metrics_listen: str = typer.Option("", "--metrics-listen", metavar="HOST:PORT", help=METRICS_LISTEN_HELP),
     metrics_plain_listen: str = typer.Option("", "--metrics-plain-listen", metavar="HOST:PORT",
                                              help=METRICS_PLAIN_HELP),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -560,7 +563,7 @@ def agent(
 
         await _until_signalled(started, a.stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-agent", otlp_endpoint, node_id, lambda: _run(main))
 
 
 @app.command()
@@ -583,6 +586,7 @@ def gateway(
     vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
     vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
     cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -621,7 +625,7 @@ def gateway(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-gateway", otlp_endpoint, "", lambda: _run(main))
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from fastapi_offline import FastAPIOffline
 
 from persys import __version__
 from persys.client import SchedulerClient, SchedulerError
-from persys.gateway import authorization, bodies
+from persys.gateway import authorization, bodies, request_tracing
 from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
@@ -34,6 +34,7 @@ from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
 from persys.model.limits import GatewayLimits
+from persys.observability import tracing
 from persys.observability.metrics import Metrics
 from persys.tlsfiles import TLSFiles
 
@@ -127,7 +128,9 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(secret_router(client))
     app.include_router(join_router(client))
     authorization.install(app, client)  # who calls is checked before anything is read
-    # Outermost: refusals by authorization are counted and timed too.
+    # Outside authorization: its refusals are counted and timed too.
     app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])
     app.state.metrics = metrics
+    if tracing.enabled():
+        request_tracing.install(app)  # outermost: a refused request is traced and gets its trace id
     return app

@@ -27,10 +27,10 @@ from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
-from persys.model import Phase, WorkloadUsage
+from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.metrics import Metrics
-from persys.scheduler import failures, replica_metrics, views
+from persys.scheduler import event_trace, failures, replica_metrics, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -275,7 +275,13 @@ class Scheduler:
     # ------------------------------------------------------------------ events and change routing
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
-        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason))
+        trace_id = event_trace.trace_id(subject, self._workload_doc)
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason,
+                                      fields={"traceId": trace_id} if trace_id else {}))
+
+    def _workload_doc(self, wid: str) -> Workload | None:
+        cur = self.state.workloads.get(wid)
+        return cur.value if cur is not None else None
 
     def _on_change(self, kind: str, ident: str) -> None:
         if kind == "assignment":

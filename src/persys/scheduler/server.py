@@ -16,7 +16,9 @@ from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
+from persys.observability.grpc_tracing import TracingInterceptor
 from persys.observability.metrics import Metrics
 from persys.observability.metrics_http import MetricsServer
 from persys.policy import WorkloadPolicy
@@ -144,9 +146,9 @@ async def start_scheduler(
     # Every client call is authorized (and mutations audited) before it reaches a service.
     tokens = TokenStore(store, TokenPepper(secret_store) if secret_store is not None else None)
     audit = AuditLog(store, keep=audit_keep)
-    # Metrics first: it counts what authorization refuses, with the code.
-    interceptors = ([MetricsInterceptor(registry)] if registry is not None else []) + \
-        [AuthorizationInterceptor(tokens, audit)]
+    # Tracing first (when on), then metrics: what authorization refuses is traced and counted, with the code.
+    interceptors = ([TracingInterceptor()] if tracing.enabled() else []) + \
+        ([MetricsInterceptor(registry)] if registry is not None else []) + [AuthorizationInterceptor(tokens, audit)]
     server = grpc.aio.server(options=server_options(limits.max_message_bytes), interceptors=interceptors)
     port = server.add_secure_port(listen, credentials or server_credentials(tls))
     if port == 0:

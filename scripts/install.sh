@@ -36,6 +36,14 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 extra=""
 ((want_test)) && extra="[test]"
+# The install is editable: only the dependencies (pyproject.toml) and the generated protobuf code
+# (proto/) need pip again. Skip it when neither changed since the last good install.
+stamp=".venv/.persys-install-${want_test}"
+want=$(cat pyproject.toml $(find proto -name '*.proto' | sort) | sha256sum | cut -d' ' -f1)
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && .venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' 2>/dev/null; then
+  echo "==> .venv is up to date (pyproject.toml and proto/ unchanged)"
+  exit 0
+fi
 echo "==> pip install -e .${extra}"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 log=$(mktemp)
@@ -46,3 +54,4 @@ if ! .venv/bin/python -m pip install -q -e ".${extra}" >"$log" 2>&1; then
 fi
 rm -f "$log"
 .venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' || { echo "install failed: generated protobuf modules missing" >&2; exit 1; }
+echo "$want" > "$stamp"

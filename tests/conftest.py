@@ -1,6 +1,7 @@
 """Shared fixtures: real etcd/Redis servers and the Docker engine (started on demand)."""
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 
 from tests.bao_server import *  # noqa: F403
 from tests.docker_fixtures import *  # noqa: F403
+from tests.e2e.harness import stop_leftover_procs
 from tests.fixtures_infra import *  # noqa: F403
+from tests.fixtures_infra import stop_leftover_servers
 from tests.fixtures_secure_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests
 
@@ -23,6 +26,16 @@ def _agent_cgroups() -> set[Path]:
     parents = [p for p in Path("/sys/fs/cgroup").glob("*/persys") if p.is_dir()]
     parents += [p for p in [Path("/sys/fs/cgroup/persys")] if p.is_dir()]
     return {d for parent in parents for d in parent.iterdir() if d.is_dir()}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stop_leftover_processes() -> Iterator[None]:
+    """Servers and components a failed start or an interrupted test left running are stopped at
+    the end of the run, and named, so that a leak shows instead of outliving the run."""
+    yield
+    left = stop_leftover_procs() + stop_leftover_servers()
+    if left:
+        print(f"\nstopped {len(left)} process(es) left running by tests: {', '.join(sorted(left))}", file=sys.stderr)
 
 
 @pytest.fixture(autouse=True, scope="session")

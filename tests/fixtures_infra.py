@@ -87,6 +87,7 @@ class _Server:
         log = open(self.workdir / f"{self.binary_name}.log", "ab")  # closed in stop()
         self._log = log
         self.proc = subprocess.Popen(self._argv(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        STARTED_SERVERS.add(self)
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -117,6 +118,20 @@ class _Server:
         if self._log is not None:
             self._log.close()  # type: ignore[attr-defined]
             self._log = None
+
+
+# Every server a test started, so the session can stop what a failed start or a test without
+# try/finally left running (stop_leftover_servers, called by conftest at the end).
+STARTED_SERVERS: set[_Server] = set()
+
+
+def stop_leftover_servers() -> list[str]:
+    """Stop every server still running; returns what was stopped (for the log)."""
+    left = [srv for srv in STARTED_SERVERS if srv.running]
+    for srv in left:
+        srv.kill()
+    STARTED_SERVERS.clear()
+    return [f"{srv.binary_name} on {srv.endpoint}" for srv in left]
 
 
 class EtcdServer(_Server):

@@ -33,7 +33,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ImportError:  # the README's guest-image command runs this module without the test extras
+    pytest = None  # type: ignore[assignment]
 
 __all__ = [
     "BASE_MARKER",
@@ -287,35 +290,36 @@ def _cleanup_domains(uri: str, prefix: str) -> None:
             Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
 
 
-@pytest.fixture(scope="session")
-def vm_host() -> Iterator[VMHost]:
-    missing = _missing_binaries()
-    if missing:
-        pytest.skip(
-            f"QEMU/libvirt not installed (missing {', '.join(missing)}; "
-            "apt-get install qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients)"
-        )
-    proc = subprocess.run(["bash", str(START_LIBVIRTD)], capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        pytest.fail(f"scripts/start-libvirtd.sh failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
-    run_id = uuid.uuid4().hex[:8]
-    # Not under pytest's tmp dir: that is mode 0700, and QEMU (user libvirt-qemu) must reach the disks.
-    state_dir = Path(tempfile.mkdtemp(dir="/var/tmp", prefix=f"persys-vm-test-{run_id}-"))
-    state_dir.chmod(0o755)
-    uri = "qemu:///system"
-    try:
-        yield VMHost(uri=uri, run_id=run_id, state_dir=state_dir)
-    finally:
-        _cleanup_domains(uri, f"t{run_id}-")
-        shutil.rmtree(state_dir, ignore_errors=True)
+if pytest is not None:  # fixtures only where pytest runs
+    @pytest.fixture(scope="session")
+    def vm_host() -> Iterator[VMHost]:
+        missing = _missing_binaries()
+        if missing:
+            pytest.skip(
+                f"QEMU/libvirt not installed (missing {', '.join(missing)}; "
+                "apt-get install qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients)"
+            )
+        proc = subprocess.run(["bash", str(START_LIBVIRTD)], capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            pytest.fail(f"scripts/start-libvirtd.sh failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
+        run_id = uuid.uuid4().hex[:8]
+        # Not under pytest's tmp dir: that is mode 0700, and QEMU (user libvirt-qemu) must reach the disks.
+        state_dir = Path(tempfile.mkdtemp(dir="/var/tmp", prefix=f"persys-vm-test-{run_id}-"))
+        state_dir.chmod(0o755)
+        uri = "qemu:///system"
+        try:
+            yield VMHost(uri=uri, run_id=run_id, state_dir=state_dir)
+        finally:
+            _cleanup_domains(uri, f"t{run_id}-")
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def test_guest(vm_host: VMHost) -> TestGuest:
-    try:
-        return build_test_guest()
-    except (RuntimeError, subprocess.TimeoutExpired, StopIteration) as exc:
-        pytest.fail(f"building the test guest failed: {exc}")
+    @pytest.fixture(scope="session")
+    def test_guest(vm_host: VMHost) -> TestGuest:
+        try:
+            return build_test_guest()
+        except (RuntimeError, subprocess.TimeoutExpired, StopIteration) as exc:
+            pytest.fail(f"building the test guest failed: {exc}")
 
 
 if __name__ == "__main__":

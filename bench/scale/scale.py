@@ -115,6 +115,45 @@ class HollowClient:
                 await writer.wait_closed()
 
 
+class MetricsScraper:
+    """Scrapes the scheduler's plain metrics listener every `interval` seconds from a thread,
+    as a Prometheus would (more often than the usual 15 s), for the whole run."""
+
+    def __init__(self, scheduler_output: str, interval: float) -> None:
+        import re
+        import threading
+
+        import httpx
+
+        m = re.search(r"scheduler metrics on (http://\S+/metrics)", scheduler_output)
+        if m is None:
+            raise RuntimeError("the scheduler printed no plain metrics listener")
+        self.url, self.interval = m.group(1), interval
+        self.scrapes, self.failures, self.bytes, self.seconds = 0, 0, 0, 0.0
+        self._stop = threading.Event()
+        self._client = httpx.Client(timeout=10)
+        self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            t0 = time.monotonic()
+            try:
+                r = self._client.get(self.url)
+                r.raise_for_status()
+                self.scrapes, self.bytes = self.scrapes + 1, len(r.content)
+            except Exception:
+                self.failures += 1
+            self.seconds += time.monotonic() - t0
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(15)
+        self._client.close()
+        return {"url": self.url, "interval_s": self.interval, "scrapes": self.scrapes, "failures": self.failures,
+                "last_bytes": self.bytes, "mean_scrape_ms": round(1000 * self.seconds / max(1, self.scrapes), 1)}
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path, res: dict[str, Any]) -> None:
         self.a = args
@@ -129,6 +168,7 @@ class Bench:
         self.target = ""
         self.sampler: infra.Sampler | None = None
         self.profile_path: Path | None = None
+        self.scraper: MetricsScraper | None = None
         self.placed_complete = False
         self.cut_short = False  # first Ctrl-C during the burst: end it early but still report
         self._main: asyncio.Task[Any] | None = None
@@ -154,6 +194,8 @@ class Bench:
             args += ["--node-simulator", "user:admin"]
         if a.stall_log_ms > 0:  # diagnostics: the scheduler and the hollow agents log their event-loop stalls
             args += ["--stall-log-ms", str(a.stall_log_ms)]
+        metrics_args = {"off": ["--no-metrics"], "scraped": ["--metrics-plain-listen", "127.0.0.1:0"]}
+        args += metrics_args.get(a.metrics, [])
         if a.profiler == "cprofile":
             self.profile_path = self.dir / "scheduler.prof"
             argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", "persys.cli.server", *args]
@@ -163,6 +205,9 @@ class Bench:
                                  stop_signal=signal.SIGINT)
         self.sched.wait_for_output("scheduler ready on port", 120)
         log(f"scheduler {self.target} (pid {self.sched.pid})")
+        if a.metrics == "scraped":
+            self.sched.wait_for_output("/metrics", 30)
+            self.scraper = MetricsScraper(self.sched.text(), a.scrape_interval)
         self.sampler = infra.Sampler({"scheduler": self.sched.pid, "etcd": self.etcd.pid})
         n, procs = a.nodes, max(1, a.hollow_procs)
         per = -(-n // procs)
@@ -186,6 +231,9 @@ class Bench:
 
     def stop_cluster(self) -> None:
         """Hollow agents first, then the scheduler (SIGINT: graceful, so cProfile can write)."""
+        if self.scraper is not None:
+            self.res["metrics_scrapes"] = self.scraper.stop()
+            self.scraper = None
         for h in self.hollows:
             h.child.stop()
         if self.sched is not None and "scheduler_log" not in self.res:
@@ -931,6 +979,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stall-log-ms", type=float, default=0.0,
                     help="the scheduler and the hollow agents log the stack of whatever holds their event loop "
                     "longer than this (in their logs in the work directory; use with --keep; 0 = off)")
+    ap.add_argument("--metrics", choices=["default", "off", "scraped"], default="default",
+                    help="the scheduler's metrics: default (counted, not served), off (--no-metrics: no gRPC "
+                    "interceptor, no store wrapper), scraped (served on a plain listener and scraped every "
+                    "--scrape-interval s through the run); bench/metrics_overhead.py compares off and scraped")
+    ap.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between scrapes with --metrics scraped")
     ap.add_argument("--profiler", choices=["py-spy", "cprofile", "none"], default="py-spy")
     ap.add_argument("--profile-delay", type=float, default=5.0, help="seconds into the burst before py-spy starts")
     ap.add_argument("--profile-seconds", type=float, help="py-spy duration (default 60, quick 15)")

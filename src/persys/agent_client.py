@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.model.limits import MiB
+from persys.observability.grpc_tracing import with_trace_context
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
@@ -42,5 +43,5 @@ async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int, *
     """Ask node `node_id`'s agent for an instance's logs."""
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
-            apb.LogsRequest(instance_id=workload_id, tail=tail), timeout=15)
+            apb.LogsRequest(instance_id=workload_id, tail=tail), timeout=15, metadata=with_trace_context(()) or None)
     return str(resp.text)

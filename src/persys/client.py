@@ -15,6 +15,7 @@ from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc, watch_pb2, watch_pb2_grpc
+from persys.observability.grpc_tracing import with_trace_context
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
@@ -78,7 +79,7 @@ class SchedulerClient:
     async def _call(self, method: str, request: Any, auth: bool = False,
                     metadata: forwarding.Metadata | None = None, stubs: list[Any] | None = None) -> Any:
         # The caller a gateway serves rides along (security.forwarding); `metadata` overrides it.
-        md = forwarding.current() if metadata is None else metadata
+        md = with_trace_context(forwarding.current() if metadata is None else metadata)
         stubs = stubs or (self._auth_stubs if auth else self._stubs)
         last: grpc.aio.AioRpcError | None = None
         for attempt in range(len(stubs)):

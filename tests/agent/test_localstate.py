@@ -45,9 +45,15 @@ def test_survives_restart(tmp_path: Path) -> None:
     with LocalState(db) as st:
         st.save_desired("web", "abc", 5, "Running", '{"x": 1}')
         st.save_applied("web", "abc", 5, "container", "deadbeef")
+        st.save_restarts("web", 3)
+        st.save_restarts("job", 1)
+        st.save_restarts("job", 0)  # 0: nothing to remember
     with LocalState(db) as st2:  # a restarted agent
         assert st2.desired()["web"].generation == 5
         assert st2.applied()["web"].runtime_id == "deadbeef"
+        assert st2.restarts() == {"web": 3}  # reported as before, not 0 (persys dev restarts)
+        st2.forget("web")
+        assert st2.restarts() == {}
 
 
 def test_usable_from_threads(tmp_path: Path) -> None:

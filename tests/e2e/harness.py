@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 # What `persys scheduler` / `persys gateway` print once serving (the port they bound).
@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 class Proc:
     """A child process whose output goes to a log file that tests can wait on."""
+
+    started: ClassVar[list[Proc]] = []  # every one made, for stop_leftover_procs
 
     def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.name = name
@@ -40,6 +42,7 @@ class Proc:
             out.write(f"---- start {' '.join(self.argv)}\n".encode())
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True)
+        Proc.started.append(self)
 
     @property
     def pid(self) -> int:
@@ -148,12 +151,25 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def stop_leftover_procs() -> list[str]:
+    """Stop every component process still running (a test that failed before its cleanup, or a
+    start that failed half way); returns their names (for the log)."""
+    left = [p for p in dict.fromkeys(Proc.started) if p.alive()]
+    for p in left:
+        if p.proc is not None and p.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)  # a frozen one cannot act on SIGTERM
+        p.stop(timeout=5)
+    Proc.started.clear()
+    return [p.name for p in left]
+
+
 class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 
     def __init__(self, tmp: Path, store_url: str, events_url: str = "memory://", nodes: tuple[str, ...] = ("n1",),
                  scheduler_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (), replicas: int = 1,
-                 replica_store_urls: tuple[str, ...] = ()) -> None:
+                 replica_store_urls: tuple[str, ...] = (), gateway_args: tuple[str, ...] = ()) -> None:
         """`replica_store_urls`: a store URL per replica (e.g. one through a link the test cuts)."""
         import yaml
 
@@ -162,34 +178,44 @@ class Components:
         node_args = [a for n in nodes for a in ("--node", n)]
         subprocess.run(persys("certs", "init", "--dir", str(self.pki), *node_args), check=True, capture_output=True,
                        timeout=60)
+        self.schedulers: list[Proc] = []
+        self.agents: dict[str, Proc] = {}
+        self.gateway: Proc | None = None
+        try:
+            self._start(tmp, store_url, events_url, nodes, scheduler_args, agent_args, replicas, replica_store_urls,
+                        gateway_args)
+        except BaseException:
+            self.stop()  # whatever did start: a failed start leaks nothing
+            raise
+        cfg = tmp / "persysctl.yaml"
+        cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{self.gw_port}", "ca": str(self.pki / "ca.crt"),
+                                       "cert": str(self.pki / "admin.crt"), "key": str(self.pki / "admin.key")}))
+        self.env = {"PERSYS_CONFIG": str(cfg)}
+
+    def _start(self, tmp: Path, store_url: str, events_url: str, nodes: tuple[str, ...],
+               scheduler_args: tuple[str, ...], agent_args: tuple[str, ...], replicas: int,
+               replica_store_urls: tuple[str, ...], gateway_args: tuple[str, ...]) -> None:
         # Every server binds port 0 and says which port it got: nothing is picked here and bound later.
-        self.schedulers = [
-            Proc(f"scheduler-{i}", persys(
+        for i in range(replicas):
+            self.schedulers.append(Proc(f"scheduler-{i}", persys(
                 "scheduler", "--listen", "127.0.0.1:0", "--store", (replica_store_urls or (store_url,) * replicas)[i],
                 "--events", events_url, "--replica-id", f"r{i}",
                 "--tls-dir", str(self.pki), "--data-dir", str(tmp / f"scheduler-{i}"),
                 # Replicas share one secrets master key, as a deployment's must (each data dir would make its own).
                 *(() if "--secrets" in scheduler_args else ("--secrets", f"builtin:{tmp / 'secrets.key'}")),
-                *scheduler_args), tmp)
-            for i in range(replicas)
-        ]
+                *scheduler_args), tmp))
         self.replica_targets = [f"127.0.0.1:{s.bound_port(SCHEDULER_PORT)}" for s in self.schedulers]
         self.target = ",".join(self.replica_targets)
         self.scheduler = self.schedulers[0]
-        self.agents = {
-            n: Proc(f"agent-{n}", persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir",
-                                          str(self.pki), "--state-dir", str(tmp / f"agent-{n}"), *agent_args), tmp)
-            for n in nodes
-        }
+        for n in nodes:
+            argv = persys("agent", "--scheduler", self.target, "--node-id", n, "--tls-dir", str(self.pki),
+                          "--state-dir", str(tmp / f"agent-{n}"), *agent_args)
+            self.agents[n] = Proc(f"agent-{n}", argv, tmp)
         self.gateway = Proc("gateway", persys("gateway", "--scheduler", self.target, "--listen", "127.0.0.1:0",
-                                              "--tls-dir", str(self.pki)), tmp)
+                                              "--tls-dir", str(self.pki), *gateway_args), tmp)
         self.gw_port = self.gateway.bound_port(GATEWAY_PORT)
         for n, a in self.agents.items():
             a.wait_for(f"agent {n} started")
-        cfg = tmp / "persysctl.yaml"
-        cfg.write_text(yaml.safe_dump({"server": f"https://127.0.0.1:{self.gw_port}", "ca": str(self.pki / "ca.crt"),
-                                       "cert": str(self.pki / "admin.crt"), "key": str(self.pki / "admin.key")}))
-        self.env = {"PERSYS_CONFIG": str(cfg)}
 
     def ctl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return ctl(*args, env=self.env, check=check, stdin=stdin)
@@ -205,7 +231,8 @@ class Components:
         return json.loads(self.ctl("health", "-o", "json").stdout)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        self.gateway.stop()
+        if self.gateway is not None:
+            self.gateway.stop()
         for a in self.agents.values():
             a.stop()
         for s in self.schedulers:

@@ -76,9 +76,13 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         dev.stop(signal.SIGINT)
         assert dev.proc is not None and dev.proc.returncode == 0, dev.text()[-2000:]
         assert pid_alive(pid)
+        stopped_at = time.time()
         dev, _ = start_dev(home, port)
         names = {w["name"]: w for w in json.loads(ctl("get", "workloads", "-o", "json", env=env).stdout)}
         assert set(names) == {"hello-process", "hello-docker"}
+        # The event history survived the restart (a bounded SQLite log, not an in-memory ring).
+        history = json.loads(ctl("events", "--limit", "500", "-o", "json", env=env).stdout)
+        assert [e for e in history if e["subject"] == "workload/hello-process" and e["ts"] < stopped_at], history
         w, _ = eventually(lambda: running("hello-process"), 10, "still Running after restart")
         assert int(w["runtimeId"]) == pid and w["restarts"] == 0
 

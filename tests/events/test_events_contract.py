@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +15,19 @@ from persys.events import ClusterEvent, EventBus, EventsUnavailable, open_events
 from persys.events.base import parse_id
 from persys.events.memory import MemoryEventBus
 from persys.events.redis_stream import RedisEventBus
+from persys.events.sqlite_log import TRIM_EVERY, SqliteEventBus
 from tests.fixtures_infra import RedisServer
 
 MAXLEN = 50
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def bus(request: pytest.FixtureRequest) -> AsyncIterator[EventBus]:
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def bus(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventBus]:
     b: EventBus
     if request.param == "memory":
         b = MemoryEventBus(maxlen=MAXLEN)
+    elif request.param == "sqlite":
+        b = SqliteEventBus(tmp_path / "events.db", maxlen=MAXLEN)
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
         # A fresh stream per test: the server is shared by the session.
@@ -102,8 +107,12 @@ async def test_bounds_are_the_oldest_and_newest_retained(bus: EventBus) -> None:
     assert await bus.bounds() == (None, None)
     ids = [await bus.publish(ev(i)) for i in range(MAXLEN * 4)]
     kept = await bus.recent(limit=MAXLEN * 10)
-    # After trimming, the oldest retained one: what a resumed live stream compares its id with.
-    assert await bus.bounds() == (kept[0].id, ids[-1])
+    oldest, newest = await bus.bounds()
+    # After trimming, the oldest retained one (a replay from the start begins there): what a
+    # resumed live stream compares its id with.
+    assert newest == ids[-1] and oldest is not None and oldest in ids
+    assert (await take(bus.subscribe(since_id="0-0"), 1))[0].id == oldest
+    assert parse_id(oldest) <= parse_id(kept[0].id)
 
 
 async def test_subscribe_live_tail_in_order(bus: EventBus) -> None:
@@ -212,3 +221,27 @@ async def test_open_events_urls(redis_server: RedisServer) -> None:
     await b.close()
     with pytest.raises(ValueError):
         open_events("kafka://x")
+
+
+async def test_sqlite_log_survives_a_restart_bounded_with_ids_still_increasing(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    bus = open_events(f"sqlite://{path}", maxlen=MAXLEN)
+    assert isinstance(bus, SqliteEventBus)
+    for i in range(MAXLEN * 2 + TRIM_EVERY):
+        await bus.publish(ev(i))
+    before = await bus.recent(limit=MAXLEN)
+    await bus.close()
+
+    again = SqliteEventBus(path, maxlen=MAXLEN)  # persys dev restarted
+    try:
+        assert await again.recent(limit=MAXLEN) == before  # the history is still there
+        with sqlite3.connect(path) as db:
+            (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
+        assert MAXLEN <= rows <= MAXLEN + TRIM_EVERY, rows  # bounded on disk
+        new_id = await again.publish(ev(-1))
+        assert parse_id(new_id) > parse_id(before[-1].id)
+        # A subscriber resuming from an id of the previous run replays what came after it.
+        replay = await take(again.subscribe(since_id=before[-2].id), 2)
+        assert [e.id for e in replay] == [before[-1].id, new_id]
+    finally:
+        await again.close()

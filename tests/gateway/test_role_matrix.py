@@ -41,6 +41,7 @@ MANIFEST = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"nam
 REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/readyz"): ("/readyz", {}),
     ("GET", "/v1/health"): ("/v1/health", {}),
+    ("GET", "/metrics"): ("/metrics", {}),
     ("POST", "/v1/workloads"): ("/v1/workloads?dryRun=true", {"json": MANIFEST}),
     ("POST", "/v1/workloads:batch"): ("/v1/workloads:batch", {"content": b"not a list"}),
     ("POST", "/v1/plan"): ("/v1/plan", {"json": MANIFEST}),

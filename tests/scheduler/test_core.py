@@ -22,6 +22,7 @@ from persys.model import (
 )
 from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.errors import MutationRefused
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
@@ -120,6 +121,24 @@ async def test_apply_is_idempotent_and_revision_tracks_spec(make: Callable) -> N
     (m2,) = parse_manifests(manifest("web", mem=128))
     w3, _, changed3 = await s.apply(m2)
     assert changed3 and w3.revision != w1.revision and w3.generation == 2
+
+
+async def test_restart_needs_a_placed_instance_and_a_new_spec_forgets_restarts(make: Callable) -> None:
+    s = await make()
+    (m,) = parse_manifests(manifest("web"))
+    w1, _, _ = await s.apply(m)
+    await settle(s, lambda: s.state.statuses["web"].value.reason == "Unschedulable")
+    with pytest.raises(MutationRefused, match=r"no placed instance to restart \(Pending: Unschedulable\)"):
+        await s.restart("web")
+    assert s.state.workloads["web"].value.revision == w1.revision  # nothing written
+    await s.register(node("n1"))
+    await settle(s, lambda: s.state.placement_of.get("web") == "n1")
+    restarted = await s.restart("web")
+    assert restarted.revision == f"{w1.revision}-1"
+    (m2,) = parse_manifests(manifest("web", mem=128))
+    w2, _, _ = await s.apply(m2)
+    # The new spec's revision is its content hash alone: no restart suffix carried over.
+    assert w2.revision == w2.spec.spec_revision() and w2.restart_epoch == 0
 
 
 async def test_capacity_counts_requests_not_usage(make: Callable) -> None:

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect, plan, report
+from persys.agent import disconnect, plan, report, start_tracing
+from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.link import GrpcLink, LinkOptions, SchedulerLink
@@ -44,6 +45,9 @@ from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
+from persys.observability import tracing
+from persys.observability.metrics_http import MetricsServer
+from persys.security.metrics_access import serve_metrics
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -75,12 +79,15 @@ class AgentConfig:
     renew_certificate: bool = False  # renew tls before it expires (persys.agent.cert_renewal)
     ack_deadline: float = 0.0  # seconds without an acknowledgement before leaving a replica; 0 = 2 heartbeats
     image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
+    metrics_listen: str = ""  # HTTPS /metrics (client certificate, `get metrics`), host:port; "" = none
+    metrics_plain_listen: str = ""  # plain HTTP /metrics, where an operator asks for it; "" = none
 
 
 class Agent:
     def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None) -> None:
         self.config = config
-        self.all_runtimes = list(runtimes)
+        self.meter = AgentMetrics()
+        self.all_runtimes = self.meter.wrap(runtimes)
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
         self.unavailable: dict[str, str] = {}  # runtime -> why it does not work here (last probe)
@@ -90,12 +97,13 @@ class Agent:
         self.synced = False  # a desired snapshot arrived in normal mode since we started
         self.mode = "normal"
         self.failures: dict[str, Failure] = {}
-        self.restarts: dict[str, int] = {}
+        self.restarts: dict[str, int] = self.local.restarts()  # kept across the agent's restarts
         self._known: set[str] = set()  # every workload desired here since start (or in local state)
         self._orphans: dict[str, float] = {}  # workload -> when first seen undesired and unknown
         # Desired here with a spec this agent cannot read (a workload the scheduler quarantines
         # after a stricter model, an old local record): kept as they run, never removed.
         self._unreadable: set[str] = set()
+        self.trace_parents: dict[str, str] = {}  # instance -> traceparent of the apply that sent it (in memory)
         self._kept_logged: set[str] = set()
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
@@ -117,6 +125,9 @@ class Agent:
         self._load_local()
         self.fenced: dict[str, float] = dict.fromkeys(self.local.disconnect_stops(), self._started_at)
         self._resume: frozenset[str] = frozenset()  # released from a disconnection stop: start regardless
+        self.meter.install(lambda: list(self.runtimes.values()), lambda: len(self.desired),
+                           self.link.registered.is_set)
+        self.metrics_servers: list[MetricsServer] = []
 
     @property
     def registered(self) -> asyncio.Event:
@@ -138,7 +149,7 @@ class Agent:
     async def start(self) -> None:
         await self.probe_runtimes()
         if self.config.listen and self.config.tls:
-            self._server, port = await serve(self, self.config.listen, self.config.tls)
+            self._server, port = await serve(self, self.config.listen, self.config.tls, self.meter.metrics)
             host = self.config.advertise_host or self.config.listen.rpartition(":")[0]
             if host in ("0.0.0.0", "[::]", ""):
                 host = socket.gethostname()
@@ -156,6 +167,9 @@ class Agent:
             self._tasks.append(asyncio.create_task(self.renewer.run(), name="agent-cert-renewal"))
         for t in self._tasks:
             t.add_done_callback(self._task_ended)
+        if self.config.tls and (self.config.metrics_listen or self.config.metrics_plain_listen):
+            self.metrics_servers = await serve_metrics(self.meter.metrics, self.config.tls,
+                                                       self.config.metrics_listen, self.config.metrics_plain_listen)
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         """A long-lived loop must never end while the agent runs: say so loudly if one does.
@@ -172,6 +186,8 @@ class Agent:
     async def stop(self) -> None:
         """Stop the agent only: workloads keep running and are adopted by the next agent."""
         self._stopping = True
+        for m in self.metrics_servers:
+            await m.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -246,6 +262,7 @@ class Agent:
 
     def heartbeat_request(self) -> pb.HeartbeatRequest:
         cpu, mem, disk = self._sampler.sample()
+        self.meter.node_usage = (cpu, mem, disk)
         return pb.HeartbeatRequest(
             node_id=self.config.node_id,
             usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk, workloads=len(self.desired)),
@@ -302,6 +319,7 @@ class Agent:
             if old is not None and old.generation > d.generation:
                 continue  # fencing: never go back to an older generation
             changed[a.instance_id] = d
+            self.trace_parents[a.instance_id] = a.traceparent
         holding = self.mode != "normal"  # hold: accept updates but never remove anything
         if ds.full and not holding:
             self.synced = True
@@ -315,6 +333,8 @@ class Agent:
             self._unreadable = (self._unreadable - set(changed)) | unreadable
         self._kept_logged &= self._unreadable
         removed |= dropped - self._unreadable - set(changed)  # unreadable local records no longer listed
+        for wid in removed:
+            self.trace_parents.pop(wid, None)
         incoming = {wid: d for wid, d in self.desired.items() if wid not in removed}
         incoming.update(changed)
         self.desired = incoming
@@ -336,6 +356,7 @@ class Agent:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.reconcile_interval)
             self._wake.clear()
+            self.meter.passes.inc()
             try:
                 observed = await self.reconcile_once()
             except Exception:
@@ -430,9 +451,19 @@ class Agent:
         await rt.remove(wid)
         self._orphans.pop(wid, None)
         self.failures.pop(wid, None)
-        self.restarts.pop(wid, None)
+        if self.restarts.pop(wid, None):
+            await asyncio.to_thread(self.local.save_restarts, wid, 0)
 
     async def _start(self, action: plan.Action, d: Desired, rt: Runtime) -> None:
+        if not tracing.enabled():
+            await self._start_instance(action, d, rt)
+            return
+        # A child of the apply that sent this spec (its traceparent came with the assignment).
+        with tracing.span("agent.instance.start", start_tracing.attributes(self.config.node_id, action, d),
+                          parent=self.trace_parents.get(action.workload_id, ""), record=False) as s:
+            start_tracing.outcome(s, await self._start_instance(action, d, rt))
+
+    async def _start_instance(self, action: plan.Action, d: Desired, rt: Runtime) -> RuntimeFailure | None:
         wid = action.workload_id
         prev, now = self.failures.get(wid), time.monotonic()
         try:
@@ -441,16 +472,19 @@ class Agent:
             except RuntimeFailure:
                 await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
                 raise
-            await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
+            with start_tracing.runtime_call(d.spec.type):
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,
                                                     random.uniform(0.8, 1.2))
             log.warning("starting %s failed: %s", wid, err)
-            return
+            return err
         if action.restart:
             self.restarts[wid] = self.restarts.get(wid, 0) + 1
+            await asyncio.to_thread(self.local.save_restarts, wid, self.restarts[wid])
             self.failures[wid] = plan.after_restart(prev, d.revision, now, random.uniform(0.8, 1.2))
+        return None
 
     # ------------------------------------------------------------------ loss of every replica
 

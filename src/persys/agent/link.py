@@ -29,6 +29,7 @@ from persys._pb.persys.v1 import secrets_pb2 as spb
 from persys._pb.persys.v1 import secrets_pb2_grpc as spb_grpc
 from persys.agent import disconnect
 from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
+from persys.observability.grpc_tracing import with_trace_context
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
@@ -227,8 +228,10 @@ class GrpcLink:
             raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                        details="not connected to a scheduler yet")
         stub = spb_grpc.SecretDeliveryStub(self._channel)
+        # With the trace context of the instance's start: the scheduler's span joins the apply's trace.
         r: spb.ResolveSecretsResponse = await stub.ResolveSecrets(
-            spb.ResolveSecretsRequest(node_id=self.node_id, instance_id=instance_id), timeout=10)
+            spb.ResolveSecretsRequest(node_id=self.node_id, instance_id=instance_id), timeout=10,
+            metadata=with_trace_context(()) or None)
         return r
     def refresh_credentials(self) -> None:
         """New calls go over a new channel, dialled with the renewed certificate; the streams open

@@ -44,6 +44,15 @@ CREATE TABLE IF NOT EXISTS disconnect_stops (
 );
 """
 
+# How often the agent restarted each instance (restart policy), so the count reported to the
+# scheduler survives the agent's own restart instead of falling back to 0.
+_RESTARTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS restarts (
+    workload_id   TEXT PRIMARY KEY,
+    count         INTEGER NOT NULL
+);
+"""
+
 
 @dataclass(frozen=True)
 class DesiredRecord:
@@ -90,6 +99,7 @@ class LocalState:
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             db.executescript(_DISCONNECT_SCHEMA)
+            db.executescript(_RESTARTS_SCHEMA)
             # A bad header fails above; a truncated or damaged body only when its pages are read.
             problems = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
@@ -152,7 +162,20 @@ class LocalState:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM desired WHERE workload_id = ?", (workload_id,))
             self._db.execute("DELETE FROM applied WHERE workload_id = ?", (workload_id,))
+            self._db.execute("DELETE FROM restarts WHERE workload_id = ?", (workload_id,))
             self._db.execute("COMMIT")
+
+    def save_restarts(self, workload_id: str, count: int) -> None:
+        with self._lock:
+            if count:
+                self._db.execute("INSERT OR REPLACE INTO restarts VALUES (?, ?)", (workload_id, count))
+            else:
+                self._db.execute("DELETE FROM restarts WHERE workload_id = ?", (workload_id,))
+
+    def restarts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT workload_id, count FROM restarts").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
 
     def save_disconnect_stops(self, workload_ids: list[str], reason: str) -> None:
         with self._lock:

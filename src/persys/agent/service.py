@@ -22,6 +22,10 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.model.limits import human_bytes
+from persys.observability import tracing
+from persys.observability.grpc_metrics import MetricsInterceptor
+from persys.observability.grpc_tracing import TracingInterceptor
+from persys.observability.metrics import Metrics
 from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity
 from persys.tlsfiles import TLSFiles
@@ -99,8 +103,12 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                 os.unlink(tmp)
 
 
-async def serve(node: ServedNode, listen: str, tls: TLSFiles) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS)
+async def serve(node: ServedNode, listen: str, tls: TLSFiles, metrics: Metrics | None = None
+                ) -> tuple[grpc.aio.Server, int]:
+    # Traced (a span per unary call, e.g. GetLogs, child of the gateway's request) when tracing is on.
+    interceptors = ([TracingInterceptor()] if tracing.enabled() else []) + \
+        ([MetricsInterceptor(metrics)] if metrics is not None else [])
+    server = grpc.aio.server(options=SERVER_KEEPALIVE_OPTIONS, interceptors=interceptors)
     apb_grpc.add_AgentServiceServicer_to_server(AgentServiceImpl(node), server)
     # A renewed node certificate serves the next handshake (persys.agent.cert_renewal).
     port = server.add_secure_port(listen, reloading_file_credentials(tls))

@@ -14,6 +14,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from persys.cli import ctl_tracing
 from persys.cli.config import ConfigError, load_client_config
 from persys.security import peer_names
 
@@ -39,6 +40,7 @@ def fail(message: str) -> NoReturn:
 
 class Api:
     token: str | None = None  # --token (or $PERSYS_TOKEN), for every request of this run
+    trace_id: str = ""  # the trace id the gateway returned last (x-persys-trace-id)
 
     def __init__(self, server: str | None) -> None:
         try:
@@ -54,6 +56,9 @@ class Api:
 
     def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:
         """The JSON answer; with `missing_ok`, None for a 404 instead of an error."""
+        parent = ctl_tracing.traceparent()
+        if parent:  # this command's span: the gateway's request span becomes its child
+            kw["headers"] = {**kw.get("headers", {}), "traceparent": parent}
         try:
             # The gateway's certificate must carry the gateway role's name, whatever host the
             # configuration names: a node's or a user's certificate cannot pose as the API.
@@ -64,6 +69,8 @@ class Api:
             fail(f"the Persys gateway at {self.base} did not answer in time")
         except httpx.HTTPError as e:
             fail(f"request to {self.base} failed: {e}")
+        # The gateway's trace of this request (it answers with one only when it traces).
+        self.trace_id = resp.headers.get("x-persys-trace-id", "") or self.trace_id
         if resp.status_code == 404 and missing_ok:
             return None
         if resp.status_code >= 400:

@@ -17,7 +17,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import events_cmd, follow, node_cmds, secret_cmds
+from persys.cli import ctl_tracing, events_cmd, follow, node_cmds, secret_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -37,6 +37,7 @@ from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
+from persys.cli.version import version_option
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError
 from persys.model.secret import SecretManifest, parse_documents
@@ -51,10 +52,11 @@ app = typer.Typer(
         "  persysctl describe workload hello-process\n\n"
         "  persysctl delete workload hello-process\n\n"
         "  persysctl apply -f secret.yaml   (kind: Secret; then persysctl get secrets)\n\n"
-        "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`)."
+        "The cluster is read from $PERSYS_CONFIG or ~/.persys/config.yaml (written by `persys dev`).\n\n"
+        "Shell completion (bash, zsh, fish): persysctl --install-completion"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -94,11 +96,26 @@ def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     return _read_files(files)[0]
 
 
+def _expand_dirs(files: list[Path]) -> list[Path]:
+    """A folder stands for its manifests (*.yaml, *.yml, *.json, not recursive, in name order), as
+    with kubectl; an empty one is an error rather than a silent no-op."""
+    out: list[Path] = []
+    for f in files:
+        if str(f) != "-" and f.is_dir():
+            found = sorted(p for p in f.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+            if not found:
+                fail(f"{f}: a folder with no *.yaml, *.yml or *.json manifest")
+            out += found
+        else:
+            out.append(f)
+    return out
+
+
 def _read_files(files: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[SecretManifest]]:
     """Workload manifests (as documents to send) and `kind: Secret` documents of the files."""
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
-    for f in files:
+    for f in _expand_dirs(files):
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
         else:
@@ -140,9 +157,14 @@ def _batches(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 @app.command()
 def apply(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
+                                      "or a folder of them (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would change; write nothing."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the trace id of the apply (on stderr "
+                                 "with -o json/yaml): find its spans in your tracing backend, and its events with "
+                                 "`persysctl events -o json` (fields.traceId). Needs a gateway run with "
+                                 "--otlp-endpoint."),
     server: str | None = ServerOpt,
 ) -> None:
     """Create or update workloads and secrets (`kind: Secret`, applied first) from manifests.
@@ -163,6 +185,13 @@ def apply(
             out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
     if output != "text":
         emit(secret_results + results, output)
+    if verbose:
+        _print_trace(api.trace_id or ctl_tracing.trace_id(), output)
+
+
+def _print_trace(trace_id: str, output: str) -> None:
+    line = f"trace {trace_id}" if trace_id else "trace: none (the gateway does not trace: see --otlp-endpoint)"
+    (out if output == "text" else err_console).print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -287,7 +316,8 @@ def describe(
 
 @app.command()
 def plan(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin)."),
+    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
+                                      "or a folder of them (repeatable)."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
@@ -505,14 +535,21 @@ app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 
 @app.callback()
 def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN", show_envvar=True,
-                                           help="A bearer API token, instead of the configured certificate.")
+                                           help="A bearer API token, instead of the configured certificate."),
+                 _version: bool = version_option("persysctl"),
                  ) -> None:
     Api.token = token or None
 
 
+def _command_names() -> set[str]:
+    return {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands} | \
+        {g.name or "" for g in app.registered_groups}
+
+
 def main() -> None:
     try:
-        app()
+        with ctl_tracing.traced_command(sys.argv[1:], _command_names()):
+            app()
     except CtlError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False)
         sys.exit(1)

@@ -109,7 +109,7 @@ def label(
         else:
             fail(f"{c!r}: use key=value to set a label or key- to remove it")
     Api(server).request("POST", f"/v1/nodes/{node}/labels", json={"set": set_labels, "remove": remove})
-    out.print(f"node/{node} labelled", highlight=False)
+    out.print(f"node/{node} {_changed('labelled', 'unlabelled', bool(set_labels), bool(remove))}", highlight=False)
 
 
 def taint(
@@ -132,7 +132,14 @@ def taint(
             fail(f"{c!r}: use key=value:NoSchedule|PreferNoSchedule|NoExecute, or key- to remove")
         add.append({"key": k, "value": v, "effect": effect})
     Api(server).request("POST", f"/v1/nodes/{node}/taints", json={"add": add, "remove": remove})
-    out.print(f"node/{node} tainted", highlight=False)
+    out.print(f"node/{node} {_changed('tainted', 'untainted', bool(add), bool(remove))}", highlight=False)
+
+
+def _changed(added: str, removed: str, adds: bool, removes: bool) -> str:
+    """What a label or taint command did, in kubectl's words."""
+    if adds and removes:
+        return f"{added} and {removed}"
+    return added if adds else removed
 
 
 def register(app: typer.Typer) -> None:

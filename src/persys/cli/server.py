@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING
 import typer
 import yaml
 
-from persys.cli import backend_opts
+from persys.cli import backend_opts, tracing_opts
 from persys.cli import identity_options as idopt
 from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
 from persys.cli.server_errors import ServerError
+from persys.cli.version import version_option
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.model.node_names import node_id_problem
@@ -38,6 +39,7 @@ from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
     from persys.agent.runtimes.base import Runtime
+    from persys.observability.metrics_http import MetricsServer
 
 # Each command imports its servers in its body: an agent process never loads the gateway's web
 # stack or the scheduler, a scheduler never loads the runtimes' clients (about 1 s per start).
@@ -61,7 +63,34 @@ app = typer.Typer(
 )
 app.add_typer(certs_app, name="certs")
 
+
+@app.callback()
+def _root(_version: bool = version_option("persys")) -> None:
+    """Run Persys servers."""
+
 log = logging.getLogger("persys")
+
+METRICS_LISTEN_HELP = ("Serve Prometheus metrics at https://HOST:PORT/metrics: a client certificate from the cluster "
+                       "CA is required, with the `get metrics` right (viewer and up; e.g. `persys certs issue --role "
+                       "user --name prometheus --group persys:viewers`). Port 0 picks a free one (printed).")
+METRICS_PLAIN_HELP = ("Also serve /metrics over plain HTTP at HOST:PORT, without authentication: only where you "
+                      "want it, e.g. 127.0.0.1:9464 for a Prometheus on this host. Port 0 picks a free one.")
+
+
+def _metrics_lines(servers: Sequence[MetricsServer], who: str, host_of: Callable[[str], str]) -> str:
+    """The ready lines of the metrics listeners (the bound ports, also for port 0)."""
+    return "".join(f"{who} metrics on {m.scheme}://{host_of(m.scheme)}:{m.port}/metrics\n" for m in servers)
+
+
+def _check_listen(value: str, option: str) -> None:
+    if not value:
+        return
+    from persys.observability.metrics_http import parse_listen
+
+    try:
+        parse_listen(value, option)
+    except ValueError as e:
+        raise ServerError(str(e)) from None
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -216,9 +245,11 @@ async def _until_signalled(started: Callable[[], Awaitable[None]], stop: Callabl
 
 
 def _run(coro: Callable[[], Awaitable[None]]) -> None:
+    from persys.observability.metrics_http import MetricsListenError
+
     try:
         asyncio.run(coro())  # type: ignore[arg-type]
-    except (ServerError, SecretStoreError) as e:
+    except (ServerError, SecretStoreError, MetricsListenError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
 
@@ -237,6 +268,7 @@ def dev(
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
                                     "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run scheduler, agent(s) and gateway in one process on the embedded store and event log.
@@ -276,7 +308,8 @@ def dev(
 
         async def started() -> None:
             sched = await start_scheduler(
-                f"sqlite:///{data / 'state.db'}", "memory://", target, ids["scheduler"],
+                # Events in a bounded SQLite log: their history survives a restart, as with Redis.
+                f"sqlite:///{data / 'state.db'}", f"sqlite://{data / 'events.db'}", target, ids["scheduler"],
                 SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
                 # The dev agents' state (and image store) lives under the data dir.
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
@@ -309,7 +342,7 @@ def dev(
             )
             print(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
-                f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json)\n"
+                f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
                 f"{node_lines}"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"
@@ -324,7 +357,7 @@ def dev(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-dev", otlp_endpoint, node_specs[0].name, lambda: _run(main))
 
 
 # --------------------------------------------------------------------------- separate servers
@@ -336,7 +369,8 @@ def scheduler(
     store: str = typer.Option(..., "--store", help="etcd://host:port[,host:port], etcds://... (TLS) or "
                               "sqlite:///path.db. No password in the URL: see --etcd-user."),
     events: str = typer.Option("memory://", "--events", help="redis://host:port/0, rediss://[user@]host:port/0 "
-                               "(TLS), unix:///path.sock?db=0 or memory://. No password in the URL."),
+                               "(TLS), unix:///path.sock?db=0, sqlite:///path/events.db (one replica only: a "
+                               "durable, bounded log in a file) or memory://. No password in the URL."),
     tls_dir: Path = typer.Option(None, "--tls-dir", help="Directory with ca.crt, scheduler.crt, scheduler.key "
                                  "(with --identity-from files, the default)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
@@ -397,6 +431,12 @@ def scheduler(
                                     "Needs a signer: --ca-dir or --identity-from openbao."),
     node_cert_ttl: float = typer.Option(12 * 3600.0, "--node-cert-ttl", help="Lifetime of the node certificates "
                                         "this replica signs, in seconds; nodes renew at two thirds of it."),
+    metrics_listen: str = typer.Option("", "--metrics-listen", metavar="HOST:PORT", help=METRICS_LISTEN_HELP),
+    metrics_plain_listen: str = typer.Option("", "--metrics-plain-listen", metavar="HOST:PORT",
+                                             help=METRICS_PLAIN_HELP),
+    metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Count gRPC calls and store operations "
+                                 "(--no-metrics: neither is wrapped, nothing is served; to measure their cost)."),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -413,6 +453,10 @@ def scheduler(
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
+        _check_listen(metrics_listen, "--metrics-listen")
+        _check_listen(metrics_plain_listen, "--metrics-plain-listen")
+        if not metrics and (metrics_listen or metrics_plain_listen):
+            raise ServerError("--no-metrics: nothing to serve on --metrics-listen / --metrics-plain-listen")
         live = await idopt.start_identity(vault, "scheduler", replica_id) if identity_from == "openbao" else None
         tls = live.files if live else _tls_from_dir(tls_dir, "scheduler")
         creds = reloading_server_credentials(lambda: live.current) if live else None
@@ -435,12 +479,14 @@ def scheduler(
                     limits=InputLimits(max_manifest_bytes=max_manifest_bytes),
                     node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access,
                     credentials=creds, secrets=secrets, signer_for=signer_for, join_listen=join_listen,
-                    node_cert_ttl=node_cert_ttl)
+                    node_cert_ttl=node_cert_ttl, metrics_listen=metrics_listen,
+                    metrics_plain_listen=metrics_plain_listen, metrics=metrics)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)
-            print(f"scheduler ready on port {s.port}" + (f", join port {s.join_port}" if s.join_port else ""),
-                  flush=True)
+            hosts = {"https": metrics_listen.rpartition(":")[0], "http": metrics_plain_listen.rpartition(":")[0]}
+            print(f"scheduler ready on port {s.port}" + (f", join port {s.join_port}" if s.join_port else "")
+                  + "\n" + _metrics_lines(s.metrics_servers, "scheduler", hosts.__getitem__), end="", flush=True)
 
         async def stop() -> None:
             for s in holder:
@@ -450,7 +496,7 @@ def scheduler(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-scheduler", otlp_endpoint, replica_id, lambda: _run(main))
 
 
 @app.command()
@@ -482,6 +528,10 @@ def agent(
                                       help="Who runs process workloads that name no user (the agent must be root)."),
     allow_node_path: list[Path] = typer.Option([], "--allow-node-path", help="A directory besides the state dir "
                                                "and /var/lib/persys whose files workloads may name (repeatable)."),
+    metrics_listen: str = typer.Option("", "--metrics-listen", metavar="HOST:PORT", help=METRICS_LISTEN_HELP),
+    metrics_plain_listen: str = typer.Option("", "--metrics-plain-listen", metavar="HOST:PORT",
+                                             help=METRICS_PLAIN_HELP),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent."""
@@ -492,23 +542,28 @@ def agent(
         from persys.cli.join_setup import agent_tls, certificate_hosts
 
         _check_node_id(node_id)
+        _check_listen(metrics_listen, "--metrics-listen")
+        _check_listen(metrics_plain_listen, "--metrics-plain-listen")
         tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,
                               certificate_hosts(listen, advertise_host))
         a = Agent(
             AgentConfig(node_id=node_id, scheduler=scheduler_addr, tls=tls, state_dir=state_dir,
                         labels=_parse_labels(label), taints=_parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
-                        advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew),
+                        advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
+                        metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen),
             default_runtimes(state_dir, node_id, workload_user, allow_node_path),
         )
 
         async def started() -> None:
             await a.start()
-            print(f"agent {node_id} started (runtimes: {', '.join(sorted(a.runtimes)) or 'none'})", flush=True)
+            hosts = {"https": metrics_listen.rpartition(":")[0], "http": metrics_plain_listen.rpartition(":")[0]}
+            print(f"agent {node_id} started (runtimes: {', '.join(sorted(a.runtimes)) or 'none'})\n"
+                  + _metrics_lines(a.metrics_servers, "agent", hosts.__getitem__), end="", flush=True)
 
         await _until_signalled(started, a.stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-agent", otlp_endpoint, node_id, lambda: _run(main))
 
 
 @app.command()
@@ -531,6 +586,7 @@ def gateway(
     vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
     vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
     cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -559,7 +615,7 @@ def gateway(
             holder.append(gw)
             if live:
                 live.on_change(lambda _m: gw.reload_tls())
-            print(f"gateway ready on https://{host}:{gw.port}", flush=True)
+            print(f"gateway ready on https://{host}:{gw.port} (metrics: https://{host}:{gw.port}/metrics)", flush=True)
 
         async def stop() -> None:
             for gw in holder:
@@ -569,7 +625,7 @@ def gateway(
 
         await _until_signalled(started, stop)
 
-    _run(main)
+    tracing_opts.run_traced("persys-gateway", otlp_endpoint, "", lambda: _run(main))
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Cluster event bus (observability, not authoritative state).
 
 open_events() URLs: `redis://host:port/0`, `rediss://[user@]host:port/0` (TLS) or
-`unix:///path/redis.sock?db=0` (Redis Streams), or `memory://` (in-process ring). Passwords never
+`unix:///path/redis.sock?db=0` (Redis Streams), `sqlite:///path/events.db` (embedded, durable and
+bounded: `persys dev`), or `memory://` (in-process ring). Passwords never
 go in the URL: pass login=Login(user, password).
 """
 
@@ -25,8 +26,13 @@ def open_events(url: str, *, maxlen: int = 10_000, tls: BackendTLS | None = None
         from persys.events.memory import MemoryEventBus
 
         return MemoryEventBus(maxlen=maxlen)
+    if scheme == "sqlite":
+        from persys.events.sqlite_log import SqliteEventBus
+
+        return SqliteEventBus(url.removeprefix("sqlite://"), maxlen=maxlen)
     if scheme in ("redis", "rediss", "unix"):
         from persys.events.redis_stream import RedisEventBus
 
         return RedisEventBus(url, maxlen=maxlen, tls=tls, login=login)
-    raise ValueError(f"unsupported events URL {url!r} (use redis://host:port/0, unix:///path?db=0 or memory://)")
+    raise ValueError(f"unsupported events URL {url!r} (use redis://host:port/0, unix:///path?db=0, "
+                     "sqlite:///path/events.db or memory://)")

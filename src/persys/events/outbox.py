@@ -31,6 +31,11 @@ class EventOutbox:
         self.clock = clock
         self._q: asyncio.Queue[ClusterEvent] = asyncio.Queue(maxsize=maxsize)
 
+    @property
+    def depth(self) -> int:
+        """Events waiting to be published."""
+        return self._q.qsize()
+
     def emit(self, event: ClusterEvent) -> None:
         try:
             self._q.put_nowait(event)

@@ -20,9 +20,10 @@ from fastapi_offline import FastAPIOffline
 
 from persys import __version__
 from persys.client import SchedulerClient, SchedulerError
-from persys.gateway import authorization, bodies
+from persys.gateway import authorization, bodies, request_tracing
 from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
+from persys.gateway.http_metrics import HttpMetrics, metrics_router
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
@@ -34,6 +35,8 @@ from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
 from persys.model.limits import GatewayLimits
+from persys.observability import tracing
+from persys.observability.metrics import Metrics
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -92,8 +95,9 @@ async def _unexpected(req: Request, err: Exception) -> JSONResponse:
 
 
 def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
-               limits: GatewayLimits | None = None) -> FastAPI:
+               limits: GatewayLimits | None = None, metrics: Metrics | None = None) -> FastAPI:
     limits = limits or GatewayLimits()
+    metrics = metrics or Metrics()
     parser = bodies.BodyParser(limits)
     app = FastAPIOffline(
         title="Persys API",
@@ -114,6 +118,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.add_exception_handler(Exception, _unexpected)
     # In the order the OpenAPI document lists them.
     app.include_router(health_routes(client))
+    app.include_router(metrics_router(metrics))
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(node_routes(client))
@@ -124,5 +129,10 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(policy_router(client))
     app.include_router(secret_router(client))
     app.include_router(join_router(client))
-    authorization.install(app, client)  # outermost: who calls is checked before anything is read
+    authorization.install(app, client)  # who calls is checked before anything is read
+    # Outside authorization: its refusals are counted and timed too.
+    app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])
+    app.state.metrics = metrics
+    if tracing.enabled():
+        request_tracing.install(app)  # outermost: a refused request is traced and gets its trace id
     return app

@@ -16,6 +16,7 @@ from persys.gateway.app import create_app
 from persys.gateway.authorization import PeerCertProtocol
 from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
+from persys.observability.metrics import Metrics
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class RunningGateway:
     port: int
     tls_files: TLSFiles
     server_tls: ReloadingServerTLS
+    metrics: Metrics
 
     async def reload_tls(self) -> None:
         """Its TLS files were replaced (a renewal): new handshakes, inbound and to the scheduler,
@@ -53,8 +55,9 @@ class RunningGateway:
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
                         limits: GatewayLimits | None = None) -> RunningGateway:
     client = SchedulerClient(scheduler_target, tls)
+    metrics = Metrics()
     config = uvicorn.Config(
-        create_app(client, agent_tls=tls, limits=limits),
+        create_app(client, agent_tls=tls, limits=limits, metrics=metrics),
         host=host,
         port=port,
         ssl_certfile=str(tls.cert),
@@ -79,4 +82,4 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         await asyncio.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
     log.info("gateway listening on https://%s:%d", host, bound)
-    return RunningGateway(server, task, client, bound, tls, server_tls)
+    return RunningGateway(server, task, client, bound, tls, server_tls, metrics)

@@ -365,6 +365,10 @@ class Workload(Model):
     deleting: StrictBool = False
     # Bumped by `persysctl restart`: part of the revision, so agents replace what runs.
     restart_epoch: NonNegInt = 0
+    # The W3C traceparent of the apply that wrote this spec (when tracing was on): stored with
+    # the document so the placement, the agents' starts and the events join that trace, also
+    # after a scheduler restart or on another replica. Not part of the revision.
+    trace_parent: StrictStr | None = Field(default=None, max_length=55)
 
     @field_validator("id")
     @classmethod

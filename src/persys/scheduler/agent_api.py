@@ -45,7 +45,8 @@ class AgentApi:
         self.require_owner = require_owner
         self.delivery = delivery
         self.drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
-        self.status_writes = GroupCommit(lambda c, o: shell.state.commit(c, o, fenced="node"))
+        self.status_writes = GroupCommit(lambda c, o: shell.state.commit(c, o, fenced="node"),
+                                         sizes=shell.metrics.batch_sizes)
 
     def _heard(self, node_id: str) -> LiveNode:
         live = self.s.live.setdefault(node_id, LiveNode(self.s.clock(), time.time()))

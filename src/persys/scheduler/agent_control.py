@@ -36,6 +36,7 @@ from persys.model import (
 )
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
+from persys.observability import tracing
 from persys.scheduler import node_admission
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
@@ -274,7 +275,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 msg = await anext(messages)
             await self._not_revoked(request.node_id, context)  # revocation wakes the stream: it ends here
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
-                                         desired_state=i.desired_state, spec_json=i.spec_json) for i in msg.items]
+                                         desired_state=i.desired_state, spec_json=i.spec_json,
+                                         traceparent=i.trace_parent) for i in msg.items]
             yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
                                   full=msg.full, removed=msg.removed)
 
@@ -298,8 +300,10 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         await self._check_size(context, self.limits.manifest_problem(request.manifest_json))
         async with mapped(context):
-            manifest = self._manifest(request.manifest_json)
-            await self.policy.admit([manifest])
+            # record=False: a refusal's text may quote the manifest; the span keeps the error's type.
+            with tracing.span("scheduler.admission", {"persys.dry_run": request.dry_run}, record=False):
+                manifest = self._manifest(request.manifest_json)
+                await self.policy.admit([manifest])
             w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
             return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
@@ -311,14 +315,15 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         await self._check_size(context, self.limits.batch_problem(request.manifests_json))
         async with mapped(context):
-            manifests = []
-            for i, raw in enumerate(request.manifests_json):
-                try:
-                    manifests.append(self._manifest(raw))
-                except (ManifestError, ValidationError) as err:
-                    problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
-                    raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
-            await self.policy.admit(manifests)
+            with tracing.span("scheduler.admission", {"persys.manifests": len(request.manifests_json)}, record=False):
+                manifests = []
+                for i, raw in enumerate(request.manifests_json):
+                    try:
+                        manifests.append(self._manifest(raw))
+                    except (ManifestError, ValidationError) as err:
+                        problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
+                        raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
+                await self.policy.admit(manifests)
             results = await self.s.apply_many(manifests)
             return pb.ApplyWorkloadsResponse(results=[
                 pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from persys.model import Assignment
 from persys.model.workload import workload_of
+from persys.observability import tracing
 from persys.scheduler.state import ClusterState
 
 SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (see Delivery.spec_json)
@@ -25,6 +26,7 @@ class Item:
     generation: int
     desired_state: str
     spec_json: bytes
+    trace_parent: str = ""  # the traceparent of the apply that wrote the spec ('' if untraced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +48,11 @@ class DeltaSender:
     last_mode: str = ""
 
     def step(self, assignments: Iterable[Assignment], mode: str, resync: Callable[[], bool],
-             spec_of: Callable[[str], bytes | None]) -> DesiredSet | None:
+             spec_of: Callable[[str], bytes | None], trace_of: Callable[[str], str] | None = None
+             ) -> DesiredSet | None:
         """The message for the node's assignments now (None: nothing to send). `resync` is asked
-        only when nothing else makes the message a full set (asking consumes a request)."""
+        only when nothing else makes the message a full set (asking consumes a request).
+        `trace_of(workload id)`: the trace context sent with an item (none without it)."""
         full = not self.deltas or mode != self.last_mode or resync()
         self.last_mode = mode
         current = {a.workload_id: a for a in assignments}
@@ -66,7 +70,9 @@ class DeltaSender:
             if spec is None:
                 continue  # its workload is gone from the mirror: withdrawn shortly
             self.sent[wid] = state
-            items.append(Item(wid, a.revision, a.generation, str(a.desired_state), spec))
+            wl = workload_of(wid)
+            items.append(Item(wid, a.revision, a.generation, str(a.desired_state), spec,
+                              trace_of(wl) if trace_of is not None else ""))
         if full or items or removed:
             return DesiredSet(items, mode, full, removed)
         return None
@@ -118,6 +124,12 @@ class Delivery:
             cached = self.spec_cache[key] = cur.value.spec.to_json()
         return cached
 
+    def trace_parent(self, wid: str) -> str:
+        """The trace context stored with a workload by its apply (sent to agents with its spec:
+        it survives a scheduler restart and reaches whichever replica serves the node)."""
+        cur = self.state.workloads.get(wid)
+        return (cur.value.trace_parent or "") if cur is not None else ""
+
     async def desired_stream(self, node_id: str) -> AsyncIterator[list[Assignment]]:
         """Full desired state for `node_id`, again after every change to it."""
         ev = self.node_changed.setdefault(node_id, asyncio.Event())
@@ -132,6 +144,7 @@ class Delivery:
         sender = DeltaSender(deltas)
         stream = self.desired_stream(node_id)
         async for assignments in stream:
-            msg = sender.step(assignments, mode(), lambda: self.take_resync(node_id), self.spec_json)
+            msg = sender.step(assignments, mode(), lambda: self.take_resync(node_id), self.spec_json,
+                              self.trace_parent if tracing.enabled() else None)
             if msg is not None:
                 yield msg

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from persys.observability.metrics import LoopHistogram
 from persys.store.base import DEFAULT_MAX_TXN_BYTES, Compare, Delete, Put, TxnTooLarge, txn_bytes
 
 TXN_MAX_OPS = 128  # etcd's default --max-txn-ops (per branch: compares and operations alike)
@@ -65,7 +66,9 @@ def pack(units: Sequence[Unit], max_ops: int = TXN_MAX_OPS, max_bytes: int = TXN
     return list(_transactions(units, max_ops, max_bytes))
 
 
-async def _commit_txn(commit: Commit, txn: list[Unit]) -> list[bool]:
+async def _commit_txn(commit: Commit, txn: list[Unit], sizes: LoopHistogram | None = None) -> list[bool]:
+    if sizes is not None:
+        sizes.observe(len(txn))
     if len(txn) == 1:
         try:
             return [await commit(txn[0].compares, txn[0].ops)]
@@ -79,10 +82,10 @@ async def _commit_txn(commit: Commit, txn: list[Unit]) -> list[bool]:
 
 
 async def commit_units(commit: Commit, units: Sequence[Unit], max_ops: int = TXN_MAX_OPS,
-                       max_bytes: int = TXN_MAX_BYTES) -> list[bool]:
+                       max_bytes: int = TXN_MAX_BYTES, sizes: LoopHistogram | None = None) -> list[bool]:
     """Commit every unit (concurrently, packed into as few transactions as fit). Returns
     whether each landed (a unit too large for one request did not); a store error propagates."""
-    results = await asyncio.gather(*(_commit_txn(commit, txn) for txn in pack(units, max_ops, max_bytes)))
+    results = await asyncio.gather(*(_commit_txn(commit, txn, sizes) for txn in pack(units, max_ops, max_bytes)))
     return [ok for part in results for ok in part]
 
 
@@ -90,8 +93,9 @@ class GroupCommit:
     """Joins units submitted by concurrent callers into shared transactions."""
 
     def __init__(self, commit: Commit, max_in_flight: int = 4, max_ops: int = TXN_MAX_OPS,
-                 max_bytes: int = TXN_MAX_BYTES) -> None:
+                 max_bytes: int = TXN_MAX_BYTES, sizes: LoopHistogram | None = None) -> None:
         self._commit = commit
+        self._sizes = sizes  # units per transaction, for metrics
         self._max_ops = max_ops
         self._max_bytes = max_bytes
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -130,7 +134,7 @@ class GroupCommit:
 
     async def _run(self, txn: list[Unit]) -> None:
         try:
-            oks = await _commit_txn(self._commit, txn)
+            oks = await _commit_txn(self._commit, txn, self._sizes)
         except Exception as err:  # the store failed: every caller in this batch sees the error
             for u in txn:
                 if u.done is not None and not u.done.done():

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from persys.model import Assignment, Phase, WorkloadStatus
 from persys.model.workload import instance_id
-from persys.scheduler import failures, keys
+from persys.observability import tracing
+from persys.scheduler import failures, keys, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
 from persys.scheduler.placement_service import has_local_volumes, to_request
@@ -36,6 +37,7 @@ class Placed:
     decision: pl.Decision
     explanation: str = ""
     moved_from: str = ""
+    decided_ns: int = 0  # when the engine pass began (wall clock, ns), kept only when tracing
 
     @property
     def instance(self) -> str:
@@ -163,15 +165,19 @@ class Placer:
             pinned = st.value.volume_node if st and st.value.volume_node else None
             requests.append(to_request(n.workload, n.instance, pinned))
         decisions: list[pl.Decision] = []
+        started_ns = time.time_ns() if tracing.enabled() else 0
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        self.s.metrics.decided(decisions)
         placed: list[Placed] = []
         for n, decision in zip(needs, decisions, strict=True):
             if decision.node_id is None:
-                await self.mark_pending(n, decision)
+                reason = await self.mark_pending(n, decision)
+                if started_ns:
+                    placement_tracing.record(n, decision, "Pending", started_ns, reason)
                 continue
-            placed.append(Placed(n, decision))
+            placed.append(Placed(n, decision, decided_ns=started_ns))
         # Many placements per transaction: one etcd revision (and one fsync) for up to
         # PLACEMENTS_PER_TXN of them instead of one each.
         for i in range(0, len(placed), PLACEMENTS_PER_TXN):
@@ -183,15 +189,26 @@ class Placer:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def mark_pending(self, n: Need, decision: pl.Decision) -> None:
+    async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
+        """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
         status = pending_status(st.value if st else None, decision, time.time())
         if status is None:
-            return
+            return st.value.message if st else ""
         w, inst = n.workload, n.instance
         await self.s.state.commit([Compare(keys.workload(w.id), n.wrev)], [Put(keys.status(inst), status.to_json())])
         self.s.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {status.message}" if inst != w.id
                     else status.message, "Unschedulable")
+        return status.message
+
+    @staticmethod
+    def trace(batch: list[Placed], landed: list[Placed]) -> None:
+        done = {p.instance for p in landed}
+        for p in batch:
+            if p.decided_ns:
+                ok = p.instance in done
+                placement_tracing.record(p.need, p.decision, "Scheduled" if ok else "NotCommitted", p.decided_ns,
+                                         p.explanation, ok)
 
     async def commit(self, batch: list[Placed]) -> None:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload
@@ -208,7 +225,7 @@ class Placer:
                     built.append(p)
                 except Exception as err:
                     broken.append((p, err))
-            oks = await commit_units(self.s.state.commit, units)
+            oks = await commit_units(self.s.state.commit, units, sizes=self.s.metrics.batch_sizes)
             landed = [p for p, ok in zip(built, oks, strict=True) if ok]
         except Exception as err:
             log.warning("committing %d placements failed: %s", len(batch), err)
@@ -216,6 +233,8 @@ class Placer:
             for p in batch:
                 self.inflight.discard(p.instance)
             self.slots.release()
+        if tracing.enabled():
+            self.trace(batch, landed)
         for p in landed:
             wid, inst = p.need.workload.id, p.instance
             self.s.emit("WorkloadScheduled", f"workload/{wid}", f"{inst}: {p.explanation}" if inst != wid

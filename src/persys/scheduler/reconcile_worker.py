@@ -82,14 +82,19 @@ class ReconcileWorker:
                 await asyncio.sleep(FROZEN_PAUSE_SECONDS)
                 continue
             needs: list[Need] = []
+            m = self.s.metrics
             for wid in batch:
                 try:
-                    needs += await self.reconcile(wid)
+                    with m.reconcile_seconds.time():
+                        needs += await self.reconcile(wid)
+                    m.reconciles.inc(("ok",))
                 except StoreUnavailable as err:
+                    m.reconciles.inc(("store_unavailable",))
                     log.warning("store unavailable while reconciling %s: %s", wid, err)
                     await asyncio.sleep(STORE_RETRY_SECONDS)
                     self.enqueue(wid)
                 except Exception as err:
+                    m.reconciles.inc(("error",))
                     log.exception("reconcile of %s failed", wid)
                     await self.placer.mark_failed(wid, None, failures.INTERNAL_ERROR, err)
             if needs:

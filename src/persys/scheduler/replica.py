@@ -27,10 +27,11 @@ from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
-from persys.model import Phase, WorkloadUsage
+from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
-from persys.scheduler import failures, views
+from persys.observability.metrics import Metrics
+from persys.scheduler import event_trace, failures, replica_metrics, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -49,6 +50,7 @@ from persys.scheduler.placement_commits import Placer
 from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
+from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.reports import LiveNode, runs_on
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState
@@ -68,6 +70,7 @@ class Scheduler:
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         blocking_lease: Callable[[], BlockingLease] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.events = events
@@ -84,6 +87,8 @@ class Scheduler:
         )
         self.live: dict[str, LiveNode] = {}
         self.usage: dict[str, WorkloadUsage] = {}
+        self.metrics = ReplicaMetrics(metrics or Metrics(process=False))
+        self.placement.decision_histogram = self.metrics.decision_seconds
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
@@ -134,6 +139,13 @@ class Scheduler:
         self.node_view = partial(views.node_view, self.state, self.live)
         self.node_page = partial(views.node_page, self.state, self.live, self.sorted_nodes)
         self.drain_status = partial(views.drain_status, self.state, self.live)
+        replica_metrics.install(self.metrics.metrics, self)
+
+    # What the metrics' scrape reads (replica_metrics.ReplicaView).
+    queue_depth = property(lambda self: len(self.worker.queued))
+    commits_in_flight = property(lambda self: len(self.placer.inflight))
+    reservations = property(lambda self: len(self.placement.ledger))
+    sharded = property(lambda self: self.config.sharded)
 
     @property
     def is_active(self) -> bool:
@@ -266,8 +278,15 @@ class Scheduler:
     # ------------------------------------------------------------------ events and change routing
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
-        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason,
-                                      fields={"node": node} if node else {}))
+        trace_id = event_trace.trace_id(subject, self._workload_doc)
+        fields = {"traceId": trace_id} if trace_id else {}
+        if node:  # the node the event concerns: what `events --node` matches
+            fields["node"] = node
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason, fields=fields))
+
+    def _workload_doc(self, wid: str) -> Workload | None:
+        cur = self.state.workloads.get(wid)
+        return cur.value if cur is not None else None
 
     def _on_change(self, kind: str, ident: str) -> None:
         if kind == "assignment":

@@ -61,7 +61,9 @@ def status_change(
         phase, reason = r.phase, r.reason
     message = r.message
     if r.terminal and message:
-        message += " (terminal: not retried until a new revision is applied)"
+        # Re-applying the same manifest changes nothing: say what does retry it.
+        message += (" (terminal: not retried until the spec changes or "
+                    f"`persysctl restart {w.value.name}`)")
     drift = drift or {}
     if (prev.phase, prev.reason, prev.message, prev.observed_revision, prev.runtime_id, prev.restarts,
             prev.drift) == (phase, reason, message, r.revision, r.runtime_id, r.restarts, drift):

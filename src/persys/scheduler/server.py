@@ -22,6 +22,11 @@ from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.observability import tracing
+from persys.observability.grpc_metrics import MetricsInterceptor
+from persys.observability.grpc_tracing import TracingInterceptor
+from persys.observability.metrics import Metrics
+from persys.observability.metrics_http import MetricsServer
 from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.agent_control import AgentControlService
@@ -46,8 +51,10 @@ from persys.secrets.base import SecretStore
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
+from persys.security.metrics_access import serve_metrics
 from persys.security.signer import CertificateSigner
 from persys.store.base import BlockingLeases, StateStore
+from persys.store.metered import MeteredStore
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
@@ -65,11 +72,15 @@ class RunningScheduler:
     revocations: NodeRevocations | None = None
     join_server: grpc.aio.Server | None = None
     join_port: int = 0  # the join listener's port (0: none)
+    metrics: Metrics | None = None
+    metrics_servers: list[MetricsServer] = dataclasses.field(default_factory=list)
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
         # of after the drain.
         await self.scheduler.election.stop()
+        for m in self.metrics_servers:
+            await m.stop()
         if self.join_server is not None:
             await self.join_server.stop(grace)
         await self.server.stop(grace)
@@ -103,6 +114,9 @@ async def start_scheduler(
     signer_for: Callable[[StateStore], CertificateSigner] | None = None,
     join_listen: str = "",
     node_cert_ttl: float = DEFAULT_NODE_CERT_TTL,
+    metrics_listen: str = "",
+    metrics_plain_listen: str = "",
+    metrics: bool = True,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
@@ -112,10 +126,15 @@ async def start_scheduler(
     `secret:` password references (never a store kept in the backend it unlocks).
     `signer_for(store)` gives the signer of node certificates (Join on `join_listen`, Renew on
     the main port; `cli.signer_options.signer_from_options` records each in the registry);
-    without one, nodes bring certificates issued elsewhere (`persys certs issue`)."""
+    without one, nodes bring certificates issued elsewhere (`persys certs issue`).
+    `metrics`: count gRPC calls and store operations (off: neither is wrapped; for measuring
+    what they cost); `metrics_listen`/`metrics_plain_listen`: serve them (security.metrics_access)."""
     store, events = await open_backends(store_url, events_url, store_tls, store_access, events_access,
                                         secret_resolver)
     config = config or SchedulerConfig()
+    registry = Metrics() if metrics else None
+    if registry is not None:
+        store = MeteredStore(store, registry)
     secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
         if secrets else None
     if isinstance(secret_store, BuiltinSecretStore):
@@ -134,14 +153,16 @@ async def start_scheduler(
     # Every client call is authorized (and mutations audited) before it reaches a service.
     tokens = TokenStore(store, TokenPepper(secret_store) if secret_store is not None else None)
     audit = AuditLog(store, keep=audit_keep)
-    server = grpc.aio.server(options=server_options(limits.max_message_bytes),
-                             interceptors=[AuthorizationInterceptor(tokens, audit)])
+    # Tracing first (when on), then metrics: what authorization refuses is traced and counted, with the code.
+    interceptors = ([TracingInterceptor()] if tracing.enabled() else []) + \
+        ([MetricsInterceptor(registry)] if registry is not None else []) + [AuthorizationInterceptor(tokens, audit)]
+    server = grpc.aio.server(options=server_options(limits.max_message_bytes), interceptors=interceptors)
     port = server.add_secure_port(listen, credentials or server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
-    scheduler = Scheduler(store, events, config, blocking_lease=keeper)
+    scheduler = Scheduler(store, events, config, blocking_lease=keeper, metrics=registry)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     # The workload policy (defaults until an admin stores one), and secret references at admission.
     gate = PolicyGate(store, policy_defaults) if secret_store is None \
@@ -173,5 +194,12 @@ async def start_scheduler(
         join_server, join_port = await start_join_server(join_listen, tls, certs)
         log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
-    return RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
-                            join_port)
+    running = RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
+                               join_port, registry)
+    if registry is not None and (metrics_listen or metrics_plain_listen):
+        try:
+            running.metrics_servers = await serve_metrics(registry, tls, metrics_listen, metrics_plain_listen)
+        except BaseException:
+            await running.stop(0)
+            raise
+    return running

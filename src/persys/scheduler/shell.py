@@ -10,6 +10,7 @@ from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
 from persys.store.base import StateStore
@@ -24,6 +25,7 @@ class Shell(Protocol):
     placement: PlacementService
     live: dict[str, LiveNode]
     usage: dict[str, WorkloadUsage]
+    metrics: ReplicaMetrics
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from persys.model import DesiredState, Workload, WorkloadManifest
 from persys.model.base import Model
 from persys.model.workload import instance_id
+from persys.observability import trace_context, tracing
 from persys.scheduler import keys, quarantine
 from persys.scheduler import placement as pl
 from persys.scheduler.errors import MutationRefused, NotFound
@@ -30,9 +31,12 @@ def updated_workload(old: Workload, incoming: Workload, now: float) -> Workload 
     same_spec = old.spec.spec_revision() == incoming.revision
     if same_spec and old.labels == incoming.labels and not old.deleting:
         return None
+    # A new spec starts a new count of restarts: its revision is its content hash alone, so the
+    # same manifest has the same revision whatever restarts came before it.
+    epoch = old.restart_epoch if same_spec else 0
     return old.model_copy(update={
-        "spec": incoming.spec, "labels": incoming.labels,
-        "revision": Workload.revision_of(incoming.spec, old.restart_epoch),
+        "spec": incoming.spec, "labels": incoming.labels, "restart_epoch": epoch,
+        "trace_parent": incoming.trace_parent, "revision": Workload.revision_of(incoming.spec, epoch),
         "generation": old.generation + (0 if same_spec else 1), "updated_at": now, "deleting": False,
     })
 
@@ -44,10 +48,22 @@ class WorkloadApi:
 
     async def apply(self, manifest: WorkloadManifest, dry_run: bool = False) -> tuple[Workload, bool, bool]:
         """Create or update a workload. Returns (workload, created, changed); idempotent."""
+        if not tracing.enabled():
+            return await self._apply(manifest, dry_run)
+        with tracing.span("scheduler.apply", {"persys.workload": manifest.metadata.name,
+                                              "persys.dry_run": dry_run}) as s:
+            w, created, changed = await self._apply(manifest, dry_run)
+            s.set_attribute("persys.created", created)
+            s.set_attribute("persys.changed", changed)
+            s.set_attribute("persys.revision", w.revision)
+            return w, created, changed
+
+    async def _apply(self, manifest: WorkloadManifest, dry_run: bool) -> tuple[Workload, bool, bool]:
         if not dry_run:
             self.s.require_normal()
         state = self.s.state
         incoming = Workload.from_manifest(manifest, time.time())
+        incoming.trace_parent = trace_context.current() or None  # this apply's span: placement joins it
         key = keys.workload(incoming.id)
         for _ in range(CAS_ATTEMPTS):
             current = state.workloads.get(incoming.id)
@@ -56,8 +72,7 @@ class WorkloadApi:
                     return incoming, True, True
                 # rev_of: 0, or the revision of a stored document the model refuses, which a
                 # valid manifest of the same name replaces.
-                if await state.commit([Compare(key, state.rev_of(key))], [Put(key, incoming.to_json())],
-                                      fenced=False):
+                if await self._commit([Compare(key, state.rev_of(key))], [Put(key, incoming.to_json())]):
                     self.s.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self.s.refresh(key)
@@ -67,11 +82,20 @@ class WorkloadApi:
                 return current.value, False, False
             if dry_run:
                 return updated, False, True
-            if await state.commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())], fenced=False):
+            if await self._commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())]):
                 self.s.emit("WorkloadUpdated", f"workload/{updated.id}", f"revision {updated.revision}")
                 return updated, False, True
             await self.s.refresh(key)
         raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
+
+    async def _commit(self, compares: list[Compare], puts: list[Put]) -> bool:
+        """One workload's compare-and-swap, in a span of its own when tracing."""
+        if not tracing.enabled():
+            return await self.s.state.commit(compares, puts, fenced=False)
+        with tracing.span("store.commit", {"persys.store.ops": len(puts)}) as s:
+            ok = await self.s.state.commit(compares, puts, fenced=False)
+            s.set_attribute("persys.store.committed", ok)
+            return ok
 
     async def apply_many(self, manifests: list[WorkloadManifest]) -> list[tuple[Workload, bool, bool]]:
         """Apply many manifests at once (same results as `apply` one by one, in order).
@@ -82,6 +106,9 @@ class WorkloadApi:
         await self.admit()
         now = time.time()
         incoming = [Workload.from_manifest(m, now) for m in manifests]
+        parent = trace_context.current() if tracing.enabled() else ""
+        for w in incoming if parent else ():
+            w.trace_parent = parent
         puts = [put_doc(keys.workload(w.id), w) for w in incoming]
         for i, put in enumerate(puts):  # refuse the batch before anything is written
             if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
@@ -156,7 +183,16 @@ class WorkloadApi:
                                            else "WorkloadStopping")
 
     async def restart(self, wid: str) -> Workload:
-        """Replace every instance with a fresh copy of the same spec (a new revision)."""
+        """Replace every instance with a fresh copy of the same spec (a new revision). Refused
+        while no instance is placed: there is nothing to replace, and a new revision would only
+        hide why the workload is pending."""
+        cur = self.s.state.workloads.get(wid)
+        if cur is not None and not cur.value.deleting and not any(
+                instance_id(wid, i) in self.s.state.placement_of for i in range(cur.value.spec.replicas)):
+            st = self.s.state.statuses.get(wid)
+            why = f" ({st.value.phase}: {st.value.reason})" if st is not None and st.value.reason else ""
+            raise MutationRefused(f"workload {wid!r} has no placed instance to restart{why}; it starts once it "
+                                  f"can be placed (see `persysctl explain {wid}`)")
 
         def change(w: Workload) -> Workload:
             w.restart_epoch += 1

@@ -98,6 +98,7 @@ PUBLIC_ROUTES: frozenset[tuple[str, str]] = frozenset({
 REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/readyz"): _r("get", "health"),
     ("GET", "/v1/health"): _r("get", "health"),
+    ("GET", "/metrics"): _r("get", "metrics"),
     ("POST", "/v1/workloads"): _m("apply", "workloads"),
     ("POST", "/v1/workloads:batch"): _m("apply", "workloads"),
     ("POST", "/v1/plan"): _r("plan", "workloads"),

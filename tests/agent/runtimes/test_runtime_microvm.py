@@ -156,7 +156,7 @@ async def test_invalid_host_files_are_terminal(microvm_guest: GuestImages, tmp_p
     missing = _spec(microvm_guest, "x", kernel=tmp_path / "no-such-kernel")
     with pytest.raises(RuntimeFailure) as err:
         await rt.start(_workload("bad-kernel", missing))
-    assert err.value.code == "InvalidSpec" and err.value.terminal
+    assert err.value.code == "ImageNotFound" and err.value.terminal  # as a VM's missing image
     junk = tmp_path / "junk-kernel"
     junk.write_bytes(b"not a kernel" * 100)
     with pytest.raises(RuntimeFailure) as err:

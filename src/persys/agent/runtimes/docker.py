@@ -19,7 +19,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
-from persys.agent.runtimes.docker_client import LazyDocker, inspect_containers
+from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
 from persys.model.workload import ContainerSpec
@@ -68,7 +68,7 @@ class DockerRuntime:
             version = await asyncio.wait_for(self._docker().version(), timeout=5)
             info = await asyncio.wait_for(self._docker().system.info(), timeout=5)
         except Exception as exc:  # any failure means "not usable", probe must never raise
-            return Probe(available=False, reason=f"docker engine not reachable: {exc}")
+            return Probe(available=False, reason=engine_unreachable(exc, self._docker.url))
         features = ["init", f"api:{version.get('ApiVersion', '')}"]
         if info.get("CgroupVersion"):
             features.append(f"cgroups:v{info['CgroupVersion']}")

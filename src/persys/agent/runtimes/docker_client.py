@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import aiodocker
@@ -17,6 +18,7 @@ class LazyDocker:
     loop, so the client is made on the first call rather than when the runtime is built."""
 
     def __init__(self, url: str | None) -> None:
+        self.url = url
         self._url = url
         self._client: aiodocker.Docker | None = None
 
@@ -29,6 +31,14 @@ class LazyDocker:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def engine_unreachable(exc: BaseException, url: str | None) -> str:
+    """Why the engine could not be used, never empty (a timeout's text is ""), with the fix."""
+    what = str(exc) or ("no answer within 5 s" if isinstance(exc, TimeoutError) else type(exc).__name__)
+    where = url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    return (f"docker engine not reachable at {where}: {what} (start dockerd, e.g. scripts/start-dockerd.sh, "
+            "and the agent picks it up at its next probe)")
 
 
 async def inspect_containers(docker: aiodocker.Docker, filters: dict[str, list[str]]) -> list[dict[str, Any]]:

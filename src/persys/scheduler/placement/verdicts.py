@@ -191,6 +191,15 @@ class Rejections(Mapping[str, Status]):
     def __repr__(self) -> str:
         return f"Rejections({self._all()!r})"
 
+    def code_counts(self) -> dict[str, int]:
+        """Nodes rejected per status code (a population count per group): for metrics."""
+        out: dict[str, int] = {}
+        for status, bits in self._groups:
+            out[status.code] = out.get(status.code, 0) + bits.bit_count()
+        for status in self._each.values():
+            out[status.code] = out.get(status.code, 0) + 1
+        return out
+
     def summary(self) -> str:
         counted: list[tuple[Status, int]] = [(s, bits.bit_count()) for s, bits in self._groups]
         counted.extend((s, 1) for s in self._each.values())

@@ -49,7 +49,7 @@ from persys.agent.runtimes.compose.project import (
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
-from persys.agent.runtimes.docker_client import LazyDocker, inspect_containers
+from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
@@ -118,7 +118,7 @@ class ComposeRuntime:
         try:
             engine = await asyncio.wait_for(self._docker().version(), timeout=5)
         except Exception as exc:
-            return Probe(available=False, reason=f"docker engine not reachable: {exc}")
+            return Probe(available=False, reason=engine_unreachable(exc, self._docker.url))
         features = [f"engine:{engine.get('Version', '')}", f"api:{engine.get('ApiVersion', '')}",
                     "source:inline", "source:path", "retainVolumes"]
         if shutil.which("git"):

@@ -222,7 +222,9 @@ class MicroVMRuntime:
             if self._node_paths is not None:
                 p = self._node_paths.check(value, what)  # resolved: used as checked
             if not p.is_file():
-                raise RuntimeFailure(f"{what} {value!r} does not exist", code="InvalidSpec", terminal=True)
+                # The same code as a VM's missing image: the spec is fine, the node lacks the file.
+                raise RuntimeFailure(f"{what} {value!r} does not exist on this node", code="ImageNotFound",
+                                     terminal=True)
             return p
 
         kernel = existing(spec.kernel, "kernel")

@@ -4,7 +4,6 @@ connection, and the translation of what libvirt says (domain states, stats, addr
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import threading
 from collections.abc import Mapping
@@ -17,15 +16,24 @@ DEFAULT_URI = "qemu:///system"
 LIBVIRT_QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
 
 
-@functools.cache
+_loaded: list[Any] = []  # the module once imported; a failure is not remembered
+
+
 def load_libvirt() -> tuple[Any, str]:
-    """(module, "") or (None, why). Imported lazily so the agent runs on nodes without libvirt."""
+    """(module, "") or (None, why). Imported lazily so the agent runs on nodes without libvirt,
+    and tried again at every probe until it imports: a binding installed while the agent runs
+    is picked up at its next capability probe, without a restart."""
+    if _loaded:
+        return _loaded[0], ""
+    importlib.invalidate_caches()  # the import system's directory caches may predate the install
     try:
         mod = importlib.import_module("libvirt")
     except ImportError as exc:
-        return None, f"python binding not installed (pip install libvirt-python): {exc}"
+        return None, (f"python binding not installed ({exc}); install it with "
+                      "`.venv/bin/pip install libvirt-python` (needs Debian's libvirt-dev, pkg-config, gcc)")
     # libvirt's default handler prints every error to stderr; they arrive as exceptions anyway.
     mod.registerErrorHandler(lambda _ctx, _err: None, None)
+    _loaded.append(mod)
     return mod, ""
 
 

@@ -1,0 +1,28 @@
+"""`--version` for both binaries: the Persys version and what it runs on (for bug reports)."""
+
+from __future__ import annotations
+
+import platform
+
+import typer
+
+import persys
+
+
+def version_text(program: str) -> str:
+    from importlib.metadata import version
+
+    return (f"{program} {persys.__version__} (python {platform.python_version()}, grpcio {version('grpcio')}, "
+            f"{platform.system().lower()}/{platform.machine()})")
+
+
+def version_option(program: str) -> bool:
+    """The eager `--version` flag: prints and exits before anything else runs."""
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(version_text(program))
+            raise typer.Exit()
+
+    return typer.Option(False, "--version", callback=show, is_eager=True,  # type: ignore[no-any-return]
+                        help="Print the version and exit.")

@@ -14,7 +14,7 @@ from persys._pb.persys.v1 import certificates_pb2 as cpb
 from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc
+from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc, watch_pb2, watch_pb2_grpc
 from persys.observability.grpc_tracing import with_trace_context
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
@@ -61,6 +61,7 @@ class SchedulerClient:
         self._auth_stubs = [apb_grpc.AuthStub(c) for c in self._channels]
         self._secret_stubs = [secrets_pb2_grpc.SecretsStub(c) for c in self._channels]
         self._node_access_stubs = [cpb_grpc.NodeAccessStub(c) for c in self._channels]
+        self._watch_stubs = [watch_pb2_grpc.WatchStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -159,6 +160,42 @@ class SchedulerClient:
         resp = await self._call("ListEvents", pb.ListEventsRequest(limit=limit, subject=subject))
         return [json.loads(i) for i in resp.items]
 
+    async def watch_events(self, request: watch_pb2.WatchEventsRequest) -> AsyncIterator[watch_pb2.WatchEventMessage]:
+        """The Watch/Events stream (see watch.proto) from the first replica that answers."""
+        async for msg in self._stream("Events", request):
+            yield msg
+
+    async def watch_objects(self, kind: str, node_id: str = "", seconds: float = 0.0
+                            ) -> AsyncIterator[watch_pb2.ObjectChange]:
+        """Watch/Workloads or Watch/Nodes (kind "workloads" or "nodes"), for `seconds` (0: no end)."""
+        request = watch_pb2.WatchObjectsRequest(node_id=node_id, timeout_seconds=seconds)
+        async for msg in self._stream("Workloads" if kind == "workloads" else "Nodes", request):
+            yield msg
+
+    async def _stream(self, method: str, request: Any) -> AsyncIterator[Any]:
+        # Fail over only before the first message: after it, the caller resumes (it knows where).
+        md = forwarding.current()
+        last: grpc.aio.AioRpcError | None = None
+        for attempt in range(len(self._watch_stubs)):
+            i = (self._current + attempt) % len(self._watch_stubs)
+            call = getattr(self._watch_stubs[i], method)(request, metadata=md or None)
+            started = False
+            try:
+                async for msg in call:
+                    started = True
+                    yield msg
+                return
+            except grpc.aio.AioRpcError as err:
+                unreachable = err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and \
+                    not any(k == "persys-unavailable" for k, _ in (err.trailing_metadata() or ()))
+                if started or not unreachable:
+                    raise SchedulerError(err.code().name, err.details() or err.code().name) from None
+                last = err
+            finally:
+                call.cancel()
+        assert last is not None
+        raise SchedulerError(last.code().name, f"scheduler at {self.target} is unreachable: {last.details()}")
+
     async def _doc(self, method: str, request: Any) -> dict[str, Any]:
         return _document((await self._call(method, request)).json)
 
@@ -250,7 +287,9 @@ class SchedulerClient:
                 "eventsDropsUnreported": h.events_drops_unreported,
                 "role": h.role,
                 "mirror": {"revision": h.mirror_revision, "storeRevision": h.store_revision, "lag": h.mirror_lag,
-                           "watch": h.watch, "compactionRecoveries": h.compaction_recoveries}}
+                           "watch": h.watch, "compactionRecoveries": h.compaction_recoveries},
+                "dependencies": [{"name": d.name, "ok": d.ok, "reason": d.reason, "configured": d.configured}
+                                 for d in h.dependencies]}
 
     # ---------------------------------------------------------------- Auth service
 

@@ -103,6 +103,18 @@ async def test_maxlen_bound(bus: EventBus) -> None:
     assert kept[-1].message == f"m{MAXLEN * 4 - 1}"
 
 
+async def test_bounds_are_the_oldest_and_newest_retained(bus: EventBus) -> None:
+    assert await bus.bounds() == (None, None)
+    ids = [await bus.publish(ev(i)) for i in range(MAXLEN * 4)]
+    kept = await bus.recent(limit=MAXLEN * 10)
+    oldest, newest = await bus.bounds()
+    # After trimming, the oldest retained one (a replay from the start begins there): what a
+    # resumed live stream compares its id with.
+    assert newest == ids[-1] and oldest is not None and oldest in ids
+    assert (await take(bus.subscribe(since_id="0-0"), 1))[0].id == oldest
+    assert parse_id(oldest) <= parse_id(kept[0].id)
+
+
 async def test_subscribe_live_tail_in_order(bus: EventBus) -> None:
     await bus.publish(ev(-1))  # published before subscribing: not part of the live tail
     received: list[ClusterEvent] = []

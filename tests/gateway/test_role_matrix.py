@@ -20,7 +20,7 @@ import pytest
 import yaml
 from google.protobuf import message_factory
 
-from persys._pb.persys.v1 import auth_pb2, certificates_pb2, control_pb2, policy_pb2, secrets_pb2
+from persys._pb.persys.v1 import auth_pb2, certificates_pb2, control_pb2, policy_pb2, secrets_pb2, watch_pb2
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
@@ -62,6 +62,10 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/v1/nodes/{node_id}/labels"): ("/v1/nodes/ghost/labels", {"json": {"set": {"a": "b"}}}),
     ("POST", "/v1/nodes/{node_id}/taints"): ("/v1/nodes/ghost/taints", {"json": {"remove": ["a"]}}),
     ("GET", "/v1/events"): ("/v1/events?limit=5", {}),
+    # Streams: allowed callers get the stream, which ends after the timeout.
+    ("GET", "/v1/events/stream"): ("/v1/events/stream?timeout=0.2", {}),
+    ("GET", "/v1/watch/workloads"): ("/v1/watch/workloads?timeout=0.2", {}),
+    ("GET", "/v1/watch/nodes"): ("/v1/watch/nodes?timeout=0.2", {}),
     ("GET", "/v1/admin/backup"): ("/v1/admin/backup", {}),
     ("POST", "/v1/admin/restore"): ("/v1/admin/restore", {"json": {"format": "not a backup"}}),
     ("POST", "/v1/admin/liveness/resume"): ("/v1/admin/liveness/resume", {}),
@@ -134,7 +138,7 @@ def test_rest_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> Non
 
 def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:
     c, ids = cluster
-    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2)
+    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2)
     methods = {f"/{s.full_name}/{m.name}": m for module in modules
                for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
 
@@ -146,10 +150,17 @@ def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None
                     desc = methods[full]
                     req_cls = message_factory.GetMessageClass(desc.input_type)
                     resp_cls = message_factory.GetMessageClass(desc.output_type)
-                    call = ch.unary_unary(full, request_serializer=req_cls.SerializeToString,
-                                          response_deserializer=resp_cls.FromString)
                     try:
-                        await call(req_cls(), timeout=10)
+                        if desc.server_streaming:  # a watch: its first message (or the refusal) is enough
+                            stream = ch.unary_stream(full, request_serializer=req_cls.SerializeToString,
+                                                     response_deserializer=resp_cls.FromString)(req_cls(), timeout=10)
+                            async for _ in stream:
+                                break
+                            stream.cancel()
+                        else:
+                            call = ch.unary_unary(full, request_serializer=req_cls.SerializeToString,
+                                                  response_deserializer=resp_cls.FromString)
+                            await call(req_cls(), timeout=10)
                         code = grpc.StatusCode.OK
                     except grpc.aio.AioRpcError as err:
                         code = err.code()

@@ -90,6 +90,7 @@ class Agent:
         self.all_runtimes = self.meter.wrap(runtimes)
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
+        self.unavailable: dict[str, str] = {}  # runtime -> why it does not work here (last probe)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.local = LocalState(config.state_dir / "agent.db")
         self.desired: dict[str, Desired] = {}
@@ -206,6 +207,7 @@ class Agent:
         Returns True when the advertised set changed (the node must register again)."""
         available: dict[str, Runtime] = {}
         caps = []
+        broken: dict[str, str] = {}  # why each runtime is not offered: registration carries it
         for rt in self.all_runtimes:
             try:
                 p = await asyncio.wait_for(rt.probe(), timeout=30)
@@ -216,13 +218,16 @@ class Agent:
                 caps.append(
                     pb.RuntimeCapability(workload_type=rt.name, version=p.version, features=p.features)
                 )
-            elif rt.name in self.runtimes or not self.capabilities:
-                log.warning("runtime %s unavailable: %s", rt.name, p.reason)
+            else:
+                broken[rt.name] = p.reason or "unavailable"
+                if rt.name in self.runtimes or not self.capabilities:
+                    log.warning("runtime %s unavailable: %s", rt.name, p.reason)
         changed = [(c.workload_type, c.version, list(c.features)) for c in caps] != [
             (c.workload_type, c.version, list(c.features)) for c in self.capabilities
-        ]
+        ] or sorted(broken) != sorted(self.unavailable)
         self.runtimes = available
         self.capabilities = caps
+        self.unavailable = broken
         return changed
 
     async def _probe_loop(self) -> None:
@@ -249,6 +254,7 @@ class Agent:
                 cpu_millicores=c.cpu_millicores or cap.cpu_millicores,
                 memory_mb=c.memory_mb or cap.memory_mb,
                 disk_mb=c.disk_mb or cap.disk_mb,
+                unavailable_runtimes=self.unavailable,
             ),
             labels=c.labels,
             taints=[pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in c.taints],

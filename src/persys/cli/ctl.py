@@ -17,7 +17,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import ctl_tracing, node_cmds, secret_cmds
+from persys.cli import ctl_tracing, events_cmd, follow, node_cmds, secret_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -201,14 +201,22 @@ def get(
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
     chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
                                    help="Items asked for per request; pages are printed as they arrive."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="After the list, print a row per change (added, "
+                               "modified, deleted) until Ctrl-C."),
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
-    """List workloads, nodes or secrets (secrets: names, keys, versions; never values)."""
+    """List workloads, nodes or secrets (secrets: names, keys, versions; never values).
+    With -w, follow changes: `persysctl get workloads -w`, `persysctl get nodes -w`."""
     k = resource_kind(kind)
     api = Api(server)
     if k == "secrets":
+        if watch:
+            fail("-w follows workloads and nodes; secrets change through `persysctl events --kind SecretChanged -f`")
         secret_cmds.get_secrets(api, name, output)
+        return
+    if watch:
+        follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {}, _change_row(k, name))
         return
     if not name:
         if output not in ("table", "json", "yaml"):
@@ -218,6 +226,25 @@ def get(
     items = [api.request("GET", f"/v1/{k}/{name}")]
     table = _workload_table(items) if k == "workloads" else _node_table(items)
     emit(items, output, table)
+
+
+def _change_row(kind: str, only: str | None) -> Any:
+    """Print one change as a table row (the first with the header), as `get` shows it; a deletion
+    as `DELETED <kind>/<id>`."""
+    shown = [False]
+
+    def show(change: str, item: dict[str, Any]) -> None:
+        if only and item.get("id") != only:
+            return
+        if change == "DELETED":
+            out.print(f"DELETED  {kind[:-1]}/{cell(item['id'])}", highlight=False)
+            return
+        table = _workload_table([item]) if kind == "workloads" else _node_table([item])
+        table.show_header = not shown[0]
+        shown[0] = True
+        out.print(table)
+
+    return show
 
 
 def _pages(api: Api, kind: str, node: str, chunk: int) -> Iterator[list[dict[str, Any]]]:
@@ -404,30 +431,20 @@ def _delete_node(node: str, force: bool, server: str | None) -> None:
 
 
 @app.command()
-def events(
-    subject: str = typer.Option("", "--for", help="Only events about this subject, e.g. workload/web."),
-    limit: int = typer.Option(50, "--limit", help="How many, newest last."),
-    output: str = OutputOpt,
-    server: str | None = ServerOpt,
-) -> None:
-    """Show recent cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...)."""
-    items = Api(server).request("GET", "/v1/events", params={"limit": limit, "subject": subject})
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
-        t.add_column(col, overflow="fold")
-    for e in items:
-        t.add_row(age_text(e["ts"]), e["kind"], e["subject"], e["message"])
-    emit(items, output, t)
-
-
-@app.command()
 def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
-    """Show the control plane's health and operating mode."""
+    """Show the control plane's health and operating mode, and each dependency (state store,
+    event bus, secret store, meter, node runtimes): ok, or FAILING with the reason."""
     h = Api(server).request("GET", "/v1/health")
     t = Table(box=None, show_header=False, pad_edge=False)
     for k, v in h.items():
         if k == "liveness":
             t.add_row(k, _liveness_line(v))
+            continue
+        if k == "dependencies":  # one row each: ok or what is wrong
+            t.add_row(k, "")
+            for d in v:
+                state = "ok" if d["ok"] else "FAILING"
+                t.add_row(f"  {d['name']}", state + (f": {d['reason']}" if d.get("reason") else ""))
             continue
         t.add_row(k, ", ".join(f"{kk} {vv}" for kk, vv in v.items()) if isinstance(v, dict) else str(v))
     emit(h, output, t)
@@ -513,6 +530,7 @@ app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")
 app.add_typer(node_app, name="node")
 app.command("audit")(audit_command)
+app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 
 
 @app.callback()

@@ -65,6 +65,7 @@ def node_text(n: dict[str, Any]) -> str:
         f"Address:        {n.get('address') or '-'}",
         f"Agent version:  {n.get('agentVersion', '')}",
         f"Runtimes:       {rts or '-'}",
+        *[f"  unavailable:  {k}: {v}" for k, v in sorted(caps.get("unavailable", {}).items())],
         f"Storage:        {', '.join(caps.get('storageDrivers', [])) or '-'}",
         f"Labels:         {', '.join(f'{k}={v}' for k, v in n.get('labels', {}).items()) or '-'}",
         f"Taints:         {taints or '-'}",

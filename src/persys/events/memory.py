@@ -71,6 +71,11 @@ class MemoryEventBus:
                 cursor = parse_id(ev.id)
                 yield ev
 
+    async def bounds(self) -> tuple[str | None, str | None]:
+        if not self._buf:
+            return None, None
+        return self._buf[0][1].id, self._buf[-1][1].id
+
     async def healthy(self) -> bool:
         return not self._closed
 

@@ -223,6 +223,16 @@ class RedisEventBus:
                     cursor = ev.id
                     yield ev
 
+    async def bounds(self) -> tuple[str | None, str | None]:
+        try:
+            # XREAD from the start (not XRANGE): the ACL Persys documents grants XREAD and XREVRANGE.
+            first: Any = await self._redis.xread({self.stream: "0-0"}, count=1)
+            last: Any = await self._redis.xrevrange(self.stream, count=1)
+        except _DOWN as e:
+            raise EventsUnavailable(f"{redacted(self.url)}: {e}") from e
+        oldest = _s(first[0][1][0][0]) if first and first[0][1] else None
+        return oldest, (_s(last[0][0]) if last else None)
+
     async def check_access(self, attempts: int = 3) -> None:
         """Raise EventsAccessDenied for a wrong password, TLS identity or an ACL without what Persys
         needs; return when Redis is merely unreachable (events are best effort: the scheduler starts

@@ -125,6 +125,17 @@ class SqliteEventBus:
                 cursor = (r[0], r[1])
                 yield _event(r)
 
+    async def bounds(self) -> tuple[str | None, str | None]:
+        try:
+            rows = await asyncio.to_thread(
+                self._select, "SELECT ms, seq FROM (SELECT ms, seq FROM events ORDER BY ms, seq LIMIT 1) UNION ALL "
+                "SELECT ms, seq FROM (SELECT ms, seq FROM events ORDER BY ms DESC, seq DESC LIMIT 1)", ())
+        except sqlite3.Error as err:
+            raise EventsUnavailable(f"event log {self.path}: {err}") from err
+        if not rows:
+            return None, None
+        return f"{rows[0][0]}-{rows[0][1]}", f"{rows[-1][0]}-{rows[-1][1]}"
+
     async def healthy(self) -> bool:
         return not self._closed
 

@@ -30,6 +30,7 @@ from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
 from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.nodes import node_routes
+from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
@@ -121,6 +122,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(node_routes(client))
+    app.include_router(stream_routes(client))  # SSE: events, workload and node watches
     app.include_router(event_routes(client))
     app.include_router(admin_routes(client, parser))
     app.include_router(auth_router(client))

@@ -34,6 +34,9 @@ class RuntimeInfo(Model):
 
 class Capabilities(Model):
     runtimes: dict[str, RuntimeInfo] = Field(default_factory=dict)  # workload type -> info
+    # Runtimes the agent probed and found not working, with why (never placed on; in describe
+    # node and the scheduler's health). Bounded by the scheduler when the node registers.
+    unavailable: dict[str, str] = Field(default_factory=dict)
     storage_drivers: list[str] = Field(default_factory=list)
     # Capacity the placement engine compares requests with: never negative, bounded like requests.
     cpu_millicores: Quantity = 0

@@ -155,10 +155,11 @@ class AgentApi:
         self.drift[node_id] = tracked.known
         for d in tracked.detected:
             self.s.emit("DriftDetected", f"workload/{workload_of(d.instance)}",
-                        f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind)
+                        f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind,
+                        node=node_id)
         if tracked.resync:
             self.delivery.ask_resync(node_id)  # remediation: send the whole desired state again
         for d in tracked.resolved:
             self.s.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
-                        d.kind)
+                        d.kind, node=node_id)
         return tracked.records

@@ -49,6 +49,7 @@ from persys.scheduler.call_budget import (
 )
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
+from persys.scheduler.node_admission import unavailable_runtimes
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
@@ -160,6 +161,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     cpu_millicores=caps.cpu_millicores,
                     memory_mb=caps.memory_mb,
                     disk_mb=caps.disk_mb,
+                    unavailable=unavailable_runtimes(caps.unavailable_runtimes),
                 ),
                 labels=dict(request.labels),
                 taints=[Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
@@ -437,6 +439,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             role=h["role"], mirror_revision=h["mirror"]["revision"], store_revision=h["mirror"]["storeRevision"],
             mirror_lag=h["mirror"]["lag"], watch=h["mirror"]["watch"],
             compaction_recoveries=h["mirror"]["compactionRecoveries"],
+            dependencies=[pb.DependencyHealth(**d) for d in h["dependencies"]],
         )
 
     # ---------------------------------------------------------------- node operations

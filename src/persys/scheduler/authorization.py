@@ -11,11 +11,12 @@ its result. Agents' own RPCs pass through: the service checks them against the n
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -103,6 +104,11 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
         if handler is None or method in NODE_RPCS:
             return handler
         rule = RPC_RULES.get(method)
+        if rule is not None and handler.unary_stream is not None and not rule.audited:
+            # A server stream (Watch): the same check before the first message; reads only.
+            return grpc.unary_stream_rpc_method_handler(
+                self._guarded_stream(method, rule, handler.unary_stream),
+                request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
         if rule is None or handler.unary_unary is None:
             rule = None  # a client method without a rule: refused, never served by default
         return grpc.unary_unary_rpc_method_handler(
@@ -183,6 +189,31 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
                     await self._record(caller, method, request, response, result)
 
         return call
+
+    def _guarded_stream(self, method: str, rule: Rule, behavior: Callable[..., AsyncIterator[Any]]
+                        ) -> Callable[..., AsyncIterator[Any]]:
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                caller = await self.resolve(context, rule)
+            except CallRefusedError as err:
+                await context.abort(err.code, str(err))
+                raise AssertionError("unreachable") from None
+            if caller.identity == ANONYMOUS:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                    f"{method} needs an identity ({caller.via or 'peer'} forwarded none)")
+            decision = decide(caller.identity, rule.verb, rule.resource)
+            if not decision.allowed:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"{decision.reason} (needs {rule.verb} on {rule.resource})")
+            token = CALLER.set(caller)
+            try:
+                async for message in behavior(request, context):
+                    yield message
+            finally:
+                with contextlib.suppress(ValueError):  # closed from another context (a cancelled stream)
+                    CALLER.reset(token)
+
+        return stream
 
     async def _record(self, caller: Caller, method: str, request: Any, response: Any, result: str) -> None:
         await self.audit.record({

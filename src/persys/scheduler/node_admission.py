@@ -243,3 +243,14 @@ def usage_refusal(cpu_percent: float, memory_used_mb: int, disk_used_mb: int, wo
         _capacity_refusal("usage.disk_used_mb", disk_used_mb, MAX_DISK_MB),
         _capacity_refusal("usage.workloads", workloads, 1_000_000),
     ])
+
+
+MAX_UNAVAILABLE_RUNTIMES = 16
+MAX_RUNTIME_REASON_CHARS = 500
+
+
+def unavailable_runtimes(reported: Mapping[str, str]) -> dict[str, str]:
+    """What a node says about its broken runtimes, bounded: at most 16, names of at most 32
+    characters, each reason cut at 500 (a node cannot grow its document without limit)."""
+    kept = sorted((k, v) for k, v in reported.items() if 0 < len(k) <= 32)[:MAX_UNAVAILABLE_RUNTIMES]
+    return {k: v[:MAX_RUNTIME_REASON_CHARS] for k, v in kept}

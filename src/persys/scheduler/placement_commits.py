@@ -238,10 +238,10 @@ class Placer:
         for p in landed:
             wid, inst = p.need.workload.id, p.instance
             self.s.emit("WorkloadScheduled", f"workload/{wid}", f"{inst}: {p.explanation}" if inst != wid
-                        else p.explanation, "Scheduled")
+                        else p.explanation, "Scheduled", node=p.decision.node_id or "")
             if p.moved_from:
                 self.s.emit("Relocated", f"workload/{wid}", f"{inst}: {p.moved_from} -> {p.decision.node_id}",
-                            "Relocated")
+                            "Relocated", node=p.decision.node_id or "")
         done = {p.instance for p in landed}
         for p, failure in broken:
             done.add(p.instance)

@@ -29,6 +29,7 @@ from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
 from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
+from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
 from persys.scheduler import event_trace, failures, replica_metrics, views
 from persys.scheduler import placement as pl
@@ -108,6 +109,8 @@ class Scheduler:
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.worker_watch = WorkerWatch()
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
+        # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
+        self.health_checks: list[NamedCheck] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
         # The components (each takes this shell through the narrow Shell protocol); their
         # operations are this replica's API.
@@ -274,10 +277,12 @@ class Scheduler:
 
     # ------------------------------------------------------------------ events and change routing
 
-    def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
+    def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         trace_id = event_trace.trace_id(subject, self._workload_doc)
-        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason,
-                                      fields={"traceId": trace_id} if trace_id else {}))
+        fields = {"traceId": trace_id} if trace_id else {}
+        if node:  # the node the event concerns: what `events --node` matches
+            fields["node"] = node
+        self.outbox.emit(ClusterEvent(kind=kind, subject=subject, message=message, reason=reason, fields=fields))
 
     def _workload_doc(self, wid: str) -> Workload | None:
         cur = self.state.workloads.get(wid)

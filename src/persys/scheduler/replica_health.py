@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from persys.events.base import EventBus
+from persys.events.base import EventBus, EventsUnavailable
 from persys.events.outbox import EventOutbox
 from persys.model import NodeStatus
+from persys.observability.health_checks import DependencyState, NamedCheck, run_checks
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.mode_guard import Mode, ModeGuard
@@ -33,6 +34,7 @@ class HealthSource(Protocol):
     worker_watch: WorkerWatch
     placement: PlacementService
     elected_at_wall: float
+    health_checks: list[NamedCheck]  # registered at start: the secret store, Persys Meter, ...
 
     @property
     def is_active(self) -> bool: ...
@@ -67,23 +69,52 @@ def _refused(s: HealthSource) -> list[str]:
             + (", ..." if len(names) > 5 else "")]
 
 
+MAX_RUNTIME_NOTES = 5
+
+
+def runtimes_state(s: HealthSource) -> DependencyState:
+    """Node runtimes the agents found not working, with their reasons (a few named, all counted)."""
+    broken = [f"{nid}: {rt}: {why}" for nid, n in sorted(s.state.nodes.items())
+              for rt, why in sorted(n.value.capabilities.unavailable.items())]
+    if not broken:
+        return DependencyState("node-runtimes", True, f"every runtime the {len(s.state.nodes)} node(s) probed works")
+    extra = len(broken) - MAX_RUNTIME_NOTES
+    more = f" (+{extra} more: persysctl describe node)" if extra > 0 else ""
+    return DependencyState("node-runtimes", False, "; ".join(broken[:MAX_RUNTIME_NOTES]) + more)
+
+
+async def _events_state(s: HealthSource) -> DependencyState:
+    try:
+        await s.events.bounds()
+    except EventsUnavailable as err:
+        return DependencyState("event-bus", False, f"unreachable, events are being dropped: {err}")
+    except Exception as err:  # an unexpected backend failure is still the bus's problem
+        return DependencyState("event-bus", False, f"{type(err).__name__}: {err}")
+    return DependencyState("event-bus", True)
+
+
 async def health(s: HealthSource) -> dict[str, Any]:
     notes: list[str] = []
-    store_ok, backend = True, ""
+    store_ok, backend, store_reason = True, "", ""
     try:
         st = await s.store.status()
         backend = str(st.get("backend", ""))
         revision = st.get("revision", 0)
         s.state.observe_store_revision(revision if isinstance(revision, int) else 0, s.clock())
     except Exception as err:
-        store_ok = False
+        store_ok, store_reason = False, str(err) or type(err).__name__
         notes.append(f"store: {err}")
+    events_state, checked = await asyncio.gather(_events_state(s), run_checks(s.health_checks))
+    dependencies = [DependencyState("store", store_ok, store_reason), events_state, *checked, runtimes_state(s)]
+    # Registered dependencies that fail are problems; a node without some runtime may be so by
+    # design, so node runtimes stay in their entry only.
+    notes += [f"{d.name}: {d.reason}" for d in checked if not d.ok]
     mirror = s.state.health(s.clock())
     notes += [mirror.detail] if mirror.detail else []
     if s.catching_up:
         notes.append(f"elected, catching up with the store (mirror at revision {s.state.revision}, needs "
                      f"{s.election.fence_revision}): agents are asked to retry")
-    events_ok = await s.events.healthy()
+    events_ok = events_state.ok
     notes += [] if events_ok else ["events: backend unreachable, events are being dropped"]
     losses = s.outbox.ledger.health()
     liveness = s.liveness_view()
@@ -115,4 +146,5 @@ async def health(s: HealthSource) -> dict[str, Any]:
         "mirror": {"revision": s.state.revision, "storeRevision": s.state.lag.store_revision,
                    "lag": mirror.lag, "watch": mirror.watch, "compactionRecoveries": s.state.compaction_recoveries},
         "liveness": liveness,
+        "dependencies": [d.to_doc() for d in dependencies],
     }

@@ -23,6 +23,7 @@ import grpc
 from persys._pb.persys.v1 import secrets_pb2 as pb
 from persys._pb.persys.v1 import secrets_pb2_grpc as pb_grpc
 from persys.model.workload import workload_of
+from persys.observability.health_checks import CheckResult, NamedCheck
 from persys.scheduler import node_admission
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
@@ -198,3 +199,16 @@ class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, m)
             raise AssertionError("unreachable")
         return pb.ResolveSecretsResponse(env=m.env, files=m.files, revision=w.value.revision)
+
+
+def secret_store_check(store: SecretStore) -> NamedCheck:
+    """Health's check of the secret store: can it list names (no value is read)."""
+
+    async def check() -> CheckResult:
+        try:
+            names = await store.names()
+        except SecretStoreError as err:
+            return CheckResult(False, str(err))
+        return CheckResult(True, f"{len(names)} secret(s)")
+
+    return NamedCheck("secret-store", check)

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import grpc
 
-from persys._pb.persys.v1 import auth_pb2_grpc, certificates_pb2_grpc, policy_pb2_grpc, secrets_pb2_grpc
+from persys._pb.persys.v1 import (
+    auth_pb2_grpc,
+    certificates_pb2_grpc,
+    policy_pb2_grpc,
+    secrets_pb2_grpc,
+    watch_pb2_grpc,
+)
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
@@ -36,9 +42,10 @@ from persys.scheduler.node_revocations import NodeRevocations
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.secret_admission import SecretAwareGate
-from persys.scheduler.secret_service import SecretDeliveryService, SecretsService
+from persys.scheduler.secret_service import SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.token_pepper import TokenPepper
 from persys.scheduler.token_store import TokenStore
+from persys.scheduler.watch_service import WatchService
 from persys.scheduler.workload_policy import PolicyGate
 from persys.secrets.base import SecretStore
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
@@ -171,10 +178,13 @@ async def start_scheduler(
     if certs is not None:
         certificates_pb2_grpc.add_NodeCertificatesServicer_to_server(NodeCertificatesService(certs), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
+    watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(
             SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators), server)
+    if secret_store is not None:
+        scheduler.health_checks.append(secret_store_check(secret_store))
     await scheduler.start()
     audit.start()
     revocations.start()

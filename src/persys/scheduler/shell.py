@@ -27,8 +27,9 @@ class Shell(Protocol):
     usage: dict[str, WorkloadUsage]
     metrics: ReplicaMetrics
 
-    def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
-        """Publish a cluster event (through the outbox: never blocks, never raises)."""
+    def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
+        """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the
+        node it concerns, as the event's `fields.node` (what `events --node` matches)."""
 
     def enqueue(self, wid: str) -> None:
         """Have the reconcile worker look at a workload (de-duplicated)."""

@@ -91,6 +91,11 @@ class ClusterState:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Listener) -> None:
+        """Stop telling `listener` (a live watch that ended); unknown listeners are ignored."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     async def load(self) -> None:
         kvs, rev = await self.store.range(keys.ROOT)
         for kv in kvs:

@@ -191,6 +191,15 @@ class MirrorView(View):
     compaction_recoveries: int
 
 
+class DependencyView(View):
+    """One dependency of the scheduler: ok or not, and why."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+    configured: bool = True
+
+
 class Health(View):
     """A replica's health: leadership, mode, store, events, mirror, liveness guard."""
 
@@ -212,3 +221,4 @@ class Health(View):
     decision_latency: dict[str, Any]
     mirror: MirrorView
     liveness: LivenessView
+    dependencies: list[DependencyView] = []

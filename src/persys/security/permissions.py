@@ -32,6 +32,7 @@ POLICY = "/persys.v1.Policy/"
 SECRETS = "/persys.v1.Secrets/"
 SECRET_DELIVERY = "/persys.v1.SecretDelivery/"
 NODE_ACCESS = "/persys.v1.NodeAccess/"
+WATCH = "/persys.v1.Watch/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -82,6 +83,9 @@ RPC_RULES: dict[str, Rule] = {
     NODE_ACCESS + "ListJoinTokens": _r("list", "join-tokens"),
     NODE_ACCESS + "RevokeJoinToken": _m("delete", "join-tokens"),
     NODE_ACCESS + "RevokeNode": _m("revoke", "nodes"),
+    WATCH + "Events": _r("list", "events"),
+    WATCH + "Workloads": _r("list", "workloads"),
+    WATCH + "Nodes": _r("list", "nodes"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -115,6 +119,9 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/nodes/{node_id}/labels"): _m("label", "nodes"),
     ("POST", "/v1/nodes/{node_id}/taints"): _m("taint", "nodes"),
     ("GET", "/v1/events"): _r("list", "events"),
+    ("GET", "/v1/events/stream"): _r("list", "events"),
+    ("GET", "/v1/watch/workloads"): _r("list", "workloads"),
+    ("GET", "/v1/watch/nodes"): _r("list", "nodes"),
     ("GET", "/v1/admin/backup"): _m("backup", "cluster"),
     ("POST", "/v1/admin/restore"): _m("restore", "cluster"),
     ("POST", "/v1/admin/liveness/resume"): _m("resume-liveness", "cluster"),

@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from persys.client import SchedulerClient
+from persys.events.filters import FilterError, keep_last, make_filter, parse_since
 from persys.gateway import bodies
 from persys.gateway.routes.common import bad_body
+from persys.gateway.routes.streams import KINDS
 from persys.gateway.schemas import BACKUP_BODY, SCHEDULER_ERRORS, TOO_LARGE
+
+MAX_EVENTS = 10_000  # the scheduler's bound on one listing (scheduler.pages.MAX_EVENTS)
 
 
 def event_routes(client: SchedulerClient) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/events", tags=["events"], responses=SCHEDULER_ERRORS)
+    @router.get("/v1/events", tags=["events"], responses=SCHEDULER_ERRORS, response_model=None)
     async def events(limit: int = Query(100, ge=1, le=10_000),
-                     subject: str = Query("", max_length=512)) -> list[dict[str, Any]]:
-        return await client.events(limit, subject)
+                     subject: str = Query("", max_length=512),
+                     kind: list[str] | None = KINDS,
+                     node: str = Query("", max_length=253, description="Events about this node or naming it"),
+                     since: str = Query("", max_length=64, description="10m, 2h, 1d or an RFC 3339 time")
+                     ) -> list[dict[str, Any]] | JSONResponse:
+        """Recent events, newest last; with kind/node/since, the newest `limit` of those the bus
+        retains that match (the filters apply to at most the last 10,000 events)."""
+        if not (kind or node or since):
+            return await client.events(limit, subject)
+        try:
+            flt = make_filter(kind or [], subject, node)
+            after = parse_since(since, time.time()) if since else 0.0
+        except FilterError as err:
+            return JSONResponse({"error": str(err), "problems": [str(err)]}, status_code=400)
+        return [dict(d) for d in keep_last(await client.events(MAX_EVENTS, subject), flt, after, limit)]
 
     return router
 

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.schemas import SCHEDULER_ERRORS, answers
+from persys.observability.health_checks import readiness
 from persys.scheduler.view_models import Health
 
 
@@ -20,15 +21,22 @@ def health_routes(client: SchedulerClient) -> APIRouter:
         """Liveness: the gateway process answers."""
         return {"status": "ok"}
 
-    @router.get("/readyz", tags=["health"], responses={503: {"description": "Not ready"}})
+    @router.get("/readyz", tags=["health"], responses={
+        503: {"description": "Cannot serve: `reason` is scheduler-unreachable, no-active-replica or "
+                             "store-unreachable, with `error` saying why (docs/observability.md, Health)"}})
     async def readyz() -> JSONResponse:
-        """Readiness: the scheduler answers and is in normal mode."""
+        """Readiness, meaning "can serve": a scheduler replica answers, an active replica is known
+        and the state store is reachable. A frozen or degraded mode is still ready (reads are
+        served, changes refused with the reason); the health document says which."""
         try:
-            h = await client.health()
+            h: dict[str, Any] | None = await client.health()
+            error = ""
         except SchedulerError as err:
-            return JSONResponse({"ready": False, "error": err.message}, status_code=503)
-        ready = h["mode"] == "normal" and h["storeOk"]
-        return JSONResponse({"ready": ready, **h}, status_code=200 if ready else 503)
+            h, error = None, err.message
+        verdict = readiness(h, error)
+        body = {"ready": verdict.ready, **({"reason": verdict.reason, "error": verdict.detail}
+                                           if not verdict.ready else {}), **(h or {})}
+        return JSONResponse(body, status_code=200 if verdict.ready else 503)
 
     @router.get("/v1/health", tags=["health"], response_model=None,
                 responses={**answers(Health), **SCHEDULER_ERRORS})

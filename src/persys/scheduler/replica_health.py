@@ -45,6 +45,7 @@ class HealthSource(Protocol):
     def leader_address(self) -> str: ...
     def owns(self, node_id: str) -> bool: ...
     def liveness_view(self) -> dict[str, Any]: ...
+    def meter_view(self) -> dict[str, Any]: ...
 
 
 def _problems(s: HealthSource, liveness: dict[str, Any]) -> list[str]:
@@ -115,4 +116,5 @@ async def health(s: HealthSource) -> dict[str, Any]:
         "mirror": {"revision": s.state.revision, "storeRevision": s.state.lag.store_revision,
                    "lag": mirror.lag, "watch": mirror.watch, "compactionRecoveries": s.state.compaction_recoveries},
         "liveness": liveness,
+        "meter": s.meter_view(),
     }

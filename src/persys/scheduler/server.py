@@ -16,6 +16,8 @@ from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.meter.query import Retention
+from persys.meter.runner import Meter
 from persys.policy import WorkloadPolicy
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.agent_control import AgentControlService
@@ -25,6 +27,7 @@ from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.backends import open_backends
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
+from persys.scheduler.meter_host import serve_meter, start_meter
 from persys.scheduler.node_access_service import NodeAccessService
 from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
 from persys.scheduler.node_revocations import NodeRevocations
@@ -58,6 +61,7 @@ class RunningScheduler:
     revocations: NodeRevocations | None = None
     join_server: grpc.aio.Server | None = None
     join_port: int = 0  # the join listener's port (0: none)
+    meter: Meter | None = None
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
@@ -69,6 +73,8 @@ class RunningScheduler:
         if self.revocations is not None:
             await self.revocations.stop()
         await self.scheduler.stop()
+        if self.meter is not None:
+            await self.meter.stop()
         if self.audit is not None:
             await self.audit.stop()
         await self.events.close()
@@ -96,6 +102,8 @@ async def start_scheduler(
     signer_for: Callable[[StateStore], CertificateSigner] | None = None,
     join_listen: str = "",
     node_cert_ttl: float = DEFAULT_NODE_CERT_TTL,
+    meter: str = "off",
+    meter_retention: Retention | None = None,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
@@ -134,7 +142,16 @@ async def start_scheduler(
         raise OSError(f"cannot listen on {listen}")
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
-    scheduler = Scheduler(store, events, config, blocking_lease=keeper)
+    # Persys Meter (meter_host.py): the bus samples go out on, and the meter if it runs here.
+    active: list[Scheduler] = []
+    samples, running_meter = await start_meter(meter, meter_retention, events, config.data_dir or Path("."),
+                                               config.replica_id or config.advertise,
+                                               lambda: bool(active) and active[0].is_active)
+    scheduler = Scheduler(store, events, config, blocking_lease=keeper, samples=samples)
+    active.append(scheduler)
+    if running_meter is not None:
+        scheduler.meter_status = running_meter.status
+    serve_meter(server, running_meter)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     # The workload policy (defaults until an admin stores one), and secret references at admission.
     gate = PolicyGate(store, policy_defaults) if secret_store is None \
@@ -164,4 +181,4 @@ async def start_scheduler(
         log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
     return RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
-                            join_port)
+                            join_port, running_meter)

@@ -12,6 +12,7 @@ from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
+from persys.scheduler.telemetry import Telemetry
 from persys.store.base import StateStore
 
 
@@ -24,6 +25,7 @@ class Shell(Protocol):
     placement: PlacementService
     live: dict[str, LiveNode]
     usage: dict[str, WorkloadUsage]
+    telemetry: Telemetry  # samples for Persys Meter (never blocks)
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises)."""

@@ -1,0 +1,46 @@
+"""Persys Meter inside a scheduler process (`--meter`): the sample bus the replica publishes on,
+and, where configured, the meter itself (store, ingester, maintenance) and its gRPC service.
+Every replica publishes samples of its agents' reports when the bus is shared (Redis) or this
+process runs the meter; the meter runs on the replicas started with a store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from persys._pb.persys.v1 import meter_pb2_grpc
+from persys.events import open_samples
+from persys.events.base import EventBus
+from persys.events.redis_stream import RedisEventBus
+from persys.events.samples import SampleBus
+from persys.meter.config import check_spec, open_meter_store
+from persys.meter.grpc_service import MeterService
+from persys.meter.query import Retention
+from persys.meter.runner import Meter
+
+
+async def start_meter(spec: str, retention: Retention | None, events: EventBus, data_dir: Path,
+                      replica_id: str, is_active: Callable[[], bool]) -> tuple[SampleBus | None, Meter | None]:
+    """The bus samples go to (None: nobody could read them) and the meter, if this process runs it."""
+    check_spec(spec)
+    shared = isinstance(events, RedisEventBus)
+    if spec == "off":
+        return (open_samples(events) if shared else None), None
+    store = await asyncio.to_thread(open_meter_store, spec, data_dir, retention)
+    assert store is not None
+    bus = open_samples(events)
+    # Files (DuckDB, chDB) have this process as their only writer; a ClickHouse server shared by
+    # replicas is rolled up by the active one alone.
+    local = not spec.startswith("clickhouse:")
+    meter = Meter(store, bus, f"meter-{replica_id}", may_maintain=(lambda: True) if local else is_active)
+    meter.start()
+    return bus, meter
+
+
+def serve_meter(server: grpc.aio.Server, meter: Meter | None) -> None:
+    """The Meter service on every replica: where no meter runs it answers UNAVAILABLE, so clients
+    try the next replica."""
+    meter_pb2_grpc.add_MeterServicer_to_server(MeterService(lambda: meter), server)

@@ -232,6 +232,10 @@ class SchedulerClient:
                 "items": [{"name": i.name, "node": i.node, "samples": i.samples, "avg": dict(i.avg),
                            "max": dict(i.max)} for i in resp.items]}
 
+    async def meter_status(self) -> dict[str, Any]:
+        resp = await self._call("Status", meter_pb2.MeterStatusRequest(), stubs=self._meter_stubs)
+        return _document(resp.json)
+
     async def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
         req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())
         resp = await self._call("SetPolicy", req, stubs=self._policy_stubs)

@@ -86,6 +86,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/meter/nodes/{name}"): ("/v1/meter/nodes/ghost?since=1h", {}),
     ("GET", "/v1/meter/labels/{label}"): ("/v1/meter/labels/app=ghost?since=1h", {}),
     ("GET", "/v1/meter/top"): ("/v1/meter/top?since=1h", {}),
+    ("GET", "/v1/meter/status"): ("/v1/meter/status", {}),
 }
 
 

@@ -89,6 +89,14 @@ def query(
     emit(r, output, t)
 
 
+@meter_app.command("status")
+def status(output: str = typer.Option("yaml", "--output", "-o", help="yaml or json."),
+           server: str | None = ServerOpt) -> None:
+    """Samples published and dropped by the answering replica; the meter's engine, ingest backlog
+    and lag where it runs."""
+    emit(Api(server).request("GET", "/v1/meter/status"), output)
+
+
 def top_since(kind: str, since: str, output: str, server: str | None) -> None:
     """`persysctl top --since`: averages and maxima over the window from Persys Meter."""
     r = Api(server).request("GET", "/v1/meter/top", params={"kind": kind, "since": since})

@@ -4,8 +4,10 @@ permission table: viewers read telemetry, nodes have no client rights)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from typing_extensions import override
@@ -20,8 +22,10 @@ _DASHED = {v: k for k, v in METRIC_NAMES.items()}
 
 
 class MeterService(mpb_grpc.MeterServicer):
-    def __init__(self, meter: Callable[[], Meter | None], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, meter: Callable[[], Meter | None], status: Callable[[], dict[str, Any]],
+                 clock: Callable[[], float] = time.time) -> None:
         self.meter = meter
+        self.status = status  # the replica's meter view: samples published and dropped, ingest figures
         self.clock = clock
 
     async def _running(self, context: grpc.aio.ServicerContext) -> Meter:
@@ -74,3 +78,8 @@ class MeterService(mpb_grpc.MeterServicer):
                                   avg={_DASHED[k]: v for k, v in i.avg.items()},
                                   max={_DASHED[k]: v for k, v in i.max.items()}) for i in items],
             engine=m.store.engine, start=start, end=end)
+
+    @override
+    async def Status(self, request: mpb.MeterStatusRequest, context: grpc.aio.ServicerContext
+                     ) -> mpb.MeterStatusResponse:
+        return mpb.MeterStatusResponse(json=json.dumps(self.status()).encode())

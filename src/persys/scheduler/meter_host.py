@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -40,7 +41,7 @@ async def start_meter(spec: str, retention: Retention | None, events: EventBus, 
     return bus, meter
 
 
-def serve_meter(server: grpc.aio.Server, meter: Meter | None) -> None:
-    """The Meter service on every replica: where no meter runs it answers UNAVAILABLE, so clients
-    try the next replica."""
-    meter_pb2_grpc.add_MeterServicer_to_server(MeterService(lambda: meter), server)
+def serve_meter(server: grpc.aio.Server, meter: Meter | None, status: Callable[[], dict[str, Any]]) -> None:
+    """The Meter service on every replica: where no meter runs, queries answer UNAVAILABLE, so
+    clients try the next replica; `status` is the replica's meter view (Scheduler.meter_view)."""
+    meter_pb2_grpc.add_MeterServicer_to_server(MeterService(lambda: meter, status), server)

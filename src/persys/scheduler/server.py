@@ -151,7 +151,7 @@ async def start_scheduler(
     active.append(scheduler)
     if running_meter is not None:
         scheduler.meter_status = running_meter.status
-    serve_meter(server, running_meter)
+    serve_meter(server, running_meter, scheduler.meter_view)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     # The workload policy (defaults until an admin stores one), and secret references at admission.
     gate = PolicyGate(store, policy_defaults) if secret_store is None \

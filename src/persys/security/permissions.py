@@ -85,6 +85,7 @@ RPC_RULES: dict[str, Rule] = {
     NODE_ACCESS + "RevokeNode": _m("revoke", "nodes"),
     METER + "Query": _r("get", "telemetry"),
     METER + "Summary": _r("get", "telemetry"),
+    METER + "Status": _r("get", "telemetry"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -141,6 +142,7 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/meter/nodes/{name}"): _r("get", "telemetry"),
     ("GET", "/v1/meter/labels/{label}"): _r("get", "telemetry"),
     ("GET", "/v1/meter/top"): _r("get", "telemetry"),
+    ("GET", "/v1/meter/status"): _r("get", "telemetry"),
 }
 
 

@@ -59,4 +59,10 @@ def meter_routes(client: SchedulerClient) -> APIRouter:
             return _bad(err)
         return await client.meter_summary(kind, window, max(0, min(limit, 5_000)))
 
+    @router.get("/v1/meter/status", responses=SCHEDULER_ERRORS)
+    async def status() -> dict[str, Any]:
+        """The answering replica's side of the meter: samples published and dropped (a full queue,
+        a bus down), and where it runs the meter, the engine, ingest backlog and lag."""
+        return await client.meter_status()
+
     return router

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from persys.meter.query import (
     rollup_target,
 )
 
+MARKS_TTL = 30.0
 ROLLUP_GRACE_SECONDS = 60.0  # a bucket is closed this long after the newest sample stored passed it
 
 
@@ -63,6 +65,8 @@ class SqlMeterStore:
         self.grace = grace
         self._lock = threading.Lock()
         self._newest: float | None = None
+        self._marks_cache: dict[str, float] = {}
+        self._marks_at = float("-inf")
         for t in self.tables:
             executor.run(self.d.create(sql.table_name(self.d, t), t.resolution > 0))
         executor.run(self.d.create_marks)
@@ -86,8 +90,14 @@ class SqlMeterStore:
 
     # ------------------------------------------------------------------ reads
 
-    def _marks(self) -> dict[str, float]:
-        return {str(name): float(v) for name, v in self.x.rows(sql.marks_sql(self.d))}
+    def _marks(self, fresh: bool = False) -> dict[str, float]:
+        """The rollup watermarks, read at most every MARKS_TTL seconds for queries: a stale mark
+        is safe, the finer tables still hold what it has not caught up with (they keep longer
+        than rollups lag), so a query only reads a little more of them."""
+        if fresh or time.monotonic() - self._marks_at > MARKS_TTL:
+            self._marks_cache = {str(name): float(v) for name, v in self.x.rows(sql.marks_sql(self.d))}
+            self._marks_at = time.monotonic()
+        return dict(self._marks_cache)
 
     async def query(self, q: Query) -> list[Series]:
         return list(await self._off_loop(self._query, check(q)))
@@ -140,7 +150,7 @@ class SqlMeterStore:
         if self._newest is None:
             got = self.x.rows(f"SELECT max(ts) FROM {sql.table_name(self.d, raw)}")
             self._newest = float(got[0][0]) if got and got[0][0] is not None else 0.0
-        marks = self._marks()
+        marks = self._marks(fresh=True)
         rolled: dict[str, float] = {}
         target_m1 = rollup_target(m1.resolution, now, self._newest, self.grace)
         for src, dst, target in ((raw, m1, target_m1), (m1, h1, None)):
@@ -155,6 +165,7 @@ class SqlMeterStore:
             before = now - t.retention
             self.x.run(sql.delete_sql(self.d, t, before))
             deleted[t.name] = before
+        self._marks_cache, self._marks_at = marks, time.monotonic()
         return Maintenance(rolled, deleted)
 
     def _roll(self, src: Any, dst: Any, since: float, target: float) -> None:

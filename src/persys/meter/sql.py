@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from persys.events.samples import METRICS, NODE, WORKLOAD
 from persys.meter.query import Segment, Table
@@ -95,24 +96,61 @@ def selection(d: Dialect, selector: str, value: str) -> str:
 
 def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, step: int,
               metrics: Sequence[str], limit: int) -> str:
-    """Per group (instance, workload or node) and step bucket: the merged partial aggregates
-    (n, last_ts, then sum, min, max, last per metric) and the group's workload and node."""
+    """Partial aggregates per group (instance, workload or node) and step bucket from each segment
+    (g, b, workload, node, n, last_ts, then sum, min, max, last per metric), one row per group and
+    bucket and segment: `merge_partials` combines a bucket's rows from several tables. A segment
+    whose rows already are the step's buckets is read without aggregating (the common case: a
+    1-minute step over minute rollups)."""
     parts = []
     for seg in segments:
         raw = seg.table.resolution == 0
         time_col = "ts" if raw else "bucket"
+        tail = (f" FROM {table_name(d, seg.table)} WHERE {where} AND {time_col} >= {seg.start!r} "
+                f"AND {time_col} < {seg.end!r}")
+        if step and step == seg.table.resolution and group == "instance":
+            cols = [time_col, "workload", "node", "n", "last_ts"]
+            for m in metrics:
+                cols += list(_cols(False, m))
+            parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
+            continue
         bucket = f"floor({time_col} / {step}) * {step}" if step else "0"
-        parts.append(
-            f"SELECT {group} AS g, {bucket} AS b, max(workload) AS wl, max(node) AS nd, "
-            + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics)))
-            + f" FROM {table_name(d, seg.table)} WHERE {where} AND {time_col} >= {seg.start!r} "
-            f"AND {time_col} < {seg.end!r} GROUP BY g, b")
-    outer = ["sum(p0)", "max(p1)"]
-    for i in range(len(metrics)):
-        j = 2 + 4 * i
-        outer += [f"sum(p{j})", f"min(p{j + 1})", f"max(p{j + 2})", f"{d.arg_max}(p{j + 3}, p1)"]
-    return (f"SELECT g, b, max(wl), max(nd), {', '.join(outer)} FROM ({' UNION ALL '.join(parts)}) AS u "
-            f"GROUP BY g, b ORDER BY g, b LIMIT {int(limit)}")
+        parts.append(f"SELECT {group} AS g, {bucket} AS b, max(workload) AS wl, max(node) AS nd, "
+                     + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics)))
+                     + tail + " GROUP BY g, b")
+    # Ordered by group, so that a result cut at `limit` leaves only its last group incomplete.
+    return f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS u ORDER BY 1, 2 LIMIT {int(limit)}"
+
+
+Partial = list[Any]  # [workload, node, n, last_ts, then per metric: sum, min, max, last]
+
+
+def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> dict[tuple[str, float], Partial]:
+    """(group, bucket) -> the merged partial aggregate of its rows (sums and counts add, min and
+    max fold, the last value and the node are those of the latest sample). Rows come ordered by
+    group: when `limit` cut them, the last group may be incomplete and is left out."""
+    out: dict[tuple[str, float], Partial] = {}
+    if len(rows) >= limit and rows:
+        cut = rows[-1][0]
+        rows = [r for r in rows if r[0] != cut]
+    for row in rows:
+        key = (str(row[0]), float(row[1]))
+        cur = out.get(key)
+        new = [row[2], row[3], float(row[4]), float(row[5]), *(float(v) for v in row[6:6 + 4 * metrics])]
+        if cur is None:
+            out[key] = new
+            continue
+        later = new[3] >= cur[3]
+        cur[2] += new[2]
+        for i in range(metrics):
+            j = 4 + 4 * i
+            cur[j] += new[j]
+            cur[j + 1] = min(cur[j + 1], new[j + 1])
+            cur[j + 2] = max(cur[j + 2], new[j + 2])
+            if later:
+                cur[j + 3] = new[j + 3]
+        if later:
+            cur[0], cur[1], cur[3] = new[0], new[1], new[3]
+    return out
 
 
 def literal(v: object, quote: Callable[[str], str]) -> str:

@@ -104,18 +104,23 @@ class SqlMeterStore:
 
     def _query(self, q: Query) -> list[Series]:
         segments = plan(self.tables, self._marks(), q.step, q.start, q.end)
+        if not segments:
+            return []
         group = "node" if q.selector == "node" else "instance"
         per_series = int((q.end - q.start) / q.step) + 2
+        limit = (MAX_SERIES + 1) * per_series * len(segments)
         statement = sql.query_sql(self.d, segments, sql.selection(self.d, q.selector, q.value), group, q.step,
-                                  [q.metric], MAX_SERIES * per_series)
+                                  [q.metric], limit)
         out: dict[str, Series] = {}
-        for g, b, wl, nd, n, _lts, s, lo, hi, last in self.x.rows(statement) if segments else []:
+        for (g, b), (wl, nd, n, _lts, s, lo, hi, last) in sorted(
+                sql.merge_partials(self.x.rows(statement), 1, limit).items()):
             series = out.get(g)
             if series is None:
                 if len(out) >= MAX_SERIES:
                     break
-                series = out[g] = Series(str(g), str(wl), str(nd))
-            series.points.append((float(b), finish(q.agg, float(n), float(s), float(lo), float(hi), float(last))))
+                series = out[g] = Series(g, str(wl), str(nd))
+            series.node = str(nd)  # the latest bucket's: an instance may have moved
+            series.points.append((b, finish(q.agg, n, s, lo, hi, last)))
         for series in out.values():
             del series.points[MAX_POINTS:]
         return list(out.values())
@@ -127,16 +132,18 @@ class SqlMeterStore:
     def _summary(self, kind: str, start: float, end: float, limit: int) -> list[Summary]:
         node = kind == NODE
         segments = plan(self.tables, self._marks(), summary_step(end - start), start, end)
+        if not segments:
+            return []
         where = sql.selection(self.d, "node" if node else "workload", "*")
-        statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, limit)
+        rows = (limit + 1) * len(segments)
+        statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, rows)
         out = []
-        for row in self.x.rows(statement) if segments else []:
-            g, _b, _wl, nd, n = row[:5]
-            item = Summary(str(g), int(n), node=str(nd) if not node else "")
+        for (g, _b), p in sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows).items())[:limit]:
+            n = p[2]
+            item = Summary(g, int(n), node=str(p[1]) if not node else "")
             for i, m in enumerate(METRICS):
-                s, hi = row[6 + 4 * i], row[8 + 4 * i]
-                item.avg[m] = float(s) / float(n) if n else 0.0
-                item.max[m] = float(hi)
+                item.avg[m] = p[4 + 4 * i] / n if n else 0.0
+                item.max[m] = p[6 + 4 * i]
             out.append(item)
         return out
 

@@ -71,8 +71,8 @@ def test_a_burning_container_shows_in_top_since_and_survives_a_restart(cluster: 
     row, _ = eventually(lambda: (r := top(c, name)) and r["avg"]["cpu"] > 0 and r, 2 * SAMPLE_INTERVAL + 5,
                         "the burner's samples in top --since")
     print(f"meter: first samples {time.monotonic() - running_at:.1f}s after Running; top --since 2m: {row}")
-    row, _ = eventually(lambda: (r := top(c, name)) and r["samples"] >= 3 and r, 3 * SAMPLE_INTERVAL,
-                        "three samples")
+    row, _ = eventually(lambda: (r := top(c, name)) and r["samples"] >= 2 and r, 2 * SAMPLE_INTERVAL,
+                        "a second sample")
     assert 10 <= row["avg"]["cpu"] <= 75 and row["max"]["cpu"] <= 110, row
     assert row["node"] == "meter-n1" and row["avg"]["memory"] > 0
     table = c.ctl("top", "workloads", "--since", "2m").stdout
@@ -82,7 +82,7 @@ def test_a_burning_container_shows_in_top_since_and_survives_a_restart(cluster: 
     assert [s["key"] for s in series] == [name] and any(v > 5 for _, v in series[0]["points"])
     assert name in c.ctl("meter", "query", "--label", "app=meter-burn", "-o", "spark").stdout
     meter = json.loads(c.ctl("meter", "status", "-o", "json").stdout)
-    assert meter["ok"] and meter["ingestedSamples"] >= 3 and meter["samples"]["droppedQueueFull"] == 0
+    assert meter["ok"] and meter["ingestedSamples"] >= 2 and meter["samples"]["droppedQueueFull"] == 0
     before = row["samples"]
 
     c.scheduler.stop()

@@ -128,28 +128,29 @@ def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> d
     """(group, bucket) -> the merged partial aggregate of its rows (sums and counts add, min and
     max fold, the last value and the node are those of the latest sample). Rows come ordered by
     group: when `limit` cut them, the last group may be incomplete and is left out."""
-    out: dict[tuple[str, float], Partial] = {}
     if len(rows) >= limit and rows:
         cut = rows[-1][0]
         rows = [r for r in rows if r[0] != cut]
+    out: dict[tuple[str, float], Partial] = {}
     for row in rows:
         key = (str(row[0]), float(row[1]))
         cur = out.get(key)
-        new = [row[2], row[3], float(row[4]), float(row[5]), *(float(v) for v in row[6:6 + 4 * metrics])]
-        if cur is None:
-            out[key] = new
+        if cur is None:  # most buckets come from one table: taken as they are
+            out[key] = list(row[2:])
             continue
-        later = new[3] >= cur[3]
-        cur[2] += new[2]
+        new = [float(v) for v in row[4:]]
+        cur[2:] = [float(v) for v in cur[2:]]
+        later = new[1] >= cur[3]
+        cur[2] += new[0]
         for i in range(metrics):
             j = 4 + 4 * i
-            cur[j] += new[j]
-            cur[j + 1] = min(cur[j + 1], new[j + 1])
-            cur[j + 2] = max(cur[j + 2], new[j + 2])
+            cur[j] += new[j - 2]
+            cur[j + 1] = min(cur[j + 1], new[j - 1])
+            cur[j + 2] = max(cur[j + 2], new[j])
             if later:
-                cur[j + 3] = new[j + 3]
+                cur[j + 3] = new[j + 1]
         if later:
-            cur[0], cur[1], cur[3] = new[0], new[1], new[3]
+            cur[0], cur[1], cur[3] = row[2], row[3], new[1]
     return out
 
 

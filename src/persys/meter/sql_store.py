@@ -120,7 +120,7 @@ class SqlMeterStore:
                     break
                 series = out[g] = Series(g, str(wl), str(nd))
             series.node = str(nd)  # the latest bucket's: an instance may have moved
-            series.points.append((b, finish(q.agg, n, s, lo, hi, last)))
+            series.points.append((b, finish(q.agg, float(n), float(s), float(lo), float(hi), float(last))))
         for series in out.values():
             del series.points[MAX_POINTS:]
         return list(out.values())
@@ -139,11 +139,11 @@ class SqlMeterStore:
         statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, rows)
         out = []
         for (g, _b), p in sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows).items())[:limit]:
-            n = p[2]
+            n = float(p[2])
             item = Summary(g, int(n), node=str(p[1]) if not node else "")
             for i, m in enumerate(METRICS):
-                item.avg[m] = p[4 + 4 * i] / n if n else 0.0
-                item.max[m] = p[6 + 4 * i]
+                item.avg[m] = float(p[4 + 4 * i]) / n if n else 0.0
+                item.max[m] = float(p[6 + 4 * i])
             out.append(item)
         return out
 

@@ -97,8 +97,10 @@ def test_a_burning_container_shows_in_top_since_and_survives_a_restart(cluster: 
 
 
 def test_bad_queries_are_one_line_errors(cluster: Components) -> None:
-    for args, field in ((("--workload", "x", "--since", "forever"), "since"), (("--node", "n", "--step", "1s"), "step"),
-                        (("--workload", "x", "--metric", "load"), "--metric"), (("--label", "no-equals"), "label")):
+    # One refused at the gateway (a duration it cannot read), one by the scheduler (a bound);
+    # every refusal's field is covered by tests/meter/query_cases.yaml.
+    for args, field in ((("--workload", "x", "--since", "forever"), "since"),
+                        (("--node", "n", "--step", "1s"), "step")):
         p = cluster.ctl("meter", "query", *args, check=False)
         assert p.returncode == 1 and field in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
 

@@ -19,6 +19,7 @@ from persys.meter.query import METRIC_NAMES, Query, QueryError, check_window
 from persys.meter.runner import Meter
 
 _DASHED = {v: k for k, v in METRIC_NAMES.items()}
+NOT_HERE = "Persys Meter does not run on this replica (started with --meter off)"
 
 
 class MeterService(mpb_grpc.MeterServicer):
@@ -31,9 +32,8 @@ class MeterService(mpb_grpc.MeterServicer):
     async def _running(self, context: grpc.aio.ServicerContext) -> Meter:
         m = self.meter()
         if m is None:
-            # UNAVAILABLE: a client tries the next replica, which may run the meter.
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "Persys Meter does not run on this replica "
-                                "(started with --meter off)")
+            # A client tries the next replica, which may run the meter (persys.client).
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, NOT_HERE)
         assert m is not None
         return m
 

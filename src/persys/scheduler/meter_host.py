@@ -42,6 +42,6 @@ async def start_meter(spec: str, retention: Retention | None, events: EventBus, 
 
 
 def serve_meter(server: grpc.aio.Server, meter: Meter | None, status: Callable[[], dict[str, Any]]) -> None:
-    """The Meter service on every replica: where no meter runs, queries answer UNAVAILABLE, so
+    """The Meter service on every replica: where no meter runs, queries answer FAILED_PRECONDITION, so
     clients try the next replica; `status` is the replica's meter view (Scheduler.meter_view)."""
     meter_pb2_grpc.add_MeterServicer_to_server(MeterService(lambda: meter, status), server)

@@ -67,3 +67,10 @@ def test_retention(case: dict[str, Any]) -> None:
     else:
         r = parse_retention(case["text"])
         assert [r.raw, r.minute, r.hour] == case["kept"]
+
+
+@pytest.mark.parametrize("case", CASES["sparkline"], ids=str)
+def test_sparkline(case: dict[str, Any]) -> None:
+    from persys.cli.meter_cmds import sparkline
+
+    assert sparkline([float(v) for v in case["values"]], case.get("width", 60)) == case["line"]

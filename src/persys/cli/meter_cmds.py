@@ -24,14 +24,15 @@ METRICS = ("cpu", "memory", "disk-read", "disk-write", "net-rx", "net-tx")
 
 
 def sparkline(values: list[float], width: int = 60) -> str:
-    """Values as block characters from lowest to highest, averaged down to `width` columns."""
+    """Values as block characters from zero (or the lowest, if negative) to the highest, averaged
+    down to `width` columns."""
     if not values:
         return ""
     if len(values) > width:
         per = len(values) / width
         values = [sum(chunk) / len(chunk) for i in range(width)
                   if (chunk := values[int(i * per):max(int((i + 1) * per), int(i * per) + 1)])]
-    lo, hi = min(values), max(values)
+    lo, hi = min(0.0, min(values)), max(values)  # from zero: a flat 30 % must not look like a swing
     span = hi - lo
     return "".join(BLOCKS[int((v - lo) / span * (len(BLOCKS) - 1)) if span else 0] for v in values)
 

@@ -334,10 +334,12 @@ def dev(
 # --------------------------------------------------------------------------- separate servers
 
 
-def _meter_options(spec: str, retention: str) -> Retention:
+def _meter_options(spec: str, retention: str, events: str) -> Retention:
     """--meter and --meter-retention checked before anything starts: one line naming the option."""
     try:
         check_spec(spec)
+        if spec == "publish" and events.startswith("memory:"):
+            raise ValueError("--meter publish: samples reach another replica's meter only over Redis (--events)")
         return parse_retention(retention)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -423,7 +425,7 @@ def scheduler(
     _setup_logging(verbose)
     vault = idopt.VaultIdentityOptions(vault_addr, vault_ca_file, vault_role_id_file, vault_secret_id_file,
                                        vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
-    retention = _meter_options(meter, meter_retention)
+    retention = _meter_options(meter, meter_retention, events)
 
     async def main() -> None:
         from persys.cli.join_setup import scheduler_signer

@@ -1,7 +1,7 @@
 """Persys Meter inside a scheduler process (`--meter`): the sample bus the replica publishes on,
 and, where configured, the meter itself (store, ingester, maintenance) and its gRPC service.
-Every replica publishes samples of its agents' reports when the bus is shared (Redis) or this
-process runs the meter; the meter runs on the replicas started with a store."""
+A replica started with a store publishes its agents' samples and runs the meter; with
+`publish` it only publishes (for a meter another replica runs); with `off` neither."""
 
 from __future__ import annotations
 
@@ -25,11 +25,16 @@ from persys.meter.runner import Meter
 
 async def start_meter(spec: str, retention: Retention | None, events: EventBus, data_dir: Path,
                       replica_id: str, is_active: Callable[[], bool]) -> tuple[SampleBus | None, Meter | None]:
-    """The bus samples go to (None: nobody could read them) and the meter, if this process runs it."""
+    """The bus samples go to (None: `off`, or nobody could read them) and the meter, if this
+    process runs it. `off` costs the report path nothing: no samples are even built."""
     check_spec(spec)
-    shared = isinstance(events, RedisEventBus)
     if spec == "off":
-        return (open_samples(events) if shared else None), None
+        return None, None
+    if spec == "publish":
+        if not isinstance(events, RedisEventBus):
+            raise ValueError("--meter publish needs the Redis event bus (--events redis://...): an in-process "
+                             "ring reaches no other replica")
+        return open_samples(events), None
     store = await asyncio.to_thread(open_meter_store, spec, data_dir, retention)
     assert store is not None
     bus = open_samples(events)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -188,6 +189,7 @@ async def main(args: argparse.Namespace) -> None:
                   f"sample (raw + rollups)", flush=True)
     finally:
         redis.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ class RunningScheduler:
             await self.revocations.stop()
         await self.scheduler.stop()
         if self.meter is not None:
-            await self.meter.stop()
+            await self.meter.stop()  # its store and the sample bus
+        elif self.scheduler.sample_outbox is not None:
+            await self.scheduler.sample_outbox.bus.close()  # --meter publish
         if self.audit is not None:
             await self.audit.stop()
         await self.events.close()

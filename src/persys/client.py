@@ -14,7 +14,16 @@ from persys._pb.persys.v1 import certificates_pb2 as cpb
 from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys._pb.persys.v1 import policy_pb2, policy_pb2_grpc, secrets_pb2, secrets_pb2_grpc, watch_pb2, watch_pb2_grpc
+from persys._pb.persys.v1 import (
+    meter_pb2,
+    meter_pb2_grpc,
+    policy_pb2,
+    policy_pb2_grpc,
+    secrets_pb2,
+    secrets_pb2_grpc,
+    watch_pb2,
+    watch_pb2_grpc,
+)
 from persys.observability.grpc_tracing import with_trace_context
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
@@ -62,6 +71,7 @@ class SchedulerClient:
         self._secret_stubs = [secrets_pb2_grpc.SecretsStub(c) for c in self._channels]
         self._node_access_stubs = [cpb_grpc.NodeAccessStub(c) for c in self._channels]
         self._watch_stubs = [watch_pb2_grpc.WatchStub(c) for c in self._channels]
+        self._meter_stubs = [meter_pb2_grpc.MeterStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -250,6 +260,45 @@ class SchedulerClient:
         """The workload policy in force (`policy`) and whether it is stored (`stored`)."""
         resp = await self._call("GetPolicy", policy_pb2.GetPolicyRequest(), stubs=self._policy_stubs)
         return {"policy": json.loads(resp.policy_json), "stored": resp.stored}
+
+    async def _meter_call(self, method: str, request: Any) -> Any:
+        """A Meter call on the first replica that runs the meter (`--meter`): the others answer
+        FAILED_PRECONDITION and unreachable ones are skipped, in replica order."""
+        problem = SchedulerError("FAILED_PRECONDITION", "Persys Meter is not running: start a scheduler replica "
+                                 "with --meter (docs/observability.md, \"Persys Meter\")")
+        for stub in self._meter_stubs:
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout,
+                                                   metadata=forwarding.current() or None)
+            except grpc.aio.AioRpcError as err:
+                details = err.details() or err.code().name
+                if err.code() == grpc.StatusCode.FAILED_PRECONDITION and "does not run on this replica" in details:
+                    continue
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise SchedulerError(err.code().name, details) from None
+                problem = SchedulerError(err.code().name, f"scheduler at {self.target} is unreachable: {details}")
+        raise problem
+
+    async def meter_query(self, selector: str, value: str, metric: str, since: float, step: int, agg: str
+                          ) -> dict[str, Any]:
+        """Persys Meter: one series per instance (or node); a replica without the meter passes the call on."""
+        resp = await self._meter_call("Query", meter_pb2.MeterQueryRequest(
+            selector=selector, value=value, metric=metric, since_seconds=since, step_seconds=step, agg=agg))
+        return {"engine": resp.engine, "start": resp.start, "end": resp.end, "step": step, "metric": metric,
+                "agg": agg, "series": [{"key": s.key, "workload": s.workload, "node": s.node,
+                                        "points": [[t, v] for t, v in zip(s.ts, s.values, strict=True)]}
+                                       for s in resp.series]}
+
+    async def meter_summary(self, kind: str, since: float, limit: int = 0) -> dict[str, Any]:
+        resp = await self._meter_call("Summary", meter_pb2.MeterSummaryRequest(kind=kind, since_seconds=since,
+                                                                                limit=limit))
+        return {"engine": resp.engine, "start": resp.start, "end": resp.end, "kind": kind,
+                "items": [{"name": i.name, "node": i.node, "samples": i.samples, "avg": dict(i.avg),
+                           "max": dict(i.max)} for i in resp.items]}
+
+    async def meter_status(self) -> dict[str, Any]:
+        resp = await self._call("Status", meter_pb2.MeterStatusRequest(), stubs=self._meter_stubs)
+        return _document(resp.json)
 
     async def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
         req = policy_pb2.SetPolicyRequest(policy_json=json.dumps(policy).encode())

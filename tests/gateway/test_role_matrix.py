@@ -20,7 +20,15 @@ import pytest
 import yaml
 from google.protobuf import message_factory
 
-from persys._pb.persys.v1 import auth_pb2, certificates_pb2, control_pb2, policy_pb2, secrets_pb2, watch_pb2
+from persys._pb.persys.v1 import (
+    auth_pb2,
+    certificates_pb2,
+    control_pb2,
+    meter_pb2,
+    policy_pb2,
+    secrets_pb2,
+    watch_pb2,
+)
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
@@ -87,6 +95,11 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
     ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),
     ("POST", "/v1/nodes/{node_id}/revoke"): ("/v1/nodes/-bad-/revoke", {"json": {}}),  # allowed: 422
+    ("GET", "/v1/meter/workloads/{name}"): ("/v1/meter/workloads/ghost?since=1h", {}),  # allowed: 503 (no meter)
+    ("GET", "/v1/meter/nodes/{name}"): ("/v1/meter/nodes/ghost?since=1h", {}),
+    ("GET", "/v1/meter/labels/{label}"): ("/v1/meter/labels/app=ghost?since=1h", {}),
+    ("GET", "/v1/meter/top"): ("/v1/meter/top?since=1h", {}),
+    ("GET", "/v1/meter/status"): ("/v1/meter/status", {}),
 }
 
 
@@ -138,7 +151,7 @@ def test_rest_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> Non
 
 def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:
     c, ids = cluster
-    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2)
+    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2, meter_pb2)
     methods = {f"/{s.full_name}/{m.name}": m for module in modules
                for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
 

@@ -11,7 +11,15 @@ import yaml
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
-from persys._pb.persys.v1 import auth_pb2, certificates_pb2, control_pb2, policy_pb2, secrets_pb2, watch_pb2
+from persys._pb.persys.v1 import (
+    auth_pb2,
+    certificates_pb2,
+    control_pb2,
+    meter_pb2,
+    policy_pb2,
+    secrets_pb2,
+    watch_pb2,
+)
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.security.identity import ANONYMOUS, Identity, Kind
@@ -51,7 +59,7 @@ async def app_routes(tmp_path: Path) -> set[tuple[str, str]]:
 
 def service_methods() -> set[str]:
     return {f"/{s.full_name}/{m.name}" for module in (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2,
-                                                           watch_pb2)
+                                                           watch_pb2, meter_pb2)
             for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
 
 

@@ -17,7 +17,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import ctl_tracing, events_cmd, follow, node_cmds, secret_cmds
+from persys.cli import ctl_tracing, events_cmd, follow, meter_cmds, node_cmds, secret_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -496,11 +496,17 @@ def logs(
 @app.command()
 def top(
     kind: str = typer.Argument("workloads", help="workloads or nodes"),
+    since: str = typer.Option("", "--since", help="Average and maximum over this window from Persys Meter "
+                              "(e.g. 10m, 1h, 7d) instead of the last report."),
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
-    """Live resource usage as last reported by the agents (CPU, memory, disk and network I/O)."""
+    """Resource usage as last reported by the agents (CPU, memory, disk and network I/O), or with
+    --since averaged over a window from Persys Meter."""
     k = resource_kind(kind)
+    if since:
+        meter_cmds.top_since(k, since, output, server)
+        return
     items = Api(server).request("GET", f"/v1/{k}")
     t = Table(box=None, header_style="bold", pad_edge=False)
     if k == "workloads":
@@ -525,6 +531,7 @@ def top(
 
 node_cmds.register(app)
 app.add_typer(admin_app, name="admin")
+app.add_typer(meter_cmds.meter_app, name="meter")
 app.add_typer(policy_app, name="policy")
 app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")

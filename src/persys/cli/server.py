@@ -30,6 +30,9 @@ from persys.cli.certs_cmds import certs_app
 from persys.cli.config import ClientConfig, persys_home
 from persys.cli.server_errors import ServerError
 from persys.cli.version import version_option
+from persys.meter.config import HELP as METER_HELP
+from persys.meter.config import check_spec
+from persys.meter.query import Retention, parse_retention
 from persys.model import Taint
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
 from persys.model.node_names import node_id_problem
@@ -314,6 +317,7 @@ def dev(
                 # The dev agents' state (and image store) lives under the data dir.
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
                 secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
+                meter=f"duckdb:{data / 'meter.duckdb'}",  # usage history on the in-process sample ring
             )
             parts.append(sched.stop)
             agents = []
@@ -361,6 +365,18 @@ def dev(
 
 
 # --------------------------------------------------------------------------- separate servers
+
+
+def _meter_options(spec: str, retention: str, events: str) -> Retention:
+    """--meter and --meter-retention checked before anything starts: one line naming the option."""
+    try:
+        check_spec(spec)
+        if spec == "publish" and events.startswith("memory:"):
+            raise ValueError("--meter publish: samples reach another replica's meter only over Redis (--events)")
+        return parse_retention(retention)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 @app.command(help=backend_opts.SCHEDULER_HELP)
@@ -437,6 +453,11 @@ def scheduler(
     metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Count gRPC calls and store operations "
                                  "(--no-metrics: neither is wrapped, nothing is served; to measure their cost)."),
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
+    meter: str = typer.Option("off", "--meter", metavar="duckdb[:PATH]|clickhouse://...|chdb:PATH|off",
+                              help=METER_HELP),
+    meter_retention: str = typer.Option("raw=1d,1m=30d,1h=365d", "--meter-retention",
+                                        help="How long Persys Meter keeps raw samples and its 1-minute and "
+                                        "hourly rollups."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -444,6 +465,7 @@ def scheduler(
     _setup_logging(verbose)
     vault = idopt.VaultIdentityOptions(vault_addr, vault_ca_file, vault_role_id_file, vault_secret_id_file,
                                        vault_pki_mount, vault_approle_mount, cert_ttl, tuple(cert_host), runtime_dir)
+    retention = _meter_options(meter, meter_retention, events)
 
     async def main() -> None:
         from persys.cli.join_setup import scheduler_signer
@@ -480,7 +502,8 @@ def scheduler(
                     node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access,
                     credentials=creds, secrets=secrets, signer_for=signer_for, join_listen=join_listen,
                     node_cert_ttl=node_cert_ttl, metrics_listen=metrics_listen,
-                    metrics_plain_listen=metrics_plain_listen, metrics=metrics)
+                    metrics_plain_listen=metrics_plain_listen, metrics=metrics, meter=meter,
+                    meter_retention=retention)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)

@@ -146,6 +146,12 @@ class RedisEventBus:
         self._redis = aioredis.Redis.from_url(target, socket_timeout=timeout, **common)
         # Blocking XREADs hold a connection; give them their own pool and a longer timeout.
         self._sub_redis = aioredis.Redis.from_url(target, socket_timeout=timeout + block_ms / 1000, **common)
+        self._target, self._common, self._timeout = target, common, timeout
+
+    def open_client(self, block_ms: int) -> aioredis.Redis:
+        """A new client of the same Redis, user and TLS identity, for another stream that blocks
+        up to `block_ms` in its reads (the meter's samples: events.sample_redis)."""
+        return aioredis.Redis.from_url(self._target, socket_timeout=self._timeout + block_ms / 1000, **self._common)
 
     async def publish(self, event: ClusterEvent) -> str:
         return (await self.publish_many([event]))[0]

@@ -29,6 +29,7 @@ from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
 from persys.gateway.routes.health import health_routes
+from persys.gateway.routes.meter import meter_routes
 from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.workloads import workload_routes
@@ -124,6 +125,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(node_routes(client))
     app.include_router(stream_routes(client))  # SSE: events, workload and node watches
     app.include_router(event_routes(client))
+    app.include_router(meter_routes(client))
     app.include_router(admin_routes(client, parser))
     app.include_router(auth_router(client))
     app.include_router(policy_router(client))

@@ -79,6 +79,7 @@ class AgentApi:
         live = self._heard(node_id)
         live.last_heartbeat_wall = time.time()
         live.usage = usage
+        self.s.telemetry.node(node_id, usage)
         return True
 
     async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
@@ -96,6 +97,7 @@ class AgentApi:
             # A partial report (what changed) lists instances the agent has: they count as
             # present, so that their absence from a later complete report is noticed.
             live.present |= listed
+        self._sample(node_id, reports)
         if self.s.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
         await self._confirm_left(node_id, gone)
@@ -123,6 +125,15 @@ class AgentApi:
                 prefix = f"{inst}: " if inst != wid else ""
                 self.s.emit(status_event(new.phase), f"workload/{wid}",
                             prefix + (new.message or f"{new.phase} on {node_id}"), new.reason)
+
+    def _sample(self, node_id: str, reports: list[WorkloadReport]) -> None:
+        """Samples for Persys Meter of the instances this node was asked to run."""
+        state = self.s.state
+        measured = [(r.workload_id, u) for r in reports
+                    if (u := usage_of(r)) is not None and state.placement_of.get(r.workload_id) == node_id]
+        if measured:
+            self.s.telemetry.instances(node_id, measured,
+                                       lambda wid: (w.value if (w := state.workloads.get(wid)) else None))
 
     async def _confirm_left(self, node_id: str, gone: set[str]) -> None:
         """Record that a node's agent no longer runs instances withdrawn from it, so whichever

@@ -27,6 +27,8 @@ from typing import Any
 
 from persys.events.base import ClusterEvent, EventBus
 from persys.events.outbox import EventOutbox
+from persys.events.sample_outbox import SampleOutbox
+from persys.events.samples import SampleBus
 from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
@@ -54,6 +56,7 @@ from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.reports import LiveNode, runs_on
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.state import ClusterState
+from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
 from persys.store.base import StateStore
@@ -71,6 +74,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         blocking_lease: Callable[[], BlockingLease] | None = None,
         metrics: Metrics | None = None,
+        samples: SampleBus | None = None,
     ) -> None:
         self.store = store
         self.events = events
@@ -89,6 +93,10 @@ class Scheduler:
         self.usage: dict[str, WorkloadUsage] = {}
         self.metrics = ReplicaMetrics(metrics or Metrics(process=False))
         self.placement.decision_histogram = self.metrics.decision_seconds
+        # Persys Meter's samples, published off the report path (dropped, counted, when behind).
+        self.sample_outbox = SampleOutbox(samples) if samples is not None else None
+        self.telemetry = Telemetry(self.sample_outbox)
+        self.meter_status: Callable[[], dict[str, Any]] = dict  # set where this process runs the meter
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self.guard = ModeGuard(store, self.config.data_dir, self._mode_changed, lambda: self.state.revision)
@@ -250,6 +258,8 @@ class Scheduler:
             asyncio.create_task(self._health_loop(), name="mode-guard"),
             asyncio.create_task(self.monitor.run(), name="node-monitor"),
         ]
+        if self.sample_outbox is not None:
+            self._tasks.append(asyncio.create_task(self.sample_outbox.run(), name="sample-publisher"))
         if self.config.sharded:
             self._tasks.append(asyncio.create_task(self.membership.announce(), name="replica-membership"))
         self.election.start()
@@ -384,6 +394,12 @@ class Scheduler:
         """A deleted node: drop what this replica kept in memory about it."""
         self.live.pop(node_id, None)
         self.agent_api.drift.pop(node_id, None)
+
+    def meter_view(self) -> dict[str, Any]:
+        """Persys Meter in health: the samples this replica published or dropped, and the meter's
+        own figures (ingest lag, backlog, store) where this process runs it."""
+        out: dict[str, Any] = {"samples": self.sample_outbox.health() if self.sample_outbox else None}
+        return {**out, **self.meter_status()}
 
     async def health(self) -> dict[str, Any]:
         return await health(self)

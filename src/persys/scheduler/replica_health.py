@@ -47,6 +47,7 @@ class HealthSource(Protocol):
     def leader_address(self) -> str: ...
     def owns(self, node_id: str) -> bool: ...
     def liveness_view(self) -> dict[str, Any]: ...
+    def meter_view(self) -> dict[str, Any]: ...
 
 
 def _problems(s: HealthSource, liveness: dict[str, Any]) -> list[str]:
@@ -147,4 +148,5 @@ async def health(s: HealthSource) -> dict[str, Any]:
                    "lag": mirror.lag, "watch": mirror.watch, "compactionRecoveries": s.state.compaction_recoveries},
         "liveness": liveness,
         "dependencies": [d.to_doc() for d in dependencies],
+        "meter": s.meter_view(),
     }

@@ -22,6 +22,8 @@ from persys.backend_access import BackendAccess
 from persys.credentials import SecretResolver
 from persys.events.base import EventBus
 from persys.events.redis_stream import redacted
+from persys.meter.query import Retention
+from persys.meter.runner import Meter
 from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
 from persys.observability.grpc_tracing import TracingInterceptor
@@ -36,6 +38,7 @@ from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.backends import open_backends
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
+from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
 from persys.scheduler.node_access_service import NodeAccessService
 from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
 from persys.scheduler.node_revocations import NodeRevocations
@@ -74,6 +77,7 @@ class RunningScheduler:
     join_port: int = 0  # the join listener's port (0: none)
     metrics: Metrics | None = None
     metrics_servers: list[MetricsServer] = dataclasses.field(default_factory=list)
+    meter: Meter | None = None
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
@@ -87,6 +91,10 @@ class RunningScheduler:
         if self.revocations is not None:
             await self.revocations.stop()
         await self.scheduler.stop()
+        if self.meter is not None:
+            await self.meter.stop()  # its store and the sample bus
+        elif self.scheduler.sample_outbox is not None:
+            await self.scheduler.sample_outbox.bus.close()  # --meter publish
         if self.audit is not None:
             await self.audit.stop()
         await self.events.close()
@@ -117,6 +125,8 @@ async def start_scheduler(
     metrics_listen: str = "",
     metrics_plain_listen: str = "",
     metrics: bool = True,
+    meter: str = "off",
+    meter_retention: Retention | None = None,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
@@ -162,7 +172,17 @@ async def start_scheduler(
         raise OSError(f"cannot listen on {listen}")
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
-    scheduler = Scheduler(store, events, config, blocking_lease=keeper, metrics=registry)
+    # Persys Meter (meter_host.py): the bus samples go out on, and the meter if it runs here.
+    active: list[Scheduler] = []
+    samples, running_meter = await start_meter(meter, meter_retention, events, config.data_dir or Path("."),
+                                               config.replica_id or config.advertise,
+                                               lambda: bool(active) and active[0].is_active)
+    scheduler = Scheduler(store, events, config, blocking_lease=keeper, metrics=registry, samples=samples)
+    active.append(scheduler)
+    if running_meter is not None:
+        scheduler.meter_status = running_meter.status
+        scheduler.health_checks.append(meter_check(running_meter))  # health per dependency
+    serve_meter(server, running_meter, scheduler.meter_view)
     auth_pb2_grpc.add_AuthServicer_to_server(AuthService(tokens, audit), server)
     # The workload policy (defaults until an admin stores one), and secret references at admission.
     gate = PolicyGate(store, policy_defaults) if secret_store is None \
@@ -183,7 +203,6 @@ async def start_scheduler(
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(
             SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators), server)
-    if secret_store is not None:
         scheduler.health_checks.append(secret_store_check(secret_store))
     await scheduler.start()
     audit.start()
@@ -195,7 +214,7 @@ async def start_scheduler(
         log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
     running = RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
-                               join_port, registry)
+                               join_port, registry, meter=running_meter)
     if registry is not None and (metrics_listen or metrics_plain_listen):
         try:
             running.metrics_servers = await serve_metrics(registry, tls, metrics_listen, metrics_plain_listen)

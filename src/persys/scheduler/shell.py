@@ -13,6 +13,7 @@ from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
+from persys.scheduler.telemetry import Telemetry
 from persys.store.base import StateStore
 
 
@@ -26,6 +27,7 @@ class Shell(Protocol):
     live: dict[str, LiveNode]
     usage: dict[str, WorkloadUsage]
     metrics: ReplicaMetrics
+    telemetry: Telemetry  # samples for Persys Meter (never blocks)
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the

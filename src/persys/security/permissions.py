@@ -33,6 +33,7 @@ SECRETS = "/persys.v1.Secrets/"
 SECRET_DELIVERY = "/persys.v1.SecretDelivery/"
 NODE_ACCESS = "/persys.v1.NodeAccess/"
 WATCH = "/persys.v1.Watch/"
+METER = "/persys.v1.Meter/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -86,6 +87,9 @@ RPC_RULES: dict[str, Rule] = {
     WATCH + "Events": _r("list", "events"),
     WATCH + "Workloads": _r("list", "workloads"),
     WATCH + "Nodes": _r("list", "nodes"),
+    METER + "Query": _r("get", "telemetry"),
+    METER + "Summary": _r("get", "telemetry"),
+    METER + "Status": _r("get", "telemetry"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -142,6 +146,11 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/join-tokens"): _r("list", "join-tokens"),
     ("DELETE", "/v1/join-tokens/{token_id}"): _m("delete", "join-tokens"),
     ("POST", "/v1/nodes/{node_id}/revoke"): _m("revoke", "nodes"),
+    ("GET", "/v1/meter/workloads/{name}"): _r("get", "telemetry"),
+    ("GET", "/v1/meter/nodes/{name}"): _r("get", "telemetry"),
+    ("GET", "/v1/meter/labels/{label}"): _r("get", "telemetry"),
+    ("GET", "/v1/meter/top"): _r("get", "telemetry"),
+    ("GET", "/v1/meter/status"): _r("get", "telemetry"),
 }
 
 

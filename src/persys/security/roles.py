@@ -3,7 +3,7 @@
 Three built-in roles, each including the one below it:
 
 - `viewer`: read everything a client can read (workloads, nodes, events, health, metrics,
-  placement, the names of secrets);
+  placement, the names of secrets, usage history in Persys Meter);
 - `operator`: also change workloads and nodes (apply, control, delete, cordon, drain, label,
   taint, load images) and secrets (apply, delete, see their keys; never their values);
 - `admin`: also remove nodes, back up, restore, recover, resume liveness, manage API tokens
@@ -42,6 +42,7 @@ _VIEWER: frozenset[Grant] = frozenset({
     ("logs", "workloads"), ("get", "nodes"), ("list", "nodes"), ("list", "events"), ("get", "policy"),
     ("list", "secrets"),  # names and versions; their keys need `get secrets`, values are never read back
     ("get", "metrics"),  # /metrics of every process (a Prometheus holds a viewer certificate)
+    ("get", "telemetry"),  # Persys Meter's usage history
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),

@@ -1,0 +1,158 @@
+"""The meter's SQL, written once over both engines' common ground; a `Dialect` holds what
+differs (DDL, argMax's spelling, string literals, label matching). The ClickHouse dialect
+(clickhouse_sql.py) is shared by the ClickHouse server backend and the in-process chDB backend.
+
+A raw sample reads as a rollup row of one sample (n = 1, sum = min = max = last = the value), so
+one set of expressions builds rollups from raw or from finer rollups, and the partial aggregates
+of a query over several tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from persys.events.samples import METRICS, NODE, WORKLOAD
+from persys.meter.query import Segment, Table
+
+KEYS = ("kind", "node", "workload", "instance", "runtime", "labels")
+MARKS = "marks"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    arg_max: str  # arg_max (DuckDB) | argMax (ClickHouse)
+    quote: Callable[[str], str]
+    contains: Callable[[str, str], str]  # (column, needle literal) -> whether ','+column+',' has it
+    create: Callable[[str, bool], str]  # (table, is rollup) -> CREATE TABLE IF NOT EXISTS
+    create_marks: str
+    prefix: str = ""  # database qualifier, e.g. "persys."
+
+
+def table_name(d: Dialect, t: Table | str) -> str:
+    return f"{d.prefix}meter_{t if isinstance(t, str) else t.name}"
+
+
+def _cols(raw: bool, metric: str) -> tuple[str, str, str, str]:
+    """sum, min, max and last of a metric as columns of a raw or a rollup table."""
+    return (metric,) * 4 if raw else (f"{metric}_sum", f"{metric}_min", f"{metric}_max", f"{metric}_last")
+
+
+def partials(d: Dialect, raw: bool, metrics: Sequence[str]) -> list[str]:
+    """Aggregates over a table's rows that merge into a rollup row: n, last_ts, then per metric
+    sum, min, max, last (in that order)."""
+    t = "ts" if raw else "last_ts"
+    out = ["count(*)" if raw else "sum(n)", f"max({t})"]
+    for m in metrics:
+        s, lo, hi, last = _cols(raw, m)
+        out += [f"sum({s})", f"min({lo})", f"max({hi})", f"{d.arg_max}({last}, {t})"]
+    return out
+
+
+def rollup_columns() -> list[str]:
+    out = ["bucket", *KEYS, "n", "last_ts"]
+    for m in METRICS:
+        out += [f"{m}_sum", f"{m}_min", f"{m}_max", f"{m}_last"]
+    return out
+
+
+def rollup_sql(d: Dialect, src: Table, dst: Table, lo: float, hi: float) -> str:
+    """Roll `src` rows in [lo, hi) up into `dst` buckets."""
+    raw = src.resolution == 0
+    time_col = "ts" if raw else "bucket"
+    bucket = f"floor({time_col} / {dst.resolution}) * {dst.resolution}"
+    cols = ", ".join(rollup_columns())
+    return (f"INSERT INTO {table_name(d, dst)} ({cols}) SELECT {bucket} AS b, {', '.join(KEYS)}, "
+            f"{', '.join(partials(d, raw, METRICS))} FROM {table_name(d, src)} "
+            f"WHERE {time_col} >= {lo!r} AND {time_col} < {hi!r} GROUP BY b, {', '.join(KEYS)}")
+
+
+def delete_sql(d: Dialect, t: Table, before: float) -> str:
+    col = "ts" if t.resolution == 0 else "bucket"
+    return f"DELETE FROM {table_name(d, t)} WHERE {col} < {before!r}"
+
+
+def mark_sql(d: Dialect, name: str, value: float) -> str:
+    return f"INSERT INTO {table_name(d, MARKS)} (name, value) VALUES ({d.quote(name)}, {value!r})"
+
+
+def marks_sql(d: Dialect) -> str:
+    return f"SELECT name, max(value) FROM {table_name(d, MARKS)} GROUP BY name"
+
+
+def selection(d: Dialect, selector: str, value: str) -> str:
+    """The WHERE condition of a selector: a workload's instances, a node's own samples, or the
+    instances of workloads carrying a label (k=v); `*` with workload/node: all of that kind."""
+    kind = NODE if selector == "node" else WORKLOAD
+    cond = f"kind = {d.quote(kind)}"
+    if selector == "label":
+        return f"{cond} AND {d.contains('labels', d.quote(',' + value + ','))}"
+    if value != "*":
+        cond += f" AND {selector} = {d.quote(value)}"
+    return cond
+
+
+def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, step: int,
+              metrics: Sequence[str], limit: int) -> str:
+    """Partial aggregates per group (instance, workload or node) and step bucket from each segment
+    (g, b, workload, node, n, last_ts, then sum, min, max, last per metric), one row per group and
+    bucket and segment: `merge_partials` combines a bucket's rows from several tables. A segment
+    whose rows already are the step's buckets is read without aggregating (the common case: a
+    1-minute step over minute rollups)."""
+    parts = []
+    for seg in segments:
+        raw = seg.table.resolution == 0
+        time_col = "ts" if raw else "bucket"
+        tail = (f" FROM {table_name(d, seg.table)} WHERE {where} AND {time_col} >= {seg.start!r} "
+                f"AND {time_col} < {seg.end!r}")
+        if step and step == seg.table.resolution and group == "instance":
+            cols = [time_col, "workload", "node", "n", "last_ts"]
+            for m in metrics:
+                cols += list(_cols(False, m))
+            parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
+            continue
+        bucket = f"floor({time_col} / {step}) * {step}" if step else "0"
+        parts.append(f"SELECT {group} AS g, {bucket} AS b, max(workload) AS wl, max(node) AS nd, "
+                     + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics)))
+                     + tail + " GROUP BY g, b")
+    # Ordered by group, so that a result cut at `limit` leaves only its last group incomplete.
+    return f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS u ORDER BY 1, 2 LIMIT {int(limit)}"
+
+
+Partial = list[Any]  # [workload, node, n, last_ts, then per metric: sum, min, max, last]
+
+
+def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> dict[tuple[str, float], Partial]:
+    """(group, bucket) -> the merged partial aggregate of its rows (sums and counts add, min and
+    max fold, the last value and the node are those of the latest sample). Rows come ordered by
+    group: when `limit` cut them, the last group may be incomplete and is left out."""
+    if len(rows) >= limit and rows:
+        cut = rows[-1][0]
+        rows = [r for r in rows if r[0] != cut]
+    out: dict[tuple[str, float], Partial] = {}
+    for row in rows:
+        key = (str(row[0]), float(row[1]))
+        cur = out.get(key)
+        if cur is None:  # most buckets come from one table: taken as they are
+            out[key] = list(row[2:])
+            continue
+        new = [float(v) for v in row[4:]]
+        cur[2:] = [float(v) for v in cur[2:]]
+        later = new[1] >= cur[3]
+        cur[2] += new[0]
+        for i in range(metrics):
+            j = 4 + 4 * i
+            cur[j] += new[j - 2]
+            cur[j + 1] = min(cur[j + 1], new[j - 1])
+            cur[j + 2] = max(cur[j + 2], new[j])
+            if later:
+                cur[j + 3] = new[j + 1]
+        if later:
+            cur[0], cur[1], cur[3] = row[2], row[3], new[1]
+    return out
+
+
+def literal(v: object, quote: Callable[[str], str]) -> str:
+    return quote(v) if isinstance(v, str) else repr(float(v))  # type: ignore[arg-type]

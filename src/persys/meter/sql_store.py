@@ -1,0 +1,192 @@
+"""A MeterStore over an SQL engine (sql.py builds the statements; an `Executor` runs them).
+
+The engines' calls block, so every operation runs in a worker thread (asyncio.to_thread), one
+at a time per store (DuckDB connections are not shared across threads; chDB sessions neither).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from persys.events.samples import METRICS, NODE, WORKLOAD, Sample
+from persys.meter import sql
+from persys.meter.base import Maintenance, Summary
+from persys.meter.query import (
+    MAX_POINTS,
+    MAX_SERIES,
+    Query,
+    Retention,
+    Series,
+    check,
+    check_window,
+    finish,
+    plan,
+    rollup_target,
+)
+
+MARKS_TTL = 30.0
+ROLLUP_GRACE_SECONDS = 60.0  # a bucket is closed this long after the newest sample stored passed it
+
+
+class Executor(Protocol):
+    engine: str
+    dialect: sql.Dialect
+    transactional: bool  # rollup insert and its watermark land together
+
+    def rows(self, statement: str) -> list[tuple[Any, ...]]: ...
+
+    def run(self, statement: str) -> None: ...
+
+    def insert(self, samples: Sequence[Sample]) -> None: ...
+
+    def size(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def summary_step(window: float) -> int:
+    """The resolution a window summary may be served at: rollup boundaries misalign its start by
+    at most a minute (an hour for windows of a week or more)."""
+    return 3600 if window >= 7 * 86_400 else 60 if window >= 600 else 10
+
+
+class SqlMeterStore:
+    def __init__(self, executor: Executor, retention: Retention | None = None,
+                 grace: float = ROLLUP_GRACE_SECONDS) -> None:
+        self.x = executor
+        self.d = executor.dialect
+        self.retention = retention or Retention()
+        self.tables = self.retention.tables()
+        self.engine = executor.engine
+        self.grace = grace
+        self._lock = threading.Lock()
+        self._newest: float | None = None
+        self._marks_cache: dict[str, float] = {}
+        self._marks_at = float("-inf")
+        for t in self.tables:
+            executor.run(self.d.create(sql.table_name(self.d, t), t.resolution > 0))
+        executor.run(self.d.create_marks)
+
+    async def _off_loop(self, fn: Any, *args: Any) -> Any:
+        def locked() -> Any:
+            with self._lock:
+                return fn(*args)
+        return await asyncio.to_thread(locked)
+
+    # ------------------------------------------------------------------ writes
+
+    async def write(self, batch: Sequence[Sample]) -> None:
+        if batch:
+            await self._off_loop(self._write, batch)
+
+    def _write(self, batch: Sequence[Sample]) -> None:
+        self.x.insert(batch)
+        newest = max(s.ts for s in batch)
+        self._newest = newest if self._newest is None else max(self._newest, newest)
+
+    # ------------------------------------------------------------------ reads
+
+    def _marks(self, fresh: bool = False) -> dict[str, float]:
+        """The rollup watermarks, read at most every MARKS_TTL seconds for queries: a stale mark
+        is safe, the finer tables still hold what it has not caught up with (they keep longer
+        than rollups lag), so a query only reads a little more of them."""
+        if fresh or time.monotonic() - self._marks_at > MARKS_TTL:
+            self._marks_cache = {str(name): float(v) for name, v in self.x.rows(sql.marks_sql(self.d))}
+            self._marks_at = time.monotonic()
+        return dict(self._marks_cache)
+
+    async def query(self, q: Query) -> list[Series]:
+        return list(await self._off_loop(self._query, check(q)))
+
+    def _query(self, q: Query) -> list[Series]:
+        segments = plan(self.tables, self._marks(), q.step, q.start, q.end)
+        if not segments:
+            return []
+        group = "node" if q.selector == "node" else "instance"
+        per_series = int((q.end - q.start) / q.step) + 2
+        limit = (MAX_SERIES + 1) * per_series * len(segments)
+        statement = sql.query_sql(self.d, segments, sql.selection(self.d, q.selector, q.value), group, q.step,
+                                  [q.metric], limit)
+        out: dict[str, Series] = {}
+        for (g, b), (wl, nd, n, _lts, s, lo, hi, last) in sorted(
+                sql.merge_partials(self.x.rows(statement), 1, limit).items()):
+            series = out.get(g)
+            if series is None:
+                if len(out) >= MAX_SERIES:
+                    break
+                series = out[g] = Series(g, str(wl), str(nd))
+            series.node = str(nd)  # the latest bucket's: an instance may have moved
+            series.points.append((b, finish(q.agg, float(n), float(s), float(lo), float(hi), float(last))))
+        for series in out.values():
+            del series.points[MAX_POINTS:]
+        return list(out.values())
+
+    async def summary(self, kind: str, start: float, end: float, limit: int = 500) -> list[Summary]:
+        check_window(start, end)
+        return list(await self._off_loop(self._summary, kind, start, end, max(1, min(limit, 5_000))))
+
+    def _summary(self, kind: str, start: float, end: float, limit: int) -> list[Summary]:
+        node = kind == NODE
+        segments = plan(self.tables, self._marks(), summary_step(end - start), start, end)
+        if not segments:
+            return []
+        where = sql.selection(self.d, "node" if node else "workload", "*")
+        rows = (limit + 1) * len(segments)
+        statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, rows)
+        out = []
+        for (g, _b), p in sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows).items())[:limit]:
+            n = float(p[2])
+            item = Summary(g, int(n), node=str(p[1]) if not node else "")
+            for i, m in enumerate(METRICS):
+                item.avg[m] = float(p[4 + 4 * i]) / n if n else 0.0
+                item.max[m] = float(p[6 + 4 * i])
+            out.append(item)
+        return out
+
+    # ------------------------------------------------------------------ rollups and retention
+
+    async def maintain(self, now: float) -> Maintenance:
+        return await self._off_loop(self._maintain, now)  # type: ignore[no-any-return]
+
+    def _maintain(self, now: float) -> Maintenance:
+        raw, m1, h1 = self.tables
+        if self._newest is None:
+            got = self.x.rows(f"SELECT max(ts) FROM {sql.table_name(self.d, raw)}")
+            self._newest = float(got[0][0]) if got and got[0][0] is not None else 0.0
+        marks = self._marks(fresh=True)
+        rolled: dict[str, float] = {}
+        target_m1 = rollup_target(m1.resolution, now, self._newest, self.grace)
+        for src, dst, target in ((raw, m1, target_m1), (m1, h1, None)):
+            if target is None:  # hours close once their minutes are rolled up
+                target = (marks.get(m1.name, 0.0) // h1.resolution) * h1.resolution
+            since = marks.get(dst.name, 0.0)
+            if target > since:
+                self._roll(src, dst, since, target)
+                marks[dst.name] = rolled[dst.name] = target
+        deleted = {}
+        for t in self.tables:
+            before = now - t.retention
+            self.x.run(sql.delete_sql(self.d, t, before))
+            deleted[t.name] = before
+        self._marks_cache, self._marks_at = marks, time.monotonic()
+        return Maintenance(rolled, deleted)
+
+    def _roll(self, src: Any, dst: Any, since: float, target: float) -> None:
+        statements = [sql.rollup_sql(self.d, src, dst, since, target), sql.mark_sql(self.d, dst.name, target)]
+        if self.x.transactional:
+            statements = ["BEGIN TRANSACTION", *statements, "COMMIT"]
+        for s in statements:
+            self.x.run(s)
+
+    async def bytes_on_disk(self) -> int:
+        return int(await self._off_loop(self.x.size))
+
+    async def close(self) -> None:
+        await self._off_loop(self.x.close)
+
+
+__all__ = ["WORKLOAD", "Executor", "SqlMeterStore", "summary_step"]

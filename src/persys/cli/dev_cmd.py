@@ -1,0 +1,187 @@
+"""`persys dev`: scheduler, agent(s) and gateway in one process on embedded defaults (SQLite
+store and event log, built-in secrets, DuckDB meter), with the local user's admin identity."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+import yaml
+
+from persys.cli import tracing_opts
+from persys.cli.config import ClientConfig, persys_home
+from persys.cli.server_common import (
+    check_node_id,
+    default_runtimes,
+    free_port,
+    parse_labels,
+    parse_taints,
+    port_free,
+    run_main,
+    setup_logging,
+    until_signalled,
+)
+from persys.cli.server_errors import ServerError
+from persys.model import Taint
+from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
+from persys.tlsfiles import TLSFiles
+
+
+@dataclass
+class DevNode:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    cpu_millicores: int = 0
+    memory_mb: int = 0
+
+
+def dev_nodes(path: Path) -> list[DevNode]:
+    """Nodes for `persys dev --nodes FILE`: a YAML list of {name, labels, taints, cpuMillicores, memoryMb}."""
+    if not path.exists():
+        raise ServerError(f"{path}: no such file")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ServerError(f"{path}: not valid YAML ({e})") from None
+    items = doc.get("nodes") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise ServerError(f"{path}: expected a list of nodes (or a mapping with `nodes:`)")
+    out = []
+    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb"}
+    for i, item in enumerate(items):
+        where = f"{path}: nodes[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ServerError(f"{where}.name: required")
+        unknown = set(item) - known
+        if unknown:
+            raise ServerError(f"{where}.{sorted(unknown)[0]}: unknown field")
+        for num in ("cpuMillicores", "memoryMb"):
+            if not isinstance(item.get(num, 0), int) or item.get(num, 0) < 0:
+                raise ServerError(f"{where}.{num}: must be a non-negative integer")
+        labels = item.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise ServerError(f"{where}.labels: must be a mapping")
+        out.append(DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
+                           parse_taints([str(t) for t in item.get("taints") or []]),
+                           item.get("cpuMillicores", 0), item.get("memoryMb", 0)))
+    if len({n.name for n in out}) != len(out):
+        raise ServerError(f"{path}: node names must be unique")
+    return out
+
+
+def dev_admin(ca: ClusterCA, folder: Path) -> TLSFiles:
+    """The local user's admin identity for persysctl (`user:<login>` in persys:admins), in a folder
+    of its own: the client configuration never points where the CA and server keys are."""
+    login = "".join(c for c in getpass.getuser() if c.isalnum() or c in "-._@")[:63] or "admin"
+    return ca.issue("user", f"user:{login}", groups=ADMIN_GROUPS, out=folder)
+
+
+def dev(
+    data_dir: Path = typer.Option(None, "--data-dir", help="State directory (default $PERSYS_HOME/dev)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address the API listens on."),
+    port: int = typer.Option(8080, "--port", help="Gateway (REST API) port."),
+    scheduler_port: int = typer.Option(0, "--scheduler-port", help="Scheduler gRPC port (0 = any free port)."),
+    node_id: str = typer.Option("dev-node", "--node-id", help="Name of the local node."),
+    label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
+    node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
+    nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
+                                    "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
+    otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run scheduler, agent(s) and gateway in one process on the embedded store and event log.
+
+    State lives in --data-dir (SQLite), so a restart finds the same cluster. Ctrl-C stops the
+    control plane; running workloads are left alone and adopted again on the next start.
+    """
+    setup_logging(verbose)
+    data = (data_dir or persys_home() / "dev").resolve()
+    try:
+        node_specs = dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, parse_labels(label))]
+        for spec in node_specs:
+            check_node_id(spec.name)
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+    async def main() -> None:
+        from persys.agent.agent import Agent, AgentConfig
+        from persys.gateway.server import start_gateway
+        from persys.policy import WorkloadPolicy
+        from persys.policy.model import DEFAULT_NODE_PATHS
+        from persys.scheduler.config import SchedulerConfig
+        from persys.scheduler.server import start_scheduler
+
+        t0 = time.monotonic()
+        data.mkdir(parents=True, exist_ok=True)
+        if not port_free(host, port):
+            raise ServerError(f"port {port} on {host} is in use (choose another with --port)")
+        ca = ClusterCA(data / "pki")
+        ca.ensure()
+        hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", host)))
+        ids = standard_identities(ca, node_specs[0].name, hosts=hosts)
+        sched_port = scheduler_port or free_port(host)
+        target = f"{host}:{sched_port}"
+        parts: list[Callable[[], Awaitable[None]]] = []
+
+        async def started() -> None:
+            sched = await start_scheduler(
+                # Events in a bounded SQLite log: their history survives a restart, as with Redis.
+                f"sqlite:///{data / 'state.db'}", f"sqlite://{data / 'events.db'}", target, ids["scheduler"],
+                SchedulerConfig(node_grace_seconds=node_grace, data_dir=data / "scheduler", advertise=target),
+                # The dev agents' state (and image store) lives under the data dir.
+                policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
+                secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
+                meter=f"duckdb:{data / 'meter.duckdb'}",  # usage history on the in-process sample ring
+            )
+            parts.append(sched.stop)
+            agents = []
+            for spec in node_specs:
+                # One node keeps the historical state dir; more nodes get one each.
+                state = data / "agent" if len(node_specs) == 1 else data / "agents" / spec.name
+                agent = Agent(
+                    AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
+                                tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
+                                labels=spec.labels, taints=spec.taints,
+                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
+                    default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
+                )
+                await agent.start()
+                parts.append(agent.stop)
+                agents.append(agent)
+            gw = await start_gateway(target, host, port, ids["gateway"])
+            parts.append(gw.stop)
+            user = dev_admin(ca, data / "client")
+            cfg_path = ClientConfig(f"https://{host}:{gw.port}", user.ca, user.cert, user.key).save()
+            for agent in agents:
+                await asyncio.wait_for(agent.registered.wait(), timeout=30)
+            node_lines = "".join(
+                f"  node:      {a.config.node_id} (runtimes: {', '.join(sorted(a.runtimes)) or 'none'})\n"
+                for a in agents
+            )
+            print(
+                f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
+                f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
+                f"{node_lines}"
+                f"  state:     {data}\n"
+                f"  persysctl: configured in {cfg_path}\n"
+                f"Press Ctrl-C to stop.",
+                flush=True,
+            )
+
+        async def stop() -> None:
+            for part in reversed(parts):
+                with contextlib.suppress(Exception):
+                    await part()
+
+        await until_signalled(started, stop)
+
+    tracing_opts.run_traced("persys-dev", otlp_endpoint, node_specs[0].name, lambda: run_main(main))

@@ -1,0 +1,158 @@
+"""What the `persys` commands share: logging, ports, node labels and taints, TLS folders, the
+agent's runtimes, the metrics listeners' options, and running until a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from persys.cli.server_errors import ServerError
+from persys.model import Taint
+from persys.model.node_names import node_id_problem
+from persys.secrets.base import SecretStoreError
+from persys.tlsfiles import TLSFiles
+
+if TYPE_CHECKING:
+    from persys.agent.runtimes.base import Runtime
+    from persys.observability.metrics_http import MetricsServer
+
+METRICS_LISTEN_HELP = ("Serve Prometheus metrics at https://HOST:PORT/metrics: a client certificate from the cluster "
+                       "CA is required, with the `get metrics` right (viewer and up; e.g. `persys certs issue --role "
+                       "user --name prometheus --group persys:viewers`). Port 0 picks a free one (printed).")
+METRICS_PLAIN_HELP = ("Also serve /metrics over plain HTTP at HOST:PORT, without authentication: only where you "
+                      "want it, e.g. 127.0.0.1:9464 for a Prometheus on this host. Port 0 picks a free one.")
+
+
+def metrics_lines(servers: Sequence[MetricsServer], who: str, host_of: Callable[[str], str]) -> str:
+    """The ready lines of the metrics listeners (the bound ports, also for port 0)."""
+    return "".join(f"{who} metrics on {m.scheme}://{host_of(m.scheme)}:{m.port}/metrics\n" for m in servers)
+
+
+def check_listen(value: str, option: str) -> None:
+    if not value:
+        return
+    from persys.observability.metrics_http import parse_listen
+
+    try:
+        parse_listen(value, option)
+    except ValueError as e:
+        raise ServerError(str(e)) from None
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    for noisy in ("aiodocker", "asyncio", "uvicorn.error", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ServerError(f"label {item!r} must look like key=value")
+        out[k] = v
+    return out
+
+
+def parse_taints(items: list[str]) -> list[Taint]:
+    taints = []
+    for item in items:
+        kv, _, effect = item.partition(":")
+        k, _, v = kv.partition("=")
+        if not k or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ServerError(f"taint {item!r} must look like key=value:NoSchedule|PreferNoSchedule|NoExecute")
+        taints.append(Taint(key=k, value=v, effect=effect))  # type: ignore[arg-type]
+    return taints
+
+
+
+def check_node_id(node_id: str) -> None:
+    """Refuse at start what the scheduler would refuse at registration."""
+    problem = node_id_problem(node_id)
+    if problem:
+        raise ServerError(f"--node-id: {problem}")
+
+
+def tls_from_dir(directory: Path, name: str) -> TLSFiles:
+    files = TLSFiles(directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key")
+    for f in (files.ca, files.cert, files.key):
+        if not f.exists():
+            raise ServerError(f"{f} is missing (create certificates with `persys certs init --dir {directory}`)")
+    return files
+
+
+def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody",
+                     allow_node_paths: Sequence[Path] = ()) -> list[Runtime]:
+    from persys.agent.runtimes.compose import ComposeRuntime
+    from persys.agent.runtimes.docker import DockerRuntime
+    from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
+    from persys.agent.runtimes.node_paths import NodePaths
+    from persys.agent.runtimes.process import ProcessRuntime
+    from persys.agent.runtimes.secret_files import secrets_root
+    from persys.agent.runtimes.vm import LibvirtVMRuntime
+
+    # Containers carry their node's name, so agents sharing one engine (tests, several
+    # nodes on one host) never adopt or remove each other's containers.
+    scope = {"persys.node": node_id}
+    # Node paths workloads may name, re-checked here whatever the scheduler admitted.
+    paths = NodePaths.for_agent(state_dir, allow_node_paths)
+    return [
+        DockerRuntime(extra_labels=scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
+                                                                   state_dir / "runtimes" / "container")),
+        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+        MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),
+    ]
+
+
+async def until_signalled(started: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    try:
+        await started()
+        await done.wait()
+    finally:
+        print("\nstopping ...", file=sys.stderr, flush=True)
+        await stop()
+
+
+def run_main(coro: Callable[[], Awaitable[None]]) -> None:
+    from persys.observability.metrics_http import MetricsListenError
+
+    try:
+        asyncio.run(coro())  # type: ignore[arg-type]
+    except (ServerError, SecretStoreError, MetricsListenError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -75,18 +75,26 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         etcd.etcdctl("compact", str(store_revision(etcd.url)))  # history the standby missed is gone
         link.heal()
 
+        seen: list[dict] = []  # type: ignore[type-arg]  # the standby's last health, for a failure's message
+
         def recovered() -> dict | None:  # type: ignore[type-arg]
             h = replica_healths(c).get(b)
             if h is None:
                 return None
+            seen[:] = [h]
             m = h["mirror"]
             # Its role is not asked: on a loaded machine the active may lose its lease meanwhile
-            # (keep-alive past its deadline) and the recovered standby take over already.
-            ok = (m["compactionRecoveries"] >= 1 and m["lag"] == 0 and m["watch"] == "healthy"
+            # (keep-alive past its deadline) and the recovered standby take over already. Nor is
+            # a lag of exactly 0: the active keeps writing (reports, audit), so a loaded standby
+            # is a few revisions behind at most instants; "healthy" means it keeps up (mirror_health).
+            ok = (m["compactionRecoveries"] >= 1 and m["watch"] == "healthy"
                   and h["mode"] == "normal" and h["workloads"] == len(wanted))
             return h if ok else None
 
-        standby, took = eventually(recovered, 30, "the standby recovered from the compaction")
+        try:
+            standby, took = eventually(recovered, 30, "the standby recovered from the compaction")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; its last health: {seen[:1]}") from None
         print(f"standby recovered {took:.1f}s after the link was restored: mirror {standby['mirror']}")
 
         agent_log = len(c.agents["n1"].text())  # the deletes above were legitimately removed

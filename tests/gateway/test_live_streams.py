@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -92,12 +93,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(c, etcd, redis, proxy)
 
 
+RESET_SIGINT_AND_EXEC = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); " \
+    "os.execv(sys.argv[1], sys.argv[1:])"
+
+
 class Reader:
     """A persysctl that keeps running: its stdout lines collected as they come."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.p = subprocess.Popen([str(BIN / "persysctl"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env={**os.environ, **env})
+        # SIGINT back to its default first: a suite started in the background (CI scripts, `cmd &`)
+        # runs with SIGINT ignored, children inherit that, and Python then installs no Ctrl-C handler.
+        self.p = subprocess.Popen([sys.executable, "-c", RESET_SIGINT_AND_EXEC, str(BIN / "persysctl"), *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()

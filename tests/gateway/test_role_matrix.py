@@ -20,15 +20,6 @@ import pytest
 import yaml
 from google.protobuf import message_factory
 
-from persys._pb.persys.v1 import (
-    auth_pb2,
-    certificates_pb2,
-    control_pb2,
-    meter_pb2,
-    policy_pb2,
-    secrets_pb2,
-    watch_pb2,
-)
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.permissions import REST_RULES, RPC_RULES
@@ -36,6 +27,7 @@ from persys.security.pki import ClusterCA, TLSFiles
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.security.role_certs import role_identities
+from tests.security.scheduler_methods import scheduler_methods
 
 pytestmark = pytest.mark.e2e
 
@@ -151,9 +143,7 @@ def test_rest_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> Non
 
 def test_rpc_matrix(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]) -> None:
     c, ids = cluster
-    modules = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2, meter_pb2)
-    methods = {f"/{s.full_name}/{m.name}": m for module in modules
-               for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
+    methods = scheduler_methods()
 
     async def run() -> list[str]:
         wrong = []

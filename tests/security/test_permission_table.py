@@ -11,21 +11,13 @@ import yaml
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
-from persys._pb.persys.v1 import (
-    auth_pb2,
-    certificates_pb2,
-    control_pb2,
-    meter_pb2,
-    policy_pb2,
-    secrets_pb2,
-    watch_pb2,
-)
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.security.identity import ANONYMOUS, Identity, Kind
 from persys.security.permissions import JOIN_RPCS, NODE_RPCS, PUBLIC_ROUTES, REST_RULES, RPC_RULES
 from persys.security.pki import TLSFiles
 from persys.security.roles import all_grants, decide
+from tests.security.scheduler_methods import scheduler_methods
 
 MATRIX: dict[str, list[str]] = yaml.safe_load((Path(__file__).parent / "role_matrix.yaml").read_text())
 IDENTITIES = {
@@ -58,9 +50,7 @@ async def app_routes(tmp_path: Path) -> set[tuple[str, str]]:
 
 
 def service_methods() -> set[str]:
-    return {f"/{s.full_name}/{m.name}" for module in (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2,
-                                                           watch_pb2, meter_pb2)
-            for s in module.DESCRIPTOR.services_by_name.values() for m in s.methods}
+    return set(scheduler_methods())
 
 
 async def test_every_route_has_a_rule_and_every_rule_a_route(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from persys._pb.persys.v1 import (
     policy_pb2_grpc,
     secrets_pb2,
     secrets_pb2_grpc,
+    volumes_pb2,
+    volumes_pb2_grpc,
     watch_pb2,
     watch_pb2_grpc,
 )
@@ -72,6 +74,7 @@ class SchedulerClient:
         self._node_access_stubs = [cpb_grpc.NodeAccessStub(c) for c in self._channels]
         self._watch_stubs = [watch_pb2_grpc.WatchStub(c) for c in self._channels]
         self._meter_stubs = [meter_pb2_grpc.MeterStub(c) for c in self._channels]
+        self._volume_stubs = [volumes_pb2_grpc.VolumesStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -323,6 +326,25 @@ class SchedulerClient:
     async def delete_secret(self, name: str) -> bool:
         r = await self._call("DeleteSecret", secrets_pb2.DeleteSecretRequest(name=name), stubs=self._secret_stubs)
         return bool(r.deleted)
+
+    # ---------------------------------------------------------------- Volumes service
+
+    async def apply_volume(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        req = volumes_pb2.ApplyVolumeRequest(manifest_json=json.dumps(manifest).encode(), dry_run=dry_run)
+        r = await self._call("ApplyVolume", req, stubs=self._volume_stubs)
+        return {"volume": _document(r.volume_json), "created": r.created, "changed": r.changed}
+
+    async def get_volume(self, name: str) -> dict[str, Any]:
+        r = await self._call("GetVolume", volumes_pb2.GetVolumeRequest(name=name), stubs=self._volume_stubs)
+        return _document(r.volume_json)
+
+    async def list_volumes(self) -> list[dict[str, Any]]:
+        r = await self._call("ListVolumes", volumes_pb2.ListVolumesRequest(), stubs=self._volume_stubs)
+        return [_document(i) for i in r.items]
+
+    async def delete_volume(self, name: str) -> dict[str, bool]:
+        r = await self._call("DeleteVolume", volumes_pb2.DeleteVolumeRequest(name=name), stubs=self._volume_stubs)
+        return {"deleted": r.deleted, "alreadyGone": r.already_gone}
 
     async def health(self) -> dict[str, Any]:
         h = await self._call("Health", pb.HealthRequest())

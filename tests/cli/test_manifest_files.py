@@ -21,10 +21,10 @@ def test_a_folder_stands_for_its_manifests_in_name_order(tmp_path: Path) -> None
     (tmp_path / "README.md").write_text("not a manifest")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c.yaml").write_text(manifest("nested"))  # not recursive, as kubectl without -R
-    docs, secrets = _read_files([tmp_path])
-    assert [d["metadata"]["name"] for _, d in docs] == ["first", "second"]
-    assert [src for src, _ in docs] == [str(tmp_path / "a.yml"), str(tmp_path / "b.yaml")]
-    assert secrets == []
+    found = _read_files([tmp_path])
+    assert [d["metadata"]["name"] for _, d in found.docs] == ["first", "second"]
+    assert [src for src, _ in found.docs] == [str(tmp_path / "a.yml"), str(tmp_path / "b.yaml")]
+    assert found.secrets == [] and found.volumes == []
 
 
 def test_an_empty_folder_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -83,6 +83,10 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {}),
     ("PUT", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {"json": {"stringData": {}}}),  # allowed: 400, nothing
     ("DELETE", "/v1/secrets/{name}"): ("/v1/secrets/ghost", {}),
+    ("GET", "/v1/volumes"): ("/v1/volumes", {}),
+    ("POST", "/v1/volumes"): ("/v1/volumes", {"json": {}}),  # allowed: 400, nothing written
+    ("GET", "/v1/volumes/{name}"): ("/v1/volumes/ghost", {}),
+    ("DELETE", "/v1/volumes/{name}"): ("/v1/volumes/ghost", {}),
     ("POST", "/v1/join-tokens"): ("/v1/join-tokens", {"json": {"ttlSeconds": 1}}),  # allowed: 422 (under 1 min)
     ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
     ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),

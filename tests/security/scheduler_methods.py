@@ -12,10 +12,11 @@ from persys._pb.persys.v1 import (
     meter_pb2,
     policy_pb2,
     secrets_pb2,
+    volumes_pb2,
     watch_pb2,
 )
 
-MODULES = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2, meter_pb2)
+MODULES = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2, meter_pb2, volumes_pb2)
 
 
 def scheduler_methods() -> dict[str, MethodDescriptor]:

@@ -19,7 +19,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,11 +43,13 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
+from persys.agent.volume_attach import VolumeAttacher
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
+from persys.storage.base import VolumeDriver
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -84,8 +86,10 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None) -> None:
+    def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None,
+                 volume_drivers: Mapping[str, VolumeDriver] | None = None) -> None:
         self.config = config
+        self.volumes = VolumeAttacher(volume_drivers or {})
         self.meter = AgentMetrics()
         self.all_runtimes = self.meter.wrap(runtimes)
         self.runtimes: dict[str, Runtime] = {}
@@ -449,6 +453,7 @@ class Agent:
         else:
             log.info("removing %s: no longer desired on this node", wid)
         await rt.remove(wid)
+        await self.volumes.release(wid)
         self._orphans.pop(wid, None)
         self.failures.pop(wid, None)
         if self.restarts.pop(wid, None):
@@ -472,8 +477,9 @@ class Agent:
             except RuntimeFailure:
                 await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
                 raise
+            mounts = await self.volumes.prepare(wid, d.spec) if d.spec.volumes else ()
             with start_tracing.runtime_call(d.spec.type):
-                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material))
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts))
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,

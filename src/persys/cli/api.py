@@ -109,14 +109,15 @@ KINDS = {
     "workload": "workloads", "workloads": "workloads", "wl": "workloads",
     "node": "nodes", "nodes": "nodes", "no": "nodes",
     "secret": "secrets", "secrets": "secrets",
+    "volume": "volumes", "volumes": "volumes", "vol": "volumes",
 }
 
 
 def resource_kind(kind: str) -> str:
-    """The canonical resource kind (workloads, nodes or secrets) a user typed."""
+    """The canonical resource kind (workloads, nodes, secrets or volumes) a user typed."""
     k = KINDS.get(kind.lower())
     if k is None:
-        fail(f"unknown resource kind {kind!r} (use workloads, nodes or secrets)")
+        fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets or volumes)")
     return k
 
 

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import ctl_tracing, events_cmd, follow, meter_cmds, node_cmds, secret_cmds
+from persys.cli import ctl_tracing, events_cmd, follow, meter_cmds, node_cmds, secret_cmds, volume_cmds
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -38,9 +39,11 @@ from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
+from persys.model.kinds import parse_all
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError
-from persys.model.secret import SecretManifest, parse_documents
+from persys.model.secret import SecretManifest
+from persys.model.volume import VolumeManifest
 
 app = typer.Typer(
     name="persysctl",
@@ -93,7 +96,7 @@ def _node_table(items: list[dict[str, Any]]) -> Table:
 
 
 def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    return _read_files(files)[0]
+    return _read_files(files).docs
 
 
 def _expand_dirs(files: list[Path]) -> list[Path]:
@@ -111,10 +114,18 @@ def _expand_dirs(files: list[Path]) -> list[Path]:
     return out
 
 
-def _read_files(files: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[SecretManifest]]:
-    """Workload manifests (as documents to send) and `kind: Secret` documents of the files."""
+@dataclass
+class _Files:
+    docs: list[tuple[str, dict[str, Any]]]  # workload manifests, as documents to send
+    secrets: list[SecretManifest]
+    volumes: list[VolumeManifest]
+
+
+def _read_files(files: list[Path]) -> _Files:
+    """Workload manifests and the `kind: Secret` and `kind: Volume` documents of the files."""
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
+    volumes: list[VolumeManifest] = []
     for f in _expand_dirs(files):
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -127,16 +138,17 @@ def _read_files(files: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], li
             text, source = f.read_text(), str(f)
         try:
             # Validate locally first: the whole set is refused before anything is written.
-            workloads, found = parse_documents(text, source)
-            secrets += found
-            for m in workloads:
+            found = parse_all(text, source)
+            secrets += found.secrets
+            volumes += found.volumes
+            for m in found.workloads:
                 doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
                     fail(f"{source}: manifest {m.metadata.name} is larger than {human_bytes(MANIFEST_MAX_BYTES)}")
                 docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
-    return docs, secrets
+    return _Files(docs, secrets, volumes)
 
 
 APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
@@ -167,11 +179,13 @@ def apply(
                                  "--otlp-endpoint."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Create or update workloads and secrets (`kind: Secret`, applied first) from manifests.
-    Idempotent for workloads: applying twice changes nothing."""
-    docs, secrets = _read_files(files)
+    """Create or update workloads, secrets and volumes (`kind: Secret` and `kind: Volume`, applied
+    first, so workloads can use them) from manifests. Idempotent: applying twice changes nothing."""
+    found = _read_files(files)
+    docs = found.docs
     api = Api(server)
-    secret_results = secret_cmds.apply_secrets(api, secrets, dry_run) if secrets else []
+    secret_results = secret_cmds.apply_secrets(api, found.secrets, dry_run) if found.secrets else []
+    secret_results += volume_cmds.apply_volumes(api, found.volumes, dry_run) if found.volumes else []
     results: list[dict[str, Any]] = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
         for batch in _batches([d for _, d in docs]):
@@ -196,7 +210,7 @@ def _print_trace(trace_id: str, output: str) -> None:
 
 @app.command()
 def get(
-    kind: str = typer.Argument(..., help="workloads, nodes or secrets"),
+    kind: str = typer.Argument(..., help="workloads, nodes, secrets or volumes"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
     chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
@@ -214,6 +228,11 @@ def get(
         if watch:
             fail("-w follows workloads and nodes; secrets change through `persysctl events --kind SecretChanged -f`")
         secret_cmds.get_secrets(api, name, output)
+        return
+    if k == "volumes":
+        if watch:
+            fail("-w follows workloads and nodes; volumes change through `persysctl events -f` (Volume* events)")
+        volume_cmds.get_volumes(api, name, output)
         return
     if watch:
         follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {}, _change_row(k, name))
@@ -289,14 +308,17 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
 
 @app.command()
 def describe(
-    kind: str = typer.Argument(..., help="workload, node or secret"),
+    kind: str = typer.Argument(..., help="workload, node, secret or volume"),
     name: str = typer.Argument(..., help="Its name."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Show one workload, node or secret in detail, including why a workload is Pending."""
+    """Show one workload, node, secret or volume in detail, including why a workload is Pending."""
     k = resource_kind(kind)
     api = Api(server)
+    if k == "volumes":
+        volume_cmds.describe_volume(api, name, output)
+        return
     if k == "secrets":
         secret_cmds.describe_secret(api, name, output)
         return
@@ -372,7 +394,7 @@ def explain(
 
 @app.command()
 def delete(
-    kind: str | None = typer.Argument(None, help="workload, node or secret"),
+    kind: str | None = typer.Argument(None, help="workload, node, secret or volume"),
     name: str | None = typer.Argument(None, help="Its name."),
     files: list[Path] | None = typer.Option(None, "--filename", "-f", help="Delete what these manifests define."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the workload is gone from its node."),
@@ -392,6 +414,9 @@ def delete(
             return
         if resource_kind(kind) == "secrets":
             secret_cmds.delete_secret(Api(server), name)
+            return
+        if resource_kind(kind) == "volumes":
+            volume_cmds.delete_volume(Api(server), name)
             return
         names = [name]
     else:

@@ -35,6 +35,7 @@ from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
+from persys.gateway.volume_routes import volume_router
 from persys.model.limits import GatewayLimits
 from persys.observability import tracing
 from persys.observability.metrics import Metrics
@@ -130,6 +131,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(auth_router(client))
     app.include_router(policy_router(client))
     app.include_router(secret_router(client))
+    app.include_router(volume_router(client, parser))
     app.include_router(join_router(client))
     authorization.install(app, client)  # who calls is checked before anything is read
     # Outside authorization: its refusals are counted and timed too.

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from persys.model.limits import BATCH_MAX_ITEMS
+from persys.model.volume import VolumeManifest
 from persys.model.workload import NAME_RE, WorkloadManifest
 
 
@@ -116,5 +117,8 @@ def add_components(doc: dict[str, Any]) -> dict[str, Any]:
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(schema.pop("$defs", {}))
     schemas["WorkloadManifest"] = schema
+    vschema = VolumeManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas.update(vschema.pop("$defs", {}))
+    schemas["VolumeManifest"] = vschema
     schemas["Error"] = ERROR_SCHEMA
     return doc

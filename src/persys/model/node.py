@@ -37,7 +37,10 @@ class Capabilities(Model):
     # Runtimes the agent probed and found not working, with why (never placed on; in describe
     # node and the scheduler's health). Bounded by the scheduler when the node registers.
     unavailable: dict[str, str] = Field(default_factory=dict)
+    # Driver names and "<driver>:<kind>" entries the node's probes found working, and why a
+    # driver or kind is missing (scheduler.placement.storage_offers); bounded at registration.
     storage_drivers: list[str] = Field(default_factory=list)
+    storage_missing: dict[str, str] = Field(default_factory=dict)
     # Capacity the placement engine compares requests with: never negative, bounded like requests.
     cpu_millicores: Quantity = 0
     memory_mb: Quantity = 0

@@ -242,11 +242,27 @@ class VolumeSpec(Model):
     # Unset: ReadWriteOnce for `local` and `ceph-rbd` (a directory or block device of one
     # writer), ReadWriteMany for `nfs`. Unset stays out of the spec's revision hash.
     access_mode: AccessMode | None = None
+    # A `kind: Volume` by name: driver, size and access come from it (leave them unset here).
+    # Unset: the volume is declared inline (record `<workload>-<name>`). Unset stays out of the
+    # revision hash.
+    claim: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
+
+    def claim_problem(self) -> str:
+        """A claim leaves driver, size and access to its Volume: what a manifest sets anyway (the
+        scheduler checks applied manifests; the spec agents get carries the Volume's values)."""
+        given = sorted({"driver": "driver", "size_mb": "sizeMb", "access_mode": "accessMode", "retain": "retain"}[f]
+                       for f in self.model_fields_set & {"driver", "size_mb", "access_mode", "retain"})
+        if self.claim is not None and given:
+            return f"{', '.join(given)}: set on the Volume {self.claim!r}, not on the claim"
+        return ""
 
     def single_writer(self) -> bool:
-        """Whether two live copies writing this volume would be unsafe."""
+        """Whether two live copies writing this volume would be unsafe (a claimed Volume: unknown
+        here, so yes unless read-only)."""
         if self.read_only:
             return False
+        if self.claim is not None:
+            return True
         mode = self.access_mode or (AccessMode.READ_WRITE_MANY if self.driver == "nfs" else AccessMode.READ_WRITE_ONCE)
         return mode == AccessMode.READ_WRITE_ONCE
 

@@ -158,6 +158,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     runtimes={r.workload_type: RuntimeInfo(version=r.version, features=list(r.features))
                               for r in caps.runtimes},
                     storage_drivers=list(caps.storage_drivers),
+                    storage_missing=unavailable_runtimes(caps.storage_missing),
                     cpu_millicores=caps.cpu_millicores,
                     memory_mb=caps.memory_mb,
                     disk_mb=caps.disk_mb,

@@ -8,11 +8,12 @@ the last one. agent_control.py only converts the messages to protobuf."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from persys.model import Assignment
-from persys.model.workload import workload_of
+from persys.model.volume import Volume
+from persys.model.workload import WorkloadSpec, workload_of
 from persys.observability import tracing
 from persys.scheduler.state import ClusterState
 
@@ -121,7 +122,10 @@ class Delivery:
         if cached is None:
             if len(self.spec_cache) >= SPEC_CACHE_ENTRIES:
                 self.spec_cache.clear()
-            cached = self.spec_cache[key] = cur.value.spec.to_json()
+            spec = cur.value.spec
+            if any(v.claim is not None for v in spec.volumes):
+                spec = resolved_claims(spec, {k: v.value for k, v in self.state.volumes.items()})
+            cached = self.spec_cache[key] = spec.to_json()
         return cached
 
     def trace_parent(self, wid: str) -> str:
@@ -148,3 +152,16 @@ class Delivery:
                               self.trace_parent if tracing.enabled() else None)
             if msg is not None:
                 yield msg
+
+
+def resolved_claims(spec: WorkloadSpec, volumes: Mapping[str, Volume]) -> WorkloadSpec:
+    """The spec as agents get it: a claimed Volume's driver and size written into its entry, so
+    the node attaches it like an inline one (the user's spec leaves them to the Volume)."""
+    resolved = []
+    for v in spec.volumes:
+        rec = volumes.get(v.claim) if v.claim is not None else None
+        if rec is not None:
+            v = v.model_copy(update={"driver": rec.spec.driver, "size_mb": rec.spec.size_mb})
+        resolved.append(v)
+    return spec.model_copy(update={"volumes": resolved})
+

@@ -9,6 +9,7 @@
     /persys/nodes/<node>                     Node: capabilities, labels, taints, Ready/NotReady
     /persys/assignments/<node>/<workload>    Assignment: what one agent must run, fenced by generation
     /persys/policy                           WorkloadPolicy: what workloads may do to nodes (admins)
+    /persys/volumes/<volume>                 Volume: a managed volume's spec, phase and where its data is
 
 Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
 (and events go to the event stream), so liveness traffic never writes to the store.
@@ -25,6 +26,7 @@ WORKLOADS = "/persys/workloads/"
 STATUS = "/persys/status/"
 NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
+VOLUMES = "/persys/volumes/"
 POLICY = "/persys/policy"  # the cluster's workload policy (persys.policy); absent: the defaults
 
 
@@ -40,6 +42,10 @@ def workload(workload_id: str) -> str:
 
 def status(workload_id: str) -> str:
     return STATUS + workload_id
+
+
+def volume(volume_id: str) -> str:
+    return VOLUMES + volume_id
 
 
 def node(node_id: str) -> str:

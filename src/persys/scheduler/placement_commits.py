@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from persys.model import Assignment, Phase, WorkloadStatus
+from persys.model import Assignment, Phase, Workload, WorkloadStatus
+from persys.model.volume import Volume
 from persys.model.workload import instance_id
 from persys.observability import tracing
 from persys.scheduler import failures, keys, placement_tracing
@@ -18,8 +20,9 @@ from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, com
 from persys.scheduler.placement_service import has_local_volumes, to_request
 from persys.scheduler.reconcile import Need
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import put_doc
+from persys.scheduler.state import Versioned, put_doc
 from persys.scheduler.views import placement_doc
+from persys.scheduler.volume_rules import volume_ids
 from persys.store.base import Compare, Put, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -44,9 +47,11 @@ class Placed:
         return self.need.instance
 
 
-def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float) -> Unit:
+def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
+                   homes: Sequence[Versioned[Volume]] = ()) -> Unit:
     """The compares and puts that make one decision durable: its assignment (created only if
-    absent, only while the workload is at the revision decided on) and its status. Records on
+    absent, only while the workload is at the revision decided on) and its status; `homes`:
+    local volume records without a node yet, which now live where the instance goes. Records on
     `p` where the instance moved from and the explanation, for the events once it lands."""
     node_id = p.decision.node_id
     assert node_id is not None
@@ -65,8 +70,22 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float) -> Unit:
         relocating_from=p.moved_from, updated_at=now,
     )
     akey = keys.assignment(node_id, inst)
-    return Unit([Compare(keys.workload(w.id), p.need.wrev), Compare(akey, 0)],
-                [put_doc(akey, assignment), put_doc(keys.status(inst), status)])
+    compares = [Compare(keys.workload(w.id), p.need.wrev), Compare(akey, 0)]
+    puts = [put_doc(akey, assignment), put_doc(keys.status(inst), status)]
+    for h in homes:
+        compares.append(Compare(keys.volume(h.value.id), h.mod_revision))
+        puts.append(put_doc(keys.volume(h.value.id), h.value.model_copy(update={"node": node_id, "updated_at": now})))
+    return Unit(compares, puts)
+
+
+def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]]) -> list[Versioned[Volume]]:
+    """The workload's local volume records that no node holds yet (pure)."""
+    out = []
+    for vid in volume_ids(w.id, w.spec):
+        rec = volumes.get(vid)
+        if rec is not None and rec.value.spec.driver == "local" and not rec.value.node:
+            out.append(rec)
+    return out
 
 
 def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
@@ -163,7 +182,7 @@ class Placer:
         for n in needs:
             st = state.statuses.get(n.instance)
             pinned = st.value.volume_node if st and st.value.volume_node else None
-            requests.append(to_request(n.workload, n.instance, pinned))
+            requests.append(to_request(n.workload, n.instance, pinned, state.volumes))
         decisions: list[pl.Decision] = []
         started_ns = time.time_ns() if tracing.enabled() else 0
         for i in range(0, len(requests), PLACE_CHUNK):
@@ -218,10 +237,14 @@ class Placer:
         statuses = self.s.state.statuses
         try:
             units, built = [], []
+            homed: set[str] = set()  # a volume record is written by one placement of a batch at most
             for p in batch:
                 try:  # one placement whose documents cannot be built must not hold back the rest
                     st = statuses.get(p.instance)
-                    units.append(placement_unit(p, st.value if st else None, time.time()))
+                    homes = [h for h in unhomed_local_volumes(p.need.workload, self.s.state.volumes)
+                             if h.value.id not in homed]
+                    homed.update(h.value.id for h in homes)
+                    units.append(placement_unit(p, st.value if st else None, time.time(), homes))
                     built.append(p)
                 except Exception as err:
                     broken.append((p, err))

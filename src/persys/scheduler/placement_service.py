@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from typing import Any
 
 from persys.model import NodeStatus, Workload
+from persys.model.volume import Volume
 from persys.model.workload import workload_of
 from persys.observability.metrics import LoopHistogram
 from persys.scheduler import placement as pl
-from persys.scheduler.state import ClusterState
+from persys.scheduler.state import ClusterState, Versioned
+from persys.scheduler.volume_rules import volume_ids
 
 SERVICE_LABEL = "persys.dev/service"
 LEDGER_REBUILD_THRESHOLD = 4096  # fold landed reservations into the base beyond this
@@ -31,8 +34,30 @@ def service_of(w: Workload) -> str:
     return w.labels.get(SERVICE_LABEL, "") or w.id
 
 
-def to_request(w: Workload, instance: str, pinned_node: str | None = None) -> pl.WorkloadRequest:
+def volume_needs(w: Workload, volumes: Mapping[str, Versioned[Volume]]) -> frozenset[str]:
+    """What the workload's volumes need of a node, as "<driver>:<attach kind>" (a claim's driver
+    is its Volume's): VMs take disks, everything else mounted directories."""
+    kind = "vm-disk" if w.spec.type in ("vm", "microvm") else "filesystem"
+    out = set()
+    for v in w.spec.volumes:
+        rec = volumes.get(v.claim) if v.claim is not None else None
+        out.add(f"{rec.value.spec.driver if rec is not None else v.driver}:{kind}")
+    return frozenset(out)
+
+
+def volume_home(w: Workload, volumes: Mapping[str, Versioned[Volume]]) -> str | None:
+    """The node a local volume of the workload already lives on (its data cannot move), if any."""
+    for vid in volume_ids(w.id, w.spec):
+        rec = volumes.get(vid)
+        if rec is not None and rec.value.spec.driver == "local" and rec.value.node:
+            return rec.value.node
+    return None
+
+
+def to_request(w: Workload, instance: str, pinned_node: str | None = None,
+               volumes: Mapping[str, Versioned[Volume]] | None = None) -> pl.WorkloadRequest:
     spec = w.spec
+    vols = volumes or {}
     return pl.WorkloadRequest(
         id=instance,
         type=spec.type,
@@ -42,8 +67,8 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None) -> pl
         node_selector=dict(spec.node_selector),
         constraints=tuple(pl.LabelConstraint(c.key, c.operator, tuple(c.values)) for c in spec.constraints),
         tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations),
-        volume_drivers=frozenset(v.driver for v in spec.volumes),
-        pinned_node=pinned_node,
+        volume_drivers=volume_needs(w, vols),
+        pinned_node=pinned_node or (volume_home(w, vols) if vols else None),
         excluded_nodes=frozenset(spec.avoid_nodes),
         required_features=frozenset(spec.required_features),
         service=service_of(w),
@@ -51,8 +76,14 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None) -> pl
     )
 
 
-def has_local_volumes(w: Workload) -> bool:
-    return any(v.driver == "local" for v in w.spec.volumes)
+def has_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]] | None = None) -> bool:
+    """Inline local volumes, or claims of local Volumes (when the records are at hand)."""
+    vols = volumes or {}
+    for v in w.spec.volumes:
+        rec = vols.get(v.claim) if v.claim is not None else None
+        if (rec.value.spec.driver if rec is not None else v.driver) == "local" and (v.claim is None or rec):
+            return True
+    return False
 
 
 class PlacementService:
@@ -192,6 +223,7 @@ class PlacementService:
             runtimes=frozenset(caps.runtimes),
             runtime_features=frozenset(f"{t}:{f}" for t, info in caps.runtimes.items() for f in info.features),
             storage_drivers=frozenset(caps.storage_drivers),
+            storage_missing=dict(caps.storage_missing),
             cpu_millicores=caps.cpu_millicores,
             memory_mb=caps.memory_mb,
             disk_mb=caps.disk_mb,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from persys.model import NodeStatus, Phase, Workload, WorkloadStatus
 from persys.model.workload import index_of, instance_id
-from persys.scheduler import failures, keys, quarantine
+from persys.scheduler import failures, keys, quarantine, volume_rules
 from persys.scheduler.group_commit import TXN_MAX_OPS, chunk_ops
 from persys.scheduler.placement_service import has_local_volumes
 from persys.scheduler.state import ClusterState
@@ -144,10 +144,14 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
         return [Write(guard, chunk) for chunk in chunk_ops(withdraw, TXN_MAX_OPS - 1)]
     if waiting:
         return []
-    ops: list[Put | Delete] = [Delete(keys.workload(wid))]
+    # Its inline volumes go with it (reclaimPolicy Delete) or stay retained, in the same write.
+    vol_compares, vol_ops = volume_rules.reclaim_ops(state, wid, now)
+    ops: list[Put | Delete] = [Delete(keys.workload(wid)), *vol_ops]
     ops += [Delete(keys.status(inst)) for inst in sorted(instances, key=index_of) if inst in state.statuses]
-    rest = [Write([], chunk) for chunk in chunk_ops(ops[TXN_MAX_OPS:], TXN_MAX_OPS)]
-    return [Write(guard, ops[:TXN_MAX_OPS], [Event("WorkloadDeleted", f"workload/{wid}", "removed from the cluster")],
+    first = TXN_MAX_OPS - len(vol_compares)
+    rest = [Write([], chunk) for chunk in chunk_ops(ops[first:], TXN_MAX_OPS)]
+    return [Write(guard + vol_compares, ops[:first],
+                  [Event("WorkloadDeleted", f"workload/{wid}", "removed from the cluster")],
                   then=rest, forget_usage=sorted(instances))]
 
 

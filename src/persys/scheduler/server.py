@@ -15,6 +15,7 @@ from persys._pb.persys.v1 import (
     certificates_pb2_grpc,
     policy_pb2_grpc,
     secrets_pb2_grpc,
+    volumes_pb2_grpc,
     watch_pb2_grpc,
 )
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
@@ -48,6 +49,7 @@ from persys.scheduler.secret_admission import SecretAwareGate
 from persys.scheduler.secret_service import SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.token_pepper import TokenPepper
 from persys.scheduler.token_store import TokenStore
+from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService
 from persys.scheduler.workload_policy import PolicyGate
 from persys.secrets.base import SecretStore
@@ -199,6 +201,7 @@ async def start_scheduler(
         certificates_pb2_grpc.add_NodeCertificatesServicer_to_server(NodeCertificatesService(certs), server)
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
+    volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(

@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
+from persys.model.volume import Volume
 from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
@@ -44,7 +45,7 @@ class DocPut(Put):
     doc: BaseModel | None = None
 
 
-def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment) -> DocPut:
+def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment | Volume) -> DocPut:
     return DocPut(key, doc.to_json(), doc=doc)
 
 
@@ -54,7 +55,7 @@ class Versioned(Generic[T]):
     mod_revision: int
 
 
-Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment
+Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment|volume
 
 
 class ClusterState:
@@ -65,6 +66,7 @@ class ClusterState:
         self.refused: dict[str, Versioned[RefusedWorkload]] = {}
         self.statuses: dict[str, Versioned[WorkloadStatus]] = {}
         self.nodes: dict[str, Versioned[Node]] = {}
+        self.volumes: dict[str, Versioned[Volume]] = {}
         self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
         self.placement_of: dict[str, str] = {}  # instance -> node
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
@@ -113,6 +115,7 @@ class ClusterState:
         self.refused.clear()
         self.statuses.clear()
         self.nodes.clear()
+        self.volumes.clear()
         self.assignments.clear()
         self.placement_of.clear()
         self.instances.clear()
@@ -269,17 +272,7 @@ class ClusterState:
     def _fold(self, key: str, value: bytes, rev: int, doc: BaseModel | None = None) -> tuple[str, str]:
         try:
             if key.startswith(keys.WORKLOADS):
-                wid = key.removeprefix(keys.WORKLOADS)
-                w = doc if isinstance(doc, Workload) else parse_stored(wid, value)
-                if isinstance(w, RefusedWorkload):
-                    log.error("stored workload %s refused by the model (kept, not placed): %s", wid,
-                              "; ".join(w.problems))
-                    self.workloads.pop(wid, None)
-                    self.refused[wid] = Versioned(w, rev)
-                    return "workload", wid
-                self.refused.pop(w.id, None)
-                self.workloads[w.id] = Versioned(w, rev)
-                return "workload", w.id
+                return self._fold_workload(key.removeprefix(keys.WORKLOADS), value, rev, doc)
             if key.startswith(keys.STATUS):
                 wid = key.removeprefix(keys.STATUS)
                 st = doc if isinstance(doc, WorkloadStatus) else WorkloadStatus.model_validate_json(value)
@@ -294,6 +287,10 @@ class ClusterState:
                 n = Node.model_validate_json(value)
                 self.nodes[n.id] = Versioned(n, rev)
                 return "node", n.id
+            if key.startswith(keys.VOLUMES):
+                v = doc if isinstance(doc, Volume) else Volume.model_validate_json(value)
+                self.volumes[v.id] = Versioned(v, rev)
+                return "volume", v.id
             if key.startswith(keys.ASSIGNMENTS):
                 a = doc if isinstance(doc, Assignment) else Assignment.model_validate_json(value)
                 self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
@@ -318,6 +315,17 @@ class ClusterState:
             log.error("ignoring undecodable document at %s: %s: %s", key, type(err).__name__, err)
         return "", ""
 
+    def _fold_workload(self, wid: str, value: bytes, rev: int, doc: BaseModel | None) -> tuple[str, str]:
+        w = doc if isinstance(doc, Workload) else parse_stored(wid, value)
+        if isinstance(w, RefusedWorkload):
+            log.error("stored workload %s refused by the model (kept, not placed): %s", wid, "; ".join(w.problems))
+            self.workloads.pop(wid, None)
+            self.refused[wid] = Versioned(w, rev)
+            return "workload", wid
+        self.refused.pop(w.id, None)
+        self.workloads[w.id] = Versioned(w, rev)
+        return "workload", w.id
+
     def _unfold(self, key: str) -> tuple[str, str]:
         if key.startswith(keys.WORKLOADS):
             wid = key.removeprefix(keys.WORKLOADS)
@@ -334,6 +342,10 @@ class ClusterState:
             nid = key.removeprefix(keys.NODES)
             self.nodes.pop(nid, None)
             return "node", nid
+        if key.startswith(keys.VOLUMES):
+            vid = key.removeprefix(keys.VOLUMES)
+            self.volumes.pop(vid, None)
+            return "volume", vid
         if key.startswith(keys.ASSIGNMENTS):
             nid, wid = keys.parse_assignment(key)
             per_node = self.assignments.get(nid, {})

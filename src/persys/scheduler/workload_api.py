@@ -20,6 +20,7 @@ from persys.scheduler.placement_service import to_request
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import Versioned, put_doc
 from persys.scheduler.views import replica_explanations
+from persys.scheduler.volume_rules import check_workload_volumes, inline_records
 from persys.store.base import Compare, Put, TxnTooLarge, txn_bytes
 
 M = TypeVar("M", bound=Model)
@@ -66,13 +67,16 @@ class WorkloadApi:
         incoming.trace_parent = trace_context.current() or None  # this apply's span: placement joins it
         key = keys.workload(incoming.id)
         for _ in range(CAS_ATTEMPTS):
+            check_workload_volumes(state, incoming.id, incoming.spec)
+            vol_compares, vol_puts = inline_records(state, incoming, incoming.created_at)
             current = state.workloads.get(incoming.id)
             if current is None:
                 if dry_run:
                     return incoming, True, True
                 # rev_of: 0, or the revision of a stored document the model refuses, which a
                 # valid manifest of the same name replaces.
-                if await self._commit([Compare(key, state.rev_of(key))], [Put(key, incoming.to_json())]):
+                if await self._commit([Compare(key, state.rev_of(key)), *vol_compares],
+                                      [Put(key, incoming.to_json()), *vol_puts]):
                     self.s.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self.s.refresh(key)
@@ -82,7 +86,8 @@ class WorkloadApi:
                 return current.value, False, False
             if dry_run:
                 return updated, False, True
-            if await self._commit([Compare(key, current.mod_revision)], [Put(key, updated.to_json())]):
+            if await self._commit([Compare(key, current.mod_revision), *vol_compares],
+                                  [Put(key, updated.to_json()), *vol_puts]):
                 self.s.emit("WorkloadUpdated", f"workload/{updated.id}", f"revision {updated.revision}")
                 return updated, False, True
             await self.s.refresh(key)
@@ -119,7 +124,7 @@ class WorkloadApi:
         for i, w in enumerate(incoming):
             if w.id in seen:
                 fresh.pop(w.id, None)
-            elif w.id not in self.s.state.workloads:
+            elif w.id not in self.s.state.workloads and not w.spec.volumes:  # volumes: through apply
                 fresh[w.id] = i
             seen.add(w.id)
         created: dict[int, bool] = {}
@@ -237,7 +242,7 @@ class WorkloadApi:
             inst = instance_id(w.id, i)
             st = state.statuses.get(inst)
             pinned = st.value.volume_node if st and st.value.volume_node and current else None
-            requests.append(to_request(w, inst, pinned or None))
+            requests.append(to_request(w, inst, pinned or None, state.volumes))
         decisions = self.s.placement.plan(requests)
         return [(r.id, d) for r, d in zip(requests, decisions, strict=True)]
 
@@ -248,6 +253,7 @@ class WorkloadApi:
         if node_id:
             if node_id not in self.s.state.nodes:
                 raise NotFound(f"node {node_id!r}")
-            ev = self.s.placement.evaluate(to_request(self.s.state.workloads[wid].value, wid), node_id)
+            ev = self.s.placement.evaluate(to_request(self.s.state.workloads[wid].value, wid,
+                                                      volumes=self.s.state.volumes), node_id)
             out["node"] = ev.to_dict() if ev else None
         return out

@@ -34,6 +34,7 @@ SECRET_DELIVERY = "/persys.v1.SecretDelivery/"
 NODE_ACCESS = "/persys.v1.NodeAccess/"
 WATCH = "/persys.v1.Watch/"
 METER = "/persys.v1.Meter/"
+VOLUMES = "/persys.v1.Volumes/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -90,6 +91,10 @@ RPC_RULES: dict[str, Rule] = {
     METER + "Query": _r("get", "telemetry"),
     METER + "Summary": _r("get", "telemetry"),
     METER + "Status": _r("get", "telemetry"),
+    VOLUMES + "ApplyVolume": _m("apply", "volumes"),
+    VOLUMES + "GetVolume": _r("get", "volumes"),
+    VOLUMES + "ListVolumes": _r("list", "volumes"),
+    VOLUMES + "DeleteVolume": _m("delete", "volumes"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -151,6 +156,10 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/meter/labels/{label}"): _r("get", "telemetry"),
     ("GET", "/v1/meter/top"): _r("get", "telemetry"),
     ("GET", "/v1/meter/status"): _r("get", "telemetry"),
+    ("GET", "/v1/volumes"): _r("list", "volumes"),
+    ("POST", "/v1/volumes"): _m("apply", "volumes"),
+    ("GET", "/v1/volumes/{name}"): _r("get", "volumes"),
+    ("DELETE", "/v1/volumes/{name}"): _m("delete", "volumes"),
 }
 
 

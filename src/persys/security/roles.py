@@ -43,11 +43,13 @@ _VIEWER: frozenset[Grant] = frozenset({
     ("list", "secrets"),  # names and versions; their keys need `get secrets`, values are never read back
     ("get", "metrics"),  # /metrics of every process (a Prometheus holds a viewer certificate)
     ("get", "telemetry"),  # Persys Meter's usage history
+    ("get", "volumes"), ("list", "volumes"),
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
     ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
     ("get", "secrets"), ("apply", "secrets"), ("delete", "secrets"),
+    ("apply", "volumes"), ("delete", "volumes"),
 }
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),

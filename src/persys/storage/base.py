@@ -173,6 +173,13 @@ class Closeable(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class DiskKeyed(Protocol):
+    """A driver whose VM disks need a key QEMU presents (rbd: the node's cephx key)."""
+
+    def disk_key(self) -> str: ...
+
+
 def check_volume_id(volume_id: str) -> None:
     if not VOLUME_ID_RE.fullmatch(volume_id):
         raise StorageError(f"volume id {volume_id!r} is not a DNS label (lowercase letters, digits, '-')")

@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from persys.model.status import WorkloadUsage
 from persys.model.workload import WorkloadSpec
+from persys.storage.base import Attachment
 
 
 class RuntimeState(StrEnum):
@@ -35,6 +36,17 @@ class SecretMaterial:
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """One of the workload's volumes, attached on this node (persys.agent.volume_attach)."""
+
+    name: str
+    mount_path: str  # where the workload sees it (in the container; a device hint for VMs)
+    read_only: bool
+    attachment: Attachment
+    key: str = field(default="", repr=False)  # what QEMU presents for a network disk (cephx); never logged
+
+
+@dataclass(frozen=True)
 class RuntimeWorkload:
     """What the agent wants running: one workload at one revision."""
 
@@ -43,6 +55,7 @@ class RuntimeWorkload:
     generation: int
     spec: WorkloadSpec
     secrets: SecretMaterial = field(default_factory=SecretMaterial)  # resolved just before the start
+    mounts: tuple[VolumeMount, ...] = ()  # its volumes, attached just before the start
 
 
 @dataclass

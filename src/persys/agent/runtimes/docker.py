@@ -215,6 +215,10 @@ class DockerRuntime:
                                      terminal=True)
             src = self._secrets_dir / w.workload_id  # written once the start is decided (_create_and_start)
             host["Mounts"] = [{"Type": "bind", "Source": str(src), "Target": SECRETS_TARGET, "ReadOnly": True}]
+        volume_binds = [{"Type": "bind", "Source": m.attachment.mount_path, "Target": m.mount_path,
+                         "ReadOnly": m.read_only} for m in w.mounts if m.attachment.mount_path]
+        if volume_binds:
+            host["Mounts"] = [*host.get("Mounts", []), *volume_binds]
         config["HostConfig"] = host
         return config
 

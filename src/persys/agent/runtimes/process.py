@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from persys.agent.runtimes.base import (
     RuntimeFailure,
     RuntimeState,
     RuntimeWorkload,
+    VolumeMount,
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
@@ -302,6 +304,7 @@ class ProcessRuntime:
             owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
             env["PERSYS_SECRETS_DIR"] = str(write_secret_files(self._secrets / w.workload_id, w.secrets.files,
                                                                *owner))
+        env.update(volume_env(w.mounts, run_as.uid if run_as.switches else None, run_as.gid))
         # The default working directory is the process's own (`work/`), never the agent's files.
         cwd = spec.working_dir or str(self._work_dir(wdir, run_as.uid, run_as.gid, run_as.switches))
         if not Path(cwd).is_dir():
@@ -416,3 +419,18 @@ class ProcessRuntime:
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.
         self._children.clear()
+
+
+def volume_env(mounts: tuple[VolumeMount, ...], uid: int | None, gid: int) -> dict[str, str]:
+    """A host process has no mount namespace of its own: each mounted volume is handed over as
+    PERSYS_VOLUME_<NAME> (its directory on the node), owned by the user the process runs as."""
+    env = {}
+    for m in mounts:
+        if not m.attachment.mount_path:
+            raise RuntimeFailure(f"volume {m.name}: a process needs a mounted directory, not a disk",
+                                 code="InvalidSpec", terminal=True)
+        if uid is not None and not m.read_only:
+            os.chown(m.attachment.mount_path, uid, gid)
+        env["PERSYS_VOLUME_" + re.sub(r"[^A-Za-z0-9]", "_", m.name).upper()] = m.attachment.mount_path
+    return env
+

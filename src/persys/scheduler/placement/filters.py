@@ -8,6 +8,7 @@ from .framework import Filter, PlacementContext
 from .nodebits import NodeBits
 from .snapshot import LabelConstraint, NodeInfo, WorkloadRequest
 from .status import Status
+from .storage_offers import offered, refusal
 
 
 class NodeReady(Filter):
@@ -111,10 +112,11 @@ class StorageDrivers(Filter):
         return bool(request.volume_drivers)
 
     def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
-        missing = request.volume_drivers - node.storage_drivers
+        missing = {n if ":" in n else f"{n}:filesystem" for n in request.volume_drivers} - offered(node.storage_drivers)
         if not missing:
             return None
-        return Status("storage_driver_missing", f"no {','.join(sorted(missing))} storage driver", self.name)
+        return Status("storage_driver_missing", refusal(missing, node.storage_drivers, node.storage_missing),
+                      self.name)
 
 
 class NodeSelector(Filter):

@@ -109,7 +109,8 @@ class NodeInfo:
     schedulable: bool = True  # False when cordoned or draining
     runtimes: frozenset[str] = frozenset({"container"})
     runtime_features: frozenset[str] = frozenset()
-    storage_drivers: frozenset[str] = frozenset()
+    storage_drivers: frozenset[str] = frozenset()  # names and "<driver>:<kind>" (placement.storage_offers)
+    storage_missing: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)  # why a kind is missing
     cpu_millicores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
@@ -126,6 +127,7 @@ class NodeInfo:
         object.__setattr__(self, "runtime_features", frozenset(self.runtime_features))
         object.__setattr__(self, "storage_drivers", frozenset(self.storage_drivers))
         object.__setattr__(self, "labels", _frozen_map(self.labels))
+        object.__setattr__(self, "storage_missing", _frozen_map(self.storage_missing))
         object.__setattr__(self, "taints", tuple(self.taints))
         object.__setattr__(self, "service_counts", _frozen_map(self.service_counts))
 

@@ -27,6 +27,20 @@ class DomainMeta:
 
 
 @dataclass(frozen=True)
+class DataDisk:
+    """A volume attached as a virtio disk (vdb, vdc, ...): a file on the node, or a network disk
+    QEMU opens itself (rbd through librbd with a libvirt secret holding the cephx key; nfs through
+    libnfs)."""
+
+    protocol: str  # file | rbd | nfs
+    source: str  # path, "pool/image", or "export/path/file" (nfs, without the leading /)
+    hosts: tuple[tuple[str, int], ...] = ()
+    read_only: bool = False
+    auth_user: str = ""  # rbd: cephx user
+    secret_uuid: str = ""  # rbd: the libvirt secret holding its key
+
+
+@dataclass(frozen=True)
 class DomainConfig:
     name: str
     domain_type: Literal["kvm", "qemu"]
@@ -41,6 +55,7 @@ class DomainConfig:
     initrd: str = ""
     cmdline: str = ""
     networks: tuple[str, ...] = ()
+    data_disks: tuple[DataDisk, ...] = ()
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrib: str) -> ET.Element:
@@ -60,6 +75,25 @@ def _interface(devices: ET.Element, net: str) -> None:
         iface = _sub(devices, "interface", type="network")
         _sub(iface, "source", network=net.removeprefix("network:"))
     _sub(iface, "model", type="virtio")
+
+
+def _data_disk(devices: ET.Element, d: DataDisk, dev: str) -> None:
+    if d.protocol == "file":
+        disk = _sub(devices, "disk", type="file", device="disk")
+        _sub(disk, "driver", name="qemu", type="raw", cache="none", io="native")
+        _sub(disk, "source", file=d.source)
+    else:
+        disk = _sub(devices, "disk", type="network", device="disk")
+        _sub(disk, "driver", name="qemu", type="raw", cache="none" if d.protocol == "rbd" else "default")
+        src = _sub(disk, "source", protocol=d.protocol, name=d.source)
+        for host, port in d.hosts:
+            _sub(src, "host", name=host, port=str(port))
+        if d.auth_user:
+            auth = _sub(disk, "auth", username=d.auth_user)
+            _sub(auth, "secret", type="ceph", uuid=d.secret_uuid)
+    _sub(disk, "target", dev=dev, bus="virtio")
+    if d.read_only:
+        _sub(disk, "readonly")
 
 
 def domain_xml(cfg: DomainConfig) -> str:
@@ -101,6 +135,8 @@ def domain_xml(cfg: DomainConfig) -> str:
     _sub(disk, "driver", name="qemu", type="qcow2", discard="unmap")
     _sub(disk, "source", file=str(cfg.disk))
     _sub(disk, "target", dev="vda", bus="virtio")
+    for i, d in enumerate(cfg.data_disks):  # volumes: vdb, vdc, ... in the order the spec lists them
+        _data_disk(devices, d, "vd" + chr(ord("b") + i))
     if cfg.seed is not None:
         cd = _sub(devices, "disk", type="file", device="cdrom")
         _sub(cd, "driver", name="qemu", type="raw")

@@ -41,6 +41,7 @@ from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
+from persys.agent.runtimes.vm.data_disks import data_disks, forget_secrets
 from persys.agent.runtimes.vm.domain import NAME_PREFIX, DomainConfig, DomainMeta, domain_name, domain_xml, parse_meta
 from persys.agent.runtimes.vm.images import ImageError, ImageRecord, ImageRegistry
 from persys.agent.runtimes.vm.libvirt import (
@@ -341,6 +342,7 @@ class LibvirtVMRuntime:
             initrd=initrd,
             cmdline=vm.cmdline,
             networks=tuple(vm.networks),
+            data_disks=data_disks(self._connect(), w.mounts) if w.mounts else (),
         )
 
     def _boot_sync(self, cfg: DomainConfig) -> _Found:
@@ -391,6 +393,7 @@ class LibvirtVMRuntime:
             except lv.libvirtError as exc:
                 if err_code(exc) != lv.VIR_ERR_NO_DOMAIN:
                     raise RuntimeFailure(f"undefine VM {workload_id}: {exc}") from exc
+            forget_secrets(self._connect(), f.xml)
             # libvirt's own per-domain log would otherwise pile up, one file per workload ever run.
             with contextlib.suppress(OSError):
                 (LIBVIRT_QEMU_LOG_DIR / f"{name}.log").unlink(missing_ok=True)

@@ -1,0 +1,79 @@
+"""A VM's volumes as libvirt disks: each attached volume (persys.agent.volume_attach) becomes a
+`DataDisk`; an rbd disk's cephx key goes into an ephemeral, private libvirt secret (never into
+the domain XML, a file or a log), defined once per volume and removed with the domain."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+import xml.etree.ElementTree as ET
+from typing import Any
+from xml.sax.saxutils import escape
+
+from persys.agent.runtimes.base import RuntimeFailure, VolumeMount
+from persys.agent.runtimes.vm.domain import DataDisk
+
+SECRET_USAGE = "persys-volume/"  # + volume id: how the runtime finds its secrets again
+
+
+def secret_uuid(volume_id: str) -> str:
+    """Stable per volume, so a redefinition finds the same secret."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"persys:volume-secret:{volume_id}"))
+
+
+def _secret_xml(volume_id: str) -> str:
+    return (f"<secret ephemeral='yes' private='yes'><uuid>{secret_uuid(volume_id)}</uuid>"
+            f"<usage type='ceph'><name>{escape(SECRET_USAGE + volume_id)}</name></usage></secret>")
+
+
+def data_disks(conn: Any, mounts: tuple[VolumeMount, ...]) -> tuple[DataDisk, ...]:
+    """The disks of `mounts` (VM_DISK attachments); rbd keys set as libvirt secrets on `conn`."""
+    out = []
+    for m in mounts:
+        src = m.attachment.disk
+        if src is None:
+            raise RuntimeFailure(f"volume {m.name}: attached as a directory, a VM needs a disk", code="InvalidSpec",
+                                 terminal=True)
+        if src.protocol == "file":
+            out.append(DataDisk("file", src.path, read_only=m.read_only))
+        elif src.protocol == "nfs":
+            # nfs://host[:port]/export/path -> libvirt's source name "export/path" and its host
+            rest = src.path.removeprefix("nfs://").split("?", 1)[0]
+            hostport, _, path = rest.partition("/")
+            host, _, port = hostport.partition(":")
+            out.append(DataDisk("nfs", path, ((host, int(port or 2049)),), read_only=m.read_only))
+        else:
+            secret = ""
+            if src.user:
+                secret = _define_secret(conn, m.attachment.volume_id, m.key)
+            out.append(DataDisk("rbd", src.path, src.hosts, read_only=m.read_only, auth_user=src.user,
+                                secret_uuid=secret))
+    return tuple(out)
+
+
+def _define_secret(conn: Any, volume_id: str, key: str) -> str:
+    if not key:
+        raise RuntimeFailure(f"volume {volume_id}: no cephx key on this node for the rbd disk",
+                             code="VolumeUnavailable")
+    try:
+        value = base64.b64decode(key, validate=True)
+    except (binascii.Error, ValueError):
+        raise RuntimeFailure(f"volume {volume_id}: the node's cephx key is not base64", code="VolumeUnavailable",
+                             terminal=True) from None
+    secret = conn.secretDefineXML(_secret_xml(volume_id))
+    secret.setValue(value)
+    return secret_uuid(volume_id)
+
+
+def forget_secrets(conn: Any, domain_xml: str) -> None:
+    """Remove the disk secrets a domain used (after it is gone); missing ones are fine."""
+    try:
+        root = ET.fromstring(domain_xml)
+    except ET.ParseError:
+        return
+    for el in root.iterfind("./devices/disk/auth/secret"):
+        try:
+            conn.secretLookupByUUIDString(el.get("uuid", "")).undefine()
+        except Exception:  # libvirt.libvirtError: no such secret (another domain's removal took it)
+            continue

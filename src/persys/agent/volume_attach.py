@@ -1,0 +1,118 @@
+"""Getting an instance's volumes ready on this node just before it starts, and letting them go
+when it is removed: provision where missing (idempotent), attach as the runtime needs them
+(a mounted directory for containers, processes and compose; a disk QEMU opens for VMs), through
+the node's storage drivers (persys.storage). Driver calls block: they run in threads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from persys.agent.runtimes.base import RuntimeFailure, VolumeMount
+from persys.model.volume import inline_volume_id
+from persys.model.workload import WorkloadSpec, workload_of
+from persys.storage.base import (
+    AttachKind,
+    DiskKeyed,
+    StorageError,
+    StorageUnavailable,
+    Unsupported,
+    VolumeBusy,
+    VolumeDriver,
+)
+
+log = logging.getLogger(__name__)
+VM_TYPES = ("vm", "microvm")
+
+
+def attach_kind(workload_type: str) -> AttachKind:
+    return AttachKind.VM_DISK if workload_type in VM_TYPES else AttachKind.FILESYSTEM
+
+
+def volume_id_of(instance: str, name: str, claim: str | None) -> str:
+    return claim if claim is not None else inline_volume_id(workload_of(instance), name)
+
+
+class VolumeAttacher:
+    def __init__(self, drivers: Mapping[str, VolumeDriver]) -> None:
+        self.drivers = dict(drivers)
+        self._held: dict[str, set[str]] = {}  # volume id -> instances on this node using it
+        self._specs: dict[str, WorkloadSpec] = {}  # instance -> the spec its volumes were attached for
+        self._lock = asyncio.Lock()  # one attach/detach at a time: drivers' steps are not reentrant
+
+    def _driver(self, name: str) -> VolumeDriver:
+        d = self.drivers.get(name)
+        if d is None:
+            raise RuntimeFailure(f"volume driver {name} is not configured on this node (persys agent --storage)",
+                                 code="VolumeUnavailable", terminal=False)
+        return d
+
+    async def prepare(self, instance: str, spec: WorkloadSpec) -> tuple[VolumeMount, ...]:
+        """Provision and attach every volume of `instance`; RuntimeFailure (VolumeUnavailable,
+        VolumeBusy: retried with backoff) naming the volume when one cannot be had."""
+        mounts = []
+        kind = attach_kind(spec.type)
+        async with self._lock:
+            for v in spec.volumes:
+                # A claim arrives with its Volume's driver and size (scheduler.delivery.resolved_claims).
+                vid = volume_id_of(instance, v.name, v.claim)
+                driver = self._driver(v.driver)
+                try:
+                    await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1))
+                    att = await asyncio.to_thread(driver.attach, vid, kind, read_only=v.read_only)
+                except VolumeBusy as err:
+                    raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeBusy") from None
+                except (StorageUnavailable, Unsupported, StorageError) as err:
+                    terminal = isinstance(err, Unsupported)
+                    raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeUnavailable",
+                                         terminal=terminal) from None
+                self._held.setdefault(vid, set()).add(instance)
+                key = driver.disk_key() if kind is AttachKind.VM_DISK and isinstance(driver, DiskKeyed) else ""
+                mounts.append(VolumeMount(v.name, v.mount_path, v.read_only, att, key))
+            self._specs[instance] = spec
+        return tuple(mounts)
+
+    async def release(self, instance: str) -> None:
+        """Detach what `instance` used once no other instance here uses it. Failures are logged
+        and left for the next sweep (`sweep`): a removal never waits on storage."""
+        spec = self._specs.pop(instance, None)
+        if spec is None:
+            return
+        async with self._lock:
+            for v in spec.volumes:
+                vid = volume_id_of(instance, v.name, v.claim)
+                users = self._held.get(vid, set())
+                users.discard(instance)
+                if users:
+                    continue
+                self._held.pop(vid, None)
+                driver = self.drivers.get(v.driver)
+                if driver is None:
+                    continue
+                try:
+                    await asyncio.to_thread(driver.detach, vid)
+                except StorageError as err:
+                    log.warning("detaching volume %s of %s failed (retried by the next sweep): %s", vid, instance, err)
+
+    async def sweep(self, wanted: Mapping[str, WorkloadSpec]) -> list[str]:
+        """Detach what this node has attached that no wanted instance uses (after a crash the
+        drivers find it on the node, not in memory). Returns the volume ids detached."""
+        keep = {volume_id_of(i, v.name, v.claim) for i, spec in wanted.items() for v in spec.volumes}
+        done = []
+        async with self._lock:
+            for driver in self.drivers.values():
+                try:
+                    attached = await asyncio.to_thread(driver.attached)
+                except StorageError as err:
+                    log.warning("listing %s attachments failed: %s", driver.name, err)
+                    continue
+                for att in attached:
+                    if att.volume_id in keep or att.volume_id in self._held:
+                        continue
+                    try:
+                        await asyncio.to_thread(driver.detach, att.volume_id)
+                        done.append(att.volume_id)
+                    except StorageError as err:
+                        log.warning("detaching leftover volume %s failed: %s", att.volume_id, err)
+        return done

@@ -1,0 +1,54 @@
+"""Reading files that mix the kinds a user applies: workloads, secrets and volumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from persys.model.manifest import (
+    ManifestError,
+    format_validation_error,
+    load_documents,
+    validate_all,
+    validate_manifest,
+)
+from persys.model.secret import SecretManifest, validate_secret
+from persys.model.volume import VolumeManifest
+from persys.model.workload import WorkloadManifest
+
+
+@dataclass
+class Documents:
+    workloads: list[WorkloadManifest] = field(default_factory=list)
+    secrets: list[SecretManifest] = field(default_factory=list)
+    volumes: list[VolumeManifest] = field(default_factory=list)
+
+
+def validate_volume(doc: Any, source: str = "") -> VolumeManifest:
+    try:
+        return VolumeManifest.model_validate(doc)
+    except ValidationError as err:
+        raise ManifestError(format_validation_error(err), source) from None
+
+
+def parse_all(text: str, source: str = "") -> Documents:
+    """Every document of a file by kind; all valid or ManifestError naming each problem's field."""
+    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest:
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == "Secret":
+            return validate_secret(doc)
+        if kind == "Volume":
+            return validate_volume(doc)
+        return validate_manifest(doc)
+
+    out = Documents()
+    for m in validate_all(load_documents(text, source), validate, source):
+        if isinstance(m, WorkloadManifest):
+            out.workloads.append(m)
+        elif isinstance(m, SecretManifest):
+            out.secrets.append(m)
+        else:
+            out.volumes.append(m)
+    return out

@@ -1,0 +1,119 @@
+"""Clients' changes to volume objects (apply, delete) and reads. Any replica may take them: each
+is a compare-and-swap on the volume's record. The data itself is provisioned, attached and
+removed by the nodes (persys.storage drivers through the agents), not here."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from persys.model.manifest import ManifestError
+from persys.model.volume import Volume, VolumeManifest, VolumePhase, volume_problems
+from persys.scheduler import keys
+from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.shell import Shell
+from persys.scheduler.state import DocPut, Versioned
+from persys.scheduler.volume_rules import delete_refusal, source_problems, users_of
+from persys.store.base import Compare, Delete, Put
+
+CAS_ATTEMPTS = 10
+MAX_VOLUMES = 100_000  # records the cluster keeps at most (the API refuses more)
+
+
+class VolumeApi:
+    def __init__(self, shell: Shell) -> None:
+        self.s = shell
+
+    def view(self, v: Volume) -> dict[str, Any]:
+        return {**v.to_doc(), "usedBy": users_of(v.id, (w.value for w in self.s.state.workloads.values()))[:100]}
+
+    def get(self, vid: str) -> dict[str, Any]:
+        cur = self.s.state.volumes.get(vid)
+        if cur is None:
+            raise NotFound(f"volume {vid}")
+        return self.view(cur.value)
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self.view(v.value) for _, v in sorted(self.s.state.volumes.items())]
+
+    async def apply(self, m: VolumeManifest, dry_run: bool = False) -> tuple[Volume, bool, bool]:
+        """Create or update (grow, relabel) a volume. Returns (volume, created, changed); idempotent."""
+        if not dry_run:
+            self.s.require_normal()
+        for _ in range(CAS_ATTEMPTS):
+            cur = self.s.state.volumes.get(m.metadata.name)
+            done = await (self._create(m, dry_run) if cur is None else self._update(m, cur, dry_run))
+            if done is not None:
+                return done
+            await self.s.refresh(keys.volume(m.metadata.name))
+        raise MutationRefused(f"volume {m.metadata.name} is being changed concurrently; try again")
+
+    async def _create(self, m: VolumeManifest, dry_run: bool) -> tuple[Volume, bool, bool] | None:
+        state = self.s.state
+        problems = source_problems(m, {k: v.value for k, v in state.volumes.items()})
+        if len(state.volumes) >= MAX_VOLUMES:
+            problems.append(f"metadata.name: the cluster holds {len(state.volumes)} volumes, "
+                            f"the most it takes ({MAX_VOLUMES})")
+        if problems:
+            raise ManifestError(problems)
+        rec = Volume.from_manifest(m, time.time())
+        if dry_run:
+            return rec, True, True
+        key = keys.volume(rec.id)
+        if not await state.commit([Compare(key, state.rev_of(key))], [DocPut(key, rec.to_json(), doc=rec)],
+                                  fenced=False):
+            return None
+        self.s.emit("VolumeCreated", f"volume/{rec.id}", f"{rec.spec.driver}, {rec.spec.size_mb} MiB")
+        return rec, True, True
+
+    async def _update(self, m: VolumeManifest, cur: Versioned[Volume], dry_run: bool
+                      ) -> tuple[Volume, bool, bool] | None:
+        v = cur.value
+        if v.phase == VolumePhase.DELETING:
+            raise MutationRefused(f"volume {v.id} is being deleted; apply it again once it is gone")
+        spec = m.spec if m.spec.node else m.spec.model_copy(update={"node": v.spec.node})
+        problems = volume_problems(spec, v.spec)
+        if problems:
+            raise ManifestError(problems)
+        if spec == v.spec and dict(m.metadata.labels) == v.labels:
+            return v, False, False
+        updated = v.model_copy(update={"spec": spec, "labels": dict(m.metadata.labels), "updated_at": time.time(),
+                                       "generation": v.generation + (spec != v.spec)})
+        if dry_run:
+            return updated, False, True
+        key = keys.volume(v.id)
+        if not await self.s.state.commit([Compare(key, cur.mod_revision)],
+                                         [DocPut(key, updated.to_json(), doc=updated)], fenced=False):
+            return None
+        if spec.size_mb != v.spec.size_mb:
+            self.s.emit("VolumeResizing", f"volume/{v.id}", f"{v.spec.size_mb} → {spec.size_mb} MiB")
+        return updated, False, True
+
+    async def delete(self, vid: str) -> tuple[bool, bool]:
+        """Ask for a volume's removal (its data goes too). Returns (deleted, already_gone).
+        Refused while a workload uses it; a never-provisioned volume goes at once."""
+        self.s.require_normal()
+        state = self.s.state
+        key = keys.volume(vid)
+        for _ in range(CAS_ATTEMPTS):
+            cur = state.volumes.get(vid)
+            if cur is None:
+                return False, True
+            v = cur.value
+            if v.phase == VolumePhase.DELETING:
+                return True, False
+            refusal = delete_refusal(v, users_of(vid, (w.value for w in state.workloads.values())))
+            if refusal:
+                raise MutationRefused(refusal)
+            if v.phase == VolumePhase.PENDING:
+                op: Put | Delete = Delete(key)
+            else:
+                marked = v.model_copy(update={"phase": VolumePhase.DELETING, "reason": "deletion requested",
+                                              "updated_at": time.time()})
+                op = DocPut(key, marked.to_json(), doc=marked)
+            if await state.commit([Compare(key, cur.mod_revision)], [op], fenced=False):
+                self.s.emit("VolumeDeleting" if isinstance(op, Put) else "VolumeDeleted", f"volume/{vid}",
+                            "deletion requested" if isinstance(op, Put) else "never provisioned: removed")
+                return True, False
+            await self.s.refresh(key)
+        raise MutationRefused(f"volume {vid} is being changed concurrently; try again")

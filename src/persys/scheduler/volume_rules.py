@@ -1,0 +1,147 @@
+"""Decisions about volume objects over the mirror (pure): who uses a volume, whether it may be
+deleted, what a workload's volume references need before it is stored, and the writes that
+create inline volumes with their workload and reclaim them after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from persys.model.manifest import ManifestError
+from persys.model.volume import Volume, VolumeAccess, VolumeManifest, VolumePhase, inline_spec, inline_volume_id
+from persys.model.workload import Workload, WorkloadSpec
+from persys.scheduler import keys
+from persys.scheduler.state import ClusterState, put_doc
+from persys.store.base import Compare, Delete, Put
+
+
+def volume_ids(workload_id: str, spec: WorkloadSpec) -> list[str]:
+    """The volume records a workload's volumes stand for: claims by name, inline ones by id."""
+    return [v.claim if v.claim is not None else inline_volume_id(workload_id, v.name) for v in spec.volumes]
+
+
+def users_of(volume_id: str, workloads: Iterable[Workload]) -> list[str]:
+    """Workloads (deleting ones too: their instances may still hold it) that use the volume."""
+    return sorted(w.id for w in workloads if volume_id in volume_ids(w.id, w.spec))
+
+
+def delete_refusal(volume: Volume, users: list[str]) -> str:
+    """Why the volume may not be deleted now ("" when it may)."""
+    if users:
+        shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+        return f"volume {volume.id} is used by workload {shown}: delete or change them first"
+    return ""
+
+
+def claim_problems(workload_id: str, spec: WorkloadSpec, volumes: Mapping[str, Volume],
+                   workloads: Iterable[Workload]) -> list[str]:
+    """What is wrong with a workload's claims before it is stored (each names the field):
+    a claim of an unknown or deleting volume, a mode the volume cannot be used in, or a
+    single-writer volume another workload already uses (two workloads could land on two nodes)."""
+    problems = []
+    others = [w for w in workloads if w.id != workload_id]
+    for i, v in enumerate(spec.volumes):
+        if v.claim is None:
+            continue
+        field = f"spec.volumes[{i}].claim"
+        if v.claim_problem():
+            problems.append(f"spec.volumes[{i}].{v.claim_problem()}")
+            continue
+        vol = volumes.get(v.claim)
+        if vol is None:
+            problems.append(f"{field}: no volume {v.claim!r} (apply a `kind: Volume` first)")
+            continue
+        if vol.phase.value == "Deleting":
+            problems.append(f"{field}: volume {v.claim!r} is being deleted")
+            continue
+        if vol.spec.access_mode == VolumeAccess.MULTI_NODE_READER and not v.read_only:
+            problems.append(f"{field}: volume {v.claim!r} is MultiNodeReader: set readOnly: true")
+        if vol.spec.access_mode == VolumeAccess.SINGLE_NODE_WRITER:
+            if spec.replicas > 1 and not v.read_only:
+                problems.append(f"{field}: volume {v.claim!r} is SingleNodeWriter and the workload has "
+                                f"{spec.replicas} replicas: one writer at a time")
+            holders = users_of(v.claim, others)
+            if holders and not v.read_only:
+                problems.append(f"{field}: volume {v.claim!r} is SingleNodeWriter and used by workload "
+                                f"{holders[0]}: one writer at a time")
+    return problems
+
+
+def source_problems(m: VolumeManifest, volumes: dict[str, Volume]) -> list[str]:
+    """A clone or restore must name an existing volume of the same driver (and snapshot)."""
+    src = m.spec.source
+    if src is None:
+        return []
+    parent = volumes.get(src.parent())
+    field = "spec.source.snapshot" if src.snapshot is not None else "spec.source.volume"
+    if parent is None:
+        return [f"{field}: no volume {src.parent()!r}"]
+    if parent.spec.driver != m.spec.driver:
+        return [f"{field}: {src.parent()!r} is a {parent.spec.driver} volume; a clone keeps the driver"]
+    snap = (src.snapshot or "").partition("@")[2]
+    if snap and snap not in parent.snapshots:
+        return [f"{field}: volume {src.parent()!r} has no snapshot {snap!r}"]
+    if parent.spec.size_mb > m.spec.size_mb:
+        return [f"spec.sizeMb: {m.spec.size_mb} is smaller than its source ({parent.spec.size_mb})"]
+    return []
+
+
+def inline_records(state: ClusterState, w: Workload, now: float) -> tuple[list[Compare], list[Put]]:
+    """The records of the volumes `w` declares inline that do not exist yet, to create in the same
+    transaction as the workload (a retained record of an earlier workload of this name is bound
+    again as it is: its data is kept)."""
+    compares: list[Compare] = []
+    puts: list[Put] = []
+    for v in w.spec.volumes:
+        if v.claim is not None:
+            continue
+        vid = inline_volume_id(w.id, v.name)
+        if vid in state.volumes:
+            continue
+        rec = Volume(id=vid, spec=inline_spec(v), owner=w.id, created_at=now, updated_at=now)
+        compares.append(Compare(keys.volume(vid), 0))
+        puts.append(put_doc(keys.volume(vid), rec))
+    return compares, puts
+
+
+def workload_volume_problems(state: ClusterState, wid: str, spec: WorkloadSpec) -> list[str]:
+    """Claims and inline declarations checked against the volumes stored now (each names its field)."""
+    problems = claim_problems(wid, spec, {k: v.value for k, v in state.volumes.items()},
+                              (v.value for v in state.workloads.values()))
+    for i, v in enumerate(spec.volumes):
+        if v.claim is not None:
+            continue
+        rec = state.volumes.get(inline_volume_id(wid, v.name))
+        if rec is None:
+            continue
+        if rec.value.phase == VolumePhase.DELETING:
+            problems.append(f"spec.volumes[{i}]: its volume {rec.value.id} is being deleted; retry when it is gone")
+        elif rec.value.spec.driver != v.driver:
+            problems.append(f"spec.volumes[{i}].driver: the retained volume {rec.value.id} is "
+                            f"{rec.value.spec.driver}; delete it first to change the driver")
+    return problems
+
+
+def check_workload_volumes(state: ClusterState, wid: str, spec: WorkloadSpec) -> None:
+    problems = workload_volume_problems(state, wid, spec)
+    if problems:
+        raise ManifestError(problems)
+
+
+def reclaim_ops(state: ClusterState, wid: str, now: float) -> tuple[list[Compare], list[Put | Delete]]:
+    """When a workload is removed: its inline volumes with reclaimPolicy Delete go to Deleting
+    (their data is removed by the node or controller that can); retained ones stay, unowned."""
+    compares: list[Compare] = []
+    ops: list[Put | Delete] = []
+    for vid, cur in sorted(state.volumes.items()):
+        v = cur.value
+        if v.owner != wid or v.phase == VolumePhase.DELETING:
+            continue
+        compares.append(Compare(keys.volume(vid), cur.mod_revision))
+        if v.spec.reclaim_policy.value == "Delete":
+            gone = v.phase == VolumePhase.PENDING  # never provisioned: no data to remove
+            if gone:
+                ops.append(Delete(keys.volume(vid)))
+            else:
+                ops.append(put_doc(keys.volume(vid), v.model_copy(update={
+                    "phase": VolumePhase.DELETING, "reason": f"its workload {wid} was deleted", "updated_at": now})))
+    return compares, ops

@@ -1,0 +1,76 @@
+"""Volume decisions over the mirror, pure: claims at apply (table in volume_cases/claims.yaml),
+who uses a volume, reclaim with the owner's removal, and the spec agents get for claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
+from persys.model.workload import Workload, WorkloadSpec
+from persys.scheduler import keys
+from persys.scheduler.delivery import resolved_claims
+from persys.scheduler.state import ClusterState, Versioned
+from persys.scheduler.volume_rules import claim_problems, delete_refusal, reclaim_ops, users_of
+from persys.store.base import Delete, Put
+
+CASES = yaml.safe_load((Path(__file__).parent / "volume_cases" / "claims.yaml").read_text())
+
+
+def spec(volumes: list[dict[str, Any]], replicas: int = 1) -> WorkloadSpec:
+    return WorkloadSpec.model_validate({"type": "process", "replicas": replicas,
+                                        "process": {"command": ["true"]}, "volumes": volumes})
+
+
+def workload(name: str, volumes: list[dict[str, Any]]) -> Workload:
+    return Workload(id=name, name=name, spec=spec(volumes), revision="r", created_at=0, updated_at=0)
+
+
+def volume(name: str, owner: str = "", phase: VolumePhase = VolumePhase.AVAILABLE, **s: Any) -> Volume:
+    return Volume(id=name, spec=VolumeObjectSpec.model_validate({"driver": "local", "sizeMb": 8, **s}), owner=owner,
+                  phase=phase, created_at=0, updated_at=0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_claims(case: dict[str, Any]) -> None:
+    vols = {k: volume(k, **v) for k, v in case["volumes"].items()}
+    others = [workload(k, v) for k, v in case.get("workloads", {}).items()]
+    got = claim_problems("new", spec(case["apply"]["volumes"], case["apply"]["replicas"]), vols, others)
+    assert len(got) == len(case["problems"]), got
+    for problem, expected in zip(got, case["problems"], strict=True):
+        assert expected in problem
+
+
+def test_users_and_delete_refusal() -> None:
+    ws = [workload("a", [{"name": "d", "claim": "pg", "mountPath": "/d"}]),
+          workload("web", [{"name": "data", "mountPath": "/d"}])]
+    assert users_of("pg", ws) == ["a"]
+    assert users_of("web-data", ws) == ["web"]  # an inline volume's record
+    assert delete_refusal(volume("pg"), ["a"]) == "volume pg is used by workload a: delete or change them first"
+    assert delete_refusal(volume("pg"), []) == ""
+
+
+def test_reclaim_with_the_owner() -> None:
+    state = ClusterState(store=None)  # type: ignore[arg-type]  # folded by hand: no store I/O here
+    for v, rev in [(volume("web-a", owner="web", reclaimPolicy="Delete"), 5),
+                   (volume("web-b", owner="web", reclaimPolicy="Retain"), 6),
+                   (volume("web-c", owner="web", reclaimPolicy="Delete", phase=VolumePhase.PENDING), 7),
+                   (volume("other", owner="x", reclaimPolicy="Delete"), 8)]:
+        state.volumes[v.id] = Versioned(v, rev)
+    compares, ops = reclaim_ops(state, "web", 1.0)
+    assert sorted((c.key, c.mod_revision) for c in compares) == [
+        (keys.volume("web-a"), 5), (keys.volume("web-b"), 6), (keys.volume("web-c"), 7)]
+    puts = {o.key: Volume.model_validate_json(o.value) for o in ops if isinstance(o, Put)}
+    assert puts[keys.volume("web-a")].phase == VolumePhase.DELETING
+    assert [o.key for o in ops if isinstance(o, Delete)] == [keys.volume("web-c")]  # never provisioned
+    assert keys.volume("web-b") not in puts  # retained: stays as it is
+
+
+def test_agents_get_the_claimed_volume_settings() -> None:
+    s = spec([{"name": "d", "claim": "pg", "mountPath": "/d"}, {"name": "e", "mountPath": "/e", "sizeMb": 3}])
+    out = resolved_claims(s, {"pg": volume("pg", driver="ceph-rbd", sizeMb=64)})
+    assert [(v.driver, v.size_mb, v.claim) for v in out.volumes] == [("ceph-rbd", 64, "pg"), ("local", 3, None)]
+    assert s.volumes[0].size_mb == 0  # the stored spec is unchanged

@@ -1,0 +1,3 @@
+"""Storage fixtures: loop-device pools for `local`, the nfs-ganesha server for `nfs`."""
+
+from tests.storage.loop_pool import *  # noqa: F403

@@ -29,7 +29,7 @@ if ((want_test)); then
     iproute2 git qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
     libvirt-dev pkg-config gcc python3-dev e2fsprogs prometheus
   # storage tests: the nfs-ganesha userspace NFSv4 server and libnfs' userspace client tools
-  apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils
+  apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils qemu-block-extra  # qemu-block-extra: QEMU's nfs block driver
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -178,3 +178,10 @@ def test_a_crash_mid_provision_leaves_nothing_after_the_retry(node_a: LocalDrive
     assert sorted(p.name for p in node_a.images.iterdir()) == [f"{vid}.img"]
     node_a.delete(vid)
     assert not list(node_a.images.iterdir())
+
+
+def test_probe_names_missing_tools(loop_pool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(loop_pool))  # a node without e2fsprogs and util-linux
+    cap = LocalDriver(loop_pool / "pool", "node-a").probe()
+    assert not cap.kinds and "mkfs.ext4 missing (install e2fsprogs)" in cap.missing[AttachKind.FILESYSTEM]
+    assert not (loop_pool / "pool").exists()  # nothing was written

@@ -155,3 +155,29 @@ def test_reasons_name_the_fix() -> None:
     for bad in (("", "/x", 2049), ("h", "relative", 2049), ("h", "/x/../y", 2049), ("h", "/x", 0), ("a/b", "/x", 1)):
         with pytest.raises(StorageError):
             NfsExport(*bad)
+
+
+def test_the_folder_side_is_snapshotted_and_cloned(node_a: NfsDriver, nfs_server: NfsServer) -> None:
+    """Filesystem volumes are folders on the export. No kernel client here, so the files a
+    container would write are written on the server's disk; snapshot and clone copy them through
+    libnfs (files, folders, links, modes)."""
+    vid, clone = new_id(), new_id("c")
+    node_a.provision(vid, 8)
+    root = nfs_server.folder / "persys"
+    data = root / vid
+    (data / "sub").mkdir()
+    (data / "sub" / "big.bin").write_bytes(bytes(range(256)) * 9000)  # > one 1 MiB copy chunk
+    (data / "sub" / "big.bin").chmod(0o640)
+    (data / "link").symlink_to("sub/big.bin")
+    node_a.snapshot(vid, "s1")
+    (data / "sub" / "big.bin").write_bytes(b"changed after the snapshot")
+    node_a.provision(clone, 8, source=("snapshot", f"{vid}@s1"))
+    copied = root / clone / "sub" / "big.bin"
+    assert copied.read_bytes() == bytes(range(256)) * 9000
+    assert stat.S_IMODE(copied.stat().st_mode) == 0o640
+    assert (root / clone / "link").is_symlink() and (root / clone / "link").readlink() == Path("sub/big.bin")
+    node_a.delete_snapshot(vid, "s1")
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(f"{vid}@")) == []
+    for v in (clone, vid):
+        node_a.delete(v)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith((vid, clone))) == []

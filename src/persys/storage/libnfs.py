@@ -6,7 +6,6 @@ timeout; one context per `NfsSession` (libnfs contexts are not thread-safe)."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import stat as stat_mod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,8 @@ from persys.storage.base import StorageError, StorageUnavailable
 
 ENOENT = 2
 EEXIST = 17
-ENOTEMPTY = 39
+O_RDONLY = 0
+COPY_CHUNK = 1024 * 1024
 
 
 class NfsError(StorageError):
@@ -46,11 +46,12 @@ _Dirent._fields_ = [("next", ctypes.POINTER(_Dirent)), ("name", ctypes.c_char_p)
 
 @cache
 def _lib() -> Any:
-    name = ctypes.util.find_library("nfs") or "libnfs.so.13"
+    # libnfs13 is libnfs 4.0, whose signatures are below (5.0, libnfs14, swapped read/write's
+    # buffer and count): load that soname only, never whatever find_library would pick.
     try:
-        lib = ctypes.CDLL(name)
+        lib = ctypes.CDLL("libnfs.so.13")
     except OSError as e:
-        raise StorageUnavailable("libnfs missing on this node (install libnfs13)") from e
+        raise StorageUnavailable("libnfs 4.0 missing on this node (install libnfs13)") from e
     vp, cp, i = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
     sigs: dict[str, tuple[Any, list[Any]]] = {
         "nfs_init_context": (vp, []),
@@ -62,6 +63,14 @@ def _lib() -> Any:
         "nfs_mount": (i, [vp, cp, cp]),
         "nfs_umount": (i, [vp]),
         "nfs_stat64": (i, [vp, cp, ctypes.POINTER(_Stat64)]),
+        "nfs_lstat64": (i, [vp, cp, ctypes.POINTER(_Stat64)]),
+        "nfs_open": (i, [vp, cp, i, ctypes.POINTER(vp)]),
+        "nfs_read": (i, [vp, vp, ctypes.c_uint64, ctypes.c_void_p]),
+        "nfs_write": (i, [vp, vp, ctypes.c_uint64, ctypes.c_void_p]),
+        "nfs_readlink": (i, [vp, cp, ctypes.c_char_p, i]),
+        "nfs_symlink": (i, [vp, cp, cp]),
+        "nfs_chown": (i, [vp, cp, i, i]),
+        "nfs_chmod": (i, [vp, cp, i]),
         "nfs_mkdir": (i, [vp, cp]),
         "nfs_rmdir": (i, [vp, cp]),
         "nfs_unlink": (i, [vp, cp]),
@@ -83,6 +92,9 @@ class Entry:
     name: str
     is_dir: bool
     size: int
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
 
 
 class NfsSession:
@@ -96,14 +108,16 @@ class NfsSession:
         raw = self._lib.nfs_get_error(self._ctx) or b""
         return NfsError(op, path, rc, raw.decode(errors="replace"))
 
-    def stat(self, path: str) -> Entry | None:
+    def stat(self, path: str, *, follow: bool = True) -> Entry | None:
         st = _Stat64()
-        rc = self._lib.nfs_stat64(self._ctx, path.encode(), ctypes.byref(st))
+        fn = self._lib.nfs_stat64 if follow else self._lib.nfs_lstat64
+        rc = fn(self._ctx, path.encode(), ctypes.byref(st))
         if rc == -ENOENT:
             return None
         if rc < 0:
             raise self._err("stat", path, rc)
-        return Entry(path.rsplit("/", 1)[-1], stat_mod.S_ISDIR(st.mode), int(st.size))
+        return Entry(path.rsplit("/", 1)[-1], stat_mod.S_ISDIR(st.mode), int(st.size), int(st.mode), int(st.uid),
+                     int(st.gid))
 
     def mkdir(self, path: str) -> None:
         rc = self._lib.nfs_mkdir(self._ctx, path.encode())
@@ -158,8 +172,9 @@ class NfsSession:
         return sorted(names)
 
     def remove_tree(self, path: str) -> None:
-        """Remove a file or a folder with everything in it; missing: nothing to do."""
-        entry = self.stat(path)
+        """Remove a file or a folder with everything in it (symbolic links themselves, never
+        what they point to); missing: nothing to do."""
+        entry = self.stat(path, follow=False)
         if entry is None:
             return
         if not entry.is_dir:
@@ -168,6 +183,54 @@ class NfsSession:
         for name in self.listdir(path):
             self.remove_tree(f"{path}/{name}")
         self.rmdir(path)
+
+    def copy_tree(self, src: str, dst: str) -> None:
+        """Copy a folder with its files, folders and symbolic links, modes and owners (the
+        caller builds `dst` under a temporary name and renames it)."""
+        entry = self.stat(src, follow=False)
+        if entry is None:
+            raise NfsError("copy", src, -ENOENT, "no such file or folder")
+        kind = stat_mod.S_IFMT(entry.mode)
+        if kind == stat_mod.S_IFDIR:
+            self.mkdir(dst)
+            for name in self.listdir(src):
+                self.copy_tree(f"{src}/{name}", f"{dst}/{name}")
+        elif kind == stat_mod.S_IFLNK:
+            self._copy_link(src, dst)
+        elif kind == stat_mod.S_IFREG:
+            self._copy_file(src, dst)
+        else:
+            raise StorageError(f"nfs copy {src}: a special file (only files, folders and links are copied)")
+        if kind != stat_mod.S_IFLNK:  # a link keeps the copier's owner: libnfs' NFSv4 lchown follows it
+            self._check("chown", dst, self._lib.nfs_chown(self._ctx, dst.encode(), entry.uid, entry.gid))
+            self._check("chmod", dst, self._lib.nfs_chmod(self._ctx, dst.encode(), stat_mod.S_IMODE(entry.mode)))
+
+    def _check(self, op: str, path: str, rc: int) -> int:
+        if rc < 0:
+            raise self._err(op, path, rc)
+        return rc
+
+    def _copy_link(self, src: str, dst: str) -> None:
+        buf = ctypes.create_string_buffer(4096)
+        self._check("readlink", src, self._lib.nfs_readlink(self._ctx, src.encode(), buf, len(buf)))
+        self._check("symlink", dst, self._lib.nfs_symlink(self._ctx, buf.value, dst.encode()))
+
+    def _copy_file(self, src: str, dst: str) -> None:
+        fin, fout = ctypes.c_void_p(), ctypes.c_void_p()
+        self._check("open", src, self._lib.nfs_open(self._ctx, src.encode(), O_RDONLY, ctypes.byref(fin)))
+        try:
+            self._check("create", dst, self._lib.nfs_creat(self._ctx, dst.encode(), 0o600, ctypes.byref(fout)))
+            try:
+                buf = ctypes.create_string_buffer(COPY_CHUNK)
+                while (got := self._check("read", src, self._lib.nfs_read(self._ctx, fin, COPY_CHUNK, buf))) > 0:
+                    done = 0
+                    while done < got:
+                        done += self._check("write", dst, self._lib.nfs_write(
+                            self._ctx, fout, got - done, ctypes.byref(buf, done)))
+            finally:
+                self._lib.nfs_close(self._ctx, fout)
+        finally:
+            self._lib.nfs_close(self._ctx, fin)
 
 
 @contextmanager

@@ -89,16 +89,31 @@ class NfsDriver:
         origin = parse_source(source) if source is not None else None
         with self._nfs() as s:
             final = ex.image(volume_id)
-            if s.stat(final) is None:
+            if s.stat(final) is None:  # the image is renamed into place last: it says the volume exists
                 work = ex.tmp(final)
                 s.unlink(work)  # what a crashed attempt left
                 if origin is None:
                     self._qemu_img("create", "-q", "-f", "raw", self.export.qemu_url(work), f"{size_mb}M")
                 else:
                     self._copy_from(s, origin, work, size_mb)
+                    vol, snap = origin
+                    src = ex.snap_folder(vol, snap) if snap else ex.folder(vol)
+                    self._copy_folder(s, src, ex.folder(volume_id))
                 s.rename(work, final)
             s.mkdir(ex.folder(volume_id))  # the FILESYSTEM side (also after a crash between the two)
             return self._info(s, volume_id)
+
+    def _copy_folder(self, s: libnfs.NfsSession, src: str, dst: str) -> None:
+        """Copy a volume's folder through a temporary name (a missing source: an empty folder)."""
+        work = ex.tmp(dst)
+        s.remove_tree(work)
+        if s.stat(src, follow=False) is None:
+            s.mkdir(work)
+        else:
+            with libnfs.session(self.export.libnfs_v3_url, self.timeout) as v3:  # see NfsExport.libnfs_v3_url
+                v3.copy_tree(src, work)
+        s.remove_tree(dst)  # a complete copy from a crashed attempt, or an empty folder
+        s.rename(work, dst)
 
     def _copy_from(self, s: libnfs.NfsSession, origin: tuple[str, str | None], work: str, size_mb: int) -> None:
         vol, snap = origin
@@ -146,19 +161,22 @@ class NfsDriver:
             if writers:  # NFS cannot hold writers still: a copy under them would not be crash-consistent
                 raise VolumeBusy(f"volume {volume_id} is attached for writing on {', '.join(writers)}: detach it "
                                  "to snapshot")
+            self._copy_folder(s, ex.folder(volume_id), ex.snap_folder(volume_id, snap))
             work = ex.tmp(target)
             s.unlink(work)
             self._qemu_img("convert", "-q", "-f", "raw", "-O", "raw", self.export.qemu_url(ex.image(volume_id)),
                            self.export.qemu_url(work), timeout=self.copy_timeout)
-            s.rename(work, target)
+            s.rename(work, target)  # last: the snapshot exists once its image does
 
     def delete_snapshot(self, volume_id: str, snap: str) -> None:
         check_volume_id(volume_id)
         check_snapshot_name(snap)
         with self._nfs() as s:
             target = ex.snap_image(volume_id, snap)
+            s.unlink(target)  # first: the snapshot is gone once its image is
             s.unlink(ex.tmp(target))
-            s.unlink(target)
+            s.remove_tree(ex.snap_folder(volume_id, snap))
+            s.remove_tree(ex.tmp(ex.snap_folder(volume_id, snap)))
 
     def attach(self, volume_id: str, kind: AttachKind, *, read_only: bool = False) -> Attachment:
         check_volume_id(volume_id)
@@ -237,10 +255,10 @@ class NfsDriver:
             holders = sorted({m.node_id for m in self._markers(s, volume_id)})
             if holders:
                 raise VolumeBusy(f"volume {volume_id} is attached on {', '.join(holders)}: detach it before deleting")
-            prefix = f"{volume_id}@"
+            prefix = f"{volume_id}@"  # ids hold no '@': every such name is one of this volume's snapshots
             for name in s.listdir(ex.ROOT):
-                if name.startswith(prefix) and (name.endswith(".img") or name.endswith(".img.tmp")):
-                    s.unlink(f"{ex.ROOT}/{name}")
-            s.remove_tree(ex.folder(volume_id))
-            s.unlink(ex.tmp(ex.image(volume_id)))
-            s.unlink(ex.image(volume_id))
+                if name.startswith(prefix):
+                    s.remove_tree(f"{ex.ROOT}/{name}")
+            for leftover in (ex.folder(volume_id), ex.tmp(ex.folder(volume_id)), ex.tmp(ex.image(volume_id))):
+                s.remove_tree(leftover)
+            s.unlink(ex.image(volume_id))  # last: the volume exists until its image is gone

@@ -2,14 +2,15 @@
 
     <export>/persys/<id>.img            the volume as a raw disk (VM_DISK)
     <export>/persys/<id>/               the volume as a folder (FILESYSTEM, through a kernel mount)
-    <export>/persys/<id>@<snap>.img     snapshots (copies of the image)
+    <export>/persys/<id>@<snap>.img     snapshots: copies of the image
+    <export>/persys/<id>@<snap>/        ... and of the folder
     <export>/persys/.attach/<id>@<node>.<kind>.<rw|ro>   one empty file per attachment, so every
                                         node sees who holds a volume (delete refuses while any does)
 
 Two clients reach the export: libnfs in this process (NFSv4 on the configured port: listing,
-folders, markers) and QEMU's own NFS block driver (`qemu-img`, a VM's disk). QEMU 7.2's driver
-takes no version or port: it speaks NFSv3 and finds the server's ports through its portmapper
-(rpcbind, port 111), so the server must serve NFSv3 as well for VM disks."""
+folders, markers; NFSv3 to copy a folder's files) and QEMU's own NFS block driver (`qemu-img`,
+a VM's disk). QEMU 7.2's driver takes no version or port: it speaks NFSv3 and finds the server's
+ports through its portmapper (rpcbind, port 111), so the server must serve NFSv3 as well for VM disks."""
 
 from __future__ import annotations
 
@@ -69,6 +70,13 @@ class NfsExport:
     def libnfs_url(self) -> str:
         return f"nfs://{self.server}{self.base}?version=4&nfsport={self.port}"
 
+    @property
+    def libnfs_v3_url(self) -> str:
+        """NFSv3 through the portmapper, as QEMU goes: libnfs 4.0 (Debian 12's libnfs13) fails
+        NFSv4 writes ("Failed to encode COMPOUND4args") and NFSv4 attribute changes on folders
+        (NFS4ERR_ISDIR), so copying a folder's files takes v3."""
+        return f"nfs://{self.server}{self.base}"
+
     def qemu_url(self, path: str) -> str:
         """`path` (inside the export, e.g. /persys/x.img) as QEMU's nfs driver opens it."""
         return f"nfs://{self.server}{self.base}{path}"
@@ -90,6 +98,10 @@ def folder(volume_id: str) -> str:
 
 def snap_image(volume_id: str, snap: str) -> str:
     return f"{ROOT}/{volume_id}@{snap}.img"
+
+
+def snap_folder(volume_id: str, snap: str) -> str:
+    return f"{ROOT}/{volume_id}@{snap}"
 
 
 def tmp(path: str) -> str:

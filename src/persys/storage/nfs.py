@@ -196,7 +196,12 @@ class NfsDriver:
         if kind is AttachKind.VM_DISK:
             disk = DiskSource("nfs", self.export.qemu_url(ex.image(volume_id)))
             return Attachment(volume_id, self.node_id, kind, read_only, disk=disk)
-        return self._mount_folder(volume_id, read_only)
+        try:
+            return self._mount_folder(volume_id, read_only)
+        except BaseException:
+            with contextlib.suppress(Exception), self._nfs() as s:
+                s.unlink(mark.path)  # not attached after all: the record goes with the failure
+            raise
 
     def _mount_folder(self, volume_id: str, read_only: bool) -> Attachment:
         """A kernel NFSv4 mount of the volume's folder (untested on machines without nfs4)."""

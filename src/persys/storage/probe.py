@@ -16,6 +16,9 @@ from typing import Any
 
 from persys.storage.base import AttachKind, Capability, StorageError, VolumeDriver
 from persys.storage.config import DRIVERS, CephConfig, StorageConfig
+from persys.storage.local import LocalDriver
+from persys.storage.nfs import NfsDriver
+from persys.storage.nfs_export import NfsExport
 
 DEFAULT_PROBE_TIMEOUT = 60.0
 KIND_WORDS = {AttachKind.FILESYSTEM: "filesystems", AttachKind.VM_DISK: "VM disks"}
@@ -128,10 +131,6 @@ def build_drivers(config: StorageConfig, node_id: str, *,
                   ceph: Callable[[CephConfig, str], VolumeDriver] | None = None) -> dict[str, VolumeDriver | str]:
     """The node's drivers from its configuration (what `probe_drivers` takes). The ceph-rbd driver
     comes from `ceph` (its module is built apart); without it a configured ceph-rbd is absent."""
-    from persys.storage.local import LocalDriver
-    from persys.storage.nfs import NfsDriver
-    from persys.storage.nfs_export import NfsExport
-
     out: dict[str, VolumeDriver | str] = {}
     if config.local is not None:
         out["local"] = LocalDriver(Path(config.local.pool), node_id)

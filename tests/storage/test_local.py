@@ -185,3 +185,16 @@ def test_probe_names_missing_tools(loop_pool: Path, monkeypatch: pytest.MonkeyPa
     cap = LocalDriver(loop_pool / "pool", "node-a").probe()
     assert not cap.kinds and "mkfs.ext4 missing (install e2fsprogs)" in cap.missing[AttachKind.FILESYSTEM]
     assert not (loop_pool / "pool").exists()  # nothing was written
+
+
+def test_a_pool_reached_through_a_symlink(loop_pool: Path) -> None:
+    (loop_pool / "real").mkdir()
+    (loop_pool / "link").symlink_to(loop_pool / "real")
+    drv = LocalDriver(loop_pool / "link", "node-a")  # mountinfo and losetup show the real path
+    vid = new_id()
+    drv.provision(vid, 16)
+    drv.attach(vid, AttachKind.FILESYSTEM)
+    assert [a.volume_id for a in LocalDriver(loop_pool / "link", "node-a").attached()] == [vid]
+    drv.detach(vid)
+    assert drv.attached() == [] and not _loops_under(loop_pool)
+    drv.delete(vid)

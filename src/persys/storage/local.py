@@ -48,7 +48,7 @@ class LocalDriver:
     enforces_single_writer = True  # one node only, and one attachment kind at a time
 
     def __init__(self, pool: str | Path, node_id: str, *, timeout: float = 60.0, copy_timeout: float = 900.0) -> None:
-        self.pool = Path(pool).absolute()
+        self.pool = Path(pool).resolve()  # as mountinfo and losetup spell it (no symlinks)
         self.node_id = node_id
         self.timeout = timeout
         self.copy_timeout = copy_timeout

@@ -48,7 +48,7 @@ class NfsDriver:
                  copy_timeout: float = 900.0) -> None:
         self.export = export
         self.node_id = node_id
-        self.mount_root = Path(mount_root).absolute()  # node-local: where volume folders are kernel-mounted
+        self.mount_root = Path(mount_root).resolve()  # node-local kernel mounts, as mountinfo spells them
         self.timeout = timeout
         self.copy_timeout = copy_timeout
 

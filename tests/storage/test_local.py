@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -198,3 +199,39 @@ def test_a_pool_reached_through_a_symlink(loop_pool: Path) -> None:
     drv.detach(vid)
     assert drv.attached() == [] and not _loops_under(loop_pool)
     drv.delete(vid)
+
+
+CHILD = """
+import sys
+from persys.storage.base import AttachKind
+from persys.storage.local import LocalDriver
+drv = LocalDriver(sys.argv[1], "node-a")
+for i in range(int(sys.argv[2])):
+    vid = f"k-{i}"
+    print(vid, flush=True)
+    drv.provision(vid, 16)
+    drv.attach(vid, AttachKind.FILESYSTEM)
+    drv.snapshot(vid, "s")
+"""
+
+
+def test_an_agent_killed_mid_work_converges(node_a: LocalDriver, loop_pool: Path) -> None:
+    """A real SIGKILL at whatever step the child is in (provision, mkfs, mount, freeze, copy):
+    a fresh instance detaches what it finds, every call succeeds again, nothing is left."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(node_a.pool), "4"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    for _ in range(3):  # in the middle of the third volume's steps
+        child.stdout.readline()
+    child.kill()
+    child.wait(30)
+    fresh = LocalDriver(node_a.pool, "node-a")
+    for att in fresh.attached():
+        fresh.detach(att.volume_id)
+    for vid in ("k-0", "k-1", "k-2"):
+        fresh.provision(vid, 16)
+        fresh.snapshot(vid, "s")
+        assert fresh.attach(vid, AttachKind.FILESYSTEM).mount_path
+        fresh.detach(vid)
+        fresh.delete(vid)
+    assert fresh.attached() == [] and not _loops_under(loop_pool)
+    assert not [p for d in ("images", "snapshots", "mounts", "attach") for p in (fresh.pool / d).glob("*")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -218,11 +219,12 @@ for i in range(int(sys.argv[2])):
 def test_an_agent_killed_mid_work_converges(node_a: LocalDriver, loop_pool: Path) -> None:
     """A real SIGKILL at whatever step the child is in (provision, mkfs, mount, freeze, copy):
     a fresh instance detaches what it finds, every call succeeds again, nothing is left."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(node_a.pool), "4"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(node_a.pool), "4"], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
     assert child.stdout is not None
     for _ in range(3):  # in the middle of the third volume's steps
         child.stdout.readline()
-    child.kill()
+    os.killpg(child.pid, signal.SIGKILL)  # the agent and its commands, as its service manager kills them
     child.wait(30)
     fresh = LocalDriver(node_a.pool, "node-a")
     for att in fresh.attached():

@@ -5,7 +5,11 @@ the contract use it instead (preferred_kind)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -181,3 +185,46 @@ def test_the_folder_side_is_snapshotted_and_cloned(node_a: NfsDriver, nfs_server
     for v in (clone, vid):
         node_a.delete(v)
     assert sorted(p.name for p in root.iterdir() if p.name.startswith((vid, clone))) == []
+
+
+CHILD = """
+import sys
+from persys.storage.base import AttachKind
+from persys.storage.nfs import NfsDriver
+from persys.storage.nfs_export import NfsExport
+drv = NfsDriver(NfsExport("127.0.0.1", "/export", int(sys.argv[1])), "node-a", mount_root=sys.argv[2])
+for i in range(int(sys.argv[3])):
+    vid = f"kk-{i}"
+    print(vid, flush=True)
+    drv.provision(vid, 64)
+    drv.attach(vid, AttachKind.VM_DISK)
+    drv.detach(vid)
+    drv.snapshot(vid, "s")
+    drv.provision(f"kc-{i}", 64, source=("snapshot", f"{vid}@s"))
+"""
+
+
+def test_an_agent_killed_mid_work_converges(node_a: NfsDriver, nfs_server: NfsServer) -> None:
+    """A real SIGKILL at whatever step the child is in: a fresh instance detaches what it finds,
+    every call succeeds again, and nothing is left on the export."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(nfs_server.export.port), str(node_a.mount_root), "4"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdout is not None
+    for _ in range(3):  # in the middle of the third volume's steps
+        child.stdout.readline()
+    os.killpg(child.pid, signal.SIGKILL)  # the agent and its commands, as its service manager kills them
+    child.wait(30)
+    fresh = NfsDriver(node_a.export, "node-a", mount_root=node_a.mount_root)
+    for att in fresh.attached():
+        fresh.detach(att.volume_id)
+    for i in range(3):
+        fresh.provision(f"kk-{i}", 64)
+        fresh.snapshot(f"kk-{i}", "s")
+        fresh.provision(f"kc-{i}", 64, source=("snapshot", f"kk-{i}@s"))
+        for vid in (f"kc-{i}", f"kk-{i}"):
+            fresh.delete(vid)
+    fresh.delete("kk-3")  # perhaps begun by the child before the kill
+    fresh.delete("kc-3")
+    root = nfs_server.folder / "persys"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(("kk-", "kc-"))) == []
+    assert not [p for p in (root / ".attach").iterdir() if p.name.startswith("kk-")]

@@ -24,6 +24,7 @@ from persys.storage.base import (
     Attachment,
     Capability,
     DiskSource,
+    StorageError,
     Unsupported,
     VolumeBusy,
     VolumeInfo,
@@ -188,10 +189,14 @@ class NfsDriver:
         mark = ex.Marker(volume_id, self.node_id, kind, read_only)
         with self._nfs() as s:
             self._size(s, volume_id)
-            held = [m for m in self._markers(s, volume_id) if m.node_id == self.node_id]
-            if any(m != mark for m in held):
-                raise VolumeBusy(f"volume {volume_id} is attached on {self.node_id} as {held[0].kind.value} "
-                                 f"({'read-only' if held[0].read_only else 'read-write'}): detach it first")
+            # Never VolumeBusy: writers on several nodes, or a VM disk attached twice on one, are the
+            # control plane's call. Only one folder mount per node can exist, in one mode.
+            clash = [m for m in self._markers(s, volume_id) if m.node_id == self.node_id
+                     and m.kind is AttachKind.FILESYSTEM and kind is AttachKind.FILESYSTEM and m != mark]
+            if clash:
+                mode = "read-only" if clash[0].read_only else "read-write"
+                raise StorageError(f"volume {volume_id} is mounted {mode} on {self.node_id} already: detach it to "
+                                   "mount it otherwise")
             s.touch(mark.path)  # first, so a crash before the mount still shows as attached
         if kind is AttachKind.VM_DISK:
             disk = DiskSource("nfs", self.export.qemu_url(ex.image(volume_id)))
@@ -242,8 +247,9 @@ class NfsDriver:
             vid = Path(m.mount_point).name
             found[vid] = Attachment(vid, self.node_id, AttachKind.FILESYSTEM, m.read_only, mount_path=m.mount_point)
         with self._nfs() as s:
-            for mark in self._markers(s):
-                if mark.node_id != self.node_id or mark.volume_id in found:
+            mine = [m for m in self._markers(s) if m.node_id == self.node_id]
+            for mark in sorted(mine, key=lambda m: (m.kind is not AttachKind.FILESYSTEM, m.read_only)):
+                if mark.volume_id in found:  # one per volume: a mount, else a writer, else a reader
                     continue
                 if mark.kind is AttachKind.VM_DISK:
                     disk = DiskSource("nfs", self.export.qemu_url(ex.image(mark.volume_id)))

@@ -142,6 +142,8 @@ def test_snapshot_of_a_mounted_volume_and_online_resize(node_a: LocalDriver, loo
     with pytest.raises(VolumeNotFound):
         node_a.provision(new_id(), 64, source=("snapshot", f"{vid}@nope"))
     node_a.detach(clone)
+    node_a.delete_snapshot(vid, "live")  # a retried clone converges once its source is gone
+    assert node_a.provision(clone, 48, source=("snapshot", f"{vid}@live")).size_mb == 48
     node_a.detach(vid)
     node_a.delete(clone)
     node_a.delete(vid)

@@ -182,6 +182,7 @@ def test_the_folder_side_is_snapshotted_and_cloned(node_a: NfsDriver, nfs_server
     assert (root / clone / "link").is_symlink() and (root / clone / "link").readlink() == Path("sub/big.bin")
     node_a.delete_snapshot(vid, "s1")
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(f"{vid}@")) == []
+    assert node_a.provision(clone, 8, source=("snapshot", f"{vid}@s1")).size_mb == 8  # a retry, source gone
     for v in (clone, vid):
         node_a.delete(v)
     assert sorted(p.name for p in root.iterdir() if p.name.startswith((vid, clone))) == []

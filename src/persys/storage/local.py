@@ -104,10 +104,12 @@ class LocalDriver:
     def provision(self, volume_id: str, size_mb: int, *, source: tuple[str, str] | None = None) -> VolumeInfo:
         check_volume_id(volume_id)
         check_size(size_mb)
-        origin = self._source_path(source) if source is not None else None
+        if source is not None:
+            parse_source(source)  # bad input is refused even when the volume exists
         final = self.image(volume_id)
-        if final.is_file():
+        if final.is_file():  # before the source: a retry converges after the source is gone
             return self._info(volume_id, final)
+        origin = self._source_path(source) if source is not None else None
         self._layout()
         if origin is None:
             img.create_formatted(final, size_mb, self.timeout)

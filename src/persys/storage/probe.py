@@ -159,5 +159,6 @@ def explain_refusal(node: str, reports: Sequence[DriverReport], driver: str, kin
     why = found.missing.get(kind) or found.reason
     if not found.kinds:
         return f"node {node}: {driver} unusable ({why})" if why else f"node {node}: {driver} unusable"
-    line = f"node {node}: {driver} offered for {_words(found.kinds)} only"
-    return f"{line} ({why})" if why else line
+    offered = f"{driver} offered for {_words(found.kinds)} only"
+    why = why.removesuffix(f": {offered}")  # a probe reason may end in the same words
+    return f"node {node}: {offered} ({why})" if why else f"node {node}: {offered}"

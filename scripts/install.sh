@@ -28,6 +28,8 @@ if ((want_test)); then
   apt_install etcd-server etcd-client redis-server docker.io containerd runc tini busybox-static iptables procps \
     iproute2 git qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
     libvirt-dev pkg-config gcc python3-dev e2fsprogs prometheus
+  # storage tests: the nfs-ganesha userspace NFSv4 server and libnfs' userspace client tools
+  apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils qemu-block-extra  # qemu-block-extra: QEMU's nfs block driver
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -26,6 +26,7 @@ from persys.storage.base import (
     VolumeBusy,
     VolumeDriver,
     VolumeNotFound,
+    enforces_single_writer,
 )
 
 MARK_OFFSET = 1024 * 1024  # past any filesystem superblock area we might hit: raw data only
@@ -120,8 +121,12 @@ class DriverContract:
         vid = new_id()
         node_a.provision(vid, 32)
         node_a.attach(vid, preferred_kind(node_a))
-        with pytest.raises(VolumeBusy):
-            node_b.attach(vid, preferred_kind(node_b))
+        if enforces_single_writer(node_b):
+            with pytest.raises(VolumeBusy):
+                node_b.attach(vid, preferred_kind(node_b))
+        else:  # a multi-writer backend (nfs) admits a second writer: the control plane decides by access mode
+            assert not node_b.attach(vid, preferred_kind(node_b)).read_only
+            node_b.detach(vid)
         reader = node_b.attach(vid, preferred_kind(node_b), read_only=True)
         assert reader.read_only
         node_b.detach(vid)

@@ -188,3 +188,32 @@ def check_volume_id(volume_id: str) -> None:
 def check_size(size_mb: int) -> None:
     if not isinstance(size_mb, int) or size_mb < 1 or size_mb > MAX_VOLUME_MB:
         raise StorageError(f"size {size_mb!r} MiB is outside 1..{MAX_VOLUME_MB}")
+
+
+def check_snapshot_name(snap: str) -> None:
+    if not SNAPSHOT_NAME_RE.fullmatch(snap):
+        raise StorageError(f"snapshot name {snap!r} is not a DNS label (lowercase letters, digits, '-')")
+
+
+def parse_source(source: tuple[str, str]) -> tuple[str, str | None]:
+    """`provision`'s source as (volume id, snapshot name or None), checked: ("snapshot",
+    "<volume>@<snap>") or ("volume", "<volume>")."""
+    kind, ref = source
+    if kind == "volume":
+        check_volume_id(ref)
+        return ref, None
+    if kind == "snapshot":
+        vol, sep, snap = ref.partition("@")
+        if not sep:
+            raise StorageError(f"source snapshot {ref!r} is not '<volume>@<snapshot>'")
+        check_volume_id(vol)
+        check_snapshot_name(snap)
+        return vol, snap
+    raise StorageError(f"source kind {kind!r} is not 'snapshot' or 'volume'")
+
+
+def enforces_single_writer(driver: object) -> bool:
+    """Whether a writer `attach` refuses (VolumeBusy) while another node holds the volume for
+    writing. A driver whose backend allows several writers (nfs: the control plane decides by
+    the volume's access mode) says `enforces_single_writer = False`; absent means True."""
+    return bool(getattr(driver, "enforces_single_writer", True))

@@ -1,0 +1,275 @@
+"""The `nfs` driver: volumes on one configured export (layout and clients: `nfs_export`).
+
+VM disks go through QEMU's own NFS client (no kernel support needed on the node). Filesystem
+attachments need a kernel NFS client (`mount -t nfs4` of the volume's folder); nodes without
+one are told so by the probe, and attach refuses with the same reason. Several nodes may attach
+a volume for writing (`enforces_single_writer = False`): the control plane decides by the
+volume's access mode. Every step is idempotent: images are built under `.tmp` names and renamed,
+attachments are marker files on the export plus, for filesystems, a mount read from the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from persys.storage import ext4_images as img
+from persys.storage import libnfs
+from persys.storage import nfs_export as ex
+from persys.storage import node_mounts as nm
+from persys.storage.base import (
+    AttachKind,
+    Attachment,
+    Capability,
+    DiskSource,
+    StorageError,
+    Unsupported,
+    VolumeBusy,
+    VolumeInfo,
+    VolumeNotFound,
+    check_size,
+    check_snapshot_name,
+    check_volume_id,
+    parse_source,
+)
+from persys.storage.commands import run
+from persys.storage.nfs_probe import ProbeTarget, kernel_client_missing, probe_export
+
+MIB = 1024 * 1024
+
+
+class NfsDriver:
+    name = "nfs"
+    node_bound = False
+    enforces_single_writer = False
+
+    def __init__(self, export: ex.NfsExport, node_id: str, *, mount_root: str | Path, timeout: float = 30.0,
+                 copy_timeout: float = 900.0) -> None:
+        self.export = export
+        self.node_id = node_id
+        self.mount_root = Path(mount_root).resolve()  # node-local kernel mounts, as mountinfo spells them
+        self.timeout = timeout
+        self.copy_timeout = copy_timeout
+
+    @contextmanager
+    def _nfs(self) -> Iterator[libnfs.NfsSession]:
+        with libnfs.session(self.export.libnfs_url, self.timeout) as s:
+            s.mkdir(ex.ROOT)
+            s.mkdir(ex.MARKERS)
+            yield s
+
+    def _qemu_img(self, *args: str, timeout: float | None = None) -> None:
+        run(["qemu-img", *args], timeout=timeout or self.timeout)
+
+    def _markers(self, s: libnfs.NfsSession, volume_id: str | None = None) -> list[ex.Marker]:
+        found = [m for m in map(ex.parse_marker, s.listdir(ex.MARKERS)) if m is not None]
+        return [m for m in found if volume_id is None or m.volume_id == volume_id]
+
+    def _size(self, s: libnfs.NfsSession, volume_id: str) -> int:
+        entry = s.stat(ex.image(volume_id))
+        if entry is None:
+            raise VolumeNotFound(f"nfs volume {volume_id} not found on {self.export}")
+        return entry.size
+
+    def _info(self, s: libnfs.NfsSession, volume_id: str) -> VolumeInfo:
+        size = self._size(s, volume_id)
+        prefix = f"{volume_id}@"
+        snaps = tuple(n[len(prefix):-4] for n in s.listdir(ex.ROOT) if n.startswith(prefix) and n.endswith(".img"))
+        return VolumeInfo(volume_id, size // MIB, snaps)
+
+    # -- VolumeDriver ----------------------------------------------------------------------------
+
+    def probe(self) -> Capability:
+        return probe_export(ProbeTarget(self.name, self.export, self.node_id, self.mount_root, self.timeout))
+
+    def provision(self, volume_id: str, size_mb: int, *, source: tuple[str, str] | None = None) -> VolumeInfo:
+        check_volume_id(volume_id)
+        check_size(size_mb)
+        origin = parse_source(source) if source is not None else None
+        with self._nfs() as s:
+            final = ex.image(volume_id)
+            if s.stat(final) is None:  # the image is renamed into place last: it says the volume exists
+                work = ex.tmp(final)
+                s.unlink(work)  # what a crashed attempt left
+                if origin is None:
+                    self._qemu_img("create", "-q", "-f", "raw", self.export.qemu_url(work), f"{size_mb}M")
+                else:
+                    self._copy_from(s, origin, work, size_mb)
+                    vol, snap = origin
+                    src = ex.snap_folder(vol, snap) if snap else ex.folder(vol)
+                    self._copy_folder(s, src, ex.folder(volume_id))
+                s.rename(work, final)
+            s.mkdir(ex.folder(volume_id))  # the FILESYSTEM side (also after a crash between the two)
+            return self._info(s, volume_id)
+
+    def _copy_folder(self, s: libnfs.NfsSession, src: str, dst: str) -> None:
+        """Copy a volume's folder through a temporary name (a missing source: an empty folder)."""
+        work = ex.tmp(dst)
+        s.remove_tree(work)
+        if s.stat(src, follow=False) is None:
+            s.mkdir(work)
+        else:
+            with libnfs.session(self.export.libnfs_v3_url, self.timeout) as v3:  # see NfsExport.libnfs_v3_url
+                v3.copy_tree(src, work)
+        s.remove_tree(dst)  # a complete copy from a crashed attempt, or an empty folder
+        s.rename(work, dst)
+
+    def _copy_from(self, s: libnfs.NfsSession, origin: tuple[str, str | None], work: str, size_mb: int) -> None:
+        vol, snap = origin
+        if snap is None:
+            if any(not m.read_only for m in self._markers(s, vol)):
+                raise VolumeBusy(f"source volume {vol} is attached for writing: detach it (or clone a snapshot)")
+            src = ex.image(vol)
+        else:
+            src = ex.snap_image(vol, snap)
+        entry = s.stat(src)
+        if entry is None:
+            raise VolumeNotFound(f"source {vol}{'@' + snap if snap else ''} not found on {self.export}")
+        if size_mb * MIB < entry.size:
+            raise Unsupported(f"size {size_mb} MiB is smaller than the source's {entry.size // MIB} MiB")
+        self._qemu_img("convert", "-q", "-f", "raw", "-O", "raw", self.export.qemu_url(src),
+                       self.export.qemu_url(work), timeout=self.copy_timeout)
+        if size_mb * MIB > entry.size:
+            self._qemu_img("resize", "-q", "-f", "raw", self.export.qemu_url(work), f"{size_mb}M")
+
+    def info(self, volume_id: str) -> VolumeInfo:
+        check_volume_id(volume_id)
+        with self._nfs() as s:
+            return self._info(s, volume_id)
+
+    def resize(self, volume_id: str, size_mb: int) -> VolumeInfo:
+        check_volume_id(volume_id)
+        check_size(size_mb)
+        with self._nfs() as s:
+            have = self._size(s, volume_id)
+            if size_mb * MIB < have:
+                raise Unsupported(f"size {size_mb} MiB is smaller than {have // MIB} MiB: nfs volumes never shrink")
+            if size_mb * MIB > have:  # a running VM sees the new size after its runtime's block_resize
+                self._qemu_img("resize", "-q", "-f", "raw", self.export.qemu_url(ex.image(volume_id)), f"{size_mb}M")
+            return self._info(s, volume_id)
+
+    def snapshot(self, volume_id: str, snap: str) -> None:
+        check_volume_id(volume_id)
+        check_snapshot_name(snap)
+        with self._nfs() as s:
+            self._size(s, volume_id)
+            target = ex.snap_image(volume_id, snap)
+            if s.stat(target) is not None:
+                return
+            writers = sorted(m.node_id for m in self._markers(s, volume_id) if not m.read_only)
+            if writers:  # NFS cannot hold writers still: a copy under them would not be crash-consistent
+                raise VolumeBusy(f"volume {volume_id} is attached for writing on {', '.join(writers)}: detach it "
+                                 "to snapshot")
+            self._copy_folder(s, ex.folder(volume_id), ex.snap_folder(volume_id, snap))
+            work = ex.tmp(target)
+            s.unlink(work)
+            self._qemu_img("convert", "-q", "-f", "raw", "-O", "raw", self.export.qemu_url(ex.image(volume_id)),
+                           self.export.qemu_url(work), timeout=self.copy_timeout)
+            s.rename(work, target)  # last: the snapshot exists once its image does
+
+    def delete_snapshot(self, volume_id: str, snap: str) -> None:
+        check_volume_id(volume_id)
+        check_snapshot_name(snap)
+        with self._nfs() as s:
+            target = ex.snap_image(volume_id, snap)
+            s.unlink(target)  # first: the snapshot is gone once its image is
+            s.unlink(ex.tmp(target))
+            s.remove_tree(ex.snap_folder(volume_id, snap))
+            s.remove_tree(ex.tmp(ex.snap_folder(volume_id, snap)))
+
+    def attach(self, volume_id: str, kind: AttachKind, *, read_only: bool = False) -> Attachment:
+        check_volume_id(volume_id)
+        kind = AttachKind(kind)
+        if kind is AttachKind.FILESYSTEM:
+            missing = kernel_client_missing()
+            if missing:
+                raise Unsupported(missing)
+        mark = ex.Marker(volume_id, self.node_id, kind, read_only)
+        with self._nfs() as s:
+            self._size(s, volume_id)
+            # Never VolumeBusy: writers on several nodes, or a VM disk attached twice on one, are the
+            # control plane's call. Only one folder mount per node can exist, in one mode.
+            clash = [m for m in self._markers(s, volume_id) if m.node_id == self.node_id
+                     and m.kind is AttachKind.FILESYSTEM and kind is AttachKind.FILESYSTEM and m != mark]
+            if clash:
+                mode = "read-only" if clash[0].read_only else "read-write"
+                raise StorageError(f"volume {volume_id} is mounted {mode} on {self.node_id} already: detach it to "
+                                   "mount it otherwise")
+            s.touch(mark.path)  # first, so a crash before the mount still shows as attached
+        if kind is AttachKind.VM_DISK:
+            disk = DiskSource("nfs", self.export.qemu_url(ex.image(volume_id)))
+            return Attachment(volume_id, self.node_id, kind, read_only, disk=disk)
+        try:
+            return self._mount_folder(volume_id, read_only)
+        except BaseException:
+            with contextlib.suppress(Exception), self._nfs() as s:
+                s.unlink(mark.path)  # not attached after all: the record goes with the failure
+            raise
+
+    def _mount_folder(self, volume_id: str, read_only: bool) -> Attachment:
+        """A kernel NFSv4 mount of the volume's folder (untested on machines without nfs4)."""
+        mp = self.mount_root / volume_id
+        att = Attachment(volume_id, self.node_id, AttachKind.FILESYSTEM, read_only, mount_path=str(mp))
+        if nm.mount_at(mp) is not None:
+            return att
+        img.ensure_dir(mp)
+        opts = f"port={self.export.port},nosuid,nodev,hard" + (",ro" if read_only else "")
+        run(["mount", "-t", "nfs4", "-o", opts, self.export.kernel_source(ex.folder(volume_id)), str(mp)],
+            timeout=self.timeout)
+        return att
+
+    def detach(self, volume_id: str) -> None:
+        check_volume_id(volume_id)
+        mp = self.mount_root / volume_id
+        if nm.mount_at(mp) is not None:
+            nm.unmount(mp, self.timeout)
+        with contextlib.suppress(FileNotFoundError):
+            mp.rmdir()
+        with self._nfs() as s:
+            for m in self._markers(s, volume_id):
+                if m.node_id == self.node_id:
+                    s.unlink(m.path)
+
+    def fence(self, volume_id: str, node_id: str) -> None:
+        """Forget `node_id`'s attachments of the volume (a dead node's records would block delete).
+        NFS itself cannot cut a client off: that takes the server's export rules (its admin's)."""
+        check_volume_id(volume_id)
+        with self._nfs() as s:
+            for m in self._markers(s, volume_id):
+                if m.node_id == node_id:
+                    s.unlink(m.path)
+
+    def attached(self) -> list[Attachment]:
+        found: dict[str, Attachment] = {}
+        for m in nm.mounts_under(self.mount_root):
+            vid = Path(m.mount_point).name
+            found[vid] = Attachment(vid, self.node_id, AttachKind.FILESYSTEM, m.read_only, mount_path=m.mount_point)
+        with self._nfs() as s:
+            mine = [m for m in self._markers(s) if m.node_id == self.node_id]
+            for mark in sorted(mine, key=lambda m: (m.kind is not AttachKind.FILESYSTEM, m.read_only)):
+                if mark.volume_id in found:  # one per volume: a mount, else a writer, else a reader
+                    continue
+                if mark.kind is AttachKind.VM_DISK:
+                    disk = DiskSource("nfs", self.export.qemu_url(ex.image(mark.volume_id)))
+                    found[mark.volume_id] = Attachment(mark.volume_id, self.node_id, mark.kind, mark.read_only,
+                                                       disk=disk)
+                else:  # marked but not mounted: a crash between the two steps
+                    found[mark.volume_id] = Attachment(mark.volume_id, self.node_id, mark.kind, mark.read_only,
+                                                       mount_path=str(self.mount_root / mark.volume_id))
+        return [found[k] for k in sorted(found)]
+
+    def delete(self, volume_id: str) -> None:
+        check_volume_id(volume_id)
+        with self._nfs() as s:
+            holders = sorted({m.node_id for m in self._markers(s, volume_id)})
+            if holders:
+                raise VolumeBusy(f"volume {volume_id} is attached on {', '.join(holders)}: detach it before deleting")
+            prefix = f"{volume_id}@"  # ids hold no '@': every such name is one of this volume's snapshots
+            for name in s.listdir(ex.ROOT):
+                if name.startswith(prefix):
+                    s.remove_tree(f"{ex.ROOT}/{name}")
+            for leftover in (ex.folder(volume_id), ex.tmp(ex.folder(volume_id)), ex.tmp(ex.image(volume_id))):
+                s.remove_tree(leftover)
+            s.unlink(ex.image(volume_id))  # last: the volume exists until its image is gone

@@ -1,0 +1,108 @@
+"""Where an `nfs` volume lives on the export and how each client reaches it.
+
+    <export>/persys/<id>.img            the volume as a raw disk (VM_DISK)
+    <export>/persys/<id>/               the volume as a folder (FILESYSTEM, through a kernel mount)
+    <export>/persys/<id>@<snap>.img     snapshots: copies of the image
+    <export>/persys/<id>@<snap>/        ... and of the folder
+    <export>/persys/.attach/<id>@<node>.<kind>.<rw|ro>   one empty file per attachment, so every
+                                        node sees who holds a volume (delete refuses while any does)
+
+Two clients reach the export: libnfs in this process (NFSv4 on the configured port: listing,
+folders, markers; NFSv3 to copy a folder's files) and QEMU's own NFS block driver (`qemu-img`,
+a VM's disk). QEMU 7.2's driver takes no version or port: it speaks NFSv3 and finds the server's
+ports through its portmapper (rpcbind, port 111), so the server must serve NFSv3 as well for VM disks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from persys.storage.base import AttachKind, StorageError
+
+ROOT = "/persys"
+MARKERS = f"{ROOT}/.attach"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    volume_id: str
+    node_id: str
+    kind: AttachKind
+    read_only: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.volume_id}@{self.node_id}.{self.kind.value}.{'ro' if self.read_only else 'rw'}"
+
+    @property
+    def path(self) -> str:
+        return f"{MARKERS}/{self.name}"
+
+
+def parse_marker(name: str) -> Marker | None:
+    """The marker a file name in MARKERS stands for; None for anything else (a stray file)."""
+    head, _, mode = name.rpartition(".")
+    head, _, kind = head.rpartition(".")
+    vol, sep, node = head.partition("@")
+    if not sep or mode not in ("ro", "rw") or kind not in {k.value for k in AttachKind} or not vol or not node:
+        return None
+    return Marker(vol, node, AttachKind(kind), mode == "ro")
+
+
+@dataclass(frozen=True, slots=True)
+class NfsExport:
+    server: str
+    export: str  # the export's path as clients mount it ("/export"; NFSv4 pseudo path)
+    port: int = 2049  # the NFSv4 port (libnfs, kernel mounts)
+
+    def __post_init__(self) -> None:
+        if not self.server or any(c in self.server for c in "/?#@ "):
+            raise StorageError(f"nfs server {self.server!r} is not a host name or address")
+        if not self.export.startswith("/") or any(c in self.export for c in "?#@ ") or ".." in self.export.split("/"):
+            raise StorageError(f"nfs export {self.export!r} is not an absolute path")
+        if not 1 <= self.port <= 65535:
+            raise StorageError(f"nfs port {self.port!r} is outside 1..65535")
+
+    @property
+    def base(self) -> str:
+        return self.export.rstrip("/")
+
+    @property
+    def libnfs_url(self) -> str:
+        return f"nfs://{self.server}{self.base}?version=4&nfsport={self.port}"
+
+    @property
+    def libnfs_v3_url(self) -> str:
+        """NFSv3 through the portmapper, as QEMU goes: libnfs 4.0 (Debian 12's libnfs13) fails
+        NFSv4 writes ("Failed to encode COMPOUND4args") and NFSv4 attribute changes on folders
+        (NFS4ERR_ISDIR), so copying a folder's files takes v3."""
+        return f"nfs://{self.server}{self.base}"
+
+    def qemu_url(self, path: str) -> str:
+        """`path` (inside the export, e.g. /persys/x.img) as QEMU's nfs driver opens it."""
+        return f"nfs://{self.server}{self.base}{path}"
+
+    def kernel_source(self, path: str) -> str:
+        return f"{self.server}:{self.base}{path}"
+
+    def __str__(self) -> str:
+        return f"{self.server}:{self.port}{self.base}"
+
+
+def image(volume_id: str) -> str:
+    return f"{ROOT}/{volume_id}.img"
+
+
+def folder(volume_id: str) -> str:
+    return f"{ROOT}/{volume_id}"
+
+
+def snap_image(volume_id: str, snap: str) -> str:
+    return f"{ROOT}/{volume_id}@{snap}.img"
+
+
+def snap_folder(volume_id: str, snap: str) -> str:
+    return f"{ROOT}/{volume_id}@{snap}"
+
+
+def tmp(path: str) -> str:
+    return path + ".tmp"

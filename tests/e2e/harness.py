@@ -69,7 +69,7 @@ class Proc:
             time.sleep(0.05)
         return time.monotonic() - t0
 
-    def bound_port(self, pattern: str, timeout: float = 20.0) -> int:
+    def bound_port(self, pattern: str, timeout: float = 60.0) -> int:
         """The port a server started with port 0 says it bound (`pattern` has one group), pinned
         into argv so that a restart comes back at the same address, as a restarted server must.
         (Only a restart rebinds a known port: the one this process held a moment before.)"""

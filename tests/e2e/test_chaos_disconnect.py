@@ -22,6 +22,7 @@ from persys.client import SchedulerClient
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import Proc, eventually, persys, pid_alive
 from tests.fixtures_infra import start_etcd
+from tests.storage.loop_pool import sweep_pool
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -64,8 +65,11 @@ class Cluster:
         self.target = f"127.0.0.1:{self.port}"
 
     def agent(self, node: str, target: str) -> Proc:
+        storage = self.tmp / f"storage-{node}.yaml"  # a local volume pool: the pinned workload's volume
+        storage.write_text(f"local: {{pool: {self.dirs[node] / 'volumes'}}}\n")
         p = Proc(f"agent-{node}", persys("agent", "--scheduler", target, "--node-id", node, "--tls-dir",
-                                         str(self.pki), "--state-dir", str(self.dirs[node])), self.tmp)
+                                         str(self.pki), "--state-dir", str(self.dirs[node]),
+                                         "--storage", str(storage)), self.tmp)
         self.procs.append(p)
         p.wait_for(f"agent {node} started", 60)
         return p
@@ -90,6 +94,8 @@ class Cluster:
             pid = json.loads(meta.read_text()).get("pid")
             if pid and pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        for d in self.dirs.values():  # what the agents left mounted (a stopped agent keeps volumes)
+            sweep_pool(d / "volumes")
 
 
 def test_partitioned_agent_stops_single_writer_copies_before_they_start_elsewhere(tmp_path: Path) -> None:

@@ -54,7 +54,9 @@ def test_layout_modes_and_probe(node_a: LocalDriver, loop_pool: Path) -> None:
     node_a.provision(vid, 16)
     image = node_a.image(vid)
     assert oct(image.stat().st_mode & 0o777) == oct(0o600)
-    assert oct(node_a.images.stat().st_mode & 0o777) == oct(0o700)
+    # Workloads' users reach their own volume (traverse only); snapshots stay root's alone.
+    assert oct(node_a.images.stat().st_mode & 0o777) == oct(0o711)
+    assert oct(node_a.snapshots.stat().st_mode & 0o777) == oct(0o700)
     assert image.stat().st_blocks * 512 < 16 * 1024 * 1024  # sparse
     assert not (node_a.pool / ".probe").exists() and not _loops_under(loop_pool)
     node_a.delete(vid)

@@ -19,14 +19,14 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect, plan, report, start_tracing
+from persys.agent import disconnect, plan, report, start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
@@ -49,7 +49,8 @@ from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
-from persys.storage.base import VolumeDriver
+from persys.storage.config import StorageConfig
+from persys.storage.probe import DriverReport, probe_drivers
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -83,13 +84,15 @@ class AgentConfig:
     image_max_bytes: int = IMAGE_MAX_BYTES  # largest image upload AgentService.LoadImage accepts
     metrics_listen: str = ""  # HTTPS /metrics (client certificate, `get metrics`), host:port; "" = none
     metrics_plain_listen: str = ""  # plain HTTP /metrics, where an operator asks for it; "" = none
+    storage: StorageConfig | None = None  # the node's volume drivers (persys agent --storage); None: none
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None,
-                 volume_drivers: Mapping[str, VolumeDriver] | None = None) -> None:
+    def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None) -> None:
         self.config = config
-        self.volumes = VolumeAttacher(volume_drivers or {})
+        self.storage = storage_setup.open_drivers(config.storage, config.node_id)
+        self.storage_reports: list[DriverReport] = []  # probed at start
+        self.volumes = VolumeAttacher(storage_setup.usable(self.storage))
         self.meter = AgentMetrics()
         self.all_runtimes = self.meter.wrap(runtimes)
         self.runtimes: dict[str, Runtime] = {}
@@ -152,6 +155,8 @@ class Agent:
 
     async def start(self) -> None:
         await self.probe_runtimes()
+        if self.storage:
+            self.storage_reports = await asyncio.to_thread(probe_drivers, self.storage)
         if self.config.listen and self.config.tls:
             self._server, port = await serve(self, self.config.listen, self.config.tls, self.meter.metrics)
             host = self.config.advertise_host or self.config.listen.rpartition(":")[0]
@@ -248,13 +253,15 @@ class Agent:
     def register_request(self) -> pb.RegisterNodeRequest:
         c = self.config
         cap = capacity(c.state_dir)
+        storage, storage_missing = storage_setup.advertised(self.storage_reports)
         return pb.RegisterNodeRequest(
             node_id=c.node_id,
             address=c.address,
             agent_version=__version__,
             capabilities=pb.NodeCapabilities(
                 runtimes=self.capabilities,
-                storage_drivers=["local"],
+                storage_drivers=storage,
+                storage_missing=storage_missing,
                 cpu_millicores=c.cpu_millicores or cap.cpu_millicores,
                 memory_mb=c.memory_mb or cap.memory_mb,
                 disk_mb=c.disk_mb or cap.disk_mb,

@@ -31,6 +31,7 @@ from persys.cli.server_common import (
 from persys.cli.server_errors import ServerError
 from persys.model import Taint
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
+from persys.storage.config import LocalConfig, StorageConfig
 from persys.tlsfiles import TLSFiles
 
 
@@ -151,7 +152,9 @@ def dev(
                     AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
-                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb),
+                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb,
+                                # Embedded default: local volumes in a pool under the node's folder.
+                                storage=StorageConfig(local=LocalConfig(str(state / "volumes")))),
                     default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
                 )
                 await agent.start()

@@ -26,6 +26,7 @@ from persys.cli.server_common import (
     parse_labels,
     parse_taints,
     port_free,
+    read_storage_config,
     run_main,
     setup_logging,
     tls_from_dir,
@@ -263,6 +264,10 @@ def agent(
     metrics_listen: str = typer.Option("", "--metrics-listen", metavar="HOST:PORT", help=METRICS_LISTEN_HELP),
     metrics_plain_listen: str = typer.Option("", "--metrics-plain-listen", metavar="HOST:PORT",
                                              help=METRICS_PLAIN_HELP),
+    storage: Path | None = typer.Option(None, "--storage", help="The node's volume drivers, a YAML file: "
+                                        "`local: {pool: /var/lib/persys/volumes}`, `nfs: {server, export}`, "
+                                        "`ceph-rbd: {monitors, pool, user, secretName}` (docs/storage.md). Each is "
+                                        "probed at start; the node advertises what works and why the rest does not."),
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -274,6 +279,7 @@ def agent(
         from persys.cli.join_setup import agent_tls, certificate_hosts
 
         check_node_id(node_id)
+        storage_config = read_storage_config(storage)
         check_listen(metrics_listen, "--metrics-listen")
         check_listen(metrics_plain_listen, "--metrics-plain-listen")
         tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,
@@ -283,7 +289,8 @@ def agent(
                         labels=parse_labels(label), taints=parse_taints(taint),
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
-                        metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen),
+                        metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
+                        storage=storage_config),
             default_runtimes(state_dir, node_id, workload_user, allow_node_path),
         )
 

@@ -17,6 +17,7 @@ from persys.cli.server_errors import ServerError
 from persys.model import Taint
 from persys.model.node_names import node_id_problem
 from persys.secrets.base import SecretStoreError
+from persys.storage.config import StorageConfig, StorageConfigError, load_storage_config
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -93,6 +94,20 @@ def parse_taints(items: list[str]) -> list[Taint]:
         taints.append(Taint(key=k, value=v, effect=effect))  # type: ignore[arg-type]
     return taints
 
+
+
+def read_storage_config(path: Path | None) -> StorageConfig | None:
+    """`--storage FILE` read and checked (bounded); a ServerError naming the file and field."""
+    if path is None:
+        return None
+    try:
+        if path.stat().st_size > 64 * 1024:
+            raise ServerError(f"--storage {path}: larger than 64 KiB")
+        return load_storage_config(path.read_text())
+    except OSError as err:
+        raise ServerError(f"--storage {path}: {err.strerror or err}") from None
+    except StorageConfigError as err:
+        raise ServerError(f"--storage {path}: {err}") from None
 
 
 def check_node_id(node_id: str) -> None:

@@ -14,15 +14,18 @@ from persys.storage.commands import CommandFailed, run
 MIB = 1024 * 1024
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+# Folders on the way to a volume: the users workloads run as (a process's, QEMU's) must reach
+# their own volume's mount point or image; nothing in them can be listed.
+TRAVERSE_MODE = 0o711
 # No lazy init: every inode table and the journal are written by mkfs, so no kernel thread keeps
 # writing into a fresh volume after its first mount (and a snapshot right after is complete).
 # -m 0: the whole size is the workload's (reserved blocks would only help root on the node).
 MKFS = ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
 
 
-def ensure_dir(path: Path) -> None:
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    os.chmod(path, DIR_MODE)
+def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    os.chmod(path, mode)
 
 
 def tmp_of(path: Path) -> Path:

@@ -60,7 +60,9 @@ class LocalDriver:
     # -- paths and state read from the node ------------------------------------------------------
 
     def _layout(self) -> None:
-        for d in (self.pool, self.images, self.snapshots, self.mounts, self.markers):
+        for d in (self.pool, self.images, self.mounts):
+            img.ensure_dir(d, img.TRAVERSE_MODE)
+        for d in (self.snapshots, self.markers):
             img.ensure_dir(d)
 
     def image(self, volume_id: str) -> Path:

@@ -168,6 +168,10 @@ def scheduler(
     meter_retention: str = typer.Option("raw=1d,1m=30d,1h=365d", "--meter-retention",
                                         help="How long Persys Meter keeps raw samples and its 1-minute and "
                                         "hourly rollups."),
+    storage: Path | None = typer.Option(None, "--storage", help="Network volume backends the active replica "
+                                        "provisions, grows and deletes volumes on: the `nfs` and `ceph-rbd` "
+                                        "sections of a storage file (docs/storage.md; `local` volumes are the "
+                                        "nodes')."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a scheduler replica (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -185,6 +189,7 @@ def scheduler(
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
+        storage_config = read_storage_config(storage)
         check_listen(metrics_listen, "--metrics-listen")
         check_listen(metrics_plain_listen, "--metrics-plain-listen")
         if not metrics and (metrics_listen or metrics_plain_listen):
@@ -213,7 +218,7 @@ def scheduler(
                     credentials=creds, secrets=secrets, signer_for=signer_for, join_listen=join_listen,
                     node_cert_ttl=node_cert_ttl, metrics_listen=metrics_listen,
                     metrics_plain_listen=metrics_plain_listen, metrics=metrics, meter=meter,
-                    meter_retention=retention)
+                    meter_retention=retention, storage=storage_config)
             holder.append(s)
             if live:
                 await idopt.track_in_registry(s.store, live)

@@ -112,11 +112,16 @@ class VolumeManifest(Model):
 
 
 class VolumePhase(StrEnum):
-    PENDING = "Pending"  # recorded; the data is not provisioned yet (no node has needed it)
-    AVAILABLE = "Available"  # provisioned, attached nowhere
-    ATTACHED = "Attached"  # attached to at least one node
+    PENDING = "Pending"  # recorded; no data yet (a local one has data once placed: `node` is set)
+    AVAILABLE = "Available"  # provisioned (where it is attached, the nodes know)
     DELETING = "Deleting"  # asked to go; the data is removed by the node or controller that can
     FAILED = "Failed"  # the last operation failed: `reason` says why; retried
+
+
+def has_data(v: Volume) -> bool:
+    """Whether the backend may hold data for it: provisioned, or a local volume placed on a node
+    (its agent provisions at first attach)."""
+    return v.phase != VolumePhase.PENDING or bool(v.node) or v.provisioned_mb > 0
 
 
 class Volume(Model):

@@ -76,6 +76,10 @@ class ReconcileWorker:
             log.warning("restarting the reconcile worker in %.1f s", delay)
             await asyncio.sleep(delay)
         while True:
+            # Yield once per batch: a queue that is never empty (a write refused at once, e.g. by
+            # the leader fence of a replica being deposed, requeues its workload) would otherwise
+            # hold the loop forever, and the cancel that deposes this worker could never land.
+            await asyncio.sleep(0)
             batch = await self._batch()
             if self.s.guard.mode != Mode.NORMAL:
                 # Frozen: decide nothing. Everything is re-enqueued when the mode returns to normal.

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -119,6 +119,8 @@ class Scheduler:
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
         # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
         self.health_checks: list[NamedCheck] = []
+        # Loops that run only while this replica is active (server.py: the volume controller).
+        self.active_services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
         # The components (each takes this shell through the narrow Shell protocol); their
         # operations are this replica's API.
@@ -199,7 +201,8 @@ class Scheduler:
         self.placement.reset()
         self.monitor.fresh_grace(keep_later=False)
         self.enqueue_all()
-        self._active_tasks = [self.worker.start()]
+        self._active_tasks = [self.worker.start(),
+                              *(asyncio.create_task(run(), name="active-service") for run in self.active_services)]
         self._spawn(self.membership.sync_shards())
         self.emit("SchedulerElected", "cluster", f"replica {self.election.replica_id} is active")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from persys.scheduler.secret_admission import SecretAwareGate
 from persys.scheduler.secret_service import SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.token_pepper import TokenPepper
 from persys.scheduler.token_store import TokenStore
+from persys.scheduler.volume_controller import VolumeController
 from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService
 from persys.scheduler.workload_policy import PolicyGate
@@ -58,6 +59,8 @@ from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.metrics_access import serve_metrics
 from persys.security.signer import CertificateSigner
+from persys.storage.config import StorageConfig
+from persys.storage.probe import build_drivers
 from persys.store.base import BlockingLeases, StateStore
 from persys.store.metered import MeteredStore
 from persys.tlsfiles import TLSFiles
@@ -105,6 +108,15 @@ class RunningScheduler:
         await self.store.close()
 
 
+def volume_services(scheduler: Scheduler, storage: StorageConfig | None
+                    ) -> list[Callable[[], Coroutine[None, None, None]]]:
+    """The volume controller over the network backends of `storage` (none: no controller)."""
+    if storage is None:
+        return []
+    drivers = {k: d for k, d in build_drivers(storage, "scheduler").items() if not isinstance(d, str)}
+    return [VolumeController(scheduler, drivers).run]
+
+
 async def start_scheduler(
     store_url: str,
     events_url: str,
@@ -129,6 +141,7 @@ async def start_scheduler(
     metrics: bool = True,
     meter: str = "off",
     meter_retention: Retention | None = None,
+    storage: StorageConfig | None = None,
 ) -> RunningScheduler:
     """`credentials` replaces those read once from `tls` (a renewing identity's, which follow
     its certificate for new handshakes: `security.grpc_reload`). `secrets`: the secret store
@@ -202,6 +215,7 @@ async def start_scheduler(
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
+    scheduler.active_services += volume_services(scheduler, storage)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(

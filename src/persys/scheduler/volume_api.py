@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from persys.model.manifest import ManifestError
-from persys.model.volume import Volume, VolumeManifest, VolumePhase, volume_problems
+from persys.model.volume import Volume, VolumeManifest, VolumePhase, has_data, volume_problems
 from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.shell import Shell
@@ -105,7 +105,7 @@ class VolumeApi:
             refusal = delete_refusal(v, users_of(vid, (w.value for w in state.workloads.values())))
             if refusal:
                 raise MutationRefused(refusal)
-            if v.phase == VolumePhase.PENDING:
+            if not has_data(v):
                 op: Put | Delete = Delete(key)
             else:
                 marked = v.model_copy(update={"phase": VolumePhase.DELETING, "reason": "deletion requested",

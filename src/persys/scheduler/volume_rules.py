@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from persys.model.manifest import ManifestError
-from persys.model.volume import Volume, VolumeAccess, VolumeManifest, VolumePhase, inline_spec, inline_volume_id
+from persys.model.volume import (
+    Volume,
+    VolumeAccess,
+    VolumeManifest,
+    VolumePhase,
+    has_data,
+    inline_spec,
+    inline_volume_id,
+)
 from persys.model.workload import Workload, WorkloadSpec
 from persys.scheduler import keys
 from persys.scheduler.state import ClusterState, put_doc
@@ -138,7 +146,7 @@ def reclaim_ops(state: ClusterState, wid: str, now: float) -> tuple[list[Compare
             continue
         compares.append(Compare(keys.volume(vid), cur.mod_revision))
         if v.spec.reclaim_policy.value == "Delete":
-            gone = v.phase == VolumePhase.PENDING  # never provisioned: no data to remove
+            gone = not has_data(v)  # never provisioned nor placed: no data to remove
             if gone:
                 ops.append(Delete(keys.volume(vid)))
             else:

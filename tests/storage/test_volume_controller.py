@@ -1,0 +1,77 @@
+"""The volume controller on a real scheduler process with an nfs backend (nfs-ganesha): a Volume
+applied is provisioned on the export, a clone copies its source's data, growing it resizes the
+image, deleting it removes the data and the record. The actions it takes are a pure decision,
+tested by table first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
+from persys.scheduler.state import Versioned
+from persys.scheduler.volume_controller import actions
+from tests.e2e.harness import eventually
+from tests.gateway.cluster import GatewayCluster, start_cluster
+from tests.nfs_server import NfsServer
+
+
+def rec(name: str, phase: VolumePhase, provisioned: int = 0, size: int = 16, driver: str = "nfs") -> Versioned[Volume]:
+    spec = VolumeObjectSpec.model_validate({"driver": driver, "sizeMb": size})
+    return Versioned(Volume(id=name, spec=spec, phase=phase, provisioned_mb=provisioned, created_at=0, updated_at=0), 3)
+
+
+def test_what_the_controller_does() -> None:
+    vols = {"new": rec("new", VolumePhase.PENDING), "gone": rec("gone", VolumePhase.DELETING, 16),
+            "grown": rec("grown", VolumePhase.AVAILABLE, 16, size=32), "same": rec("same", VolumePhase.AVAILABLE, 16),
+            "retry": rec("retry", VolumePhase.FAILED), "later": rec("later", VolumePhase.FAILED),
+            "mine": rec("mine", VolumePhase.PENDING, driver="local"), "ceph": rec("ceph", VolumePhase.PENDING,
+                                                                                    driver="ceph-rbd")}
+    got = [(a.kind, a.volume.id) for a in actions(vols, {"nfs", "local"}, {"later": 20.0}, now=10.0)]
+    assert got == [("delete", "gone"), ("resize", "grown"), ("provision", "new"), ("provision", "retry")]
+
+
+@pytest.fixture(scope="module")
+def cluster(nfs_server: NfsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
+    tmp = tmp_path_factory.mktemp("vol-ctl")
+    e = nfs_server.export
+    (tmp / "storage.yaml").write_text(f"nfs: {{server: {e.server}, port: {e.port}, export: {e.export}}}\n")
+    c = start_cluster(tmp, with_agent=False, scheduler_args=("--storage", str(tmp / "storage.yaml")))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def volume(name: str, size: int = 16, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "persys.dev/v1", "kind": "Volume", "metadata": {"name": name},
+            "spec": {"driver": "nfs", "sizeMb": size, **spec}}
+
+
+def test_provision_clone_grow_delete(cluster: GatewayCluster, nfs_server: NfsServer) -> None:
+    images = nfs_server.folder / "persys"
+    with cluster.client() as http:
+        assert http.post("/v1/volumes", json=volume("base")).status_code == 201
+        eventually(lambda: http.get("/v1/volumes/base").json()["phase"] == "Available", 60, "base provisioned")
+        image = images / "base.img"
+        assert image.stat().st_size == 16 * 1024 * 1024
+        with image.open("r+b") as f:  # data the clone must carry (written on the server's disk)
+            f.seek(1024 * 1024)
+            f.write(b"persys-marker")
+        assert http.post("/v1/volumes", json=volume("copy", source={"volume": "base"})).status_code == 201
+        eventually(lambda: http.get("/v1/volumes/copy").json()["phase"] == "Available", 60, "clone provisioned")
+        with (images / "copy.img").open("rb") as f:
+            f.seek(1024 * 1024)
+            assert f.read(13) == b"persys-marker"
+        assert http.post("/v1/volumes", json=volume("base", size=48)).json()["changed"]
+        eventually(lambda: http.get("/v1/volumes/base").json()["provisionedMb"] == 48, 60, "base grown")
+        assert image.stat().st_size == 48 * 1024 * 1024
+        for name in ("copy", "base"):
+            assert http.delete(f"/v1/volumes/{name}").json()["deleted"]
+            eventually(lambda name=name: http.get(f"/v1/volumes/{name}").status_code == 404, 60, f"{name} gone")
+            assert not (images / f"{name}.img").exists()
+        kinds = [e["kind"] for e in http.get("/v1/events", params={"limit": 200}).json()
+                 if e["subject"] in ("volume/base", "volume/copy")]
+        assert {"VolumeCreated", "VolumeProvisioned", "VolumeResized", "VolumeDeleting", "VolumeDeleted"} <= set(kinds)

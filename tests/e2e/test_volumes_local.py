@@ -6,6 +6,7 @@ workload applied again finds it; the volume is detached once its workload is gon
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.docker_fixtures import DockerEngine
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.storage.loop_pool import sweep_pool
@@ -83,6 +85,46 @@ def test_a_retained_volume_keeps_its_data_for_the_next_workload(cluster: tuple[G
         assert http.post("/v1/workloads", json=keeper(retain=True)).status_code == 201
         eventually(lambda: http.get("/v1/workloads/keeper").json()["phase"] == "Running", timeout=60,
                    what="keeper Running again")
-        eventually(lambda: out.exists() and "kept" in out.read_text(), timeout=30, what="the old marker read back")
+        try:
+            eventually(lambda: out.exists() and "kept" in out.read_text(), timeout=30, what="the old marker read back")
+        except AssertionError:
+            mounts = [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(pool) in ln]
+            procs = subprocess.run(["ps", "-eo", "pid,user,stat,wchan:20,args"], capture_output=True, text=True).stdout
+            print("stdout:", out.read_text() if out.exists() else "-", "\nmounts:", mounts, "\nprocs:",
+                  [ln for ln in procs.splitlines() if "sleep 600" in ln or "persys-exec" in ln],
+                  "\nagent:", c.agent.text()[-3000:] if c.agent else "")
+            raise
         http.delete("/v1/workloads/keeper")
         eventually(lambda: http.get("/v1/workloads/keeper").status_code == 404, timeout=60, what="keeper deleted")
+
+
+def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayCluster, Path],
+                                                     docker_engine: DockerEngine) -> None:
+    """The same for a container: the volume is bind-mounted at its mountPath."""
+    c, pool = cluster
+    name = docker_engine.workload_id("vol")
+    doc = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
+           "spec": {"type": "container", "resources": {"cpuMillicores": 10, "memoryMb": 16},
+                    "container": {"image": docker_engine.image, "command": [
+                        "sh", "-c", "cat /data/marker 2>/dev/null || echo empty; echo from-container > /data/marker; "
+                                    "exec sleep 600"]},
+                    "volumes": [{"name": "data", "driver": "local", "sizeMb": 8, "mountPath": "/data",
+                                 "retain": True}]}}
+    vid = f"{name}-data"
+    try:
+        with c.client() as http:
+            for round_ in (1, 2):
+                assert http.post("/v1/workloads", json=doc).status_code == 201
+                eventually(lambda: http.get(f"/v1/workloads/{name}").json()["phase"] == "Running", timeout=90,
+                           what=f"container Running ({round_})")
+                expected = "from-container" if round_ == 2 else "empty"  # round 2 reads round 1's marker
+                eventually(lambda expected=expected: expected in subprocess.run(  # type: ignore[misc]
+                    ["docker", "logs", f"persys-{name}"], capture_output=True, text=True, timeout=30).stdout,
+                    timeout=30, what=f"the container saying {expected!r}")
+                eventually(lambda: (pool / "mounts" / vid / "marker").exists(), timeout=30, what="marker written")
+                http.delete(f"/v1/workloads/{name}")
+                eventually(lambda: http.get(f"/v1/workloads/{name}").status_code == 404, timeout=60,
+                           what="container deleted")
+                eventually(lambda: not mounted(pool, vid), timeout=30, what="volume detached")
+    finally:
+        subprocess.run(["docker", "rm", "-f", f"persys-{name}"], capture_output=True, timeout=60)

@@ -4,7 +4,7 @@
     local:    {pool: /var/lib/persys/volumes}
     nfs:      {server: nfs.example, port: 2049, export: /export, mountRoot: /var/lib/persys/nfs}
     ceph-rbd: {monitors: ["10.0.0.1:3300"], pool: rbd, user: persys, secretName: ceph-persys,
-               conf: /etc/ceph/ceph.conf}
+               conf: /etc/ceph/ceph.conf, keyFile: /etc/persys/ceph-persys.key}
     simulate: {ceph-rbd: [vm-disk]}   # persys dev only: advertise without probing (no hardware)
 
 A driver without its section is not configured on the node (and is reported so). The cephx key
@@ -53,6 +53,9 @@ class CephConfig:
     user: str
     secret_name: str
     conf: str = ""
+    # A file on the node holding the user's cephx key (root-only: 0600 or 0400), read at start and
+    # kept in memory; the key itself is never in this configuration.
+    key_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,7 @@ def _monitor(value: Any, where: str) -> tuple[str, int]:
 
 def _ceph(raw: Any) -> CephConfig:
     where = "storage.ceph-rbd"
-    sec = _mapping(raw, where, ("monitors", "pool", "user", "secretName", "conf"))
+    sec = _mapping(raw, where, ("monitors", "pool", "user", "secretName", "conf", "keyFile"))
     mons = sec.get("monitors")
     if not isinstance(mons, list) or not mons:
         raise StorageConfigError(f"{where}.monitors", "required: a list of host:port")
@@ -144,7 +147,8 @@ def _ceph(raw: Any) -> CephConfig:
     if not VOLUME_ID_RE.fullmatch(secret):
         raise StorageConfigError(f"{where}.secretName", f"{secret!r} is not a secret name")
     conf = _abs_path(sec, "conf", where) if "conf" in sec else ""
-    return CephConfig(monitors, pool, user, secret, conf)
+    key_file = _abs_path(sec, "keyFile", where) if "keyFile" in sec else ""
+    return CephConfig(monitors, pool, user, secret, conf, key_file)
 
 
 def _simulate(raw: Any) -> dict[str, frozenset[AttachKind]]:

@@ -342,6 +342,11 @@ class SchedulerClient:
         r = await self._call("ListVolumes", volumes_pb2.ListVolumesRequest(), stubs=self._volume_stubs)
         return [_document(i) for i in r.items]
 
+    async def snapshot_volume(self, name: str, snapshot: str, delete: bool = False) -> dict[str, Any]:
+        req = volumes_pb2.SnapshotVolumeRequest(name=name, snapshot=snapshot, delete=delete)
+        r = await self._call("SnapshotVolume", req, stubs=self._volume_stubs)
+        return {"volume": _document(r.volume_json), "changed": r.changed}
+
     async def delete_volume(self, name: str) -> dict[str, bool]:
         r = await self._call("DeleteVolume", volumes_pb2.DeleteVolumeRequest(name=name), stubs=self._volume_stubs)
         return {"deleted": r.deleted, "alreadyGone": r.already_gone}

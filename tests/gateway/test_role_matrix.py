@@ -87,6 +87,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/v1/volumes"): ("/v1/volumes", {"json": {}}),  # allowed: 400, nothing written
     ("GET", "/v1/volumes/{name}"): ("/v1/volumes/ghost", {}),
     ("DELETE", "/v1/volumes/{name}"): ("/v1/volumes/ghost", {}),
+    ("POST", "/v1/volumes/{name}/snapshots"): ("/v1/volumes/ghost/snapshots", {"json": {"name": "s"}}),
+    ("DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"): ("/v1/volumes/ghost/snapshots/s", {}),
     ("POST", "/v1/join-tokens"): ("/v1/join-tokens", {"json": {"ttlSeconds": 1}}),  # allowed: 422 (under 1 min)
     ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
     ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),

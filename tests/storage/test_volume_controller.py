@@ -29,8 +29,15 @@ def test_what_the_controller_does() -> None:
             "retry": rec("retry", VolumePhase.FAILED), "later": rec("later", VolumePhase.FAILED),
             "mine": rec("mine", VolumePhase.PENDING, driver="local"), "ceph": rec("ceph", VolumePhase.PENDING,
                                                                                     driver="ceph-rbd")}
-    got = [(a.kind, a.volume.id) for a in actions(vols, {"nfs", "local"}, {"later": 20.0}, now=10.0)]
-    assert got == [("delete", "gone"), ("resize", "grown"), ("provision", "new"), ("provision", "retry")]
+    snap = rec("snap", VolumePhase.AVAILABLE, 16)
+    snap.value.wanted_snapshots = ["a", "b"]
+    snap.value.snapshots = ["b", "old"]
+    vols["snap"] = snap
+    got = [(a.kind, a.volume.id, a.snapshot) for a in actions(vols, {"nfs", "local"}, {"later": 20.0}, now=10.0)]
+    assert got == [("delete", "gone", ""), ("resize", "grown", ""), ("provision", "new", ""),
+                   ("provision", "retry", ""), ("snapshot", "snap", "a")]
+    snap.value.snapshots = ["a", "b", "old"]
+    assert [(a.kind, a.snapshot) for a in actions({"snap": snap}, {"nfs"}, {}, 0.0)] == [("unsnapshot", "old")]
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +75,25 @@ def test_provision_clone_grow_delete(cluster: GatewayCluster, nfs_server: NfsSer
         assert http.post("/v1/volumes", json=volume("base", size=48)).json()["changed"]
         eventually(lambda: http.get("/v1/volumes/base").json()["provisionedMb"] == 48, 60, "base grown")
         assert image.stat().st_size == 48 * 1024 * 1024
+        # A snapshot asked for is taken by the controller; a volume restored from it has its data.
+        assert http.post("/v1/volumes/base/snapshots", json={"name": "s1"}).json()["changed"]
+        assert not http.post("/v1/volumes/base/snapshots", json={"name": "s1"}).json()["changed"]
+        eventually(lambda: "s1" in http.get("/v1/volumes/base").json()["snapshots"], 60, "snapshot taken")
+        assert http.post("/v1/volumes/base/snapshots", json={"name": "Bad_Name"}).status_code in (400, 422)
+        restored = volume("back", size=48, source={"snapshot": "base@s1"})
+        assert http.post("/v1/volumes", json=restored).status_code == 201
+        eventually(lambda: http.get("/v1/volumes/back").json()["phase"] == "Available", 60, "restored")
+        with (images / "back.img").open("rb") as f:
+            f.seek(1024 * 1024)
+            assert f.read(13) == b"persys-marker"
+        http.delete("/v1/volumes/base/snapshots/s1")
+        eventually(lambda: "s1" not in http.get("/v1/volumes/base").json()["snapshots"], 60, "snapshot removed")
+        assert http.delete("/v1/volumes/back").json()["deleted"]
         for name in ("copy", "base"):
             assert http.delete(f"/v1/volumes/{name}").json()["deleted"]
             eventually(lambda name=name: http.get(f"/v1/volumes/{name}").status_code == 404, 60, f"{name} gone")
             assert not (images / f"{name}.img").exists()
         kinds = [e["kind"] for e in http.get("/v1/events", params={"limit": 200}).json()
                  if e["subject"] in ("volume/base", "volume/copy")]
-        assert {"VolumeCreated", "VolumeProvisioned", "VolumeResized", "VolumeDeleting", "VolumeDeleted"} <= set(kinds)
+        assert {"VolumeCreated", "VolumeProvisioned", "VolumeResized", "VolumeSnapshotted", "VolumeSnapshotDeleted",
+                "VolumeDeleting", "VolumeDeleted"} <= set(kinds)

@@ -1,12 +1,14 @@
-"""persysctl's volume commands: `get|describe|delete volume` and applying `kind: Volume`."""
+"""persysctl's volume commands: `get|describe|delete volume`, applying `kind: Volume`, and
+`volume resize|snapshot ...`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import typer
 from rich.table import Table
 
-from persys.cli.api import Api, age_text, emit, out
+from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
 from persys.cli.safe_text import cell
 from persys.model.volume import VolumeManifest
 
@@ -69,3 +71,83 @@ def apply_volumes(api: Api, volumes: list[VolumeManifest], dry_run: bool) -> lis
         out.print(f"volume/{m.metadata.name} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
         results.append(r)
     return results
+
+
+volume_app = typer.Typer(
+    help="Volumes beyond apply/get/describe/delete: grow one, and snapshots of network volumes (nfs, "
+    "ceph-rbd) taken by the control plane. A snapshot is restored as a new volume cloned from it.",
+    no_args_is_help=True)
+snapshot_app = typer.Typer(help="Snapshots of a network volume: create, list, delete, restore.", no_args_is_help=True)
+volume_app.add_typer(snapshot_app, name="snapshot")
+
+
+def _manifest_of(v: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "persys.dev/v1", "kind": "Volume",
+            "metadata": {"name": v["id"], "labels": v.get("labels", {})}, "spec": v["spec"]}
+
+
+@volume_app.command("resize")
+def resize(name: str = typer.Argument(..., help="The volume."),
+           size_mb: int = typer.Argument(..., min=1, help="Its new size in MiB (volumes only grow)."),
+           server: str | None = ServerOpt) -> None:
+    """Grow a volume (`sizeMb` of its record): a network volume's backend is grown by the control
+    plane (`describe volume` shows the provisioned size once done)."""
+    api = Api(server)
+    doc = _manifest_of(api.request("GET", f"/v1/volumes/{name}"))
+    doc["spec"]["sizeMb"] = size_mb
+    r = api.request("POST", "/v1/volumes", json=doc)
+    out.print(f"volume/{name} {'resizing to ' + str(size_mb) + ' MiB' if r['changed'] else 'unchanged'}",
+              highlight=False)
+
+
+@snapshot_app.command("create")
+def snapshot_create(name: str = typer.Argument(..., help="The volume."),
+                    snapshot: str = typer.Argument(..., help="The snapshot's name (a DNS label)."),
+                    server: str | None = ServerOpt) -> None:
+    """Ask for a snapshot; idempotent. `volume snapshot list` shows it once taken."""
+    r = Api(server).request("POST", f"/v1/volumes/{name}/snapshots", json={"name": snapshot})
+    out.print(f"volume/{name} snapshot {snapshot} {'requested' if r['changed'] else 'unchanged'}", highlight=False)
+
+
+@snapshot_app.command("list")
+def snapshot_list(name: str = typer.Argument(..., help="The volume."), output: str = OutputOpt,
+                  server: str | None = ServerOpt) -> None:
+    """The volume's snapshots: taken, or asked for and not taken yet."""
+    v = Api(server).request("GET", f"/v1/volumes/{name}")
+    taken, wanted = v.get("snapshots", []), v.get("wantedSnapshots", [])
+    rows = [{"snapshot": s, "state": "taken" if s in taken else "pending"} for s in wanted]
+    rows += [{"snapshot": s, "state": "deleting"} for s in taken if s not in wanted]
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    t.add_column("SNAPSHOT")
+    t.add_column("STATE")
+    for r in rows:
+        t.add_row(cell(r["snapshot"]), r["state"])
+    if not rows and output == "table":
+        out.print(f"volume/{name} has no snapshots.")
+        return
+    emit(rows, output, t)
+
+
+@snapshot_app.command("delete")
+def snapshot_delete(name: str = typer.Argument(..., help="The volume."),
+                    snapshot: str = typer.Argument(..., help="The snapshot."), server: str | None = ServerOpt) -> None:
+    """Remove a snapshot (volumes cloned from it keep their data: clones are independent)."""
+    r = Api(server).request("DELETE", f"/v1/volumes/{name}/snapshots/{snapshot}")
+    out.print(f"volume/{name} snapshot {snapshot} {'deletion requested' if r['changed'] else 'already gone'}",
+              highlight=False)
+
+
+@snapshot_app.command("restore")
+def snapshot_restore(name: str = typer.Argument(..., help="The volume."),
+                     snapshot: str = typer.Argument(..., help="The snapshot."),
+                     to: str = typer.Option(..., "--to", help="The new volume to create from the snapshot."),
+                     server: str | None = ServerOpt) -> None:
+    """Create a new volume from a snapshot (a clone: the original volume is left as it is; point
+    the workload's claim at the new one)."""
+    api = Api(server)
+    v = api.request("GET", f"/v1/volumes/{name}")
+    spec = {k: v["spec"][k] for k in ("driver", "sizeMb", "accessMode", "mode", "reclaimPolicy")}
+    doc = {"apiVersion": "persys.dev/v1", "kind": "Volume", "metadata": {"name": to},
+           "spec": {**spec, "source": {"snapshot": f"{name}@{snapshot}"}}}
+    r = api.request("POST", "/v1/volumes", json=doc)
+    out.print(f"volume/{to} {'created' if r['created'] else 'unchanged'} from {name}@{snapshot}", highlight=False)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persys.client import SchedulerClient
 from persys.gateway import bodies
@@ -18,6 +18,14 @@ from persys.model.limits import GatewayLimits
 from persys.model.manifest import ManifestError, format_validation_error
 
 VolumeName = Path(pattern=WORKLOAD_ID, max_length=63, description="A volume name (a DNS label)")
+SnapshotName = Path(pattern=WORKLOAD_ID, max_length=63, description="A snapshot name (a DNS label)")
+
+
+class SnapshotBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=WORKLOAD_ID, max_length=63, description="The snapshot's name (a DNS label)")
+
+
 VOLUME_BODY = json_body({"$ref": "#/components/schemas/VolumeManifest"},
                         "A volume manifest (`kind: Volume`) as JSON (YAML is accepted too)")
 
@@ -58,6 +66,16 @@ def volume_router(client: SchedulerClient, parser: bodies.BodyParser) -> APIRout
     @router.get("/v1/volumes/{name}", responses=SCHEDULER_ERRORS)
     async def get_volume(name: str = VolumeName) -> dict[str, Any]:
         return await client.get_volume(name)
+
+    @router.post("/v1/volumes/{name}/snapshots", responses=SCHEDULER_ERRORS)
+    async def snapshot_volume(body: SnapshotBody, name: str = VolumeName) -> dict[str, Any]:
+        """Ask for a snapshot of a network volume (`{"name": "<snapshot>"}`); idempotent. The
+        volume's `snapshots` lists it once the backend has it."""
+        return await client.snapshot_volume(name, body.name)
+
+    @router.delete("/v1/volumes/{name}/snapshots/{snapshot}", responses=SCHEDULER_ERRORS)
+    async def delete_snapshot(name: str = VolumeName, snapshot: str = SnapshotName) -> dict[str, Any]:
+        return await client.snapshot_volume(name, snapshot, delete=True)
 
     @router.delete("/v1/volumes/{name}", responses=SCHEDULER_ERRORS)
     async def delete_volume(name: str = VolumeName) -> dict[str, Any]:

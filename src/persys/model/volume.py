@@ -138,6 +138,9 @@ class Volume(Model):
     node: Annotated[StrictStr, Field(max_length=253)] = ""  # local: where the data lives (once known)
     provisioned_mb: NonNegInt = 0
     snapshots: Annotated[list[StrictStr], Field(max_length=MAX_SNAPSHOTS)] = Field(default_factory=list)
+    # Snapshots asked for (`persysctl volume snapshot create|delete`): the controller makes the
+    # backend's `snapshots` follow this list.
+    wanted_snapshots: Annotated[list[StrictStr], Field(max_length=MAX_SNAPSHOTS)] = Field(default_factory=list)
     reason: Annotated[StrictStr, Field(max_length=1024)] = ""
     generation: NonNegInt = 1
     created_at: float

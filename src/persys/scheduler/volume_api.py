@@ -8,7 +8,15 @@ import time
 from typing import Any
 
 from persys.model.manifest import ManifestError
-from persys.model.volume import Volume, VolumeManifest, VolumePhase, has_data, volume_problems
+from persys.model.volume import (
+    MAX_SNAPSHOTS,
+    SNAPSHOT_RE,
+    Volume,
+    VolumeManifest,
+    VolumePhase,
+    has_data,
+    volume_problems,
+)
 from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.shell import Shell
@@ -75,6 +83,9 @@ class VolumeApi:
         problems = volume_problems(spec, v.spec)
         if problems:
             raise ManifestError(problems)
+        if v.spec.driver == "local" and spec.size_mb != v.spec.size_mb and has_data(v):
+            raise MutationRefused(f"volume {v.id} is local and holds data on node {v.node or '?'}: growing it there "
+                                  "is not driven by Persys yet (docs/storage.md)")
         if spec == v.spec and dict(m.metadata.labels) == v.labels:
             return v, False, False
         updated = v.model_copy(update={"spec": spec, "labels": dict(m.metadata.labels), "updated_at": time.time(),
@@ -88,6 +99,35 @@ class VolumeApi:
         if spec.size_mb != v.spec.size_mb:
             self.s.emit("VolumeResizing", f"volume/{v.id}", f"{v.spec.size_mb} → {spec.size_mb} MiB")
         return updated, False, True
+
+    async def snapshot(self, vid: str, snap: str, delete: bool = False) -> tuple[Volume, bool]:
+        """Add `snap` to (or remove it from) the volume's wanted snapshots. Returns (volume,
+        changed); idempotent. Network volumes only: their controller takes the snapshot."""
+        self.s.require_normal()
+        if not SNAPSHOT_RE.fullmatch(snap):
+            raise ManifestError([f"snapshot: {snap[:80]!r} is not a DNS label"])
+        key = keys.volume(vid)
+        for _ in range(CAS_ATTEMPTS):
+            cur = self.s.state.volumes.get(vid)
+            if cur is None:
+                raise NotFound(f"volume {vid}")
+            v = cur.value
+            if v.spec.driver == "local":
+                raise MutationRefused(f"volume {vid} is local: its snapshots are taken on its node, which "
+                                      "Persys does not drive yet (docs/storage.md)")
+            if v.phase == VolumePhase.DELETING:
+                raise MutationRefused(f"volume {vid} is being deleted")
+            wanted = [s for s in v.wanted_snapshots if s != snap] + ([] if delete else [snap])
+            if wanted == v.wanted_snapshots:
+                return v, False
+            if len(wanted) > MAX_SNAPSHOTS:
+                raise ManifestError([f"snapshot: volume {vid} has {MAX_SNAPSHOTS} snapshots, the most it keeps"])
+            updated = v.model_copy(update={"wanted_snapshots": wanted, "updated_at": time.time()})
+            if await self.s.state.commit([Compare(key, cur.mod_revision)],
+                                         [DocPut(key, updated.to_json(), doc=updated)], fenced=False):
+                return updated, True
+            await self.s.refresh(key)
+        raise MutationRefused(f"volume {vid} is being changed concurrently; try again")
 
     async def delete(self, vid: str) -> tuple[bool, bool]:
         """Ask for a volume's removal (its data goes too). Returns (deleted, already_gone).

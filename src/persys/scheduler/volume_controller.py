@@ -32,9 +32,10 @@ IDLE_S = 30.0  # with nothing to do, look again this often (changes wake it at o
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    kind: Literal["provision", "resize", "delete"]
+    kind: Literal["provision", "resize", "delete", "snapshot", "unsnapshot"]
     volume: Volume
     mod_revision: int
+    snapshot: str = ""
 
 
 def actions(volumes: Mapping[str, Versioned[Volume]], drivers: Collection[str],
@@ -51,7 +52,20 @@ def actions(volumes: Mapping[str, Versioned[Volume]], drivers: Collection[str],
             out.append(Action("provision", v, cur.mod_revision))
         elif 0 < v.provisioned_mb < v.spec.size_mb:
             out.append(Action("resize", v, cur.mod_revision))
+        elif v.provisioned_mb and (todo := _snapshot_step(v, cur.mod_revision)) is not None:
+            out.append(todo)
     return out
+
+
+def _snapshot_step(v: Volume, rev: int) -> Action | None:
+    """The first snapshot to make or remove so the backend's follow the wanted ones."""
+    for snap in v.wanted_snapshots:
+        if snap not in v.snapshots:
+            return Action("snapshot", v, rev, snap)
+    for snap in v.snapshots:
+        if snap not in v.wanted_snapshots:
+            return Action("unsnapshot", v, rev, snap)
+    return None
 
 
 def _source(v: Volume) -> tuple[str, str] | None:
@@ -96,8 +110,12 @@ class VolumeController:
                 info: VolumeInfo | None = None
             elif a.kind == "provision":
                 info = await asyncio.to_thread(driver.provision, v.id, v.spec.size_mb, source=_source(v))
-            else:
+            elif a.kind == "resize":
                 info = await asyncio.to_thread(driver.resize, v.id, v.spec.size_mb)
+            else:
+                step = driver.snapshot if a.kind == "snapshot" else driver.delete_snapshot
+                await asyncio.to_thread(step, v.id, a.snapshot)
+                info = await asyncio.to_thread(driver.info, v.id)
         except StorageError as err:
             self.not_before[v.id] = time.monotonic() + RETRY_S
             await self._failed(a, str(err))
@@ -114,8 +132,10 @@ class VolumeController:
         updated = v.model_copy(update={"phase": VolumePhase.AVAILABLE, "provisioned_mb": info.size_mb,
                                        "snapshots": list(info.snapshots), "reason": "", "updated_at": time.time()})
         if await self.s.state.commit([Compare(key, a.mod_revision)], [put_doc(key, updated)]):
-            kind, what = ("VolumeProvisioned", f"{info.size_mb} MiB on {v.spec.driver}") if a.kind == "provision" \
-                else ("VolumeResized", f"{info.size_mb} MiB")
+            kind, what = {"provision": ("VolumeProvisioned", f"{info.size_mb} MiB on {v.spec.driver}"),
+                          "resize": ("VolumeResized", f"{info.size_mb} MiB"),
+                          "snapshot": ("VolumeSnapshotted", f"snapshot {a.snapshot}"),
+                          "unsnapshot": ("VolumeSnapshotDeleted", f"snapshot {a.snapshot}")}[a.kind]
             self.s.emit(kind, f"volume/{v.id}", what)
 
     async def _failed(self, a: Action, reason: str) -> None:

@@ -65,6 +65,14 @@ class VolumesService(pb_grpc.VolumesServicer):
                           ) -> pb.ListVolumesResponse:
         return pb.ListVolumesResponse(items=[_dumps(d) for d in self.api.list()])
 
+    async def SnapshotVolume(self, request: pb.SnapshotVolumeRequest,  # noqa: N802
+                             context: grpc.aio.ServicerContext) -> pb.VolumeAnswer:
+        await self._name(context, request.name)
+        async with mapped(context):
+            v, changed = await self.api.snapshot(request.name, request.snapshot[:200], request.delete)
+            return pb.VolumeAnswer(volume_json=_dumps(v.to_doc()), changed=changed)
+        raise AssertionError("unreachable")
+
     async def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: grpc.aio.ServicerContext  # noqa: N802
                            ) -> pb.DeleteVolumeResponse:
         await self._name(context, request.name)

@@ -95,6 +95,7 @@ RPC_RULES: dict[str, Rule] = {
     VOLUMES + "GetVolume": _r("get", "volumes"),
     VOLUMES + "ListVolumes": _r("list", "volumes"),
     VOLUMES + "DeleteVolume": _m("delete", "volumes"),
+    VOLUMES + "SnapshotVolume": _m("apply", "volumes"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -160,6 +161,8 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/volumes"): _m("apply", "volumes"),
     ("GET", "/v1/volumes/{name}"): _r("get", "volumes"),
     ("DELETE", "/v1/volumes/{name}"): _m("delete", "volumes"),
+    ("POST", "/v1/volumes/{name}/snapshots"): _m("apply", "volumes"),
+    ("DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"): _m("apply", "volumes"),
 }
 
 

@@ -17,6 +17,7 @@ SERVICE_MARKERS = frozenset({"etcd", "redis", "docker", "e2e", "vm"})
 SERVICE_FIXTURES = frozenset({
     "etcd_server", "redis_server", "store_url", "_etcd_session", "_redis_session",
     "docker_engine", "vm_host", "test_guest", "microvm_guest", "bao_server", "secure_backends",
+    "ceph_cluster",
 })
 SERVICE_DIRS = (Path("e2e"), Path("gateway"), Path("agent") / "runtimes")
 SERVICE_STARTERS = ("start_etcd", "start_redis", "start_bao")  # module globals that start a server in the test body

@@ -39,7 +39,8 @@ fi
 # ABI) made importable narrowly: a folder holding only their symlinks, named by a .pth file (not
 # the system site-packages). Redone on every run: cheap, and a package upgrade moves nothing.
 ceph_py=/usr/lib/python3/dist-packages
-if compgen -G "$ceph_py/rados.cpython-311-*.so" >/dev/null && compgen -G "$ceph_py/rbd.cpython-311-*.so" >/dev/null; then
+if compgen -G "$ceph_py/rados.cpython-311-*.so" >/dev/null && compgen -G "$ceph_py/rbd.cpython-311-*.so" >/dev/null \
+  && .venv/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
   site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
   mkdir -p .venv/ceph-bindings
   ln -sf "$ceph_py"/rados.cpython-311-*.so "$ceph_py"/rbd.cpython-311-*.so .venv/ceph-bindings/

@@ -198,7 +198,7 @@ def test_probe_reports_what_this_node_lacks(ceph_cluster: CephCluster, node_a: C
             "no kernel RBD or NBD: ceph-rbd offered for VM disks only")
     else:
         assert "VM disks only" in cap.missing[AttachKind.FILESYSTEM]
-    closed = CephRbdDriver("node-x", node_config(ceph_cluster, monitors=(("127.0.0.1", 1),), timeout_s=2))
+    closed = CephRbdDriver("node-x", node_config(ceph_cluster, monitors=(("127.0.0.1", 1),), timeout_s=1))
     try:
         down = closed.probe()
         assert not down.usable and "unreachable" in down.missing[AttachKind.VM_DISK]
@@ -215,7 +215,7 @@ def test_config_is_checked_and_the_key_stays_secret(ceph_cluster: CephCluster) -
         with pytest.raises(StorageError, match=field):
             CephRbdDriver("n", node_config(ceph_cluster, **over))
     wrong = cephx_key()
-    d = CephRbdDriver("n", node_config(ceph_cluster, key=wrong, timeout_s=2))
+    d = CephRbdDriver("n", node_config(ceph_cluster, key=wrong, timeout_s=1))
     try:
         with pytest.raises(StorageUnavailable) as err:
             d.info(new_id())

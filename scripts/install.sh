@@ -28,7 +28,7 @@ if ((want_test)); then
   apt_install etcd-server etcd-client redis-server docker.io containerd runc tini busybox-static iptables procps \
     iproute2 git qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
     libvirt-dev pkg-config gcc python3-dev e2fsprogs prometheus \
-    ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common python3-rados python3-rbd uuid-runtime
+    ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common python3-rados python3-rbd qemu-block-extra
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

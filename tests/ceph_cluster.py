@@ -99,10 +99,16 @@ def cephx_key() -> str:
     return base64.b64encode(raw).decode()
 
 
+def _private_file(path: Path, text: str) -> None:
+    """Written 0600 from the start: keyrings hold cephx keys."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def _keyring(path: Path, entity: str, key: str, caps: dict[str, str]) -> None:
     lines = [f"[{entity}]", f"\tkey = {key}"] + [f'\tcaps {k} = "{v}"' for k, v in caps.items()]
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o600)
+    _private_file(path, "\n".join(lines) + "\n")
 
 
 def _conf(folder: Path, fsid: str, mon_v2: int, mon_v1: int, rgw_port: int) -> str:
@@ -235,9 +241,7 @@ def _bring_up(s: _Starter) -> CephCluster:
     admin_keyring = b / "ceph.client.admin.keyring"
     _keyring(admin_keyring, "client.admin", admin_key, admin_caps)
     mon_keyring = b / "mon.keyring"
-    mon_keyring.write_text(f'[mon.]\n\tkey = {mon_key}\n\tcaps mon = "allow *"\n'
-                           + admin_keyring.read_text())
-    mon_keyring.chmod(0o600)
+    _private_file(mon_keyring, f'[mon.]\n\tkey = {mon_key}\n\tcaps mon = "allow *"\n' + admin_keyring.read_text())
     addrs = f"[v2:127.0.0.1:{s.mon_v2},v1:127.0.0.1:{s.mon_v1}]"
     _run(["monmaptool", "--create", "--addv", "a", addrs, "--fsid", fsid, str(b / "monmap")], s.env)
     _run(["ceph-mon", "--mkfs", "-i", "a", "--monmap", str(b / "monmap"), "--keyring", str(mon_keyring)], s.env)

@@ -174,7 +174,7 @@ def test_bad_sources_and_sizes_name_the_field(node_a: CephRbdDriver) -> None:
     vid = new_id()
     node_a.provision(vid, 32)
     try:
-        for source, field in [(("volume", "Bad"), "volume id"), (("snapshot", f"{vid}"), "source"),
+        for source, field in [(("volume", "Bad"), "source: volume id"), (("snapshot", f"{vid}"), "source"),
                               (("tape", vid), "source"), (("snapshot", f"{vid}@nope"), "source"),
                               (("volume", new_id("missing")), "source")]:
             with pytest.raises(StorageError, match=field):

@@ -36,18 +36,22 @@ def check_source(source: tuple[str, str]) -> Parent:
     if not isinstance(source, tuple) or len(source) != 2:
         raise StorageError("source: expected (\"snapshot\", \"<volume>@<snap>\") or (\"volume\", \"<volume>\")")
     kind, ref = source
-    if kind == "volume":
-        if not isinstance(ref, str) or "@" in ref:
-            raise StorageError(f"source: {ref!r} is not a volume id")
-        check_volume_id(ref)
-        return ref, None
-    if kind == "snapshot":
-        vol, _, snap = ref.partition("@") if isinstance(ref, str) else ("", "", "")
+    if kind not in ("volume", "snapshot"):
+        raise StorageError(f"source: kind {kind!r} is neither 'snapshot' nor 'volume'")
+    if not isinstance(ref, str):
+        raise StorageError(f"source: {ref!r} is not a string")
+    vol, at, snap = ref.partition("@")
+    try:
         check_volume_id(vol)
-        if not SNAPSHOT_NAME_RE.fullmatch(snap):
-            raise StorageError(f"source: {ref!r} is not <volume>@<snapshot>")
-        return vol, snap
-    raise StorageError(f"source: kind {kind!r} is neither 'snapshot' nor 'volume'")
+    except StorageError as err:
+        raise StorageError(f"source: {err}") from err
+    if kind == "volume":
+        if at:
+            raise StorageError(f"source: {ref!r} is a snapshot, not a volume id")
+        return vol, None
+    if not SNAPSHOT_NAME_RE.fullmatch(snap):
+        raise StorageError(f"source: {ref!r} is not <volume>@<snapshot>")
+    return vol, snap
 
 
 class CloneSteps:

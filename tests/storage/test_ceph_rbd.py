@@ -240,3 +240,29 @@ def test_node_user_has_least_privilege(ceph_cluster: CephCluster) -> None:
             io.write_full("persys-probe", b"x")  # RGW's pool: not the node's
     finally:
         node.shutdown()
+
+
+def test_a_half_made_image_is_replaced_or_removed(ceph_cluster: CephCluster, node_a: CephRbdDriver) -> None:
+    """A crash inside librbd's create or remove leaves an image listed without its header."""
+    import rbd
+
+    def half_made(vid: str) -> None:
+        node_a.provision(vid, 16)
+        admin = ceph_cluster.admin()
+        try:
+            with admin.open_ioctx(ceph_cluster.pool) as io:
+                with rbd.Image(io, vid, read_only=True) as img:
+                    header = f"rbd_header.{img.id()}"
+                io.remove_object(header)
+        finally:
+            admin.shutdown()
+        assert vid in images(ceph_cluster)
+
+    gone, again = new_id(), new_id()
+    half_made(gone)
+    node_a.delete(gone)
+    assert gone not in images(ceph_cluster)
+    half_made(again)
+    assert node_a.provision(again, 32).size_mb == 32
+    node_a.delete(again)
+    assert again not in images(ceph_cluster)

@@ -93,14 +93,23 @@ class CephRbdDriver:
                 self._clones.finish(io, volume_id, size_mb * MIB, parent)
                 return self._info(io, volume_id)
             if parent is None:
-                try:
-                    self._rbd.RBD().create(io, volume_id, size_mb * MIB, old_format=False, features=self._features())
-                except self._rbd.ImageExists:
-                    pass  # a concurrent retry made it
+                self._create(io, volume_id, size_mb * MIB)
             else:
                 self._clones.clone(io, volume_id, size_mb * MIB, parent)
             return self._info(io, volume_id)
         return self._s.run(call)
+
+    def _create(self, io: Any, volume_id: str, size: int) -> None:
+        for _ in (1, 2):
+            try:
+                self._rbd.RBD().create(io, volume_id, size, old_format=False, features=self._features())
+                return
+            except self._rbd.ImageExists:
+                if self._exists(io, volume_id):
+                    return  # a concurrent retry made it
+                # Listed but not openable: what a crash inside librbd's create leaves. Start over.
+                self._clones.remove_leftover(io, volume_id)
+        raise StorageError(f"volume {volume_id!r}: a half-made image could not be replaced")
 
     def _exists(self, io: Any, volume_id: str) -> bool:
         try:
@@ -251,6 +260,7 @@ class CephRbdDriver:
             try:
                 img = self._rbd.Image(io, volume_id, read_only=True)
             except self._rbd.ImageNotFound:
+                self._clones.remove_leftover(io, volume_id)  # a half-made or half-removed image
                 return
             with img:
                 lockers = self._lockers(img)

@@ -81,11 +81,24 @@ class CloneSteps:
                 img.create_snap(snap)
             if not img.is_protected_snap(snap):
                 img.protect_snap(snap)
-        try:
-            self._rbd.RBD().clone(io, src, snap, io, child, features=self._features)
-        except self._rbd.ImageExists:
-            pass  # a retry: finish() below completes it
+        for _ in (1, 2):
+            try:
+                self._rbd.RBD().clone(io, src, snap, io, child, features=self._features)
+                break
+            except self._rbd.ImageExists:
+                try:
+                    self._rbd.Image(io, child, read_only=True).close()
+                    break  # a retry: finish() below completes it
+                except self._rbd.ImageNotFound:
+                    self.remove_leftover(io, child)  # listed, not openable: a crash inside the clone
         self.finish(io, child, size, parent)
+
+    def remove_leftover(self, io: Any, name: str) -> None:
+        """What a crash inside librbd's create or remove leaves (listed, no header): removed."""
+        try:
+            self._rbd.RBD().remove(io, name)
+        except self._rbd.ImageNotFound:
+            pass
 
     def finish(self, io: Any, child: str, size: int, parent: Parent | None) -> None:
         """Grow, flatten and release the parent's snapshot; an image with no parent left: only

@@ -28,13 +28,26 @@ if ((want_test)); then
   apt_install etcd-server etcd-client redis-server docker.io containerd runc tini busybox-static iptables procps \
     iproute2 git qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
     libvirt-dev pkg-config gcc python3-dev e2fsprogs prometheus
-  # storage tests: the nfs-ganesha userspace NFSv4 server and libnfs' userspace client tools
-  apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils qemu-block-extra  # qemu-block-extra: QEMU's nfs block driver
+  # storage tests: nfs-ganesha (userspace NFS server) with libnfs' client tools, a one-node Ceph
+  # (mon, mgr, osd, rgw) with its Python bindings; qemu-block-extra: QEMU's nfs and rbd block drivers
+  apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils qemu-block-extra \
+    ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common python3-rados python3-rbd
 fi
 
 if [[ ! -x .venv/bin/python ]]; then
   echo "==> creating .venv"
   "$PY" -m venv .venv
+fi
+# Debian's librados/librbd bindings (python3-rados, python3-rbd: built for CPython 3.11, the .venv's
+# ABI) made importable narrowly: a folder holding only their symlinks, named by a .pth file (not
+# the system site-packages). Redone on every run: cheap, and a package upgrade moves nothing.
+ceph_py=/usr/lib/python3/dist-packages
+if compgen -G "$ceph_py/rados.cpython-311-*.so" >/dev/null && compgen -G "$ceph_py/rbd.cpython-311-*.so" >/dev/null \
+  && .venv/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  mkdir -p .venv/ceph-bindings
+  ln -sf "$ceph_py"/rados.cpython-311-*.so "$ceph_py"/rbd.cpython-311-*.so .venv/ceph-bindings/
+  echo "$PWD/.venv/ceph-bindings" > "$site/persys-ceph-bindings.pth"
 fi
 extra=""
 ((want_test)) && extra="[test]"

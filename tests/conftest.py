@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.bao_server import *  # noqa: F403
+from tests.ceph_cluster import ceph_cluster  # noqa: F401 - the one-node Ceph cluster, started on first use
 from tests.docker_fixtures import *  # noqa: F403
 from tests.e2e.harness import stop_leftover_procs
 from tests.fixtures_infra import *  # noqa: F403

@@ -13,7 +13,8 @@ The guest is built once into a cache dir (`$PERSYS_TEST_GUEST_DIR`, default
 
 The guest prints GUEST_BOOTED, the seed's volume label, user-data and meta-data, then the base
 disk's marker, writes GUEST_WROTE over the disk's first bytes (which must land in the overlay,
-never in the base), prints GUEST_READY and idles, or powers off with `persys.poweroff` on the
+never in the base), prints GUEST_DATA and the first bytes of a second disk (a volume) if it has
+one, then GUEST_READY and idles, or powers off with `persys.poweroff` on the
 kernel command line. With a NIC it asks for a DHCP lease in the background and prints
 `PERSYS-GUEST-IP <address>`.
 """
@@ -41,6 +42,7 @@ except ImportError:  # the README's guest-image command runs this module without
 __all__ = [
     "BASE_MARKER",
     "GUEST_BOOTED",
+    "GUEST_DATA",
     "GUEST_READY",
     "GUEST_WROTE",
     "TestGuest",
@@ -53,11 +55,12 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 START_LIBVIRTD = REPO / "scripts" / "start-libvirtd.sh"
 CACHE_DIR = Path(os.environ.get("PERSYS_TEST_GUEST_DIR", "/var/tmp/persys-test-guest"))
-GUEST_VERSION = "7"  # bump when the guest recipe changes so stale caches are rebuilt
+GUEST_VERSION = "8"  # bump when the guest recipe changes so stale caches are rebuilt
 BASE_MARKER = "PERSYS-BASE-IMAGE-MARKER"
 GUEST_BOOTED = "PERSYS-GUEST-BOOTED"
 GUEST_READY = "PERSYS-GUEST-READY"
 GUEST_WROTE = "PERSYS-GUEST-WROTE"
+GUEST_DATA = "PERSYS-GUEST-DATA"
 
 # Loaded in this order after their dependencies; everything else the guest needs is built in.
 WANTED_MODULES = ("ata_piix", "sr_mod", "isofs", "virtio_pci", "virtio_blk", "virtio_balloon", "virtio_net")
@@ -89,6 +92,9 @@ if [ -b /dev/vda ]; then
   echo "PERSYS-GUEST-DISK $(dd if=/dev/vda bs=64 count=1 2>/dev/null | tr -cd 'A-Z-')"
   echo -n "{GUEST_WROTE}" | dd of=/dev/vda conv=notrunc,fsync 2>/dev/null
   echo "{GUEST_WROTE} to /dev/vda"
+fi
+if [ -b /dev/vdb ]; then  # a volume: print what its first bytes say
+  echo "{GUEST_DATA} $(dd if=/dev/vdb bs=64 count=1 2>/dev/null | tr -cd 'A-Z-')"
 fi
 if [ -e /sys/class/net/eth0 ]; then
   ip link set eth0 up

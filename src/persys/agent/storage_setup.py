@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from persys.storage.base import AttachKind, VolumeDriver
+from persys.storage.ceph_open import open_ceph
 from persys.storage.config import StorageConfig
 from persys.storage.probe import DriverReport, build_drivers
 
@@ -17,7 +18,7 @@ def open_drivers(config: StorageConfig | None, node_id: str) -> dict[str, Volume
     """Driver name -> its instance, or why it could not be built; nothing configured: empty."""
     if config is None:
         return {}
-    return build_drivers(config, node_id)
+    return build_drivers(config, node_id, ceph=open_ceph)
 
 
 def usable(drivers: Mapping[str, VolumeDriver | str]) -> dict[str, VolumeDriver]:

@@ -24,6 +24,7 @@ from persys.cli.server_common import (
     parse_labels,
     parse_taints,
     port_free,
+    read_storage_config,
     run_main,
     setup_logging,
     until_signalled,
@@ -95,6 +96,10 @@ def dev(
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
                                     "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
+    storage: Path = typer.Option(None, "--storage", help="The nodes' volume backends (a storage file, "
+                                 "docs/storage.md) instead of the default local pool under the data dir; its "
+                                 "nfs and ceph-rbd sections are also driven by the control plane (provision, "
+                                 "grow, snapshot, delete)."),
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -109,6 +114,7 @@ def dev(
         node_specs = dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, parse_labels(label))]
         for spec in node_specs:
             check_node_id(spec.name)
+        storage_config = read_storage_config(storage)
     except ServerError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
@@ -142,6 +148,7 @@ def dev(
                 policy_defaults=WorkloadPolicy(node_paths=[*DEFAULT_NODE_PATHS, str(data)]),
                 secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
                 meter=f"duckdb:{data / 'meter.duckdb'}",  # usage history on the in-process sample ring
+                storage=storage_config,
             )
             parts.append(sched.stop)
             agents = []
@@ -154,7 +161,7 @@ def dev(
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb,
                                 # Embedded default: local volumes in a pool under the node's folder.
-                                storage=StorageConfig(local=LocalConfig(str(state / "volumes")))),
+                                storage=storage_config or StorageConfig(local=LocalConfig(str(state / "volumes")))),
                     default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
                 )
                 await agent.start()

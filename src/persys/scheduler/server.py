@@ -59,6 +59,7 @@ from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.metrics_access import serve_metrics
 from persys.security.signer import CertificateSigner
+from persys.storage.ceph_open import open_ceph
 from persys.storage.config import StorageConfig
 from persys.storage.probe import build_drivers
 from persys.store.base import BlockingLeases, StateStore
@@ -113,7 +114,11 @@ def volume_services(scheduler: Scheduler, storage: StorageConfig | None
     """The volume controller over the network backends of `storage` (none: no controller)."""
     if storage is None:
         return []
-    drivers = {k: d for k, d in build_drivers(storage, "scheduler").items() if not isinstance(d, str)}
+    built = build_drivers(storage, "scheduler", ceph=open_ceph)
+    for name, why in built.items():
+        if isinstance(why, str):
+            log.error("volume controller: %s driver unavailable: %s", name, why)
+    drivers = {k: d for k, d in built.items() if not isinstance(d, str)}
     return [VolumeController(scheduler, drivers).run]
 
 

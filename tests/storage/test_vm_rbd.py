@@ -1,0 +1,133 @@
+"""A VM (libvirt/QEMU under TCG) boots with a Ceph RBD volume as its data disk and reads what the
+host wrote there: `persys dev --storage` with a ceph-rbd section (the node's cephx key in a
+root-only file), a `kind: Volume` claimed by the VM, QEMU opening the image through librbd with
+the key in a libvirt secret. The node advertises ceph-rbd for VM disks only (no kernel RBD
+here), and a container claiming an RBD volume stays Pending saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.ceph_cluster import CephCluster
+from tests.e2e.harness import Proc, ctl, eventually, persys
+from tests.fixtures_infra import free_port
+from tests.vm_fixtures import GUEST_DATA, TestGuest, test_guest, vm_host  # noqa: F401
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vm]
+MARKER = b"PERSYS-RBD-MARKER"
+
+
+def _linked(src: Path, where: Path) -> Path:
+    dest = where / src.name
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+    return dest
+
+
+def _write_image(ceph: CephCluster, name: str, size_mb: int, data: bytes) -> None:
+    import rbd
+
+    cluster = ceph.admin()
+    try:
+        with cluster.open_ioctx(ceph.pool) as io:
+            rbd.RBD().create(io, name, size_mb * 1024 * 1024)
+            with rbd.Image(io, name) as img:
+                img.write(data, 0)
+    finally:
+        cluster.shutdown()
+
+
+def _remove_image(ceph: CephCluster, name: str) -> None:
+    import rbd
+
+    cluster = ceph.admin()
+    try:
+        with cluster.open_ioctx(ceph.pool) as io:
+            with rbd.Image(io, name) as img:  # a lock left by a failed run would keep the image
+                lockers = img.list_lockers()
+                for client, cookie, _addr in (lockers or {}).get("lockers", []):
+                    img.break_lock(client, cookie)
+            rbd.RBD().remove(io, name)
+    except rbd.ImageNotFound:
+        pass
+    finally:
+        cluster.shutdown()
+
+
+def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephCluster,
+                                                          test_guest: TestGuest) -> None:  # noqa: F811
+    # Not under pytest's tmp dir (0700): QEMU runs as libvirt-qemu and must reach the VM's files.
+    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-e2e-rbd-"))
+    home.chmod(0o755)
+    env = {"PERSYS_HOME": str(home)}
+    images = home / "dev" / "images"
+    images.mkdir(parents=True)
+    kernel, initrd, disk = (_linked(p, images) for p in (test_guest.kernel, test_guest.initrd, test_guest.base_disk))
+    key = home / "ceph-node.key"
+    key.write_text(ceph_cluster.node_key + "\n")
+    key.chmod(0o600)
+    storage = home / "storage.yaml"
+    storage.write_text(
+        f"local: {{pool: {home / 'pool'}}}\n"
+        f"ceph-rbd: {{monitors: ['{ceph_cluster.mon_host}:{ceph_cluster.mon_port}'], pool: {ceph_cluster.pool}, "
+        f"user: {ceph_cluster.node_user}, secretName: ceph-node, keyFile: {key}}}\n")
+    vol = f"vmdata-{uuid.uuid4().hex[:6]}"
+    _write_image(ceph_cluster, vol, 64, MARKER)
+    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "rbd-node", "--storage", str(storage)),
+               home, env=env)
+    try:
+        dev.wait_for("Press Ctrl-C to stop.", timeout=90)
+        (node,) = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
+        drivers = node["capabilities"]["storageDrivers"]
+        assert "ceph-rbd:vm-disk" in drivers and "ceph-rbd:filesystem" not in drivers, drivers
+        assert "kernel" in node["capabilities"]["storageMissing"]["ceph-rbd:filesystem"].lower()
+        ctl("apply", "-f", "-", env=env, stdin=f"""
+apiVersion: persys.dev/v1
+kind: Volume
+metadata: {{name: {vol}}}
+spec: {{driver: ceph-rbd, sizeMb: 64, mode: Block}}
+---
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: rbd-vm}}
+spec:
+  type: vm
+  resources: {{cpuMillicores: 1000, memoryMb: 256}}
+  vm: {{image: {disk}, kernel: {kernel}, initrd: {initrd}, cmdline: console=ttyS0, memoryMb: 256}}
+  volumes: [{{name: data, claim: {vol}, mountPath: /dev/vdb}}]
+""")
+        line = f"{GUEST_DATA} {MARKER.decode()}"
+        _, took = eventually(lambda: line in ctl("logs", "rbd-vm", env=env, check=False).stdout, 120,
+                             "the guest printing the marker from its RBD disk")
+        print(f"VM read the host's marker on its RBD volume {took:.1f}s after apply")
+        # A container cannot have it here: placement says why.
+        ctl("apply", "-f", "-", env=env, stdin=f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: rbd-box}}
+spec:
+  type: process
+  process: {{command: [sleep, "60"]}}
+  volumes: [{{name: data, claim: {vol}, mountPath: /data, readOnly: true}}]
+""")
+        why, _ = eventually(lambda: "offered for VM disks only" in (t := ctl("describe", "workload", "rbd-box",
+                                                                           env=env).stdout) and t, 30, "refusal")
+        assert "ceph-rbd offered for VM disks only" in why
+        for name in ("rbd-box", "rbd-vm"):
+            ctl("delete", "workload", name, env=env)
+        ctl("delete", "volume", vol, env=env)
+        eventually(lambda: ctl("get", "volume", vol, env=env, check=False).returncode != 0, 60, "volume deleted")
+    finally:
+        dev.stop(signal.SIGINT)
+        _remove_image(ceph_cluster, vol)
+        shutil.rmtree(home, ignore_errors=True)

@@ -42,6 +42,7 @@ NODE_USER = "persys-node"
 # Readiness bounds are generous: a loaded 2-core machine runs this beside the rest of the suite.
 READY_TIMEOUT = 180.0
 BIND_ATTEMPTS = 3
+BIND_FAILURES = ("Address already in use", "unable to bind", "failed to bind")
 CEPH_BINARIES = ("ceph-mon", "ceph-mgr", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool")
 NODE_CAPS = {
     # `profile rbd` on the mon includes `osd blocklist` (what fencing needs); on the OSDs and the
@@ -196,11 +197,15 @@ class _Starter:
 
     def wait(self, what: str, daemon: str, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
+        out = self.folder / "log" / f"{daemon}.out"
         while time.monotonic() < deadline:
             proc = self.procs.get(daemon)
             if proc is not None and proc.poll() is not None:
                 raise _DaemonDied(daemon, f"{daemon} exited with {proc.returncode} before {what}:\n"
                                   + _tail(self.folder / "log", daemon))
+            # The mon does not exit when it cannot bind: it says so and waits forever.
+            if out.exists() and any(m in out.read_text(errors="replace") for m in BIND_FAILURES):
+                raise _DaemonDied(daemon, f"{daemon} cannot bind its port:\n" + _tail(self.folder / "log", daemon))
             with contextlib.suppress(Exception):
                 if ready():
                     return
@@ -247,8 +252,9 @@ def _bring_up(s: _Starter) -> CephCluster:
     _run(["ceph-mon", "--mkfs", "-i", "a", "--monmap", str(b / "monmap"), "--keyring", str(mon_keyring)], s.env)
     s.spawn("mon", ["ceph-mon", "-f", "-i", "a"])
 
-    cluster = rados.Rados(conffile=str(s.conf), rados_id="admin")
-    s.wait("the monitor answers", "mon", lambda: cluster.connect(timeout=5) is None)
+    # connect() ignores its timeout argument: the option bounds each try.
+    cluster = rados.Rados(conffile=str(s.conf), rados_id="admin", conf={"client_mount_timeout": "5"})
+    s.wait("the monitor answers", "mon", lambda: cluster.connect() is None)
     try:
         return _configure(s, cluster, admin_keyring)
     finally:
@@ -304,7 +310,7 @@ def _configure(s: _Starter, cluster: Any, admin_keyring: Path) -> CephCluster:
 
 def _bind_failure(err: _DaemonDied, folder: Path) -> bool:
     text = _tail(folder / "log", err.daemon, 20000)
-    return any(s in text for s in ("Address already in use", "unable to bind", "failed to bind"))
+    return any(m in text for m in BIND_FAILURES)
 
 
 @contextlib.contextmanager

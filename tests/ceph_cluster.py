@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -193,7 +194,7 @@ class _Starter:
         log = open(self.folder / "log" / f"{name}.out", "ab")
         try:
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                start_new_session=True)
+                                                start_new_session=True, preexec_fn=_die_with_parent)
         finally:
             log.close()
 
@@ -226,6 +227,13 @@ class _Starter:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies, even by SIGKILL (no teardown
+    then). Own session: a Ctrl-C reaches pytest, whose teardown stops the daemons in order."""
+    PR_SET_PDEATHSIG = 1  # noqa: N806 - linux/prctl.h
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _DaemonDied(RuntimeError):

@@ -47,6 +47,17 @@ def _write_image(ceph: CephCluster, name: str, size_mb: int, data: bytes) -> Non
         cluster.shutdown()
 
 
+def _images(ceph: CephCluster) -> list[str]:
+    import rbd
+
+    cluster = ceph.admin()
+    try:
+        with cluster.open_ioctx(ceph.pool) as io:
+            return list(rbd.RBD().list(io))
+    finally:
+        cluster.shutdown()
+
+
 def _remove_image(ceph: CephCluster, name: str) -> None:
     import rbd
 
@@ -104,7 +115,9 @@ spec:
   type: vm
   resources: {{cpuMillicores: 1000, memoryMb: 256}}
   vm: {{image: {disk}, kernel: {kernel}, initrd: {initrd}, cmdline: console=ttyS0, memoryMb: 256}}
-  volumes: [{{name: data, claim: {vol}, mountPath: /dev/vdb}}]
+  volumes:
+    - {{name: data, claim: {vol}, mountPath: /dev/vdb}}
+    - {{name: scratch, driver: ceph-rbd, sizeMb: 16, mountPath: /dev/vdc}}   # inline: reclaimPolicy Delete
 """)
         line = f"{GUEST_DATA} {MARKER.decode()}"
         _, took = eventually(lambda: line in ctl("logs", "rbd-vm", env=env, check=False).stdout, 120,
@@ -123,11 +136,16 @@ spec:
         why, _ = eventually(lambda: "offered for VM disks only" in (t := ctl("describe", "workload", "rbd-box",
                                                                            env=env).stdout) and t, 30, "refusal")
         assert "ceph-rbd offered for VM disks only" in why
+        assert "rbd-vm-scratch" in _images(ceph_cluster)  # provisioned by the controller, attached as vdc
         for name in ("rbd-box", "rbd-vm"):
             ctl("delete", "workload", name, env=env)
+        # The inline volume goes with its workload: its image is removed from the pool.
+        eventually(lambda: "rbd-vm-scratch" not in _images(ceph_cluster), 60, "the inline volume's image removed")
         ctl("delete", "volume", vol, env=env)
         eventually(lambda: ctl("get", "volume", vol, env=env, check=False).returncode != 0, 60, "volume deleted")
+        assert vol not in _images(ceph_cluster)  # checked in Ceph: the claimed volume's image is gone too
     finally:
         dev.stop(signal.SIGINT)
-        _remove_image(ceph_cluster, vol)
+        for name in (vol, "rbd-vm-scratch"):
+            _remove_image(ceph_cluster, name)
         shutil.rmtree(home, ignore_errors=True)

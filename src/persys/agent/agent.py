@@ -110,6 +110,7 @@ class Agent:
         # Desired here with a spec this agent cannot read (a workload the scheduler quarantines
         # after a stricter model, an old local record): kept as they run, never removed.
         self._unreadable: set[str] = set()
+        self._volumes_swept = False  # leftovers of an earlier run detached (once per start)
         self.trace_parents: dict[str, str] = {}  # instance -> traceparent of the apply that sent it (in memory)
         self._kept_logged: set[str] = set()
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
@@ -438,7 +439,19 @@ class Agent:
                 await runtimes[action.runtime].stop(wid)
             else:
                 await self._remove(action, observed[wid][0])
-        return await self._observe() if p.actions else observed
+        after = await self._observe() if p.actions else observed
+        await self._sweep_volumes(after)
+        return after
+
+    async def _sweep_volumes(self, observed: Observed) -> None:
+        """Once per start, when the desired set is known and every instance here is desired:
+        detach what an earlier run of the agent left attached for instances gone meanwhile."""
+        if self._volumes_swept or not self.synced or not self.volumes.drivers or set(observed) - set(self.desired):
+            return
+        self._volumes_swept = True
+        done = await self.volumes.sweep({wid: d.spec for wid, d in self.desired.items()})
+        if done:
+            log.info("detached volumes no instance here uses any more: %s", ", ".join(done))
 
     async def _record_disconnect(self, p: plan.Plan) -> None:
         """Keep the plan's disconnection stops and releases, locally too (they outlive a restart)."""

@@ -50,7 +50,7 @@ from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
 from persys.storage.config import StorageConfig
-from persys.storage.probe import DriverReport, probe_drivers
+from persys.storage.probe import DriverReport, probe_drivers, simulated_reports
 from persys.tlsfiles import TLSFiles
 
 if TYPE_CHECKING:
@@ -158,6 +158,11 @@ class Agent:
         await self.probe_runtimes()
         if self.storage:
             self.storage_reports = await asyncio.to_thread(probe_drivers, self.storage)
+        if self.config.storage is not None and self.config.storage.simulate:
+            # persys dev's simulated nodes: advertised as the file says, without the hardware.
+            simulated = {r.driver: r for r in simulated_reports(self.config.storage) if r.configured}
+            base = {r.driver: r for r in self.storage_reports}
+            self.storage_reports = list({**base, **simulated}.values())
         if self.config.listen and self.config.tls:
             self._server, port = await serve(self, self.config.listen, self.config.tls, self.meter.metrics)
             host = self.config.advertise_host or self.config.listen.rpartition(":")[0]

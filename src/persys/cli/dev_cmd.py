@@ -32,7 +32,7 @@ from persys.cli.server_common import (
 from persys.cli.server_errors import ServerError
 from persys.model import Taint
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
-from persys.storage.config import LocalConfig, StorageConfig
+from persys.storage.config import LocalConfig, StorageConfig, StorageConfigError, parse_storage_config
 from persys.tlsfiles import TLSFiles
 
 
@@ -43,10 +43,13 @@ class DevNode:
     taints: list[Taint] = field(default_factory=list)
     cpu_millicores: int = 0
     memory_mb: int = 0
+    storage: StorageConfig | None = None  # this node's own (its `storage:`), else persys dev's
 
 
 def dev_nodes(path: Path) -> list[DevNode]:
-    """Nodes for `persys dev --nodes FILE`: a YAML list of {name, labels, taints, cpuMillicores, memoryMb}."""
+    """Nodes for `persys dev --nodes FILE`: a YAML list of {name, labels, taints, cpuMillicores,
+    memoryMb, storage} (`storage`: a storage file's sections, e.g. `simulate: {ceph-rbd: [vm-disk]}`
+    to try storage-aware placement without the hardware)."""
     if not path.exists():
         raise ServerError(f"{path}: no such file")
     try:
@@ -57,7 +60,7 @@ def dev_nodes(path: Path) -> list[DevNode]:
     if not isinstance(items, list) or not items:
         raise ServerError(f"{path}: expected a list of nodes (or a mapping with `nodes:`)")
     out = []
-    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb"}
+    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb", "storage"}
     for i, item in enumerate(items):
         where = f"{path}: nodes[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
@@ -71,9 +74,13 @@ def dev_nodes(path: Path) -> list[DevNode]:
         labels = item.get("labels") or {}
         if not isinstance(labels, dict):
             raise ServerError(f"{where}.labels: must be a mapping")
+        try:
+            storage = parse_storage_config(item["storage"]) if "storage" in item else None
+        except StorageConfigError as e:
+            raise ServerError(f"{where}.{e}") from None
         out.append(DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
                            parse_taints([str(t) for t in item.get("taints") or []]),
-                           item.get("cpuMillicores", 0), item.get("memoryMb", 0)))
+                           item.get("cpuMillicores", 0), item.get("memoryMb", 0), storage))
     if len({n.name for n in out}) != len(out):
         raise ServerError(f"{path}: node names must be unique")
     return out
@@ -114,7 +121,7 @@ def dev(
         node_specs = dev_nodes(nodes_file) if nodes_file else [DevNode(node_id, parse_labels(label))]
         for spec in node_specs:
             check_node_id(spec.name)
-        storage_config = read_storage_config(storage)
+        storage_config = read_storage_config(storage, allow_simulate=True)
     except ServerError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
@@ -161,7 +168,8 @@ def dev(
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb,
                                 # Embedded default: local volumes in a pool under the node's folder.
-                                storage=storage_config or StorageConfig(local=LocalConfig(str(state / "volumes")))),
+                                storage=spec.storage or storage_config
+                                or StorageConfig(local=LocalConfig(str(state / "volumes")))),
                     default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
                 )
                 await agent.start()

@@ -96,18 +96,21 @@ def parse_taints(items: list[str]) -> list[Taint]:
 
 
 
-def read_storage_config(path: Path | None) -> StorageConfig | None:
+def read_storage_config(path: Path | None, allow_simulate: bool = False) -> StorageConfig | None:
     """`--storage FILE` read and checked (bounded); a ServerError naming the file and field."""
     if path is None:
         return None
     try:
         if path.stat().st_size > 64 * 1024:
             raise ServerError(f"--storage {path}: larger than 64 KiB")
-        return load_storage_config(path.read_text())
+        config = load_storage_config(path.read_text())
     except OSError as err:
         raise ServerError(f"--storage {path}: {err.strerror or err}") from None
     except StorageConfigError as err:
         raise ServerError(f"--storage {path}: {err}") from None
+    if config.simulate and not allow_simulate:
+        raise ServerError(f"--storage {path}: storage.simulate: only for persys dev's simulated nodes")
+    return config
 
 
 def check_node_id(node_id: str) -> None:

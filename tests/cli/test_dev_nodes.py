@@ -1,0 +1,27 @@
+"""`persys dev --nodes FILE` with per-node storage (pure parsing): simulated drivers as the
+example file gives them, and a bad section named with its node and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from persys.cli.dev_cmd import dev_nodes
+from persys.cli.server_errors import ServerError
+from persys.storage.base import AttachKind
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dev-storage-nodes.yaml"
+
+
+def test_the_example_simulates_storage_per_node() -> None:
+    ceph, nfs = dev_nodes(EXAMPLE)
+    assert ceph.storage is not None and ceph.storage.simulate["ceph-rbd"] == {AttachKind.VM_DISK}
+    assert nfs.storage is not None and nfs.storage.simulate["nfs"] == {AttachKind.FILESYSTEM, AttachKind.VM_DISK}
+
+
+def test_a_bad_storage_section_names_node_and_field(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.yaml"
+    f.write_text("nodes:\n  - name: a\n    storage: {simulate: {ceph-rbd: [tape]}}\n")
+    with pytest.raises(ServerError, match=r"nodes\[0\]\.storage\.simulate\.ceph-rbd"):
+        dev_nodes(f)

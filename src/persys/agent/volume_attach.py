@@ -54,6 +54,9 @@ class VolumeAttacher:
         mounts = []
         kind = attach_kind(spec.type)
         async with self._lock:
+            # Recorded first: a start that fails half way still has its attachments let go when
+            # the instance is removed (attach is idempotent, so a retry reuses them).
+            self._specs[instance] = spec
             for v in spec.volumes:
                 # A claim arrives with its Volume's driver and size (scheduler.delivery.resolved_claims).
                 vid = volume_id_of(instance, v.name, v.claim)
@@ -70,7 +73,6 @@ class VolumeAttacher:
                 self._held.setdefault(vid, set()).add(instance)
                 key = driver.disk_key() if kind is AttachKind.VM_DISK and isinstance(driver, DiskKeyed) else ""
                 mounts.append(VolumeMount(v.name, v.mount_path, v.read_only, att, key))
-            self._specs[instance] = spec
         return tuple(mounts)
 
     async def release(self, instance: str) -> None:

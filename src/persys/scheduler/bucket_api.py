@@ -41,8 +41,12 @@ T = TypeVar("T")
 
 
 class BucketsUnavailable(Exception):
-    """RGW (named by its endpoint) or the secret store cannot be reached, or buckets are not
-    configured on this scheduler; nothing was lost: the call may be retried."""
+    """RGW (named by its endpoint) or the secret store cannot be reached; nothing was lost: the
+    call may be retried. `dependency` names which (the replica itself answered)."""
+
+    def __init__(self, message: str, dependency: str = "rgw") -> None:
+        super().__init__(message)
+        self.dependency = dependency
 
 
 class _Gone(MutationRefused):
@@ -60,10 +64,10 @@ class BucketApi:
 
     def _ready(self) -> tuple[RgwAdmin, SecretStore]:
         if self.rgw is None:
-            raise BucketsUnavailable("buckets are not configured: start the scheduler with --storage FILE "
-                                     "holding an rgw: section (docs/storage.md)")
+            raise MutationRefused("buckets are not configured: start the scheduler with --storage FILE "
+                                  "holding an rgw: section (docs/storage.md)")
         if self.secrets is None:
-            raise BucketsUnavailable("buckets need the secret store (persys scheduler --secrets) for their keys")
+            raise MutationRefused("buckets need the secret store (persys scheduler --secrets) for their keys")
         return self.rgw, self.secrets
 
     def _lock(self, name: str) -> asyncio.Lock:
@@ -89,7 +93,7 @@ class BucketApi:
         try:
             return await op(*args)
         except SecretUnavailable as err:
-            raise BucketsUnavailable(f"secret store unavailable: {err}") from None
+            raise BucketsUnavailable(f"secret store unavailable: {err}", "secret-store") from None
 
     async def _load(self, name: str) -> tuple[Bucket | None, int]:
         kv = await self.s.store.get(keys.bucket(name))
@@ -140,8 +144,9 @@ class BucketApi:
     # -- create ----------------------------------------------------------------------------------
 
     async def create(self, m: BucketManifest, dry_run: bool = False) -> tuple[Bucket, bool]:
-        """The bucket (its RGW user, the bucket, its quota). Returns (binding, created); a retry
-        resumes a creation a crash or an outage interrupted; a new quota is applied."""
+        """The bucket (its RGW user, the bucket, its quota). Returns (binding, created: this call
+        made it Ready); a retry resumes a creation a crash or an outage interrupted; a new quota
+        is applied to an existing one."""
         if dry_run:
             cur, _ = await self._load(m.metadata.name)
             return (cur or Bucket.from_manifest(m, time.time())), cur is None
@@ -150,9 +155,9 @@ class BucketApi:
         name = m.metadata.name
         async with self._lock(name):
             cur, _ = await self._load(name)
-            created = cur is None
             if cur is None:
                 cur = await self._record(m)
+            created = cur.phase == BucketPhase.CREATING  # this call makes it Ready (a retry resumes)
             if cur.phase == BucketPhase.DELETING:
                 raise MutationRefused(f"bucket {name} is being deleted; create it again once it is gone")
             if cur.phase == BucketPhase.CREATING:

@@ -17,7 +17,7 @@ from persys.model.kinds import validate_bucket
 from persys.model.manifest import ManifestError
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.bucket_api import BucketApi, BucketsUnavailable
-from persys.scheduler.grpc_status import dumps, mapped
+from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.replica import Scheduler
 from persys.secrets.base import SecretStore
 from persys.storage.rgw import RgwAdmin
@@ -37,6 +37,8 @@ async def bucket_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None
         try:
             yield
         except BucketsUnavailable as err:
+            # This replica answered: the client must not take it for unreachable and fail over.
+            context.set_trailing_metadata(((UNAVAILABLE_METADATA, err.dependency),))
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
 
 

@@ -174,12 +174,26 @@ def test_bucket_keys_workload_and_deletion(cluster: GatewayCluster, rgw: RgwAdmi
             raise AssertionError(f"{http.get('/v1/workloads/s3-user').text}\n{logs}") from None
         assert proof == {"got": "hello from a workload", "readOnlyPut": "AccessDenied"}
 
+        # persysctl object, straight to RGW with a key's values in the environment (as a workload has them).
+        by_id = {k.access_key: k.secret_key for k in rgw.user_keys(rgw_user_of(bucket))}
+        s3_env = {"S3_ENDPOINT": rgw.endpoint, "AWS_ACCESS_KEY_ID": admin_key["accessKeyId"],
+                  "AWS_SECRET_ACCESS_KEY": by_id[admin_key["accessKeyId"]]}
+        assert "hello.txt" in ctl("object", "ls", bucket, env=s3_env).stdout
+        assert ctl("object", "get", bucket, "hello.txt", env=s3_env).stdout == "hello from a workload"
+        upload = c.tmp / "upload.txt"
+        upload.write_text("from persysctl")
+        ro_env = {**s3_env, "AWS_ACCESS_KEY_ID": ro_key["accessKeyId"],
+                  "AWS_SECRET_ACCESS_KEY": by_id[ro_key["accessKeyId"]]}
+        p = ctl("object", "put", bucket, "up.txt", str(upload), env=ro_env, check=False)
+        assert p.returncode != 0 and "AccessDenied" in p.stdout + p.stderr
+        assert "uploaded" in ctl("object", "put", bucket, "up.txt", str(upload), env=s3_env).stdout
+
         refused = http.delete(f"/v1/buckets/{bucket}", params={"purge": "true"})
         assert refused.status_code == 409 and "s3-user" in refused.json()["error"], refused.text
         key_refused = http.delete(f"/v1/buckets/{bucket}/keys/{ro_key['id']}")
         assert key_refused.status_code == 409 and "s3-user" in key_refused.json()["error"]
         got = http.get(f"/v1/buckets/{bucket}").json()
-        assert got["usedBy"] == ["s3-user"] and got["usage"]["objects"] == 1 and got["phase"] == "Ready"
+        assert got["usedBy"] == ["s3-user"] and got["usage"]["objects"] == 2 and got["phase"] == "Ready"
 
         places = _places(c, http, bucket)
         leaked = [name for name, blob in places.items() if any(v.encode() in blob for v in values)]

@@ -256,7 +256,11 @@ def test_bad_input_names_the_field_and_leaves_nothing(cluster: GatewayCluster, r
                     rgw.user_keys(rgw_user_of(name.lower().replace("_", "-").replace(".", "-")))
 
             ok = f"roles-{uuid.uuid4().hex[:6]}"
-            assert create(ok).status_code == 201
+            manifest = cluster.tmp / "bucket.yaml"
+            manifest.write_text(f"apiVersion: persys.dev/v1\nkind: Bucket\nmetadata: {{name: {ok}}}\n"
+                                "spec: {quota: {maxObjects: 3}}\n")
+            assert f"bucket/{ok} created" in ctl("apply", "-f", str(manifest), env=cluster.ctl_env()).stdout
+            assert http.get(f"/v1/buckets/{ok}").json()["quota"] == {"maxObjects": 3}
             r = http.post(f"/v1/buckets/{ok}/keys", json={"role": "owner"})
             assert r.status_code == 422 and "role" in r.text
             assert http.get(f"/v1/buckets/{ok}/keys").json() == []

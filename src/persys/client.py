@@ -10,11 +10,9 @@ import grpc
 
 from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
-from persys._pb.persys.v1 import certificates_pb2 as cpb
-from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
-from persys._pb.persys.v1 import control_pb2 as pb
-from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import (
+    buckets_pb2,
+    buckets_pb2_grpc,
     meter_pb2,
     meter_pb2_grpc,
     policy_pb2,
@@ -26,6 +24,10 @@ from persys._pb.persys.v1 import (
     watch_pb2,
     watch_pb2_grpc,
 )
+from persys._pb.persys.v1 import certificates_pb2 as cpb
+from persys._pb.persys.v1 import certificates_pb2_grpc as cpb_grpc
+from persys._pb.persys.v1 import control_pb2 as pb
+from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.observability.grpc_tracing import with_trace_context
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
@@ -75,6 +77,7 @@ class SchedulerClient:
         self._watch_stubs = [watch_pb2_grpc.WatchStub(c) for c in self._channels]
         self._meter_stubs = [meter_pb2_grpc.MeterStub(c) for c in self._channels]
         self._volume_stubs = [volumes_pb2_grpc.VolumesStub(c) for c in self._channels]
+        self._bucket_stubs = [buckets_pb2_grpc.BucketsStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -349,6 +352,41 @@ class SchedulerClient:
 
     async def delete_volume(self, name: str) -> dict[str, bool]:
         r = await self._call("DeleteVolume", volumes_pb2.DeleteVolumeRequest(name=name), stubs=self._volume_stubs)
+        return {"deleted": r.deleted, "alreadyGone": r.already_gone}
+
+    # ---------------------------------------------------------------- Buckets service
+
+    async def create_bucket(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        req = buckets_pb2.CreateBucketRequest(manifest_json=json.dumps(manifest).encode(), dry_run=dry_run)
+        r = await self._call("CreateBucket", req, stubs=self._bucket_stubs)
+        return {"bucket": _document(r.bucket_json), "created": r.created}
+
+    async def get_bucket(self, name: str) -> dict[str, Any]:
+        r = await self._call("GetBucket", buckets_pb2.GetBucketRequest(name=name), stubs=self._bucket_stubs)
+        return _document(r.bucket_json)
+
+    async def list_buckets(self) -> list[dict[str, Any]]:
+        r = await self._call("ListBuckets", buckets_pb2.ListBucketsRequest(), stubs=self._bucket_stubs)
+        return [_document(i) for i in r.items]
+
+    async def delete_bucket(self, name: str, purge: bool = False) -> dict[str, bool]:
+        req = buckets_pb2.DeleteBucketRequest(name=name, purge=purge)
+        r = await self._call("DeleteBucket", req, stubs=self._bucket_stubs)
+        return {"deleted": r.deleted, "alreadyGone": r.already_gone}
+
+    async def create_bucket_key(self, bucket: str, role: str) -> dict[str, Any]:
+        req = buckets_pb2.CreateBucketKeyRequest(bucket=bucket, role=role)
+        r = await self._call("CreateBucketKey", req, stubs=self._bucket_stubs)
+        return _document(r.key_json)
+
+    async def list_bucket_keys(self, bucket: str) -> list[dict[str, Any]]:
+        req = buckets_pb2.ListBucketKeysRequest(bucket=bucket)
+        r = await self._call("ListBucketKeys", req, stubs=self._bucket_stubs)
+        return [_document(i) for i in r.items]
+
+    async def delete_bucket_key(self, bucket: str, key_id: str) -> dict[str, bool]:
+        req = buckets_pb2.DeleteBucketKeyRequest(bucket=bucket, key_id=key_id)
+        r = await self._call("DeleteBucketKey", req, stubs=self._bucket_stubs)
         return {"deleted": r.deleted, "alreadyGone": r.already_gone}
 
     async def health(self) -> dict[str, Any]:

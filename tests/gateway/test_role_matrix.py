@@ -89,6 +89,14 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("DELETE", "/v1/volumes/{name}"): ("/v1/volumes/ghost", {}),
     ("POST", "/v1/volumes/{name}/snapshots"): ("/v1/volumes/ghost/snapshots", {"json": {"name": "s"}}),
     ("DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"): ("/v1/volumes/ghost/snapshots/s", {}),
+    # No rgw section here: an allowed bucket call answers 503 (or 400/404), writing nothing.
+    ("GET", "/v1/buckets"): ("/v1/buckets", {}),
+    ("POST", "/v1/buckets"): ("/v1/buckets", {"json": {}}),
+    ("GET", "/v1/buckets/{name}"): ("/v1/buckets/ghost", {}),
+    ("DELETE", "/v1/buckets/{name}"): ("/v1/buckets/ghost", {}),
+    ("GET", "/v1/buckets/{name}/keys"): ("/v1/buckets/ghost/keys", {}),
+    ("POST", "/v1/buckets/{name}/keys"): ("/v1/buckets/ghost/keys", {"json": {"role": "read-only"}}),
+    ("DELETE", "/v1/buckets/{name}/keys/{key_id}"): ("/v1/buckets/ghost/keys/abc123", {}),
     ("POST", "/v1/join-tokens"): ("/v1/join-tokens", {"json": {"ttlSeconds": 1}}),  # allowed: 422 (under 1 min)
     ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
     ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),

@@ -49,7 +49,7 @@ def test_config(case: dict[str, Any]) -> None:
     cfg = parse_storage_config(case["raw"])
     expect = case["expect"]
     assert cfg.configured() == expect["configured"]
-    for section in ("local", "nfs", "ceph"):
+    for section in ("local", "nfs", "ceph", "rgw"):
         for key, want in expect.get(section, {}).items():
             assert _plain(asdict(getattr(cfg, section))[key]) == want, f"{section}.{key}"
     if "simulate" in expect:

@@ -18,7 +18,17 @@ import typer
 import yaml
 from rich.table import Table
 
-from persys.cli import ctl_tracing, events_cmd, follow, meter_cmds, node_cmds, secret_cmds, volume_cmds
+from persys.cli import (
+    bucket_cmds,
+    ctl_tracing,
+    events_cmd,
+    follow,
+    meter_cmds,
+    node_cmds,
+    object_cmds,
+    secret_cmds,
+    volume_cmds,
+)
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
     Api,
@@ -39,6 +49,7 @@ from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
+from persys.model.bucket import BucketManifest
 from persys.model.kinds import parse_all
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError
@@ -119,6 +130,7 @@ class _Files:
     docs: list[tuple[str, dict[str, Any]]]  # workload manifests, as documents to send
     secrets: list[SecretManifest]
     volumes: list[VolumeManifest]
+    buckets: list[BucketManifest]
 
 
 def _read_files(files: list[Path]) -> _Files:
@@ -126,6 +138,7 @@ def _read_files(files: list[Path]) -> _Files:
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
     volumes: list[VolumeManifest] = []
+    buckets: list[BucketManifest] = []
     for f in _expand_dirs(files):
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -141,6 +154,7 @@ def _read_files(files: list[Path]) -> _Files:
             found = parse_all(text, source)
             secrets += found.secrets
             volumes += found.volumes
+            buckets += found.buckets
             for m in found.workloads:
                 doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
@@ -148,7 +162,7 @@ def _read_files(files: list[Path]) -> _Files:
                 docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
-    return _Files(docs, secrets, volumes)
+    return _Files(docs, secrets, volumes, buckets)
 
 
 APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
@@ -179,13 +193,15 @@ def apply(
                                  "--otlp-endpoint."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Create or update workloads, secrets and volumes (`kind: Secret` and `kind: Volume`, applied
-    first, so workloads can use them) from manifests. Idempotent: applying twice changes nothing."""
+    """Create or update workloads, secrets, volumes and buckets (`kind: Secret`, `kind: Volume` and
+    `kind: Bucket`, applied first, so workloads can use them) from manifests. Idempotent: applying
+    twice changes nothing."""
     found = _read_files(files)
     docs = found.docs
     api = Api(server)
     secret_results = secret_cmds.apply_secrets(api, found.secrets, dry_run) if found.secrets else []
     secret_results += volume_cmds.apply_volumes(api, found.volumes, dry_run) if found.volumes else []
+    secret_results += bucket_cmds.apply_buckets(api, found.buckets, dry_run) if found.buckets else []
     results: list[dict[str, Any]] = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
         for batch in _batches([d for _, d in docs]):
@@ -561,6 +577,8 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")
 app.add_typer(volume_cmds.volume_app, name="volume")
+app.add_typer(bucket_cmds.bucket_app, name="bucket")
+app.add_typer(object_cmds.object_app, name="object")
 app.add_typer(node_app, name="node")
 app.command("audit")(audit_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)

@@ -21,6 +21,7 @@ from persys.cli.server_common import (
     METRICS_PLAIN_HELP,
     check_listen,
     check_node_id,
+    check_rgw_key,
     default_runtimes,
     metrics_lines,
     parse_labels,
@@ -190,6 +191,7 @@ def scheduler(
 
         idopt.check_source(identity_from, tls_dir)
         storage_config = read_storage_config(storage)
+        check_rgw_key(storage, storage_config)
         check_listen(metrics_listen, "--metrics-listen")
         check_listen(metrics_plain_listen, "--metrics-plain-listen")
         if not metrics and (metrics_listen or metrics_plain_listen):
@@ -285,6 +287,7 @@ def agent(
 
         check_node_id(node_id)
         storage_config = read_storage_config(storage)
+        check_rgw_key(storage, storage_config)
         check_listen(metrics_listen, "--metrics-listen")
         check_listen(metrics_plain_listen, "--metrics-plain-listen")
         tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,

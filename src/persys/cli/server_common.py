@@ -113,6 +113,18 @@ def read_storage_config(path: Path | None, allow_simulate: bool = False) -> Stor
     return config
 
 
+def check_rgw_key(path: Path | None, config: StorageConfig | None) -> None:
+    """The scheduler's RGW admin key file readable and root-only, said at start in one line."""
+    from persys.storage.base import StorageError
+    from persys.storage.rgw_access import read_secret_key_file
+
+    if path is not None and config is not None and config.rgw is not None:
+        try:
+            read_secret_key_file(config.rgw.secret_key_file)
+        except StorageError as err:
+            raise ServerError(f"--storage {path}: {err}") from None
+
+
 def check_node_id(node_id: str) -> None:
     """Refuse at start what the scheduler would refuse at registration."""
     problem = node_id_problem(node_id)

@@ -23,6 +23,7 @@ from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import authorization, bodies, request_tracing
 from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
+from persys.gateway.bucket_routes import bucket_router
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
@@ -132,6 +133,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(policy_router(client))
     app.include_router(secret_router(client))
     app.include_router(volume_router(client, parser))
+    app.include_router(bucket_router(client, parser))
     app.include_router(join_router(client))
     authorization.install(app, client)  # who calls is checked before anything is read
     # Outside authorization: its refusals are counted and timed too.

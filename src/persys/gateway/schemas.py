@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
+from persys.model.bucket import BucketManifest
 from persys.model.limits import BATCH_MAX_ITEMS
 from persys.model.volume import VolumeManifest
 from persys.model.workload import NAME_RE, WorkloadManifest
@@ -120,5 +121,8 @@ def add_components(doc: dict[str, Any]) -> dict[str, Any]:
     vschema = VolumeManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
     schemas.update(vschema.pop("$defs", {}))
     schemas["VolumeManifest"] = vschema
+    bschema = BucketManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas.update(bschema.pop("$defs", {}))
+    schemas["BucketManifest"] = bschema
     schemas["Error"] = ERROR_SCHEMA
     return doc

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from persys.model.bucket import BucketManifest
 from persys.model.manifest import (
     ManifestError,
     format_validation_error,
@@ -24,6 +25,14 @@ class Documents:
     workloads: list[WorkloadManifest] = field(default_factory=list)
     secrets: list[SecretManifest] = field(default_factory=list)
     volumes: list[VolumeManifest] = field(default_factory=list)
+    buckets: list[BucketManifest] = field(default_factory=list)
+
+
+def validate_bucket(doc: Any, source: str = "") -> BucketManifest:
+    try:
+        return BucketManifest.model_validate(doc)
+    except ValidationError as err:
+        raise ManifestError(format_validation_error(err), source) from None
 
 
 def validate_volume(doc: Any, source: str = "") -> VolumeManifest:
@@ -35,8 +44,10 @@ def validate_volume(doc: Any, source: str = "") -> VolumeManifest:
 
 def parse_all(text: str, source: str = "") -> Documents:
     """Every document of a file by kind; all valid or ManifestError naming each problem's field."""
-    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest:
+    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest:
         kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == "Bucket":
+            return validate_bucket(doc)
         if kind == "Secret":
             return validate_secret(doc)
         if kind == "Volume":
@@ -49,6 +60,8 @@ def parse_all(text: str, source: str = "") -> Documents:
             out.workloads.append(m)
         elif isinstance(m, SecretManifest):
             out.secrets.append(m)
+        elif isinstance(m, BucketManifest):
+            out.buckets.append(m)
         else:
             out.volumes.append(m)
     return out

@@ -10,6 +10,7 @@
     /persys/assignments/<node>/<workload>    Assignment: what one agent must run, fenced by generation
     /persys/policy                           WorkloadPolicy: what workloads may do to nodes (admins)
     /persys/volumes/<volume>                 Volume: a managed volume's spec, phase and where its data is
+    /persys/buckets/<bucket>                 Bucket: an RGW bucket's binding (owner, quota, key ids and roles)
 
 Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
 (and events go to the event stream), so liveness traffic never writes to the store.
@@ -27,6 +28,7 @@ STATUS = "/persys/status/"
 NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
 VOLUMES = "/persys/volumes/"
+BUCKETS = "/persys/buckets/"  # read by the Buckets service straight from the store (not mirrored)
 POLICY = "/persys/policy"  # the cluster's workload policy (persys.policy); absent: the defaults
 
 
@@ -46,6 +48,10 @@ def status(workload_id: str) -> str:
 
 def volume(volume_id: str) -> str:
     return VOLUMES + volume_id
+
+
+def bucket(name: str) -> str:
+    return BUCKETS + name
 
 
 def node(node_id: str) -> str:

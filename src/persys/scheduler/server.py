@@ -12,6 +12,7 @@ import grpc
 
 from persys._pb.persys.v1 import (
     auth_pb2_grpc,
+    buckets_pb2_grpc,
     certificates_pb2_grpc,
     policy_pb2_grpc,
     secrets_pb2_grpc,
@@ -37,6 +38,7 @@ from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.backends import open_backends
+from persys.scheduler.bucket_service import BucketsService
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
 from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
@@ -62,6 +64,8 @@ from persys.security.signer import CertificateSigner
 from persys.storage.ceph_open import open_ceph
 from persys.storage.config import StorageConfig
 from persys.storage.probe import build_drivers
+from persys.storage.rgw import RgwAdmin
+from persys.storage.rgw_access import open_rgw
 from persys.store.base import BlockingLeases, StateStore
 from persys.store.metered import MeteredStore
 from persys.tlsfiles import TLSFiles
@@ -84,6 +88,7 @@ class RunningScheduler:
     metrics: Metrics | None = None
     metrics_servers: list[MetricsServer] = dataclasses.field(default_factory=list)
     meter: Meter | None = None
+    rgw: RgwAdmin | None = None  # the Buckets service's (storage.rgw)
 
     async def stop(self, grace: float = 1.0) -> None:
         # Release the leader lease before draining calls: a standby takes over at once instead
@@ -106,6 +111,8 @@ class RunningScheduler:
         await self.events.close()
         if self.secrets is not None:
             await self.secrets.close()
+        if self.rgw is not None:
+            self.rgw.close()
         await self.store.close()
 
 
@@ -221,6 +228,9 @@ async def start_scheduler(
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
     scheduler.active_services += volume_services(scheduler, storage)
+    # Buckets on RGW (storage.rgw): served always, so that without an rgw section a call says so.
+    rgw = open_rgw(storage.rgw) if storage is not None and storage.rgw is not None else None
+    buckets_pb2_grpc.add_BucketsServicer_to_server(BucketsService(scheduler, rgw, secret_store, limits), server)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(
@@ -236,7 +246,7 @@ async def start_scheduler(
         log.info("join listener on %s", join_listen)
     log.info("scheduler listening on %s (store %s, events %s)", listen, store_url, redacted(events_url))
     running = RunningScheduler(scheduler, server, port, store, events, audit, secret_store, revocations, join_server,
-                               join_port, registry, meter=running_meter)
+                               join_port, registry, meter=running_meter, rgw=rgw)
     if registry is not None and (metrics_listen or metrics_plain_listen):
         try:
             running.metrics_servers = await serve_metrics(registry, tls, metrics_listen, metrics_plain_listen)

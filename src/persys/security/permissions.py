@@ -35,6 +35,7 @@ NODE_ACCESS = "/persys.v1.NodeAccess/"
 WATCH = "/persys.v1.Watch/"
 METER = "/persys.v1.Meter/"
 VOLUMES = "/persys.v1.Volumes/"
+BUCKETS = "/persys.v1.Buckets/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -96,6 +97,13 @@ RPC_RULES: dict[str, Rule] = {
     VOLUMES + "ListVolumes": _r("list", "volumes"),
     VOLUMES + "DeleteVolume": _m("delete", "volumes"),
     VOLUMES + "SnapshotVolume": _m("apply", "volumes"),
+    BUCKETS + "CreateBucket": _m("create", "buckets"),
+    BUCKETS + "GetBucket": _r("get", "buckets"),
+    BUCKETS + "ListBuckets": _r("list", "buckets"),
+    BUCKETS + "DeleteBucket": _m("delete", "buckets"),
+    BUCKETS + "CreateBucketKey": _m("create", "bucket-keys"),
+    BUCKETS + "ListBucketKeys": _r("list", "bucket-keys"),
+    BUCKETS + "DeleteBucketKey": _m("delete", "bucket-keys"),
 }
 
 # REST routes anyone may call, without credentials: liveness and the API's own documentation.
@@ -163,6 +171,13 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/v1/volumes/{name}"): _m("delete", "volumes"),
     ("POST", "/v1/volumes/{name}/snapshots"): _m("apply", "volumes"),
     ("DELETE", "/v1/volumes/{name}/snapshots/{snapshot}"): _m("apply", "volumes"),
+    ("GET", "/v1/buckets"): _r("list", "buckets"),
+    ("POST", "/v1/buckets"): _m("create", "buckets"),
+    ("GET", "/v1/buckets/{name}"): _r("get", "buckets"),
+    ("DELETE", "/v1/buckets/{name}"): _m("delete", "buckets"),
+    ("GET", "/v1/buckets/{name}/keys"): _r("list", "bucket-keys"),
+    ("POST", "/v1/buckets/{name}/keys"): _m("create", "bucket-keys"),
+    ("DELETE", "/v1/buckets/{name}/keys/{key_id}"): _m("delete", "bucket-keys"),
 }
 
 

@@ -44,12 +44,15 @@ _VIEWER: frozenset[Grant] = frozenset({
     ("get", "metrics"),  # /metrics of every process (a Prometheus holds a viewer certificate)
     ("get", "telemetry"),  # Persys Meter's usage history
     ("get", "volumes"), ("list", "volumes"),
+    ("get", "buckets"), ("list", "buckets"),  # bindings, quotas, key ids and roles: never a key's value
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
     ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
     ("get", "secrets"), ("apply", "secrets"), ("delete", "secrets"),
     ("apply", "volumes"), ("delete", "volumes"),
+    ("create", "buckets"), ("delete", "buckets"),
+    ("create", "bucket-keys"), ("list", "bucket-keys"), ("delete", "bucket-keys"),
 }
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),

@@ -6,9 +6,12 @@
     ceph-rbd: {monitors: ["10.0.0.1:3300"], pool: rbd, user: persys, secretName: ceph-persys,
                conf: /etc/ceph/ceph.conf, keyFile: /etc/persys/ceph-persys.key}
     simulate: {ceph-rbd: [vm-disk]}   # persys dev only: advertise without probing (no hardware)
+    rgw:      {endpoint: http://rgw.example:7480, accessKey: persys-admin,
+               secretKeyFile: /etc/persys/rgw-admin.key}   # the scheduler's buckets (Ceph RGW)
 
 A driver without its section is not configured on the node (and is reported so). The cephx key
-itself never appears here: `secretName` names it in the secret store.
+itself never appears here: `secretName` names it in the secret store; nor does RGW's admin secret
+key: `secretKeyFile` names a root-only file (storage.rgw_access reads it).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ DRIVERS = ("local", "nfs", "ceph-rbd")
 DEFAULT_NFS_MOUNTS = "/var/lib/persys/storage/nfs-mounts"
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,252})$|^\[[0-9A-Fa-f:.]+\]$")
 _USER_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,63}$")
+_ENDPOINT_RE = re.compile(r"^https?://([A-Za-z0-9][-A-Za-z0-9.]{0,252}|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?$")
+_ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_+=,.@-]{1,128}$")
 
 
 class StorageConfigError(ValueError):
@@ -59,11 +64,19 @@ class CephConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RgwConfig:
+    endpoint: str  # http(s)://host[:port], RGW's S3 and admin API
+    access_key: str  # the RGW admin user's access key id (not a secret)
+    secret_key_file: str  # its secret key, in a file only its owner reads (0600 or 0400)
+
+
+@dataclass(frozen=True, slots=True)
 class StorageConfig:
     local: LocalConfig | None = None
     nfs: NfsConfig | None = None
     ceph: CephConfig | None = None
     simulate: Mapping[str, frozenset[AttachKind]] = field(default_factory=dict)
+    rgw: RgwConfig | None = None
 
     def configured(self) -> list[str]:
         return [name for name, sec in zip(DRIVERS, (self.local, self.nfs, self.ceph), strict=True) if sec]
@@ -165,16 +178,32 @@ def _simulate(raw: Any) -> dict[str, frozenset[AttachKind]]:
     return out
 
 
+def _rgw(raw: Any) -> RgwConfig:
+    where = "storage.rgw"
+    if isinstance(raw, dict) and "secretKey" in raw:  # say where the key belongs
+        raise StorageConfigError(f"{where}.secretKey", "never inline: name a root-only file in secretKeyFile")
+    sec = _mapping(raw, where, ("endpoint", "accessKey", "secretKeyFile"))
+    endpoint = _text(sec, "endpoint", where)
+    m = _ENDPOINT_RE.fullmatch(endpoint)
+    if not m or (m.group(2) and not 1 <= int(m.group(2)[1:]) <= 65535):
+        raise StorageConfigError(f"{where}.endpoint", f"{endpoint!r} is not an http(s)://host[:port] URL")
+    access = _text(sec, "accessKey", where)
+    if not _ACCESS_KEY_RE.fullmatch(access):
+        raise StorageConfigError(f"{where}.accessKey", "is not an access key id (letters, digits, '_+=,.@-')")
+    return RgwConfig(endpoint.rstrip("/"), access, _abs_path(sec, "secretKeyFile", where))
+
+
 def parse_storage_config(raw: Any) -> StorageConfig:
     """A `StorageConfig` from a parsed document (`None` or `{}`: no driver configured)."""
     if raw is None:
         return StorageConfig()
-    sec = _mapping(raw, "storage", (*DRIVERS, "simulate"))
+    sec = _mapping(raw, "storage", (*DRIVERS, "simulate", "rgw"))
     return StorageConfig(
         local=_local(sec["local"]) if "local" in sec else None,
         nfs=_nfs(sec["nfs"]) if "nfs" in sec else None,
         ceph=_ceph(sec["ceph-rbd"]) if "ceph-rbd" in sec else None,
         simulate=_simulate(sec["simulate"]) if "simulate" in sec else {},
+        rgw=_rgw(sec["rgw"]) if "rgw" in sec else None,
     )
 
 

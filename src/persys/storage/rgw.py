@@ -162,13 +162,20 @@ class RgwAdmin:
     def create_read_only_key(self, uid: str, name: str) -> S3Key:
         """A key that may read the user's buckets and write nothing (an RGW subuser `uid:name` with
         read access); existing: its key."""
+        return self.create_named_key(uid, name, "read")
+
+    def create_named_key(self, uid: str, name: str, access: str) -> S3Key:
+        """A key of the RGW subuser `uid:name` with `access` ("read" or "full") to the user's
+        buckets; existing: its key. Named, so a retry after a crash finds the key it made."""
         _check_uid(uid)
         _check_uid(name, "key name")
+        if access not in ("read", "full"):
+            raise StorageError(f"access: {access!r} is neither 'read' nor 'full'")
         sub = f"{uid}:{name}"
         # RGW adds another key when asked to create a subuser that exists: look first.
         keys = [k for k in self.user_keys(uid) if k.user == sub]
         if not keys:
-            self._admin("PUT", "user", [("subuser", sub), ("uid", uid), ("access", "read"), ("key-type", "s3"),
+            self._admin("PUT", "user", [("subuser", sub), ("uid", uid), ("access", access), ("key-type", "s3"),
                                         ("generate-secret", "true"), ("gen-access-key", "true")], f"key {sub!r}")
             keys = [k for k in self.user_keys(uid) if k.user == sub]
         if not keys:

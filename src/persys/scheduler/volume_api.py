@@ -21,7 +21,7 @@ from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import DocPut, Versioned
-from persys.scheduler.volume_rules import delete_refusal, source_problems, users_of
+from persys.scheduler.volume_rules import delete_refusal, source_problems, users_index, users_of
 from persys.store.base import Compare, Delete, Put
 
 CAS_ATTEMPTS = 10
@@ -42,7 +42,9 @@ class VolumeApi:
         return self.view(cur.value)
 
     def list(self) -> list[dict[str, Any]]:
-        return [self.view(v.value) for _, v in sorted(self.s.state.volumes.items())]
+        users = users_index(w.value for w in self.s.state.workloads.values())
+        return [{**v.value.to_doc(), "usedBy": users.get(vid, [])[:100]}
+                for vid, v in sorted(self.s.state.volumes.items())]
 
     async def apply(self, m: VolumeManifest, dry_run: bool = False) -> tuple[Volume, bool, bool]:
         """Create or update (grow, relabel) a volume. Returns (volume, created, changed); idempotent."""

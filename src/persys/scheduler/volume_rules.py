@@ -32,6 +32,15 @@ def users_of(volume_id: str, workloads: Iterable[Workload]) -> list[str]:
     return sorted(w.id for w in workloads if volume_id in volume_ids(w.id, w.spec))
 
 
+def users_index(workloads: Iterable[Workload]) -> dict[str, list[str]]:
+    """Volume id -> the workloads that use it, in one pass (for listings)."""
+    out: dict[str, list[str]] = {}
+    for w in workloads:
+        for vid in volume_ids(w.id, w.spec):
+            out.setdefault(vid, []).append(w.id)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def delete_refusal(volume: Volume, users: list[str]) -> str:
     """Why the volume may not be deleted now ("" when it may)."""
     if users:
@@ -45,7 +54,9 @@ def claim_problems(workload_id: str, spec: WorkloadSpec, volumes: Mapping[str, V
     """What is wrong with a workload's claims before it is stored (each names the field):
     a claim of an unknown or deleting volume, a mode the volume cannot be used in, or a
     single-writer volume another workload already uses (two workloads could land on two nodes)."""
-    problems = []
+    problems: list[str] = []
+    if not any(v.claim is not None for v in spec.volumes):
+        return problems  # most workloads: nothing to look up
     others = [w for w in workloads if w.id != workload_id]
     for i, v in enumerate(spec.volumes):
         if v.claim is None:
@@ -113,6 +124,8 @@ def inline_records(state: ClusterState, w: Workload, now: float) -> tuple[list[C
 
 def workload_volume_problems(state: ClusterState, wid: str, spec: WorkloadSpec) -> list[str]:
     """Claims and inline declarations checked against the volumes stored now (each names its field)."""
+    if not spec.volumes:
+        return []
     problems = claim_problems(wid, spec, {k: v.value for k, v in state.volumes.items()},
                               (v.value for v in state.workloads.values()))
     for i, v in enumerate(spec.volumes):
@@ -130,6 +143,8 @@ def workload_volume_problems(state: ClusterState, wid: str, spec: WorkloadSpec) 
 
 
 def check_workload_volumes(state: ClusterState, wid: str, spec: WorkloadSpec) -> None:
+    if not spec.volumes:
+        return  # the apply path of every workload: no walk over the cluster's volumes
     problems = workload_volume_problems(state, wid, spec)
     if problems:
         raise ManifestError(problems)
@@ -140,7 +155,13 @@ def reclaim_ops(state: ClusterState, wid: str, now: float) -> tuple[list[Compare
     (their data is removed by the node or controller that can); retained ones stay, unowned."""
     compares: list[Compare] = []
     ops: list[Put | Delete] = []
-    for vid, cur in sorted(state.volumes.items()):
+    w = state.workloads.get(wid)
+    # Its own inline volumes (a workload refused by the model: every record it may own).
+    ids = {inline_volume_id(wid, v.name) for v in w.value.spec.volumes if v.claim is None} if w else set(state.volumes)
+    for vid in sorted(ids):
+        cur = state.volumes.get(vid)
+        if cur is None:
+            continue
         v = cur.value
         if v.owner != wid or v.phase == VolumePhase.DELETING:
             continue

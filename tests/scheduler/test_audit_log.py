@@ -3,13 +3,16 @@ across a scheduler restart, and a store outage neither fails nor loses a record.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 from persys.scheduler.audit import AUDIT, AuditLog
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store import open_store
+from persys.store.base import StoreUnavailable
 from persys.store.etcd import EtcdStore
 from tests.fixtures_infra import start_etcd
 
@@ -55,6 +58,18 @@ async def test_survives_a_scheduler_restart(tmp_path: Path) -> None:
         await again.stop()
 
 
+async def _answering(store: EtcdStore) -> None:
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            await store.current_revision()
+            return
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def test_a_store_outage_delays_records_without_failing_them(tmp_path: Path) -> None:
     etcd = start_etcd(tmp_path / "etcd")
     store = EtcdStore([etcd.endpoint], timeout=1)
@@ -63,6 +78,7 @@ async def test_a_store_outage_delays_records_without_failing_them(tmp_path: Path
         etcd.stop()
         assert await log.record(rec(1)) is False  # not stored yet, and no exception
         etcd.start()
+        await _answering(store)  # a restarted etcd and the client's reconnection take a while when busy
         assert await log.record(rec(2)) is True  # the next write takes the waiting record along
         assert [r["requestId"] for r in await log.query()] == ["r1", "r2"]
     finally:

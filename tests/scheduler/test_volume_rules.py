@@ -74,3 +74,23 @@ def test_agents_get_the_claimed_volume_settings() -> None:
     out = resolved_claims(s, {"pg": volume("pg", driver="ceph-rbd", sizeMb=64)})
     assert [(v.driver, v.size_mb, v.claim) for v in out.volumes] == [("ceph-rbd", 64, "pg"), ("local", 3, None)]
     assert s.volumes[0].size_mb == 0  # the stored spec is unchanged
+
+
+def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
+    from persys.model import Node, NodeStatus, WorkloadStatus
+    from persys.scheduler.volume_rules import fence_node
+
+    state = ClusterState(store=None)  # type: ignore[arg-type]  # folded by hand: no store I/O here
+    state.workloads["db"] = Versioned(workload("db", [{"name": "d", "driver": "ceph-rbd", "mountPath": "/d"}]), 1)
+    state.workloads["web"] = Versioned(workload("web", []), 1)
+    for inst in ("db", "web"):
+        state.statuses[inst] = Versioned(WorkloadStatus(relocating_from="a"), 1)
+    state.nodes["a"] = Versioned(Node(id="a", status=NodeStatus.NOT_READY), 1)
+    assert fence_node(state, "db") == "a"
+    assert fence_node(state, "web") == ""  # no volumes: nothing to fence
+    state.nodes["a"] = Versioned(Node(id="a", status=NodeStatus.READY), 2)
+    assert fence_node(state, "db") == ""  # alive (a drain): it detaches by itself
+    del state.nodes["a"]
+    assert fence_node(state, "db") == "a"  # deleted node
+    state.statuses["db"] = Versioned(WorkloadStatus(), 3)
+    assert fence_node(state, "db") == ""

@@ -331,7 +331,7 @@ class Agent:
                     log.error("scheduler sent an unreadable spec for %s: %s", a.instance_id, err)
                 unreadable.add(a.instance_id)
                 continue
-            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec)
+            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec, a.fence_node)
             old = self.desired.get(a.instance_id)
             if old is not None and old.generation > d.generation:
                 continue  # fencing: never go back to an older generation
@@ -502,7 +502,7 @@ class Agent:
             except RuntimeFailure:
                 await rt.stop(wid)  # the start replaces what runs; without its secrets it cannot
                 raise
-            mounts = await self.volumes.prepare(wid, d.spec) if d.spec.volumes else ()
+            mounts = await self.volumes.prepare(wid, d.spec, d.fence_node) if d.spec.volumes else ()
             with start_tracing.runtime_call(d.spec.type):
                 await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts))
         except RuntimeFailure as err:

@@ -36,6 +36,7 @@ class Desired:
     generation: int
     desired_state: DesiredState
     spec: WorkloadSpec
+    fence_node: str = ""  # a lost node its single-writer volumes may be fenced off (AssignedWorkload)
 
 
 @dataclass

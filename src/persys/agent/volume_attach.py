@@ -14,6 +14,7 @@ from persys.model.volume import inline_volume_id
 from persys.model.workload import WorkloadSpec, workload_of
 from persys.storage.base import (
     AttachKind,
+    Attachment,
     DiskKeyed,
     StorageError,
     StorageUnavailable,
@@ -48,9 +49,12 @@ class VolumeAttacher:
                                  code="VolumeUnavailable", terminal=False)
         return d
 
-    async def prepare(self, instance: str, spec: WorkloadSpec) -> tuple[VolumeMount, ...]:
+    async def prepare(self, instance: str, spec: WorkloadSpec, fence_node: str = "") -> tuple[VolumeMount, ...]:
         """Provision and attach every volume of `instance`; RuntimeFailure (VolumeUnavailable,
-        VolumeBusy: retried with backoff) naming the volume when one cannot be had."""
+        VolumeBusy: retried with backoff) naming the volume when one cannot be had. `fence_node`:
+        a node the scheduler found lost after it ran this instance; a writer attach that finds
+        the volume held there fences that node first (never two writers: the lost node's
+        clients are cut off before this one writes)."""
         mounts = []
         kind = attach_kind(spec.type)
         async with self._lock:
@@ -63,7 +67,7 @@ class VolumeAttacher:
                 driver = self._driver(v.driver)
                 try:
                     await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1))
-                    att = await asyncio.to_thread(driver.attach, vid, kind, read_only=v.read_only)
+                    att = await self._attach(driver, vid, kind, v.read_only, fence_node)
                 except VolumeBusy as err:
                     raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeBusy") from None
                 except (StorageUnavailable, Unsupported, StorageError) as err:
@@ -74,6 +78,17 @@ class VolumeAttacher:
                 key = driver.disk_key() if kind is AttachKind.VM_DISK and isinstance(driver, DiskKeyed) else ""
                 mounts.append(VolumeMount(v.name, v.mount_path, v.read_only, att, key))
         return tuple(mounts)
+
+    async def _attach(self, driver: VolumeDriver, vid: str, kind: AttachKind, read_only: bool,
+                      fence_node: str) -> Attachment:
+        try:
+            return await asyncio.to_thread(driver.attach, vid, kind, read_only=read_only)
+        except VolumeBusy:
+            if read_only or not fence_node or fence_node == driver.node_id:
+                raise
+        log.warning("volume %s is held by lost node %s: fencing it before attaching here", vid, fence_node)
+        await asyncio.to_thread(driver.fence, vid, fence_node)
+        return await asyncio.to_thread(driver.attach, vid, kind, read_only=read_only)
 
     async def release(self, instance: str) -> None:
         """Detach what `instance` used once no other instance here uses it. Failures are logged

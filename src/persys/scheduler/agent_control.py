@@ -37,7 +37,7 @@ from persys.model import (
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import node_admission
+from persys.scheduler import node_admission, volume_rules
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -277,7 +277,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await self._not_revoked(request.node_id, context)  # revocation wakes the stream: it ends here
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json,
-                                         traceparent=i.trace_parent) for i in msg.items]
+                                         traceparent=i.trace_parent,
+                                         fence_node=volume_rules.fence_node(self.s.state, i.workload_id))
+                     for i in msg.items]
             yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
                                   full=msg.full, removed=msg.removed)
 

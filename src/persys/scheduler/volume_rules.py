@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from persys.model import NodeStatus
 from persys.model.manifest import ManifestError
 from persys.model.volume import (
     Volume,
@@ -16,7 +17,7 @@ from persys.model.volume import (
     inline_spec,
     inline_volume_id,
 )
-from persys.model.workload import Workload, WorkloadSpec
+from persys.model.workload import Workload, WorkloadSpec, workload_of
 from persys.scheduler import keys
 from persys.scheduler.state import ClusterState, put_doc
 from persys.store.base import Compare, Delete, Put
@@ -30,6 +31,21 @@ def volume_ids(workload_id: str, spec: WorkloadSpec) -> list[str]:
 def users_of(volume_id: str, workloads: Iterable[Workload]) -> list[str]:
     """Workloads (deleting ones too: their instances may still hold it) that use the volume."""
     return sorted(w.id for w in workloads if volume_id in volume_ids(w.id, w.spec))
+
+
+def fence_node(state: ClusterState, instance: str) -> str:
+    """The node an instance was moved off while that node is lost (not Ready), when the instance
+    has volumes: its new node may fence that one before attaching them. "" otherwise. A node
+    that is Ready (a drain, a rebalance) detaches by itself and is never fenced."""
+    st = state.statuses.get(instance)
+    old = st.value.relocating_from if st is not None else ""
+    if not old:
+        return ""
+    w = state.workloads.get(workload_of(instance))
+    if w is None or not w.value.spec.volumes:
+        return ""
+    node = state.nodes.get(old)
+    return old if node is None or node.value.status != NodeStatus.READY else ""
 
 
 def users_index(workloads: Iterable[Workload]) -> dict[str, list[str]]:

@@ -76,14 +76,9 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
     )
 
 
-def has_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]] | None = None) -> bool:
-    """Inline local volumes, or claims of local Volumes (when the records are at hand)."""
-    vols = volumes or {}
-    for v in w.spec.volumes:
-        rec = vols.get(v.claim) if v.claim is not None else None
-        if (rec.value.spec.driver if rec is not None else v.driver) == "local" and (v.claim is None or rec):
-            return True
-    return False
+def has_local_volumes(w: Workload) -> bool:
+    """Inline local volumes (a claimed local Volume pins through its record: `volume_home`)."""
+    return any(v.driver == "local" and v.claim is None for v in w.spec.volumes)
 
 
 class PlacementService:

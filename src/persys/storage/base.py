@@ -8,16 +8,17 @@ a crash at any point converges and leaks nothing) and blocking (callers run it i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from persys.model.volume import MAX_VOLUME_MB
+from persys.model.workload import NAME_RE
+
 # Volume ids are what the control plane names a volume's data with (RBD image, file and
 # directory names): a DNS-label-like token, so it is safe in a path, a QEMU URI and a libvirt XML.
-VOLUME_ID_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+VOLUME_ID_RE = NAME_RE
 SNAPSHOT_NAME_RE = VOLUME_ID_RE
-MAX_VOLUME_MB = 16 * 1024 * 1024  # 16 TiB
 
 
 class StorageError(Exception):

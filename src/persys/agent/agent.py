@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import random
 import socket
@@ -203,11 +204,7 @@ class Agent:
         self._stopping = True
         for m in self.metrics_servers:
             await m.stop()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await stop_tasks(self._tasks)
         for rt in self.all_runtimes:
             with contextlib.suppress(Exception):
                 await rt.close()
@@ -552,3 +549,29 @@ class Agent:
         self._reported = out.seen
         if out.complete:
             self._last_full_report = now
+
+
+STOP_TASKS_WITHIN = 10.0
+
+
+async def stop_tasks(tasks: Sequence[asyncio.Task[None]], within: float = STOP_TASKS_WITHIN) -> None:
+    """Cancel the agent's loops and wait for them, bounded: a loop that swallows its cancellation
+    (one that tells its own call's cancel from a stop wrongly) must not hang the agent's shutdown.
+    Such a loop is logged with where it stands, then left behind."""
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=within)
+    for t in pending:
+        log.error("agent loop %s did not stop within %.0fs; left behind at:\n%s", t.get_name(), within,
+                  _task_stack(t))
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            log.warning("agent loop %s ended with %r", t.get_name(), t.exception())
+
+
+def _task_stack(task: asyncio.Task[None]) -> str:
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue()

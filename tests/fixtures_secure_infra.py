@@ -43,8 +43,10 @@ from tests.fixtures_infra import EtcdServer, _Server, _start_with_retry
 
 __all__ = ["BackendPKI", "SecureBackends", "SecureRedis", "secure_backends"]
 
-# What Persys' Redis ACL user needs (docs/security.md, "etcd and Redis in production").
-REDIS_ACL = "resetkeys ~persys:* resetchannels -@all +ping +xadd +xrevrange +xread"
+# What Persys' Redis ACL user needs (docs/security.md, "etcd and Redis in production"): the event
+# stream's commands, then the meter's sample stream's (a consumer group).
+REDIS_ACL = ("resetkeys ~persys:* resetchannels -@all +ping +xadd +xrevrange +xread "
+             "+xgroup +xreadgroup +xack +xautoclaim +xinfo")
 
 
 class BackendPKI:

@@ -24,6 +24,8 @@ from persys.cli.server import app
 from persys.client import SchedulerClient
 from persys.credentials import CredentialRef, Login, Password
 from persys.events import ClusterEvent, open_events
+from persys.events.sample_redis import RedisSampleBus
+from persys.events.samples import WORKLOAD, Sample
 from persys.scheduler import keys
 from persys.scheduler.backends import BackendRefused, open_backends
 from persys.scheduler.config import SchedulerConfig
@@ -140,6 +142,30 @@ async def test_the_persys_users_cannot_reach_outside_their_prefix(secure_backend
     finally:
         await user.aclose()
         await admin.aclose()
+
+
+async def test_the_meter_samples_flow_under_the_documented_acl(secure_backends: SecureBackends) -> None:
+    """The ACL line of docs/security.md covers the meter's sample stream too: the replicas publish
+    batches and an ingester reads them as the consumer group, acknowledges them and reads its
+    backlog, all as the `persys` user; another stream stays out of reach."""
+    b = secure_backends
+    tls = b.redis_access.tls
+    assert tls is not None
+    user = aioredis.Redis.from_url(b.redis.url, username="persys", password=b.redis_password, protocol=2,
+                                   ssl_ca_certs=str(tls.ca), ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key))
+    stream = f"persys:samples-{uuid.uuid4().hex[:8]}"
+    bus = RedisSampleBus(user, stream=stream)
+    try:
+        batch = [Sample(time.time(), WORKLOAD, "n1", "w-1", "w-1", "process", "app=acl", cpu=12.5, memory=1e6)]
+        assert await bus.publish(batch)
+        got = await bus.read("ingester-1", block_ms=2000)  # XGROUP CREATE, XREADGROUP, XAUTOCLAIM
+        assert [s.workload for d in got for s in d.samples] == ["w-1"]
+        await bus.ack([d.id for d in got])
+        assert await bus.backlog() == 0  # XINFO GROUPS
+        with pytest.raises(Exception, match=r"NOPERM|no permissions"):
+            await user.execute_command("XGROUP", "CREATE", "other:samples", "g", "0", "MKSTREAM")
+    finally:
+        await bus.close()
 
 
 async def test_an_expired_etcd_token_is_renewed(secure_backends: SecureBackends) -> None:

@@ -18,7 +18,11 @@ from persys.cli import ctl_tracing
 from persys.cli.config import ConfigError, load_client_config
 from persys.security import peer_names
 
-OutputOpt = typer.Option("table", "--output", "-o", help="Output format: table, json or yaml.")
+OUTPUT_FORMATS = "table, wide, name, json, yaml or jsonpath=TEMPLATE"
+OutputOpt = typer.Option("table", "--output", "-o", help=(
+    f"Output format: {OUTPUT_FORMATS}. wide: more columns; name: kind/name per line; jsonpath: "
+    "kubectl's template subset over the JSON, e.g. -o jsonpath='{range .items[*]}{.name}{\"\\n\"}{end}' "
+    "(a list is {\"items\": [...]})."))
 ServerOpt = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file.")
 
 # Piped output is not wrapped at 80 columns: scripts and logs want whole lines.
@@ -94,15 +98,47 @@ def _detail(detail: Any) -> str:
 # --------------------------------------------------------------------------- output helpers
 
 
-def emit(data: Any, output: str, table: Table | None = None) -> None:
+def check_output(output: str) -> None:
+    """Refuse an unknown -o before anything is asked of the gateway."""
+    if output not in ("table", "text", "wide", "name", "json", "yaml") and not output.startswith("jsonpath="):
+        fail(f"unknown output format {output!r} (use {OUTPUT_FORMATS})")
+
+
+def emit(data: Any, output: str, table: Table | None = None, *, wide: Table | None = None, kind: str = "") -> None:
+    """Print what a command got in the -o format asked for: `table` (and `wide`, when the command
+    has more columns) as the command renders it; `name` as kind/name lines (commands that list
+    objects pass their kind); json, yaml and jsonpath over the data itself."""
+    check_output(output)
     if output == "json":
         out.print_json(json.dumps(data))
     elif output == "yaml":
         out.print(yaml.safe_dump(data, sort_keys=False).rstrip(), markup=False, highlight=False)
-    elif output == "table" and table is not None:
+    elif output.startswith("jsonpath="):
+        write_jsonpath(output, {"items": data} if isinstance(data, list) else data)
+    elif output == "name":
+        if not kind:
+            fail("-o name lists objects; this command shows none (use -o json or yaml)")
+        for item in data if isinstance(data, list) else [data]:
+            sys.stdout.write(name_line(kind, item) + "\n")
+    elif output == "wide" and (wide or table) is not None:
+        out.print(wide or table)
+    elif output in ("table", "text", "wide") and table is not None:
         out.print(table)
-    elif output != "table":
-        fail(f"unknown output format {output!r} (use table, json or yaml)")
+
+
+def name_line(kind: str, item: dict[str, Any]) -> str:
+    """`kind/name`, as `-o name` prints an object (kind singular: workload, node, volume...)."""
+    return f"{kind}/{item.get('id') or item.get('name') or ''}"
+
+
+def write_jsonpath(output: str, data: Any) -> None:
+    from persys.cli.jsonpath import TemplateError, render
+
+    try:
+        sys.stdout.write(render(output.removeprefix("jsonpath="), data))
+    except TemplateError as err:
+        fail(f"-o jsonpath: {err}")
+    sys.stdout.flush()
 
 
 KINDS = {
@@ -128,6 +164,11 @@ def size_text(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def scalar_text(v: Any) -> str:
+    """A value as JSON writes it (true, false, null), not as Python does (True, False, None)."""
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def age_text(ts: float) -> str:

@@ -74,7 +74,7 @@ def list_buckets(output: str = OutputOpt, server: str | None = ServerOpt) -> Non
     if not items and output == "table":
         out.print("No buckets found.")
         return
-    emit(items, output, bucket_table(items))
+    emit(items, output, bucket_table(items), kind="bucket")
 
 
 @bucket_app.command("delete")

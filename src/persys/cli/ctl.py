@@ -36,12 +36,16 @@ from persys.cli.api import (
     OutputOpt,
     ServerOpt,
     age_text,
+    check_output,
     emit,
     err_console,
     fail,
+    name_line,
     out,
     resource_kind,
+    scalar_text,
     size_text,
+    write_jsonpath,
 )
 from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.describe_text import node_text, score_lines, workload_text
@@ -51,6 +55,8 @@ from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
 from persys.model.bucket import BucketManifest
 from persys.model.kinds import parse_all
+from persys.model.label_selector import Selector, SelectorError
+from persys.model.label_selector import parse as parse_selector
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 from persys.model.manifest import ManifestError
 from persys.model.secret import SecretManifest
@@ -74,31 +80,49 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _workload_table(items: list[dict[str, Any]]) -> Table:
+def _labels_text(labels: dict[str, str] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "-"
+
+
+def _workload_table(items: list[dict[str, Any]], wide: bool = False) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON"):
+    extra = ("NODES", "GENERATION", "UPDATED", "LABELS") if wide else ()
+    for col in ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON", *extra):
         t.add_column(col, overflow="fold")
     for w in items:
         reason = w.get("reason", "") if w.get("phase") != "Running" else ""
         nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
         node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
+        more = (",".join(nodes) or "-", str(w.get("generation", "")), age_text(w.get("updatedAt", 0)),
+                _labels_text(w.get("labels"))) if wide else ()
         t.add_row(*map(cell, (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
-                              str(w.get("restarts", 0)), age_text(w.get("createdAt", 0)), reason)))  # reason: node text
+                              str(w.get("restarts", 0)), age_text(w.get("createdAt", 0)), reason,  # reason: node text
+                              *more)))
     return t
 
 
-def _node_table(items: list[dict[str, Any]]) -> Table:
+def _node_table(items: list[dict[str, Any]], wide: bool = False) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NAME", "STATUS", "RUNTIMES", "CPU (alloc/total)", "MEMORY MiB (alloc/total)", "WORKLOADS", "AGE"):
+    extra = ("ADDRESS", "VERSION", "LABELS", "TAINTS") if wide else ()
+    for col in ("NAME", "STATUS", "RUNTIMES", "CPU (alloc/total)", "MEMORY MiB (alloc/total)", "WORKLOADS", "AGE",
+                *extra):
         t.add_column(col, overflow="fold")
     for n in items:
         caps, alloc = n.get("capabilities", {}), n.get("allocated", {})
         status = n["status"] + (",Cordoned" if n.get("cordoned") else "")
+        taints = ",".join(f"{x.get('key')}{'=' + x['value'] if x.get('value') else ''}:{x.get('effect')}"
+                          for x in n.get("taints") or []) or "-"
+        more = (n.get("address") or "-", n.get("agentVersion") or "-", _labels_text(n.get("labels")),
+                taints) if wide else ()
         t.add_row(*map(cell, (n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
                               f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
                               f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
-                              str(alloc.get("workloads", 0)), age_text(n.get("registeredAt", 0)))))
+                              str(alloc.get("workloads", 0)), age_text(n.get("registeredAt", 0)), *more)))
     return t
+
+
+def _table(kind: str, items: list[dict[str, Any]], wide: bool = False) -> Table:
+    return _workload_table(items, wide) if kind == "workloads" else _node_table(items, wide)
 
 
 
@@ -224,11 +248,23 @@ def _print_trace(trace_id: str, output: str) -> None:
     (out if output == "text" else err_console).print(line, markup=False, highlight=False)
 
 
+LabelOpt = typer.Option("", "--selector", "-l", help="Only objects whose labels match: key=value, key!=value, "
+                        "'key in (a,b)', 'key notin (a,b)', key, !key; commas join requirements (all must hold).")
+
+
+def _selector(text: str) -> Selector:
+    try:
+        return parse_selector(text)
+    except SelectorError as err:
+        fail(f"-l: {err}")
+
+
 @app.command()
 def get(
     kind: str = typer.Argument(..., help="workloads, nodes, secrets or volumes"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
+    selector: str = LabelOpt,
     chunk_size: int = typer.Option(500, "--chunk-size", min=1, max=5000,
                                    help="Items asked for per request; pages are printed as they arrive."),
     watch: bool = typer.Option(False, "--watch", "-w", help="After the list, print a row per change (added, "
@@ -236,9 +272,16 @@ def get(
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
-    """List workloads, nodes or secrets (secrets: names, keys, versions; never values).
+    """List workloads, nodes, secrets or volumes (secrets: names, keys, versions; never values).
+
+    Examples: `persysctl get workloads -l app=web -o wide`, `persysctl get nodes -o name`,
+    `persysctl get workloads -o jsonpath='{range .items[*]}{.name}{"\\t"}{.phase}{"\\n"}{end}'`.
     With -w, follow changes: `persysctl get workloads -w`, `persysctl get nodes -w`."""
     k = resource_kind(kind)
+    check_output(output)
+    sel = _selector(selector)
+    if sel and k not in ("workloads", "nodes"):
+        fail("-l selects workloads and nodes by their labels; secrets and volumes have none")
     api = Api(server)
     if k == "secrets":
         if watch:
@@ -251,30 +294,36 @@ def get(
         volume_cmds.get_volumes(api, name, output)
         return
     if watch:
-        follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {}, _change_row(k, name))
+        follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {},
+                              _change_row(k, name, sel))
         return
     if not name:
-        if output not in ("table", "json", "yaml"):
-            fail(f"unknown output format {output!r} (use table, json or yaml)")
-        _emit_pages(_pages(api, k, node if k == "workloads" else "", chunk_size), output, k)
+        pages = _pages(api, k, node if k == "workloads" else "", chunk_size)
+        _emit_pages((_matching(p, sel) for p in pages) if sel else pages, output, k)
         return
-    items = [api.request("GET", f"/v1/{k}/{name}")]
-    table = _workload_table(items) if k == "workloads" else _node_table(items)
-    emit(items, output, table)
+    items = _matching([api.request("GET", f"/v1/{k}/{name}")], sel)
+    emit(items, output, _table(k, items), wide=_table(k, items, wide=True), kind=k[:-1])
 
 
-def _change_row(kind: str, only: str | None) -> Any:
+def _matching(items: list[dict[str, Any]], sel: Selector) -> list[dict[str, Any]]:
+    """The items the selector picks (by their labels; a node's include what operators set)."""
+    return [i for i in items if sel.matches(i.get("labels"))] if sel else items
+
+
+def _change_row(kind: str, only: str | None, sel: Selector | None = None) -> Any:
     """Print one change as a table row (the first with the header), as `get` shows it; a deletion
-    as `DELETED <kind>/<id>`."""
+    as `DELETED <kind>/<id>`. With a selector, only objects it picks."""
     shown = [False]
 
     def show(change: str, item: dict[str, Any]) -> None:
         if only and item.get("id") != only:
             return
+        if sel and not sel.matches(item.get("labels")):
+            return
         if change == "DELETED":
             out.print(f"DELETED  {kind[:-1]}/{cell(item['id'])}", highlight=False)
             return
-        table = _workload_table([item]) if kind == "workloads" else _node_table([item])
+        table = _table(kind, [item])
         table.show_header = not shown[0]
         shown[0] = True
         out.print(table)
@@ -298,8 +347,10 @@ def _pages(api: Api, kind: str, node: str, chunk: int) -> Iterator[list[dict[str
 
 
 def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -> None:
-    """Print each page as it arrives (one JSON list or YAML sequence in all; tables share a header)."""
+    """Print each page as it arrives (one JSON list or YAML sequence in all; tables share a header;
+    names a line each). jsonpath needs the whole list: it is rendered once the last page is in."""
     count = 0
+    whole: list[dict[str, Any]] = []
     for items in pages:
         if not items:
             continue
@@ -308,8 +359,12 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
             sys.stdout.write(("[\n" if count == 0 else ",\n") + text)
         elif output == "yaml":
             sys.stdout.write(yaml.safe_dump(items, sort_keys=False))
+        elif output == "name":
+            sys.stdout.write("".join(name_line(kind[:-1], i) + "\n" for i in items))
+        elif output.startswith("jsonpath="):
+            whole += items
         else:
-            table = _workload_table(items) if kind == "workloads" else _node_table(items)
+            table = _table(kind, items, wide=output == "wide")
             table.show_header = count == 0
             out.print(table)
         sys.stdout.flush()
@@ -318,7 +373,9 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
         sys.stdout.write("\n]\n" if count else "[]\n")
     elif output == "yaml" and not count:
         sys.stdout.write("[]\n")
-    elif not count:
+    elif output.startswith("jsonpath="):
+        write_jsonpath(output, {"items": whole})
+    elif not count and output != "name":
         out.print(f"No {kind} found.")
 
 
@@ -417,12 +474,24 @@ def delete(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait with --wait."),
     force: bool = typer.Option(False, "--force", help="Nodes: delete even with instances assigned (they are "
                                "withdrawn and placed elsewhere)."),
+    selector: str = LabelOpt,
     server: str | None = ServerOpt,
 ) -> None:
     """Delete workloads, or a node (`delete node NODE`: refused while instances are assigned to it
-    unless it is drained or --force is given). Idempotent: deleting what is gone is not an error."""
+    unless it is drained or --force is given). Idempotent: deleting what is gone is not an error.
+
+    By labels: `persysctl delete workloads -l app=web` deletes every workload the selector picks
+    (listed first, then one by one)."""
     names: list[str] = []
-    if files:
+    sel = _selector(selector)
+    if sel:
+        if name or files or (kind and resource_kind(kind) != "workloads"):
+            fail("-l deletes workloads by their labels: give `delete workloads -l SELECTOR` alone")
+        names = [w["id"] for page in _pages(Api(server), "workloads", "", 500) for w in _matching(page, sel)]
+        if not names:
+            out.print(f"No workloads match {selector!r}.", highlight=False)
+            return
+    elif files:
         names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
     elif kind and name:
         if resource_kind(kind) == "nodes":
@@ -436,8 +505,11 @@ def delete(
             return
         names = [name]
     else:
-        fail("give `workload NAME` or -f FILE")
-    api = Api(server)
+        fail("give `workload NAME`, -f FILE or `workloads -l SELECTOR`")
+    _delete_workloads(Api(server), names, wait, timeout)
+
+
+def _delete_workloads(api: Api, names: list[str], wait: bool, timeout: float) -> None:
     for n in names:
         r = api.request("DELETE", f"/v1/workloads/{n}")
         if r["alreadyGone"]:
@@ -487,7 +559,8 @@ def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
                 state = "ok" if d["ok"] else "FAILING"
                 t.add_row(f"  {d['name']}", state + (f": {d['reason']}" if d.get("reason") else ""))
             continue
-        t.add_row(k, ", ".join(f"{kk} {vv}" for kk, vv in v.items()) if isinstance(v, dict) else str(v))
+        t.add_row(k, ", ".join(f"{kk} {scalar_text(vv)}" for kk, vv in v.items()) if isinstance(v, dict)
+                  else scalar_text(v))
     emit(h, output, t)
 
 

@@ -36,7 +36,7 @@ def get_secrets(api: Api, name: str | None, output: str) -> None:
     if not items and output == "table":
         out.print("No secrets found.")
         return
-    emit(items, output, secret_table(items))
+    emit(items, output, secret_table(items), kind="secret")
 
 
 def describe_secret(api: Api, name: str, output: str) -> None:

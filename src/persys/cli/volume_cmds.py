@@ -30,7 +30,7 @@ def get_volumes(api: Api, name: str | None, output: str) -> None:
     if not items and output == "table":
         out.print("No volumes found.")
         return
-    emit(items, output, volume_table(items))
+    emit(items, output, volume_table(items), kind="volume")
 
 
 def describe_volume(api: Api, name: str, output: str) -> None:

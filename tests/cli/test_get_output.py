@@ -1,0 +1,97 @@
+"""persysctl's selection and output against a real cluster (scheduler, agent n1, gateway, each its
+own process): `-l` on get and delete, `-o name|wide|jsonpath=`, one-line refusals, and `health`
+printing JSON's true/false."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import ctl, eventually
+from tests.gateway.cluster import GatewayCluster, ready_cluster
+
+pytestmark = pytest.mark.e2e
+
+
+def _manifest(name: str, labels: dict[str, str]) -> str:
+    return (f"apiVersion: persys.dev/v1\nkind: Workload\nmetadata: {{name: {name}, labels: {labels!r}}}\n"
+            "spec:\n  type: process\n  resources: {cpuMillicores: 50, memoryMb: 16}\n"
+            "  process: {command: [sleep, '3600']}\n").replace("'", '"')
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayCluster, dict[str, str]]]:
+    with ready_cluster(tmp_path_factory.mktemp("cli-output")) as c:
+        env = c.ctl_env()
+        docs = "---\n".join(_manifest(n, labels) for n, labels in (
+            ("web-1", {"app": "web", "tier": "front"}), ("web-2", {"app": "web", "tier": "back"}),
+            ("db-1", {"app": "db"})))
+        ctl("apply", "-f", "-", env=env, stdin=docs)
+        yield c, env
+
+
+def _names(env: dict[str, str], *args: str) -> list[str]:
+    return ctl("get", "workloads", *args, "-o", "name", env=env).stdout.split()
+
+
+def test_selectors_pick_by_labels(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    _c, env = cluster
+    assert sorted(_names(env)) == ["workload/db-1", "workload/web-1", "workload/web-2"]
+    assert sorted(_names(env, "-l", "app=web")) == ["workload/web-1", "workload/web-2"]
+    assert _names(env, "-l", "app=web,tier!=back") == ["workload/web-1"]
+    assert _names(env, "-l", "app in (db, cache)") == ["workload/db-1"]
+    assert sorted(_names(env, "-l", "!tier")) == ["workload/db-1"]
+    assert _names(env, "-l", "app=nothing") == []
+    assert _names(env, "web-1", "-l", "app=db") == []  # a name and a selector: both must hold
+    assert ctl("get", "nodes", "-o", "name", env=env).stdout == "node/n1\n"
+
+
+def test_wide_and_jsonpath(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    _c, env = cluster
+    wide = ctl("get", "workloads", "-l", "app=web", "-o", "wide", env=env).stdout
+    header = wide.splitlines()[0].split()
+    assert header[:2] == ["NAME", "TYPE"] and header[-4:] == ["NODES", "GENERATION", "UPDATED", "LABELS"], wide
+    assert "app=web,tier=front" in wide and "db-1" not in wide
+    assert "LABELS" not in ctl("get", "workloads", env=env).stdout  # the default table stays narrow
+    nodes = ctl("get", "nodes", "-o", "wide", env=env).stdout
+    assert nodes.splitlines()[0].split()[-4:] == ["ADDRESS", "VERSION", "LABELS", "TAINTS"], nodes
+    rows = ctl("get", "workloads", "-o", 'jsonpath={range .items[*]}{.name}={.labels.tier}{"\\n"}{end}',
+               env=env).stdout
+    assert sorted(rows.splitlines()) == ["db-1=", "web-1=front", "web-2=back"]
+    one = ctl("get", "workload", "web-2", "-o", "jsonpath={.items[0].labels.app} {.items[0].type}", env=env).stdout
+    assert one == "web process"
+
+
+def test_bad_output_and_selector_are_one_line_refusals(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    _c, env = cluster
+    for args, message in (
+        (("get", "workloads", "-o", "xml"), "unknown output format 'xml' (use table, wide, name, json, yaml or "
+                                            "jsonpath=TEMPLATE)"),
+        (("get", "workloads", "-l", "app=web,,x=y"), "-l: an empty requirement"),
+        (("get", "workloads", "-o", "jsonpath={.items[*].name"), "-o jsonpath: unclosed '{'"),
+        (("get", "secrets", "-l", "app=web"), "-l selects workloads and nodes"),
+        (("delete", "workload", "web-1", "-l", "app=web"), "-l deletes workloads by their labels"),
+        (("health", "-o", "name"), "-o name lists objects"),
+    ):
+        p = ctl(*args, env=env, check=False)
+        assert p.returncode == 1 and message in p.stderr, (args, p.stdout, p.stderr)
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_health_prints_json_booleans(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    _c, env = cluster
+    shown = ctl("health", env=env).stdout
+    assert "True" not in shown and "False" not in shown and "None" not in shown, shown
+
+
+def test_delete_by_selector(cluster: tuple[GatewayCluster, dict[str, str]], tmp_path: Path) -> None:
+    _c, env = cluster
+    ctl("apply", "-f", "-", env=env, stdin=_manifest("tmp-1", {"batch": "x"}) + "---\n"
+        + _manifest("tmp-2", {"batch": "x"}))
+    out = ctl("delete", "workloads", "-l", "batch=x", "--timeout", "30", env=env).stdout
+    assert sorted(out.splitlines()) == ["workload/tmp-1 deleted", "workload/tmp-2 deleted"], out
+    assert _names(env, "-l", "batch") == []
+    assert ctl("delete", "workloads", "-l", "batch=x", env=env).stdout == "No workloads match 'batch=x'.\n"
+    eventually(lambda: len(_names(env)) == 3, timeout=10, what="the other workloads untouched")

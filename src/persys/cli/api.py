@@ -44,11 +44,13 @@ def fail(message: str) -> NoReturn:
 
 class Api:
     token: str | None = None  # --token (or $PERSYS_TOKEN), for every request of this run
+    context: str | None = None  # --context (or $PERSYS_CONTEXT): which cluster of the configuration
+    server: str | None = None  # the global --server: a command's own --server wins over it
     trace_id: str = ""  # the trace id the gateway returned last (x-persys-trace-id)
 
     def __init__(self, server: str | None) -> None:
         try:
-            cfg = load_client_config(server=server, token=Api.token)
+            cfg = load_client_config(server=server or Api.server, token=Api.token, context=Api.context)
         except ConfigError as e:
             fail(str(e))
         self.base = cfg.server.rstrip("/")

@@ -48,6 +48,7 @@ from persys.cli.api import (
     write_jsonpath,
 )
 from persys.cli.auth_cmds import audit_command, auth_app
+from persys.cli.config_cmds import config_app
 from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
@@ -653,6 +654,7 @@ app.add_typer(volume_cmds.volume_app, name="volume")
 app.add_typer(bucket_cmds.bucket_app, name="bucket")
 app.add_typer(object_cmds.object_app, name="object")
 app.add_typer(node_app, name="node")
+app.add_typer(config_app, name="config")
 app.command("audit")(audit_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 
@@ -660,9 +662,15 @@ app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 @app.callback()
 def _credentials(token: str = typer.Option(None, "--token", envvar="PERSYS_TOKEN", show_envvar=True,
                                            help="A bearer API token, instead of the configured certificate."),
+                 context: str = typer.Option(None, "--context", envvar="PERSYS_CONTEXT", show_envvar=True,
+                                             help="The configuration's context to use for this command "
+                                                  "(persysctl config get-contexts)."),
+                 server: str = typer.Option(None, "--server", help="Gateway URL, overriding the context's."),
                  _version: bool = version_option("persysctl"),
                  ) -> None:
     Api.token = token or None
+    Api.context = context or None
+    Api.server = server or None
 
 
 def _command_names() -> set[str]:

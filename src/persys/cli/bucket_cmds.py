@@ -4,14 +4,16 @@ that workloads reference, and never to this terminal."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
 from persys.cli.safe_text import cell
-from persys.model.bucket import BucketManifest
+
+if TYPE_CHECKING:
+    from persys.model.bucket import BucketManifest
 
 bucket_app = typer.Typer(
     help="S3 buckets on the cluster's Ceph RGW (the scheduler's --storage file has an rgw: section).\n\n"

@@ -11,7 +11,7 @@ from rich.table import Table
 from persys.cli.api import fail, out
 from persys.cli.config import ConfigError, ConfigFile, config_path
 from persys.cli.safe_text import cell
-from persys.model.workload import NAME_RE
+from persys.model.names import NAME_RE
 
 config_app = typer.Typer(
     help=("The client configuration ($PERSYS_CONFIG or ~/.persys/config.yaml) and its named contexts.\n\n"

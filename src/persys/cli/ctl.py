@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -54,14 +54,14 @@ from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
-from persys.model.bucket import BucketManifest
-from persys.model.kinds import parse_all
 from persys.model.label_selector import Selector, SelectorError
 from persys.model.label_selector import parse as parse_selector
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
-from persys.model.manifest import ManifestError
-from persys.model.secret import SecretManifest
-from persys.model.volume import VolumeManifest
+
+if TYPE_CHECKING:  # the models load only for the commands that read manifests (startup time)
+    from persys.model.bucket import BucketManifest
+    from persys.model.secret import SecretManifest
+    from persys.model.volume import VolumeManifest
 
 app = typer.Typer(
     name="persysctl",
@@ -160,6 +160,9 @@ class _Files:
 
 def _read_files(files: list[Path]) -> _Files:
     """Workload manifests and the `kind: Secret` and `kind: Volume` documents of the files."""
+    from persys.model.kinds import parse_all
+    from persys.model.manifest import ManifestError
+
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
     volumes: list[VolumeManifest] = []

@@ -13,7 +13,6 @@ from rich.table import Table
 from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, fail, out
 from persys.cli.follow import follow_events
 from persys.cli.safe_text import printable
-from persys.events.filters import FilterError, check_id, make_filter, parse_since
 
 HELP = (
     "Show cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...), newest last.\n\n"
@@ -57,6 +56,8 @@ def events_command(
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
+    from persys.events.filters import FilterError, check_id, make_filter, parse_since
+
     if output not in ("table", "json", "yaml"):
         fail(f"unknown output format {output!r} (use table, json or yaml)")
     try:  # checked here too: a bad filter is one line, before anything is asked

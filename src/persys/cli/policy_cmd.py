@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 
 from persys.cli import api as ctl
-from persys.model.documents import DocumentError, parse_document
-from persys.model.manifest import format_validation_error
-from persys.policy import WorkloadPolicy
 
 policy_app = typer.Typer(help="Show or replace the workload policy (what workloads may do to nodes).",
                          no_args_is_help=True)
@@ -34,6 +30,12 @@ def policy_set(
     server: str | None = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file."),
 ) -> None:
     """Replace the policy (admins only). Fields left out take their safe defaults."""
+    from pydantic import ValidationError
+
+    from persys.model.documents import DocumentError, parse_document
+    from persys.model.manifest import format_validation_error
+    from persys.policy import WorkloadPolicy
+
     try:
         raw = typer.get_text_stream("stdin").read() if str(file) == "-" else file.read_text()
         doc = parse_document(raw) if raw.strip() else {}

@@ -4,16 +4,16 @@ documents, and `secret migrate`. Nothing here prints a value: the API never retu
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from persys.cli.api import Api, ServerOpt, age_text, emit, fail, out
 from persys.cli.safe_text import cell
-from persys.model.secret import SecretManifest
-from persys.model.workload import Workload
-from persys.secrets.refs import migrate
+
+if TYPE_CHECKING:
+    from persys.model.secret import SecretManifest
 
 secret_app = typer.Typer(
     help="Secrets beyond apply/get/describe/delete: `persysctl secret migrate` moves workloads' "
@@ -77,6 +77,9 @@ def _manifest_of(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrate_one(api: Api, view: dict[str, Any], dry_run: bool) -> bool:
+    from persys.model.workload import Workload
+    from persys.secrets.refs import migrate
+
     w = Workload.model_validate({k: view[k] for k in ("id", "name", "labels", "spec", "revision")}
                                 | {"createdAt": 0, "updatedAt": 0})
     m = migrate(w)

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
 from persys.cli.safe_text import cell
-from persys.model.volume import VolumeManifest
+
+if TYPE_CHECKING:
+    from persys.model.volume import VolumeManifest
 
 
 def volume_table(items: list[dict[str, Any]]) -> Table:

@@ -14,8 +14,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from persys.model.bucket import BucketManifest
 from persys.model.limits import BATCH_MAX_ITEMS
+from persys.model.names import NAME_RE
 from persys.model.volume import VolumeManifest
-from persys.model.workload import NAME_RE, WorkloadManifest
+from persys.model.workload import WorkloadManifest
 
 
 def _encodable(v: str) -> str:

@@ -25,7 +25,8 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictInt, StrictStr, field_validator, model_validator
 
 from persys.model.base import Model
-from persys.model.workload import NAME_RE, AccessMode, Metadata, NonNegInt, VolumeSpec
+from persys.model.names import NAME_RE
+from persys.model.workload import AccessMode, Metadata, NonNegInt, VolumeSpec
 
 VOLUME_DRIVERS = ("local", "nfs", "ceph-rbd")
 MAX_VOLUME_MB = 16 * 1024 * 1024  # 16 TiB

@@ -12,9 +12,9 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, fi
 
 from persys.model.base import Model
 from persys.model.documents import DocumentError, load_yaml
+from persys.model.names import NAME_RE
 from persys.model.secret_refs import SecretRefs, ref_problems
 
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD_TYPES = ("container", "compose", "vm", "microvm", "process")
 WorkloadType = Literal["container", "compose", "vm", "microvm", "process"]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]

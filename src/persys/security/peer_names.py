@@ -9,7 +9,10 @@ gateway's, nor as another node's.
 
 from __future__ import annotations
 
-from persys.security.identity import Identity, Kind
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # cryptography loads only where an identity is read (persysctl needs GATEWAY only)
+    from persys.security.identity import Identity
 
 ROLE_DOMAIN = "persys.internal"
 SCHEDULER = f"scheduler.{ROLE_DOMAIN}"
@@ -23,6 +26,8 @@ def node(node_id: str) -> str:
 
 def for_identity(identity: Identity) -> str | None:
     """The role name a certificate for `identity` carries (None: users and unknowns serve nothing)."""
+    from persys.security.identity import Kind
+
     if identity.kind is Kind.SCHEDULER:
         return SCHEDULER
     if identity.kind is Kind.GATEWAY:

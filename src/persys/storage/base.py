@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from persys.model.names import NAME_RE
 from persys.model.volume import MAX_VOLUME_MB
-from persys.model.workload import NAME_RE
 
 # Volume ids are what the control plane names a volume's data with (RBD image, file and
 # directory names): a DNS-label-like token, so it is safe in a path, a QEMU URI and a libvirt XML.

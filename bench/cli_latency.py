@@ -1,0 +1,85 @@
+"""persysctl's wall time per command, against the interpreter's own start (a benchmark, not a test).
+
+    .venv/bin/python bench/cli_latency.py [--rounds 20] [--workloads 20]
+
+A scheduler and a gateway run as processes (tests.gateway.cluster, SQLite store, no agent) with
+--workloads process workloads applied. Each round runs, as separate processes, in turn:
+
+  python -c pass                   the interpreter starting and exiting: the floor of any CLI in Python
+  python -c 'import httpx, rich.table, typer, yaml'   the third-party libraries persysctl is made of
+  persysctl --version              persysctl's imports and its command tree, no request
+  persysctl get workloads          the same plus one mutual-TLS request and a table (target < 150 ms)
+  persysctl get workloads -o json
+
+Printed: the median and p90 wall time of each, and each persysctl figure as a ratio of the
+interpreter's start measured in the same run (kubectl answers `version --client` in ~40 ms and
+`get pods` in ~100 ms on a laptop: a Go binary pays no interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.harness import BIN, ctl, process_manifest  # noqa: E402
+from tests.gateway.cluster import start_cluster  # noqa: E402
+
+PY = str(BIN / "python")
+LIBS = "import httpx, rich.table, typer, yaml"
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+    took = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {p.stderr.decode()[-500:]}")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--workloads", type=int, default=20)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="persys-cli-bench-") as tmp:
+        cluster = start_cluster(Path(tmp), with_agent=False)
+        try:
+            env = {**os.environ, **cluster.ctl_env()}
+            ctl("apply", "-f", "-", env=env, stdin="---\n".join(process_manifest(f"w-{i:03d}")
+                                                                 for i in range(args.workloads)))
+            cases = {
+                "python -c pass": [PY, "-c", "pass"],
+                "python -c 'import httpx, rich.table, typer, yaml'": [PY, "-c", LIBS],
+                "persysctl --version": [str(BIN / "persysctl"), "--version"],
+                "persysctl get workloads": [str(BIN / "persysctl"), "get", "workloads"],
+                "persysctl get workloads -o json": [str(BIN / "persysctl"), "get", "workloads", "-o", "json"],
+            }
+            for argv in cases.values():  # warm the page cache and the bytecode caches
+                timed(argv, env)
+            times: dict[str, list[float]] = {name: [] for name in cases}
+            for _ in range(args.rounds):  # interleaved: a load change hits every case alike
+                for name, argv in cases.items():
+                    times[name].append(timed(argv, env))
+        finally:
+            cluster.stop()
+    floor = statistics.median(times["python -c pass"])
+    print(f"{'command':<52} {'median':>9} {'p90':>9} {'x python start':>15}")
+    for name, xs in times.items():
+        xs.sort()
+        med, p90 = statistics.median(xs), xs[int(len(xs) * 0.9) - 1]
+        print(f"{name:<52} {med * 1e3:7.1f}ms {p90 * 1e3:7.1f}ms {med / floor:14.1f}x")
+    print(f"load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

@@ -389,8 +389,10 @@ class SchedulerClient:
         r = await self._call("DeleteBucketKey", req, stubs=self._bucket_stubs)
         return {"deleted": r.deleted, "alreadyGone": r.already_gone}
 
-    async def health(self) -> dict[str, Any]:
-        h = await self._call("Health", pb.HealthRequest())
+    async def health(self, as_self: bool = False) -> dict[str, Any]:
+        """The health document; `as_self`: asked by this gateway itself, for no caller (/readyz,
+        a public probe), instead of on behalf of the request being served."""
+        h = await self._call("Health", pb.HealthRequest(), metadata=() if as_self else None)
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,

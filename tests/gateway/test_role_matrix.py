@@ -39,7 +39,6 @@ MANIFEST = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"nam
                      "process": {"command": ["sleep", "3600"]}}}
 # One request per route; "ghost" objects do not exist, so an allowed call answers 404/409/400.
 REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
-    ("GET", "/readyz"): ("/readyz", {}),
     ("GET", "/v1/health"): ("/v1/health", {}),
     ("GET", "/metrics"): ("/metrics", {}),
     ("POST", "/v1/workloads"): ("/v1/workloads?dryRun=true", {"json": MANIFEST}),

@@ -131,3 +131,20 @@ async def test_tokens_expire_and_revoke(cluster: tuple[RunningScheduler, dict[st
         assert await _code(stub.ApplyWorkload(pb.ApplyWorkloadRequest(manifest_json=MANIFEST), timeout=5,
                                               metadata=bearer)) == grpc.StatusCode.UNAUTHENTICATED
     assert "w1" not in s.scheduler.state.workloads
+
+
+async def test_a_gateway_itself_reads_health_and_nothing_else(cluster: tuple[RunningScheduler, dict[str, TLSFiles]]
+                                                              ) -> None:
+    """/readyz is public, so the gateway reads the health document as itself (roles.GATEWAY_PROBE);
+    the same call from any other service identity, or any other call as the gateway itself, is
+    refused."""
+    s, ids = cluster
+    async with secure_channel(_target(s), ids["gateway"], expect=peer_names.SCHEDULER) as ch:
+        h = await pb_grpc.AgentControlStub(ch).Health(pb.HealthRequest(), timeout=5)
+        assert h.store_ok
+        stub = pb_grpc.AgentControlStub(ch)
+        assert await _code(stub.ListWorkloads(pb.ListRequest(), timeout=5)) == grpc.StatusCode.UNAUTHENTICATED
+    for who in ("agent", "scheduler"):
+        async with secure_channel(_target(s), ids[who], expect=peer_names.SCHEDULER) as ch:
+            assert await _code(pb_grpc.AgentControlStub(ch).Health(pb.HealthRequest(), timeout=5)) \
+                == grpc.StatusCode.PERMISSION_DENIED, who

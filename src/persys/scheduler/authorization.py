@@ -31,7 +31,7 @@ from persys.scheduler.token_store import TokenRefusedError, TokenStore
 from persys.security import forwarding
 from persys.security.identity import ANONYMOUS, Identity, Kind, from_certificate, from_subject
 from persys.security.permissions import NODE_RPCS, RPC_RULES, Rule
-from persys.security.roles import GATEWAY_ONLY, decide
+from persys.security.roles import GATEWAY_ONLY, GATEWAY_PROBE, decide
 from persys.store.base import StoreError
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -136,8 +136,9 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
             return Caller(identity, via, credential, rid)
         if peer.kind is Kind.GATEWAY:
             principal = forwarding.principal_from(md.get(forwarding.ON_BEHALF_OF, ""))
-            if not principal:
-                return Caller(ANONYMOUS, via, "none", rid)
+            if not principal:  # the gateway itself, for the one right it holds (roles.GATEWAY_PROBE)
+                asks_itself = (rule.verb, rule.resource) == GATEWAY_PROBE
+                return Caller(peer, "", "certificate", rid) if asks_itself else Caller(ANONYMOUS, via, "none", rid)
             groups = forwarding.groups_from(md.get(forwarding.ON_BEHALF_OF_GROUPS, ""))
             return Caller(from_subject(principal, groups), via, "certificate", rid)
         return Caller(peer, "", "certificate", rid)

@@ -106,15 +106,15 @@ RPC_RULES: dict[str, Rule] = {
     BUCKETS + "DeleteBucketKey": _m("delete", "bucket-keys"),
 }
 
-# REST routes anyone may call, without credentials: liveness and the API's own documentation.
+# REST routes anyone may call, without credentials: liveness and readiness (a load balancer's
+# probes: they answer a verdict and a reason code, nothing else) and the API's own documentation.
 PUBLIC_ROUTES: frozenset[tuple[str, str]] = frozenset({
-    ("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"),
-    ("GET", "/redoc"), ("GET", "/static-offline-docs"),
+    ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json"), ("GET", "/docs"),
+    ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc"), ("GET", "/static-offline-docs"),
 })
 
 # (HTTP method, path template as FastAPI lists it) -> rule. HEAD is checked as GET.
 REST_RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/readyz"): _r("get", "health"),
     ("GET", "/v1/health"): _r("get", "health"),
     ("GET", "/metrics"): _r("get", "metrics"),
     ("POST", "/v1/workloads"): _m("apply", "workloads"),

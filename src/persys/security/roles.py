@@ -64,6 +64,9 @@ GRANTS: dict[Role, frozenset[Grant]] = {Role.VIEWER: _VIEWER, Role.OPERATOR: _OP
 SELF: Grant = ("get", "self")  # whoami and can-i: any user identity
 # Granted to no role: only a gateway identity may record what it did itself.
 GATEWAY_ONLY: Grant = ("record", "audit")
+# A gateway answers /readyz (public: a load balancer's probe) from the health document, read as
+# itself; it holds this one client right and no other.
+GATEWAY_PROBE: Grant = ("get", "health")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,8 @@ def decide(identity: Identity, verb: str, resource: str, bindings: dict[str, Rol
     if grant == GATEWAY_ONLY:
         ok = identity.kind is Kind.GATEWAY
         return Decision(ok, "gateways record their own actions" if ok else f"{verb} {resource} is for gateways only")
+    if identity.kind is Kind.GATEWAY and grant == GATEWAY_PROBE:
+        return Decision(True, "gateways read health for their readiness probe")
     if identity.kind is not Kind.USER:
         return Decision(False, f"{identity.principal} holds no client rights")
     if grant == SELF:

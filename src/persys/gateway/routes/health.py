@@ -23,19 +23,20 @@ def health_routes(client: SchedulerClient) -> APIRouter:
 
     @router.get("/readyz", tags=["health"], responses={
         503: {"description": "Cannot serve: `reason` is scheduler-unreachable, no-active-replica or "
-                             "store-unreachable, with `error` saying why (docs/observability.md, Health)"}})
+                             "store-unreachable (docs/observability.md, Health); why, in /v1/health"}})
     async def readyz() -> JSONResponse:
         """Readiness, meaning "can serve": a scheduler replica answers, an active replica is known
         and the state store is reachable. A frozen or degraded mode is still ready (reads are
-        served, changes refused with the reason); the health document says which."""
+        served, changes refused with the reason). Needs no credentials (a load balancer's probe),
+        so it says only the verdict and a reason code: the details (addresses, errors, the mode)
+        are in /v1/health, for callers allowed `get health`."""
         try:
-            h: dict[str, Any] | None = await client.health()
+            h: dict[str, Any] | None = await client.health(as_self=True)
             error = ""
         except SchedulerError as err:
             h, error = None, err.message
         verdict = readiness(h, error)
-        body = {"ready": verdict.ready, **({"reason": verdict.reason, "error": verdict.detail}
-                                           if not verdict.ready else {}), **(h or {})}
+        body: dict[str, Any] = {"ready": verdict.ready, **({"reason": verdict.reason} if not verdict.ready else {})}
         return JSONResponse(body, status_code=200 if verdict.ready else 503)
 
     @router.get("/v1/health", tags=["health"], response_model=None,

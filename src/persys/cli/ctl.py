@@ -633,10 +633,11 @@ def top(
         rows = [{"name": w["name"], "type": w["type"], "ready": w["ready"], "node": ",".join(w["nodes"]) or "-",
                  **w["usage"]} for w in items]
         for r in rows:
+            # A host process shares the node's network: its traffic is not measured, not zero.
+            net = ("-", "-") if r["type"] == "process" else (size_text(r["netRxBytes"]), size_text(r["netTxBytes"]))
             t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}",
-                      size_text(r["memoryBytes"]),
-                      size_text(r["diskReadBytes"]), size_text(r["diskWriteBytes"]), size_text(r["netRxBytes"]),
-                      size_text(r["netTxBytes"]))
+                      size_text(r["memoryBytes"]), size_text(r["diskReadBytes"]), size_text(r["diskWriteBytes"]),
+                      *net)
     else:
         for col in ("NAME", "STATUS", "CPU%", "MEMORY USED", "WORKLOADS"):
             t.add_column(col)

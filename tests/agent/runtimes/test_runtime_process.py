@@ -198,6 +198,22 @@ async def test_cpu_limit_and_usage(rt: ProcessRuntime) -> None:
         assert obs.usage.cpu_percent < 70  # the 500m quota holds it near 50% of one core
 
 
+async def test_disk_writes_are_counted(rt: ProcessRuntime) -> None:
+    """`persysctl top` shows a process's disk I/O (/proc/<pid>/io of its processes): here a child
+    that wrote and exited, whose bytes its waiting parent's counters carry on."""
+    # In its own working directory: the default workload user may write nowhere else.
+    w = wl(["sh", "-c", "dd if=/dev/zero of=written bs=1M count=4 conv=fsync 2>/dev/null; exec sleep 300"])
+    await rt.start(w)
+    deadline = time.monotonic() + 30
+    while True:
+        obs = await rt.inspect(w.workload_id)
+        assert obs is not None and obs.state is RuntimeState.RUNNING
+        if obs.usage.disk_write_bytes >= 4 * 1024 * 1024 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert obs.usage.disk_write_bytes >= 4 * 1024 * 1024, obs.usage
+
+
 async def test_invalid_command_is_terminal(rt: ProcessRuntime) -> None:
     with pytest.raises(RuntimeFailure) as ei:
         await rt.start(wl(["/no/such/binary"]))

@@ -98,6 +98,7 @@ class ProcessRuntime:
         self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
         self._cpu = CpuSampler(settle=0.1)
+        self._io_high: dict[str, tuple[int, int]] = {}  # per instance: disk bytes read, written (high-water)
         self._lock = asyncio.Lock()
 
     @property
@@ -259,8 +260,25 @@ class ProcessRuntime:
                         total += int(line.split()[1]) * 1024
         return total
 
+    def _disk_io(self, meta: ProcessMeta) -> tuple[int, int]:
+        """Bytes the instance's processes made the kernel read from and write to storage
+        (/proc/<pid>/io, every process of its group and cgroup). A process that exits takes its
+        figures with it: the high-water mark keeps the counters from going backwards. Network I/O
+        is not measured: a host process shares the node's network namespace."""
+        rd = wr = 0
+        for pid in set(group_members(meta.pgid)) | set(self._cgroup_pids(meta)):
+            with contextlib.suppress(OSError, ValueError):
+                fields = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+                rd += int(fields.get("read_bytes", 0))
+                wr += int(fields.get("write_bytes", 0))
+        high = self._io_high.get(meta.workload_id, (0, 0))
+        high = (max(rd, high[0]), max(wr, high[1]))
+        self._io_high[meta.workload_id] = high
+        return high
+
     async def _add_usage(self, meta: ProcessMeta, obs: ObservedWorkload) -> None:
         obs.usage.memory_bytes = self._memory(meta)
+        obs.usage.disk_read_bytes, obs.usage.disk_write_bytes = self._disk_io(meta)
 
         async def read_again() -> int:
             return self._cpu_ns(meta)
@@ -340,6 +358,7 @@ class ProcessRuntime:
         )
         self._children[w.workload_id] = child
         self._cpu.forget(w.workload_id)
+        self._io_high.pop(w.workload_id, None)
         self._save(meta)
         return self._observe(meta)
 
@@ -395,6 +414,7 @@ class ProcessRuntime:
             remove_secret_files(self._secrets / workload_id)
             self._dirs.remove(workload_id)
             self._cpu.forget(workload_id)
+            self._io_high.pop(workload_id, None)
 
     async def list(self) -> list[ObservedWorkload]:
         out = []

@@ -55,7 +55,9 @@ extra=""
 # (proto/) need pip again. Skip it when neither changed since the last good install.
 stamp=".venv/.persys-install-${want_test}"
 want=$(cat pyproject.toml $(find proto -name '*.proto' | sort) | sha256sum | cut -d' ' -f1)
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && .venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' 2>/dev/null; then
+# A test install (--test) holds everything a plain one does: its stamp satisfies both.
+if [[ ( -f "$stamp" && "$(cat "$stamp")" == "$want" ) || ( -f .venv/.persys-install-1 && "$(cat .venv/.persys-install-1)" == "$want" ) ]] \
+  && .venv/bin/python -c 'import persys._pb.persys.v1.control_pb2' 2>/dev/null; then
   echo "==> .venv is up to date (pyproject.toml and proto/ unchanged)"
   exit 0
 fi

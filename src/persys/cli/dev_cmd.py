@@ -128,6 +128,7 @@ def dev(
 
     async def main() -> None:
         from persys.agent.agent import Agent, AgentConfig
+        from persys.cli.signer_options import signer_from_options
         from persys.gateway.server import start_gateway
         from persys.policy import WorkloadPolicy
         from persys.policy.model import DEFAULT_NODE_PATHS
@@ -156,6 +157,10 @@ def dev(
                 secrets=f"builtin:{data / 'secrets.key'}",  # zero configuration: a key file made once
                 meter=f"duckdb:{data / 'meter.duckdb'}",  # usage history on the in-process sample ring
                 storage=storage_config,
+                # More nodes may join (persysctl node token create, then persys agent --join):
+                # the dev CA signs their certificates, on a join listener the kernel gives a port.
+                signer_for=lambda store: signer_from_options(store, ca_dir=data / "pki"),
+                join_listen=f"{host}:0",
             )
             parts.append(sched.stop)
             agents = []
@@ -189,6 +194,7 @@ def dev(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
                 f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
                 f"{node_lines}"
+                f"  join:      {host}:{sched.join_port}  (persysctl node token create; then persys agent --join)\n"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"
                 f"Press Ctrl-C to stop.",

@@ -54,6 +54,7 @@ from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
+from persys.cli.views import as_manifests
 from persys.model.label_selector import Selector, SelectorError
 from persys.model.label_selector import parse as parse_selector
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
@@ -160,8 +161,8 @@ class _Files:
 
 def _read_files(files: list[Path]) -> _Files:
     """Workload manifests and the `kind: Secret` and `kind: Volume` documents of the files."""
-    from persys.model.kinds import parse_all
-    from persys.model.manifest import ManifestError
+    from persys.model.kinds import parse_documents
+    from persys.model.manifest import ManifestError, load_documents
 
     docs: list[tuple[str, dict[str, Any]]] = []
     secrets: list[SecretManifest] = []
@@ -179,7 +180,8 @@ def _read_files(files: list[Path]) -> _Files:
             text, source = f.read_text(), str(f)
         try:
             # Validate locally first: the whole set is refused before anything is written.
-            found = parse_all(text, source)
+            # What `get -o yaml|json` printed reads as the manifests it shows (persys.cli.views).
+            found = parse_documents(as_manifests(load_documents(text, source)), source)
             secrets += found.secrets
             volumes += found.volumes
             buckets += found.buckets

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from persys.cli.api import Api, ServerOpt, age_text, emit, fail, out
 from persys.cli.safe_text import cell
+from persys.cli.views import workload_manifest
 
 if TYPE_CHECKING:
     from persys.model.secret import SecretManifest
@@ -71,11 +72,6 @@ def apply_secrets(api: Api, secrets: list[SecretManifest], dry_run: bool) -> lis
     return results
 
 
-def _manifest_of(view: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "persys.dev/v1", "kind": "Workload",
-            "metadata": {"name": view["name"], "labels": view.get("labels", {})}, "spec": view["spec"]}
-
-
 def _migrate_one(api: Api, view: dict[str, Any], dry_run: bool) -> bool:
     from persys.model.workload import Workload
     from persys.secrets.refs import migrate
@@ -95,7 +91,7 @@ def _migrate_one(api: Api, view: dict[str, Any], dry_run: bool) -> bool:
     if existing is not None and set(existing["keys"]) != set(m.data):  # not ours from an interrupted run
         fail(f"secret/{m.secret} exists with other keys ({', '.join(existing['keys'])}); move {keys} by hand")
     api.request("PUT", f"/v1/secrets/{m.secret}", json={"data": data})
-    manifest = _manifest_of(view) | {"spec": m.spec.to_doc()}
+    manifest = workload_manifest(view) | {"spec": m.spec.to_doc()}
     api.request("POST", "/v1/workloads", json=manifest)
     out.print(f"workload/{w.id}: moved {keys} into secret/{m.secret} and now references it", highlight=False)
     return True

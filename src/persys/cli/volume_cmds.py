@@ -10,6 +10,7 @@ from rich.table import Table
 
 from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
 from persys.cli.safe_text import cell
+from persys.cli.views import volume_manifest
 
 if TYPE_CHECKING:
     from persys.model.volume import VolumeManifest
@@ -83,11 +84,6 @@ snapshot_app = typer.Typer(help="Snapshots of a network volume: create, list, de
 volume_app.add_typer(snapshot_app, name="snapshot")
 
 
-def _manifest_of(v: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "persys.dev/v1", "kind": "Volume",
-            "metadata": {"name": v["id"], "labels": v.get("labels", {})}, "spec": v["spec"]}
-
-
 @volume_app.command("resize")
 def resize(name: str = typer.Argument(..., help="The volume."),
            size_mb: int = typer.Argument(..., min=1, help="Its new size in MiB (volumes only grow)."),
@@ -95,7 +91,7 @@ def resize(name: str = typer.Argument(..., help="The volume."),
     """Grow a volume (`sizeMb` of its record): a network volume's backend is grown by the control
     plane (`describe volume` shows the provisioned size once done)."""
     api = Api(server)
-    doc = _manifest_of(api.request("GET", f"/v1/volumes/{name}"))
+    doc = volume_manifest(api.request("GET", f"/v1/volumes/{name}"))
     doc["spec"]["sizeMb"] = size_mb
     r = api.request("POST", "/v1/volumes", json=doc)
     out.print(f"volume/{name} {'resizing to ' + str(size_mb) + ' MiB' if r['changed'] else 'unchanged'}",

@@ -44,6 +44,11 @@ def validate_volume(doc: Any, source: str = "") -> VolumeManifest:
 
 def parse_all(text: str, source: str = "") -> Documents:
     """Every document of a file by kind; all valid or ManifestError naming each problem's field."""
+    return parse_documents(load_documents(text, source), source)
+
+
+def parse_documents(docs: list[Any], source: str = "") -> Documents:
+    """`parse_all` of documents already read (bounded: `load_documents`)."""
     def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest:
         kind = doc.get("kind") if isinstance(doc, dict) else None
         if kind == "Bucket":
@@ -55,7 +60,7 @@ def parse_all(text: str, source: str = "") -> Documents:
         return validate_manifest(doc)
 
     out = Documents()
-    for m in validate_all(load_documents(text, source), validate, source):
+    for m in validate_all(docs, validate, source):
         if isinstance(m, WorkloadManifest):
             out.workloads.append(m)
         elif isinstance(m, SecretManifest):

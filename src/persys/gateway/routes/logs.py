@@ -30,7 +30,7 @@ from persys.agent_client import fetch_logs, stream_logs
 from persys.client import SchedulerClient
 from persys.events.filters import FilterError, parse_since
 from persys.gateway.routes.common import WorkloadId
-from persys.gateway.routes.streams import KEEPALIVE_SECONDS, RETRY, SSE_HEADERS
+from persys.gateway.routes.streams import KEEPALIVE_SECONDS, SSE_HEADERS
 from persys.gateway.schemas import AGENT_ERRORS, INSTANCE_ID, SCHEDULER_ERRORS
 from persys.security import forwarding
 from persys.tlsfiles import TLSFiles
@@ -38,13 +38,12 @@ from persys.tlsfiles import TLSFiles
 STREAMS_PER_CALLER = 8
 STREAMS_TOTAL = 256
 LOG_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **SCHEDULER_ERRORS, **AGENT_ERRORS,
     200: {"description": "The output: JSON {instance, node, text}; with follow=true a stream of Server-Sent "
                          "Events (`data: {\"text\": ...}` per piece, `event: end` when the instance goes away)",
           "content": {"application/json": {"schema": {"type": "object"}},
                       "text/event-stream": {"schema": {"type": "string"}}}},
-    400: {"description": "A parameter this workload's logs cannot answer (--since for a process), named"},
     429: {"description": "The caller already follows as many logs as allowed (close one)"},
-    **SCHEDULER_ERRORS, **AGENT_ERRORS,
 }
 
 
@@ -152,7 +151,8 @@ async def _follow(target: _Target, agent_tls: TLSFiles, request: apb.LogsRequest
 
     async def frames() -> AsyncIterator[str]:
         with budget.slot(who):
-            yield RETRY + f": following {target.instance} on {target.node}\n\n"
+            # No `retry:` (unlike the event streams): a reconnecting EventSource would repeat the tail.
+            yield f": following {target.instance} on {target.node}\n\n"
             try:
                 async for piece in _with_keepalive(stream, keepalive):
                     yield ": keep-alive\n\n" if piece is None else f"data: {json.dumps({'text': piece})}\n\n"

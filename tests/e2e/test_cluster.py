@@ -69,7 +69,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> 
     # The agent leaves workloads running by design; remove whatever a failed test left behind.
     client = docker.from_env()
     for cont in client.containers.list(all=True, filters={"label": "persys.workload"}):
-        if cont.name in ("persys-hello-docker", "persys-hello-process"):
+        if cont.name in (f"persys-{NODE}-hello-docker", f"persys-{NODE}-hello-process"):
             cont.remove(force=True)
     etcd.stop()
     redis.stop()
@@ -111,7 +111,7 @@ def test_events_reach_redis_and_health_reports_it(cluster: Cluster) -> None:
 
 def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     client = docker.from_env()
-    before_c = client.containers.get("persys-hello-docker")
+    before_c = client.containers.get(f"persys-{NODE}-hello-docker")
     before_started = before_c.attrs["State"]["StartedAt"]
     before_pid = int(cluster.get("hello-process")["runtimeId"])
     cluster.agent.stop()
@@ -121,7 +121,7 @@ def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     time.sleep(3)  # several reconcile passes of the new agent
     after = client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"})
     assert [c.id for c in after] == [before_c.id], "no second container"
-    after_c = client.containers.get("persys-hello-docker")
+    after_c = client.containers.get(f"persys-{NODE}-hello-docker")
     assert after_c.attrs["State"]["StartedAt"] == before_started, "container was not restarted"
     w = cluster.get("hello-process")
     assert int(w["runtimeId"]) == before_pid and w["restarts"] == 0 and w["phase"] == "Running"

@@ -49,8 +49,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: DockerEngin
         if c is not None:
             c.ctl("delete", "workload", docker_engine.workload_id("burn"), check=False)
             c.stop()
-        subprocess.run(["docker", "rm", "-f", f"persys-{docker_engine.workload_id('burn')}"], capture_output=True,
-                       timeout=60)
+        subprocess.run(["docker", "rm", "-f", f"persys-meter-n1-{docker_engine.workload_id('burn')}"],
+                       capture_output=True, timeout=60)
         redis.stop()
         etcd.stop()
 

@@ -121,7 +121,7 @@ def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayClust
                            what=f"container Running ({round_})")
                 expected = "from-container" if round_ == 2 else "empty"  # round 2 reads round 1's marker
                 eventually(lambda expected=expected: expected in subprocess.run(  # type: ignore[misc]
-                    ["docker", "logs", f"persys-{name}"], capture_output=True, text=True, timeout=30).stdout,
+                    ["docker", "logs", f"persys-n1-{name}"], capture_output=True, text=True, timeout=30).stdout,
                     timeout=30, what=f"the container saying {expected!r}")
                 eventually(lambda: (pool / "mounts" / vid / "marker").exists(), timeout=30, what="marker written")
                 http.delete(f"/v1/workloads/{name}")
@@ -129,4 +129,4 @@ def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayClust
                            what="container deleted")
                 eventually(lambda: not mounted(pool, vid), timeout=30, what="volume detached")
     finally:
-        subprocess.run(["docker", "rm", "-f", f"persys-{name}"], capture_output=True, timeout=60)
+        subprocess.run(["docker", "rm", "-f", f"persys-n1-{name}"], capture_output=True, timeout=60)

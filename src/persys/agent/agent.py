@@ -275,11 +275,14 @@ class Agent:
         )
 
     def heartbeat_request(self) -> pb.HeartbeatRequest:
-        cpu, mem, disk = self._sampler.sample()
-        self.meter.node_usage = (cpu, mem, disk)
+        h = self._sampler.sample()
+        self.meter.node_usage = (h.cpu_percent, h.memory_used_mb, h.disk_used_mb)
+        rd, wr, rx, tx = h.io
         return pb.HeartbeatRequest(
             node_id=self.config.node_id,
-            usage=pb.NodeUsage(cpu_percent=cpu, memory_used_mb=mem, disk_used_mb=disk, workloads=len(self.desired)),
+            usage=pb.NodeUsage(cpu_percent=h.cpu_percent, memory_used_mb=h.memory_used_mb,
+                               disk_used_mb=h.disk_used_mb, workloads=len(self.desired), disk_read_bytes=rd,
+                               disk_write_bytes=wr, net_rx_bytes=rx, net_tx_bytes=tx),
         )
 
     def on_registered(self, resp: pb.RegisterNodeResponse) -> None:

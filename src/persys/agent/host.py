@@ -35,8 +35,53 @@ def capacity(state_dir: Path) -> Capacity:
     return Capacity((os.cpu_count() or 1) * 1000, mem, disk)
 
 
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
+
+
+def _physical(folder: Path) -> set[str]:
+    """The entries of /sys/block or /sys/class/net backed by a device: real disks and NICs, not
+    loop devices, device-mapper volumes (their disk counts their I/O already), bridges or veths."""
+    try:
+        return {p.name for p in folder.iterdir() if (p / "device").exists()}
+    except OSError:
+        return set()
+
+
+def host_io(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> tuple[int, int, int, int]:
+    """Cumulative bytes the node's disks read and wrote and its NICs received and sent."""
+    rd = wr = rx = tx = 0
+    disks = _physical(sys_root / "block")
+    try:
+        for line in (proc_root / "diskstats").read_text().splitlines():
+            f = line.split()
+            if len(f) >= 10 and f[2] in disks:
+                rd += int(f[5]) * SECTOR
+                wr += int(f[9]) * SECTOR
+    except (OSError, ValueError):
+        pass
+    nics = _physical(sys_root / "class" / "net")
+    try:
+        for line in (proc_root / "net" / "dev").read_text().splitlines()[2:]:
+            name, _, rest = line.partition(":")
+            f = rest.split()
+            if name.strip() in nics and len(f) >= 9:
+                rx += int(f[0])
+                tx += int(f[8])
+    except (OSError, ValueError):
+        pass
+    return rd, wr, rx, tx
+
+
+@dataclass(frozen=True)
+class HostSample:
+    cpu_percent: float
+    memory_used_mb: int
+    disk_used_mb: int
+    io: tuple[int, int, int, int]  # disk read, disk write, net rx, net tx: cumulative bytes
+
+
 class UsageSampler:
-    """CPU % between two samples of /proc/stat, plus memory and disk in use."""
+    """CPU % between two samples of /proc/stat, memory and disk in use, and the host's I/O counters."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -50,7 +95,7 @@ class UsageSampler:
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
         return sum(fields), idle
 
-    def sample(self) -> tuple[float, int, int]:
+    def sample(self) -> HostSample:
         total, idle = self._cpu_times()
         pct = 0.0
         if self._last is not None and total > self._last[0]:
@@ -64,4 +109,4 @@ class UsageSampler:
             disk_used = du.used // (1024 * 1024)
         except OSError:
             disk_used = 0
-        return pct, mem_used, disk_used
+        return HostSample(pct, mem_used, disk_used, host_io())

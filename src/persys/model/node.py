@@ -52,6 +52,11 @@ class NodeUsage(Model):
     memory_used_mb: int = 0
     disk_used_mb: int = 0
     workloads: int = 0
+    # Cumulative bytes of the node's disks and NICs (the meter turns them into rates).
+    disk_read_bytes: int = 0
+    disk_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 class Node(Model):

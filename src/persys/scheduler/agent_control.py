@@ -191,7 +191,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def _check_usage(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> None:
         u = request.usage
-        refusal = node_admission.usage_refusal(u.cpu_percent, u.memory_used_mb, u.disk_used_mb, u.workloads)
+        refusal = node_admission.usage_refusal(u.cpu_percent, u.memory_used_mb, u.disk_used_mb, u.workloads,
+                                               (u.disk_read_bytes, u.disk_write_bytes, u.net_rx_bytes, u.net_tx_bytes))
         if refusal:
             await _refuse(context, refusal)
 
@@ -199,7 +200,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         u = request.usage
         known = self.s.heartbeat(request.node_id, NodeUsage(
             cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
-            workloads=u.workloads))
+            workloads=u.workloads, disk_read_bytes=u.disk_read_bytes, disk_write_bytes=u.disk_write_bytes,
+            net_rx_bytes=u.net_rx_bytes, net_tx_bytes=u.net_tx_bytes))
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode,
                                     node_grace_seconds=self.s.config.node_grace_seconds)
 

@@ -235,13 +235,19 @@ def registration_refusal(claim: NodeClaim) -> Refusal | None:
     ])
 
 
-def usage_refusal(cpu_percent: float, memory_used_mb: int, disk_used_mb: int, workloads: int) -> Refusal | None:
+MAX_IO_BYTES = 2**62  # a cumulative counter: far beyond any host's lifetime, within int64
+
+
+def usage_refusal(cpu_percent: float, memory_used_mb: int, disk_used_mb: int, workloads: int,
+                  io: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Refusal | None:
     """A heartbeat's usage: never negative, never beyond what a host can have."""
     return _first([
         _capacity_refusal("usage.cpu_percent", cpu_percent, MAX_CPU_MILLICORES // 10),  # 100 % per CPU
         _capacity_refusal("usage.memory_used_mb", memory_used_mb, MAX_MEMORY_MB),
         _capacity_refusal("usage.disk_used_mb", disk_used_mb, MAX_DISK_MB),
         _capacity_refusal("usage.workloads", workloads, 1_000_000),
+        *(_capacity_refusal(f"usage.{name}", value, MAX_IO_BYTES) for name, value in
+          zip(("disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes"), io, strict=True)),
     ])
 
 

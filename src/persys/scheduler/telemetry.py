@@ -72,9 +72,12 @@ class Telemetry:
         now, key = self.clock(), "node/" + node_id
         if not due(self._seen.get(key), now):
             return
-        self._seen[key] = Seen(now, (0, 0, 0, 0))
+        counters = (usage.disk_read_bytes, usage.disk_write_bytes, usage.net_rx_bytes, usage.net_tx_bytes)
+        dr, dw, rx, tx = rates(self._seen.get(key), now, counters)
+        self._seen[key] = Seen(now, counters)
         self._offer([Sample(now, NODE, node_id, cpu=usage.cpu_percent,
-                            memory=float(usage.memory_used_mb) * 1024 * 1024)], now)
+                            memory=float(usage.memory_used_mb) * 1024 * 1024,
+                            disk_read=dr, disk_write=dw, net_rx=rx, net_tx=tx)], now)
 
     def _offer(self, samples: list[Sample], now: float) -> None:
         if samples and self.outbox is not None:

@@ -200,3 +200,36 @@ async def test_port_conflict_is_terminal(rt: DockerRuntime, engine: Any) -> None
         assert await rt.inspect(b) is None  # the half-created container was cleaned up
     finally:
         await rt.remove(a)
+
+
+async def test_two_nodes_on_one_engine_keep_apart_and_old_names_are_adopted(engine: Any, client: Any) -> None:
+    """Container names are host-wide: two agents sharing an engine run the same instance id as two
+    containers (`persys-<node>-<id>`), neither adopting nor removing the other's; a container named
+    as before names carried the node (`persys-<id>`, with this node's label) is adopted."""
+    wid = engine.workload_id("shared")
+    a = DockerRuntime(stop_timeout=1, extra_labels={**engine.labels, "persys.node": "node-a"})
+    b = DockerRuntime(stop_timeout=1, extra_labels={**engine.labels, "persys.node": "node-b"})
+    w = workload(wid, engine.image, ["sleep", "300"])
+    try:
+        on_a = await a.start(w)
+        on_b = await b.start(workload(wid, engine.image, ["sleep", "301"], revision="r2"))
+        assert on_a.runtime_id != on_b.runtime_id
+        assert client.api.inspect_container(container_name(wid, "node-a"))["Id"] == on_a.runtime_id
+        assert (await a.inspect(wid)).runtime_id == on_a.runtime_id  # type: ignore[union-attr]
+        assert [o.runtime_id for o in await b.list() if o.workload_id == wid] == [on_b.runtime_id]
+        await b.remove(wid)
+        assert client.api.inspect_container(on_a.runtime_id)["State"]["Running"]  # a's untouched
+        await a.remove(wid)
+        # An older agent's container (no node in its name) is adopted, not duplicated.
+        legacy = client.containers.run(engine.image, ["sleep", "300"], name=container_name(wid), detach=True,
+                                       labels={**engine.labels, "persys.node": "node-a", "persys.managed": "true",
+                                               "persys.workload": wid, "persys.revision": "r1",
+                                               "persys.generation": "1"})
+        assert (await a.start(w)).runtime_id == legacy.id
+        await a.remove(wid)
+        assert client.containers.list(all=True, filters={"name": wid}) == []
+    finally:
+        for c in client.containers.list(all=True, filters={"label": f"persys.workload={wid}"}):
+            c.remove(force=True)
+        await a.close()
+        await b.close()

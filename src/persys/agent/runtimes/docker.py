@@ -36,8 +36,14 @@ NAME_PREFIX = "persys-"
 MIN_MEMORY_MB = 6  # the engine refuses smaller limits; reject early with a clear reason
 
 
-def container_name(workload_id: str) -> str:
-    return f"{NAME_PREFIX}{workload_id}"
+LABEL_NODE = "persys.node"
+
+
+def container_name(workload_id: str, node_id: str = "") -> str:
+    """`persys-<node>-<instance>`: names are host-wide, so two agents sharing one engine (several
+    nodes on one host, tests) never meet on a name. Without a node scope: `persys-<instance>`, the
+    name every container had before (`_show` still finds and adopts those)."""
+    return f"{NAME_PREFIX}{node_id}-{workload_id}" if node_id else f"{NAME_PREFIX}{workload_id}"
 
 
 class DockerRuntime:
@@ -78,21 +84,30 @@ class DockerRuntime:
 
     # ---- reading -------------------------------------------------------------------------------
 
+    @property
+    def _node(self) -> str:
+        return self._extra_labels.get(LABEL_NODE, "")
+
     async def _show(self, workload_id: str) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = await self._docker()._query_json(
-                f"containers/{container_name(workload_id)}/json", method="GET"
-            )
-        except DockerError as exc:
-            if exc.status == 404:
-                return None
-            raise RuntimeFailure(f"inspect {workload_id}: {exc.message}") from exc
-        except OSError as exc:
-            raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
-        # A foreign container squatting on our name is not ours to manage or adopt.
-        if (data.get("Config") or {}).get("Labels", {}).get(LABEL_MANAGED) != "true":
-            return None
-        return data
+        """Our container of this instance: by its name, or by the name it had before names carried
+        the node (adopted after an agent upgrade). One whose labels say it is not ours (another
+        node's, or not Persys') is never managed or adopted."""
+        names = [container_name(workload_id, self._node)]
+        if self._node:
+            names.append(container_name(workload_id))
+        for name in names:
+            try:
+                data: dict[str, Any] = await self._docker()._query_json(f"containers/{name}/json", method="GET")
+            except DockerError as exc:
+                if exc.status == 404:
+                    continue
+                raise RuntimeFailure(f"inspect {workload_id}: {exc.message}") from exc
+            except OSError as exc:
+                raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
+            labels = (data.get("Config") or {}).get("Labels") or {}
+            if labels.get(LABEL_MANAGED) == "true" and all(labels.get(k) == v for k, v in self._extra_labels.items()):
+                return data
+        return None
 
     @staticmethod
     def _observe(data: dict[str, Any]) -> ObservedWorkload:
@@ -265,7 +280,7 @@ class DockerRuntime:
         if self._secrets_dir is not None and w.spec.secrets is not None and w.spec.secrets.files:
             write_secret_files(self._secrets_dir / w.workload_id, w.secrets.files)
         try:
-            container = await docker.containers.create(config, name=container_name(w.workload_id))
+            container = await docker.containers.create(config, name=container_name(w.workload_id, self._node))
         except DockerError as exc:
             if exc.status == 409:
                 # Someone else (another agent instance) created it meanwhile: adopt theirs.

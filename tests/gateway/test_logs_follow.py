@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker_fixtures import DockerEngine
+from tests.docker_fixtures import DockerEngine, remove_containers
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 from tests.gateway.test_live_streams import Reader
@@ -130,4 +130,4 @@ def test_container_logs_since_timestamps_and_follow(cluster: GatewayCluster, doc
         _follow_until_deleted(cluster, name)
     finally:
         ctl("delete", "workload", name, env=env, check=False)
-        subprocess.run(["docker", "rm", "-f", f"persys-{name}"], capture_output=True, timeout=60)
+        remove_containers(f"persys.workload={name}")  # whatever a failed test left

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
@@ -435,6 +437,9 @@ class ProcessRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return await asyncio.to_thread(tail_text, self._wdir(workload_id) / "stdout.log", tail)
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output")
 
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.

@@ -22,15 +22,8 @@ def load_or_create(path: Path) -> bytes:
     """The master key in `path` (base64 text), created (0600, parent 0700) when absent; a file
     others may read is tightened to 0600."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(base64.b64encode(os.urandom(KEY_BYTES)).decode() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    if not path.exists():
+        _create(path)
     if stat.S_IMODE(path.stat().st_mode) & 0o077:
         os.chmod(path, 0o600)
     try:
@@ -40,3 +33,22 @@ def load_or_create(path: Path) -> bytes:
     if len(key) != KEY_BYTES:
         raise KeyFileError(f"{path}: a key of {KEY_BYTES} bytes expected, found {len(key)}")
     return key
+
+
+def _create(path: Path) -> None:
+    """Write a new key where no reader can see it half-written: a file of its own, complete and
+    synced, then linked into place. Replicas starting together race here; the first link wins,
+    the others find the file already there (whole) and read it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(base64.b64encode(os.urandom(KEY_BYTES)).decode() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and never replaces a key already there
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)

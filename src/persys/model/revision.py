@@ -33,11 +33,23 @@ class WorkloadRevision(Model):
     rollback_of: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
-def _short(value: Any) -> str:
-    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
-    if not text:
-        return "-"
+def _text(value: Any) -> str:
+    text = " ".join(map(str, value)) if isinstance(value, list) else "-" if value is None else str(value)
+    return text or "-"
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+def _pair(field: str, old: Any, new: Any) -> str:
+    """`field old -> new`; of long values that start alike, where they differ (a tag, a flag)."""
+    a, b = _text(old), _text(new)
+    if max(len(a), len(b)) > VALUE_CHARS:
+        shared = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        if shared > VALUE_CHARS // 2:
+            a, b = "…" + a[shared - 4:], "…" + b[shared - 4:]
+    return f"{field} {_cut(a)} -> {_cut(b)}"
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -49,7 +61,7 @@ def _typed_changes(kind: str, before: dict[str, Any], after: dict[str, Any]) -> 
     out = []
     for field in _changed(before, after):
         if field in _SHOWN and field in before and field in after:
-            out.append(f"{field} {_short(before[field])} -> {_short(after[field])}")
+            out.append(_pair(field, before[field], after[field]))
         else:
             out.append(field if field in _SHOWN else f"{kind}.{field}")
     return out
@@ -77,7 +89,7 @@ def change_summary(before: WorkloadSpec | None, after: WorkloadSpec) -> str:
         elif field == "resources" and isinstance(old, dict) and isinstance(new, dict):
             items += _resource_changes(old, new)
         elif field in ("type", "replicas", "desiredState", "restartPolicy"):
-            items.append(f"{field} {_short('-' if old is None else old)} -> {_short('-' if new is None else new)}")
+            items.append(_pair(field, old, new))
         elif field not in (before.type, after.type):  # a type change names the type, not both sections
             items.append(field)
     if not items:

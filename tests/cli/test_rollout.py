@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from persys.scheduler.view_models import RevisionList, RollbackView
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 
@@ -109,4 +110,10 @@ def test_refusals_name_the_field(cluster: tuple[GatewayCluster, dict[str, str]])
             assert "generation" in resp.text or "bogus" in resp.text, resp.text
         resp = http.post("/v1/workloads/roll/rollback", json={"generation": 99})
         assert resp.status_code == 400 and resp.json()["problems"][0].startswith("generation: "), resp.text
-    assert _history(env)[-1]["generation"] == generation  # nothing written
+        assert _history(env)[-1]["generation"] == generation  # nothing written
+        # The spec in force, asked for by its generation: answered, nothing changes.
+        same = RollbackView.model_validate(http.post("/v1/workloads/roll/rollback",
+                                                     json={"generation": generation}).json())
+        assert (same.changed, same.to_generation) == (False, generation)
+        listed = RevisionList.model_validate(http.get("/v1/workloads/roll/revisions").json())
+        assert listed.items[-1].current and listed.items[-1].generation == generation

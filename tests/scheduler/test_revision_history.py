@@ -1,8 +1,8 @@
 """The scheduler keeps each workload's revision history durably, bounded, in the same writes as the
 workload (on the embedded SQLite store and on a real etcd): apply, change, change again and
 roll back; pruning beyond KEEP_REVISIONS; a rollback to an unknown generation refused naming
-it; the records in a backup and back after a restore; gone with the workload; and a record
-that would not fit in the store's request left out while the apply lands."""
+it; the records in a backup and back after a restore; gone with the workload; a record that
+would not fit in the store's request left out while the apply lands; bulk creates recorded."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ async def test_history_rollback_pruning_backup_and_deletion(store_url: str, tmp_
         await s.store.close()
 
 
-async def test_leftovers_dropped_on_create_and_oversized_specs_unrecorded(store_url: str) -> None:
+async def test_leftovers_oversized_specs_and_bulk_creates(store_url: str) -> None:
     s = Scheduler(open_store(store_url), MemoryEventBus())
     await s.start()
     try:
@@ -127,6 +127,13 @@ async def test_leftovers_dropped_on_create_and_oversized_specs_unrecorded(store_
         assert sorted(await stored(s)) == [1]
         await s.apply(manifest(["sleep", "62"]))  # the history goes on after it
         assert sorted(await stored(s)) == [1, 3]
+
+        # A bulk apply's creates carry their first record in the same units.
+        bulk = [parse_manifests(json.dumps({**manifest(["true"]).model_dump(mode="json", by_alias=True),
+                                            "metadata": {"name": f"bulk-{i}"}}))[0] for i in range(3)]
+        assert [created for _, created, _ in await s.apply_many(bulk)] == [True] * 3
+        for i in range(3):
+            assert [r.generation for r in await s.revisions(f"bulk-{i}")] == [1]
     finally:
         await s.stop()
         await s.store.close()

@@ -138,6 +138,19 @@ class SchedulerClient:
     async def control(self, workload_id: str, action: str) -> dict[str, Any]:
         return await self._doc("ControlWorkload", pb.ControlWorkloadRequest(workload_id=workload_id, action=action))
 
+    async def revisions(self, workload_id: str) -> list[dict[str, Any]]:
+        resp = await self._call("ListRevisions", pb.GetRequest(id=workload_id))
+        return [_document(i) for i in resp.items]
+
+    async def rollback(self, workload_id: str, generation: int = 0) -> dict[str, Any]:
+        """Roll back to a kept generation (0: the one before the newest). The default is resolved
+        here first, so that a retry on another replica repeats the same rollback (a no-op once
+        landed) instead of stepping back once more."""
+        if generation == 0:
+            kept = [r["generation"] for r in await self.revisions(workload_id)]
+            generation = kept[-2] if len(kept) >= 2 else 0  # none: the scheduler says why
+        return await self._doc("RollbackWorkload", pb.RollbackRequest(workload_id=workload_id, generation=generation))
+
     async def delete(self, workload_id: str) -> dict[str, Any]:
         resp = await self._call("DeleteWorkload", pb.DeleteWorkloadRequest(workload_id=workload_id))
         return {"id": workload_id, "deleted": resp.deleted, "alreadyGone": resp.already_gone}

@@ -48,6 +48,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/workloads"): ("/v1/workloads?limit=5", {}),
     ("GET", "/v1/workloads/{workload_id}"): ("/v1/workloads/ghost", {}),
     ("DELETE", "/v1/workloads/{workload_id}"): ("/v1/workloads/ghost", {}),
+    ("GET", "/v1/workloads/{workload_id}/revisions"): ("/v1/workloads/ghost/revisions", {}),
+    ("POST", "/v1/workloads/{workload_id}/rollback"): ("/v1/workloads/ghost/rollback", {"json": {"generation": 1}}),
     ("POST", "/v1/workloads/{workload_id}/{action}"): ("/v1/workloads/ghost/restart", {}),
     ("GET", "/v1/workloads/{workload_id}/logs"): ("/v1/workloads/ghost/logs", {}),
     ("POST", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images?kind=docker", {"content": b"x"}),

@@ -69,6 +69,9 @@ def mirror(case: dict[str, Any]) -> ClusterState:
                             message=d.get("message", ""), relocating_from=d.get("relocating_from", ""),
                             volume_node=d.get("volume_node", ""))
         put(keys.status(inst), st.to_json())
+    for n, generations in (case.get("revisions") or {}).items():  # the mirror indexes their keys only
+        for g in generations:
+            put(keys.revision(n, g), b"{}")
     state = ClusterState(cast(StateStore, None))
     state.replace(kvs, rev)
     return state
@@ -87,6 +90,8 @@ def op_text(op: Any) -> str:
 
 
 def key_text(key: str) -> str:
+    if (parsed := keys.parse_revision(key)) is not None and key.startswith(keys.REVISIONS):
+        return f"revision {parsed[0]}/{parsed[1]}"
     for prefix, name in ((keys.ASSIGNMENTS, "assignment"), (keys.STATUS, "status"), (keys.WORKLOADS, "workload")):
         if key.startswith(prefix):
             return f"{name} {key.removeprefix(prefix)}"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
+from persys.scheduler import revisions
 from persys.scheduler import view_models as vm
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
@@ -38,5 +39,9 @@ async def test_views_match_their_models(make: Callable) -> None:
     assert vm.Explanation.model_validate(s.explain("web", "n1")).replicas[0].decision.scores
     h = vm.Health.model_validate(await s.health())
     assert h.active and h.liveness.judged_nodes >= 0
+    await s.apply(parse_manifests(manifest("web"))[0])  # one replica: a second revision
+    listed = vm.RevisionList.model_validate({"workload": "web", "items": revisions.history(await s.revisions("web"))})
+    assert [r.generation for r in listed.items] == [1, 2] and listed.items[-1].current
+    assert listed.items[0].change == "created" and listed.items[0].rollback_of is None
     # camelCase on the wire, as the views send it
     assert "observedRevision" in vm.InstanceView.model_json_schema(by_alias=True)["properties"]

@@ -28,6 +28,7 @@ from persys.cli import (
     meter_cmds,
     node_cmds,
     object_cmds,
+    rollout_cmds,
     secret_cmds,
     volume_cmds,
 )
@@ -654,6 +655,7 @@ node_cmds.register(app)
 app.add_typer(admin_app, name="admin")
 app.add_typer(meter_cmds.meter_app, name="meter")
 app.add_typer(policy_app, name="policy")
+app.add_typer(rollout_cmds.rollout_app, name="rollout")
 app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")
 app.add_typer(volume_cmds.volume_app, name="volume")

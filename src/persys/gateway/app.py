@@ -33,6 +33,7 @@ from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.logs import log_routes
 from persys.gateway.routes.meter import meter_routes
 from persys.gateway.routes.nodes import node_routes
+from persys.gateway.routes.rollout import rollout_routes
 from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
@@ -123,6 +124,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     # In the order the OpenAPI document lists them.
     app.include_router(health_routes(client))
     app.include_router(metrics_router(metrics))
+    app.include_router(rollout_routes(client))  # before workload_routes: see rollout_routes
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true

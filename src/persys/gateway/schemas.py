@@ -47,6 +47,13 @@ class LabelChange(_Body):
     remove: list[Key] = Field(default_factory=list, max_length=256)
 
 
+class RollbackRequest(_Body):
+    """Which kept revision of a workload to apply again (`persysctl rollout undo`)."""
+
+    generation: int = Field(0, ge=0, le=2**62, strict=True, description=(
+        "A generation listed by GET /v1/workloads/{id}/revisions; 0 or absent: the one before the newest"))
+
+
 class TaintSpec(_Body):
     key: Key
     value: Value = ""

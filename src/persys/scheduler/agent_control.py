@@ -37,7 +37,7 @@ from persys.model import (
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import node_admission, volume_rules
+from persys.scheduler import node_admission, revisions, volume_rules
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -372,6 +372,27 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return self.s.workload_view(request.workload_id)
 
         return await self._document(context, control)
+
+    async def ListRevisions(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
+        await self._as_client(context)
+        async with mapped(context):
+            items = revisions.history(await self.s.revisions(request.id))
+            return pb.DocumentList(items=[dumps(i) for i in items])
+        raise AssertionError("unreachable")
+
+    async def RollbackWorkload(self, request: pb.RollbackRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def rollback() -> dict[str, Any]:
+            if request.generation < 0:
+                raise ManifestError([f"generation: {request.generation} is not a generation (1 or more; 0: the "
+                                     "one before the newest)"])
+            before = self.s.state.workloads.get(request.workload_id)
+            manifest, target = await self.s.rollback_manifest(request.workload_id, request.generation)
+            await self.policy.admit([manifest])  # the policy may have changed since that spec was applied
+            w, _, changed = await self.s.apply(manifest, rollback_of=target)
+            return {"workload": w.id, "fromGeneration": before.value.generation if before else 0,
+                    "toGeneration": target, "generation": w.generation, "revision": w.revision, "changed": changed}
+
+        return await self._document(context, rollback)
 
     async def DeleteWorkload(self, request: pb.DeleteWorkloadRequest, context: grpc.aio.ServicerContext
                              ) -> pb.DeleteWorkloadResponse:

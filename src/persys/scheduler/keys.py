@@ -11,6 +11,8 @@
     /persys/policy                           WorkloadPolicy: what workloads may do to nodes (admins)
     /persys/volumes/<volume>                 Volume: a managed volume's spec, phase and where its data is
     /persys/buckets/<bucket>                 Bucket: an RGW bucket's binding (owner, quota, key ids and roles)
+    /persys/revisions/<workload>/<gen>       WorkloadRevision: the spec an apply wrote at generation <gen>
+                                             (the newest KEEP_REVISIONS per workload; gen zero-padded)
 
 Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
 (and events go to the event stream), so liveness traffic never writes to the store.
@@ -29,6 +31,7 @@ NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
 VOLUMES = "/persys/volumes/"
 BUCKETS = "/persys/buckets/"  # read by the Buckets service straight from the store (not mirrored)
+REVISIONS = "/persys/revisions/"  # written with the workload's document, pruned and removed with it
 POLICY = "/persys/policy"  # the cluster's workload policy (persys.policy); absent: the defaults
 
 
@@ -60,6 +63,22 @@ def node(node_id: str) -> str:
 
 def assignment(node_id: str, workload_id: str) -> str:
     return f"{ASSIGNMENTS}{node_id}/{workload_id}"
+
+
+def revisions_of(workload_id: str) -> str:
+    """The prefix of one workload's revision records (the trailing '/' keeps `web` from `web-2`)."""
+    return f"{REVISIONS}{workload_id}/"
+
+
+def revision(workload_id: str, generation: int) -> str:
+    # Zero-padded: a range over the prefix comes back in generation order.
+    return f"{revisions_of(workload_id)}{generation:012d}"
+
+
+def parse_revision(key: str) -> tuple[str, int] | None:
+    """(workload, generation) of a revision record's key; None for a malformed one."""
+    workload_id, _, gen = key.removeprefix(REVISIONS).partition("/")
+    return (workload_id, int(gen)) if workload_id and gen.isdigit() else None
 
 
 def parse_assignment(key: str) -> tuple[str, str]:

@@ -148,6 +148,9 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
     vol_compares, vol_ops = volume_rules.reclaim_ops(state, wid, now)
     ops: list[Put | Delete] = [Delete(keys.workload(wid)), *vol_ops]
     ops += [Delete(keys.status(inst)) for inst in sorted(instances, key=index_of) if inst in state.statuses]
+    # Its revision history goes with it (after the document: a later chunk that fails leaves
+    # records that a new workload of the same name drops when it is created).
+    ops += [Delete(keys.revision(wid, g)) for g in sorted(state.revision_generations.get(wid, ()))]
     first = TXN_MAX_OPS - len(vol_compares)
     rest = [Write([], chunk) for chunk in chunk_ops(ops[first:], TXN_MAX_OPS)]
     return [Write(guard + vol_compares, ops[:first],

@@ -137,6 +137,7 @@ class Scheduler:
         self.apply, self.apply_many, self.delete, self.plan, self.explain = w.apply, w.apply_many, w.delete, w.plan, \
             w.explain
         self.set_desired_state, self.restart = w.set_desired_state, w.restart
+        self.revisions, self.rollback_manifest = w.revisions, w.rollback_manifest
         self.register, self.heartbeat, self.report = a.register, a.heartbeat, a.report
         self.update_node, self.cordon, self.drain, self.label, self.taint, self.delete_node = \
             n.update_node, n.cordon, n.drain, n.label, n.taint, n.delete_node

@@ -71,6 +71,9 @@ class ClusterState:
         self.placement_of: dict[str, str] = {}  # instance -> node
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
         self.pending: set[str] = set()  # instances whose status is Pending (retried as nodes change)
+        # workload -> generations of its revision records (keys only: the specs stay in the store,
+        # read when asked for; this is what pruning and deletion need to name the keys).
+        self.revision_generations: dict[str, set[int]] = {}
         self.cluster_marker: dict[str, object] | None = None
         self.leader: bytes | None = None  # value of the leader key
         self.replicas: dict[str, str] = {}  # live replica -> address
@@ -120,6 +123,7 @@ class ClusterState:
         self.placement_of.clear()
         self.instances.clear()
         self.pending.clear()
+        self.revision_generations.clear()
         self.cluster_marker = None
         self.leader = None
         self.replicas.clear()
@@ -254,6 +258,9 @@ class ClusterState:
             return "", ""
         self._revs[key] = rev
         self._tombstones.pop(key, None)
+        if key.startswith(keys.REVISIONS):  # indexed by key alone; nothing acts on it: no listener is told
+            self._index_revision(key, True)
+            return "", ""
         kind, ident = self._fold(key, value, rev, doc)
         if notify and kind:
             self._notify(kind, ident)
@@ -264,6 +271,9 @@ class ClusterState:
             return "", ""
         self._revs.pop(key, None)
         self._tombstones[key] = rev
+        if key.startswith(keys.REVISIONS):
+            self._index_revision(key, False)
+            return "", ""
         kind, ident = self._unfold(key)
         if notify and kind:
             self._notify(kind, ident)
@@ -369,6 +379,20 @@ class ClusterState:
             self.shards = ((), 0)
             return "shards", ""
         return "", ""
+
+    def _index_revision(self, key: str, present: bool) -> None:
+        parsed = keys.parse_revision(key)
+        if parsed is None:
+            return
+        wid, generation = parsed
+        if present:
+            self.revision_generations.setdefault(wid, set()).add(generation)
+            return
+        known = self.revision_generations.get(wid)
+        if known is not None:
+            known.discard(generation)
+            if not known:
+                del self.revision_generations[wid]
 
     def _unindex(self, instance: str) -> None:
         if instance in self.statuses or instance in self.placement_of:

@@ -174,6 +174,35 @@ class Explanation(View):
     node: dict[str, Any] | None = None
 
 
+class RevisionView(View):
+    """One kept revision of a workload's spec (revisions.history)."""
+
+    workload: str
+    generation: int
+    revision: str
+    created_at: float
+    change: str  # what it changed from the revision before it
+    rollback_of: int | None = None  # the generation a rollback applied again
+    current: bool  # the newest: the spec in force
+    spec: dict[str, Any]
+
+
+class RevisionList(View):
+    workload: str
+    items: list[RevisionView]
+
+
+class RollbackView(View):
+    """What a rollback did: applied `toGeneration`'s spec, as `generation` (unchanged if it ran already)."""
+
+    workload: str
+    from_generation: int
+    to_generation: int
+    generation: int
+    revision: str
+    changed: bool
+
+
 class LivenessView(View):
     suspended: bool
     since: float

@@ -4,15 +4,17 @@ retried a few times against concurrent writers. Reconciliation follows from the 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from persys.model import DesiredState, Workload, WorkloadManifest
 from persys.model.base import Model
-from persys.model.workload import instance_id
+from persys.model.revision import WorkloadRevision
+from persys.model.workload import Metadata, instance_id
 from persys.observability import trace_context, tracing
-from persys.scheduler import keys, quarantine
+from persys.scheduler import keys, quarantine, revisions
 from persys.scheduler import placement as pl
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.group_commit import TXN_MAX_BYTES, Unit, commit_units
@@ -21,8 +23,9 @@ from persys.scheduler.shell import Shell
 from persys.scheduler.state import Versioned, put_doc
 from persys.scheduler.views import replica_explanations
 from persys.scheduler.volume_rules import check_workload_volumes, inline_records
-from persys.store.base import Compare, Put, TxnTooLarge, txn_bytes
+from persys.store.base import Compare, Delete, Put, TxnTooLarge, txn_bytes
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
 CAS_ATTEMPTS = 10
 
@@ -47,19 +50,23 @@ class WorkloadApi:
         self.s = shell
         self.admit = admit  # holds a bulk apply while the reconcile backlog is long
 
-    async def apply(self, manifest: WorkloadManifest, dry_run: bool = False) -> tuple[Workload, bool, bool]:
-        """Create or update a workload. Returns (workload, created, changed); idempotent."""
+    async def apply(self, manifest: WorkloadManifest, dry_run: bool = False, rollback_of: int | None = None
+                    ) -> tuple[Workload, bool, bool]:
+        """Create or update a workload. Returns (workload, created, changed); idempotent. A new
+        spec is also recorded in the workload's revision history (`rollback_of`: the generation
+        whose spec this applies again)."""
         if not tracing.enabled():
-            return await self._apply(manifest, dry_run)
+            return await self._apply(manifest, dry_run, rollback_of)
         with tracing.span("scheduler.apply", {"persys.workload": manifest.metadata.name,
                                               "persys.dry_run": dry_run}) as s:
-            w, created, changed = await self._apply(manifest, dry_run)
+            w, created, changed = await self._apply(manifest, dry_run, rollback_of)
             s.set_attribute("persys.created", created)
             s.set_attribute("persys.changed", changed)
             s.set_attribute("persys.revision", w.revision)
             return w, created, changed
 
-    async def _apply(self, manifest: WorkloadManifest, dry_run: bool) -> tuple[Workload, bool, bool]:
+    async def _apply(self, manifest: WorkloadManifest, dry_run: bool, rollback_of: int | None
+                     ) -> tuple[Workload, bool, bool]:
         if not dry_run:
             self.s.require_normal()
         state = self.s.state
@@ -75,8 +82,9 @@ class WorkloadApi:
                     return incoming, True, True
                 # rev_of: 0, or the revision of a stored document the model refuses, which a
                 # valid manifest of the same name replaces.
-                if await self._commit([Compare(key, state.rev_of(key)), *vol_compares],
-                                      [Put(key, incoming.to_json()), *vol_puts]):
+                compares = [Compare(key, state.rev_of(key)), *vol_compares]
+                if await self._commit(compares, self._recorded(compares, [Put(key, incoming.to_json()), *vol_puts],
+                                                               incoming, True, rollback_of)):
                     self.s.emit("WorkloadCreated", f"workload/{incoming.id}", f"revision {incoming.revision}")
                     return incoming, True, True
                 await self.s.refresh(key)
@@ -86,14 +94,56 @@ class WorkloadApi:
                 return current.value, False, False
             if dry_run:
                 return updated, False, True
-            if await self._commit([Compare(key, current.mod_revision), *vol_compares],
-                                  [Put(key, updated.to_json()), *vol_puts]):
+            compares = [Compare(key, current.mod_revision), *vol_compares]
+            ops: list[Put | Delete] = [Put(key, updated.to_json()), *vol_puts]
+            if updated.generation != current.value.generation:  # a new spec: a new revision record
+                ops = self._recorded(compares, ops, updated, False, rollback_of)
+            if await self._commit(compares, ops):
                 self.s.emit("WorkloadUpdated", f"workload/{updated.id}", f"revision {updated.revision}")
                 return updated, False, True
             await self.s.refresh(key)
         raise MutationRefused(f"workload {incoming.id} is being changed concurrently; try again")
 
-    async def _commit(self, compares: list[Compare], puts: list[Put]) -> bool:
+    def _recorded(self, compares: list[Compare], ops: list[Put | Delete], w: Workload, fresh: bool,
+                  rollback_of: int | None) -> list[Put | Delete]:
+        """`ops` and, when they fit in the same write, `w`'s revision record and its pruning."""
+        kept = self.s.state.revision_generations.get(w.id, set())
+        record = revisions.record_ops(w, kept, w.updated_at, fresh, rollback_of)
+        out = revisions.with_record(compares, ops, record, TXN_MAX_BYTES)
+        if out is ops:
+            log.warning("workload %s generation %d: its spec is too large to keep in the revision history too",
+                        w.id, w.generation)
+        return out
+
+    async def revisions(self, wid: str) -> list[WorkloadRevision]:
+        """The workload's kept revision records, oldest first (read from the store: the mirror
+        holds only their keys)."""
+        if wid not in self.s.state.workloads and wid not in self.s.state.refused:
+            raise NotFound(f"workload {wid!r}")
+        kvs, _ = await self.s.store.range(keys.revisions_of(wid))
+        out = []
+        for kv in kvs:
+            try:
+                out.append(WorkloadRevision.model_validate_json(kv.value))
+            except ValueError as err:  # a hand-written or damaged record: the rest still show
+                log.error("ignoring undecodable revision record %s: %s", kv.key, err)
+        return out
+
+    async def rollback_manifest(self, wid: str, generation: int = 0) -> tuple[WorkloadManifest, int]:
+        """The manifest a rollback applies: the kept spec of `generation` (0: the one before the
+        newest) under the workload's current name and labels; and that generation. The caller
+        admits it (the workload policy may have changed since) and applies it with `rollback_of`."""
+        cur = self.s.state.workloads.get(wid)
+        if cur is None or cur.value.deleting:
+            raise NotFound(f"workload {wid!r}")
+        records = {r.generation: r for r in await self.revisions(wid)}
+        target = revisions.rollback_target(wid, list(records), generation)
+        manifest = WorkloadManifest(api_version="persys.dev/v1", kind="Workload",
+                                    metadata=Metadata(name=wid, labels=dict(cur.value.labels)),
+                                    spec=records[target].spec.model_copy(deep=True))
+        return manifest, target
+
+    async def _commit(self, compares: list[Compare], puts: list[Put | Delete]) -> bool:
         """One workload's compare-and-swap, in a span of its own when tracing."""
         if not tracing.enabled():
             return await self.s.state.commit(compares, puts, fenced=False)
@@ -115,7 +165,7 @@ class WorkloadApi:
         for w in incoming if parent else ():
             w.trace_parent = parent
         puts = [put_doc(keys.workload(w.id), w) for w in incoming]
-        for i, put in enumerate(puts):  # refuse the batch before anything is written
+        for i, put in enumerate(puts):  # refuse the batch before anything is written (records may be left out)
             if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
                 raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
                                   f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")
@@ -129,7 +179,10 @@ class WorkloadApi:
             seen.add(w.id)
         created: dict[int, bool] = {}
         if fresh:
-            units = [Unit([Compare(keys.workload(wid), 0)], [puts[i]]) for wid, i in fresh.items()]
+            units = []
+            for wid, i in fresh.items():
+                compares = [Compare(keys.workload(wid), 0)]
+                units.append(Unit(compares, self._recorded(compares, [puts[i]], incoming[i], True, None)))
             oks = await commit_units(lambda c, o: self.s.state.commit(c, o, fenced=False), units)
             for (wid, i), ok in zip(fresh.items(), oks, strict=True):
                 created[i] = ok

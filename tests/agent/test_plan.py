@@ -100,7 +100,7 @@ def test_outcome(case: dict[str, Any]) -> None:
     if case["outcome"] == "restarted":
         f = plan.after_restart(prev, case.get("revision", "r1"), case["now"], jitter)
     elif case["outcome"] == "pending":
-        f = plan.while_pending(case.get("revision", "r1"), case["code"], case.get("message", ""), case["now"])
+        f = plan.while_pending(prev, case.get("revision", "r1"), case["code"], case.get("message", ""), case["now"])
     else:
         err = case["error"]
         f = plan.after_failure(prev, case.get("revision", "r1"), err["code"], err.get("message", ""),

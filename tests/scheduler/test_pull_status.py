@@ -18,13 +18,13 @@ def status(phase: Phase, reason: str = "", message: str = "") -> WorkloadStatus:
 
 
 @pytest.mark.parametrize(("prev", "new", "kind"), [
-    (status(Phase.SCHEDULED), status(Phase.PENDING, "ImagePulling", "pulling"), "ImagePulling"),
-    (status(Phase.PENDING, "ImagePulling", "pulling: 1 MB"), status(Phase.PENDING, "ImagePulling", "pulling: 2 MB"),
+    (status(Phase.SCHEDULED), status(Phase.SCHEDULED, "ImagePulling", "pulling"), "ImagePulling"),
+    (status(Phase.SCHEDULED, "ImagePulling", "pulling: 1 MB"), status(Phase.SCHEDULED, "ImagePulling", "pulling: 2 MB"),
      None),  # progress alone updates the status, not the event log
-    (status(Phase.PENDING, "ImagePulling"), status(Phase.PENDING, "ImagePulled", "pulled"), "ImagePulled"),
-    (status(Phase.PENDING, "ImagePulled"), status(Phase.RUNNING), "WorkloadRunning"),
+    (status(Phase.SCHEDULED, "ImagePulling"), status(Phase.SCHEDULED, "ImagePulled", "pulled"), "ImagePulled"),
+    (status(Phase.SCHEDULED, "ImagePulled"), status(Phase.RUNNING), "WorkloadRunning"),
     (status(Phase.RUNNING), status(Phase.SCHEDULED, "ImagePulling"), "ImagePulling"),  # an update's pull
-    (status(Phase.PENDING, "ImagePulling"), status(Phase.FAILED, "RegistryUnauthorized"), "WorkloadFailed"),
+    (status(Phase.SCHEDULED, "ImagePulling"), status(Phase.FAILED, "RegistryUnauthorized"), "WorkloadFailed"),
     (status(Phase.RUNNING), status(Phase.RUNNING, "", "other"), None),
 ])
 def test_event_kind_of_a_change(prev: WorkloadStatus, new: WorkloadStatus, kind: str | None) -> None:

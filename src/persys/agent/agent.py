@@ -510,7 +510,7 @@ class Agent:
         except StartPending as pending:
             # Going on in the background (an image pull): reported as its progress, asked again at
             # the next pass, and at once when the background work ends.
-            self.failures[wid] = plan.while_pending(d.revision, pending.code, str(pending.args[0]), now)
+            self.failures[wid] = plan.while_pending(prev, d.revision, pending.code, str(pending.args[0]), now)
             if pending.done is not None:
                 pending.done.add_done_callback(lambda _: self._wake.set())
             else:

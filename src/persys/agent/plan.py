@@ -72,18 +72,22 @@ def after_restart(prev: Failure | None, revision: str, now: float, jitter: float
 
 def after_failure(prev: Failure | None, revision: str, code: str, message: str, terminal: bool,
                   now: float, jitter: float, credentials: str | None = None) -> Failure:
-    """A start failed: the streak (and its first time) goes on for the same revision (a pull
-    that went before it is no failure: the streak starts here)."""
-    streak = prev is not None and prev.revision == revision and not prev.pending
+    """A start failed: the streak (and its first time) goes on for the same revision, also
+    across the image pulls between its attempts."""
+    streak = prev is not None and prev.revision == revision
     attempts = prev.attempts + 1 if prev is not None and streak else 1
     since = prev.since if prev is not None and streak else now
     return Failure(revision, code, message, terminal, attempts, now + backoff(attempts, jitter), since,
                    credentials=credentials)
 
 
-def while_pending(revision: str, code: str, message: str, now: float) -> Failure:
-    """A start goes on in the background (an image pull): report it, ask again at the next pass."""
-    return Failure(revision, code, message, False, attempts=0, next_try=now, since=now, pending=True)
+def while_pending(prev: Failure | None, revision: str, code: str, message: str, now: float) -> Failure:
+    """A start goes on in the background (an image pull): report it, ask again at the next pass.
+    No attempt of its own, but a streak of failures goes on (a pull failing again backs off more)."""
+    streak = prev is not None and prev.revision == revision
+    attempts = prev.attempts if prev is not None and streak else 0
+    since = prev.since if prev is not None and streak else now
+    return Failure(revision, code, message, False, attempts, next_try=now, since=since, pending=True)
 
 
 @dataclass(frozen=True)

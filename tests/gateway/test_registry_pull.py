@@ -101,6 +101,23 @@ def test_a_registry_image_is_pulled_and_runs(cluster: GatewayCluster, docker_reg
         delete(cluster, "pulled")
 
 
+def test_a_compose_app_pulls_its_services_images(cluster: GatewayCluster, docker_registry: DockerRegistry) -> None:
+    ref = docker_registry.push_busybox("service")
+    app = f"services:\n  web: {{image: '{ref}', command: [sleep, '300']}}\n"
+    body = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "app"},
+            "spec": {"type": "compose", "resources": {"cpuMillicores": 10, "memoryMb": 16},
+                     "compose": {"inline": app}}}
+    with cluster.client() as http:
+        assert http.post("/v1/workloads", json=body).status_code == 201
+    try:
+        eventually(lambda: in_phase(cluster, "app", "Running"), timeout=120, what="app Running")
+        assert image_present(ref)
+        (pulled,) = events(cluster, "app", "ImagePulled")
+        assert pulled["message"].startswith(f"pulled {ref}: ")
+    finally:
+        delete(cluster, "app")
+
+
 def test_a_wrong_password_fails_until_the_credentials_change(cluster: GatewayCluster,
                                                             docker_registry: DockerRegistry,
                                                             auth_file: Path) -> None:

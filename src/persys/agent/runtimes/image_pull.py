@@ -143,6 +143,7 @@ class ImagePuller:
         self._auth = auth
         self._timeout = timeout
         self._jobs: dict[str, dict[str, PullJob]] = {}  # instance -> image -> its pull
+        self._revisions: dict[str, str] = {}  # instance -> the revision its pulls are for
 
     async def close(self) -> None:
         owners = list(self._jobs)
@@ -163,6 +164,7 @@ class ImagePuller:
                 task.cancel()
         if not jobs:
             self._jobs.pop(owner, None)
+            self._revisions.pop(owner, None)
 
     async def present(self, image: str) -> bool:
         try:
@@ -175,12 +177,22 @@ class ImagePuller:
             raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
         return True
 
-    async def ensure(self, owner: str, images: Sequence[str], policy: PullPolicy) -> None:
-        """Return once every image may be used for `owner`'s start. Raises StartPending while
-        pulls run (ImagePulling) and once when they have all ended (ImagePulled), RuntimeFailure
-        when an image cannot be had (the first such, after the image's name)."""
+    def still_pulling(self, owner: str, revision: str) -> None:
+        """Raise StartPending while pulls for this revision of `owner` run: a caller whose
+        preparation costs (a compose app's git clone and `config`) skips it until they end."""
+        running = [j for j in self._jobs.get(owner, {}).values() if j.finished is None]
+        if running and self._revisions.get(owner) == revision:
+            now = time.monotonic()
+            raise StartPending("; ".join(j.pulling_message(now) for j in running), code=IMAGE_PULLING,
+                               done=running[0].task)
+
+    async def ensure(self, owner: str, images: Sequence[str], policy: PullPolicy, revision: str = "") -> None:
+        """Return once every image may be used for `owner`'s start (at `revision`). Raises
+        StartPending while pulls run (ImagePulling) and once when they have all ended
+        (ImagePulled), RuntimeFailure when an image cannot be had (the first such)."""
         wanted = list(dict.fromkeys(images))
         self.forget(owner, keep=wanted)  # the spec moved on from the others
+        self._revisions[owner] = revision
         jobs = self._jobs.setdefault(owner, {})
         for image in wanted:
             if image not in jobs:
@@ -203,6 +215,7 @@ class ImagePuller:
                 j.announced = True
             raise StartPending("; ".join(j.pulled_message() for j in fresh), code=IMAGE_PULLED)
         self._jobs.pop(owner, None)  # used: a later start pulls again where the policy says so
+        self._revisions.pop(owner, None)
 
     async def _start_if_needed(self, owner: str, jobs: dict[str, PullJob], image: str, policy: PullPolicy) -> None:
         if policy != PullPolicy.ALWAYS:

@@ -222,14 +222,14 @@ class ComposeRuntime:
                 out[kind] = own
         return out
 
-    async def _images(self, workload_id: str, model: dict[str, Any], spec: ComposeSpec) -> None:
+    async def _images(self, workload_id: str, revision: str, model: dict[str, Any], spec: ComposeSpec) -> None:
         """Every service's image on this node before `up` (which never pulls): pulled as
         spec.compose.pullPolicy says, in the background (persys.agent.runtimes.image_pull)."""
         wanted = sorted({
             str(conf["image"]) for conf in (model.get("services") or {}).values()
             if conf.get("image") and not conf.get("build")  # a service with build: makes its own
         })
-        await self._puller.ensure(workload_id, wanted, spec.pull_policy or PullPolicy.IF_NOT_PRESENT)
+        await self._puller.ensure(workload_id, wanted, spec.pull_policy or PullPolicy.IF_NOT_PRESENT, revision)
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
         spec = w.spec.compose
@@ -250,6 +250,7 @@ class ComposeRuntime:
                         return obs  # adopt: never touch a healthy project of the desired revision
             if await self._foreign(project):
                 raise RuntimeFailure(f"compose project {project} exists but belongs to another owner")
+            self._puller.still_pulling(w.workload_id, w.revision)  # no new clone and config meanwhile
             wdir.mkdir(parents=True, exist_ok=True)
             compose_file, commit = await materialize(self._cli, spec, wdir, self._node_paths)
             project_dir = compose_file.parent
@@ -263,7 +264,7 @@ class ComposeRuntime:
                                       "env": {**spec.env, **w.secrets.env_text()}}
 
             model, services = await self._config(project, compose_file, spec, common)
-            await self._images(w.workload_id, model, spec)
+            await self._images(w.workload_id, w.revision, model, spec)
             override = wdir / OVERRIDE_FILE
             override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
 

@@ -239,7 +239,6 @@ class ImagePuller:
             async with asyncio.timeout(self._timeout):
                 async for item in self._docker().images.pull(reference, auth=auth, stream=True):
                     job.progress.feed(item)
-            log.info("%s", job.pulled_message())
         except RuntimeFailure as err:  # the credentials file
             job.error = err
         except TimeoutError:
@@ -247,13 +246,21 @@ class ImagePuller:
                                        f"{self._timeout:g} s ({size_text(job.progress.downloaded)} came down)",
                                        code=PULL_TIMED_OUT)
         except DockerError as exc:
-            stream_error = type(exc).__name__ == "DockerStreamError"
-            code, terminal = classify(None if stream_error else exc.status, str(exc.message))
-            job.error = RuntimeFailure(f"pull {job.image}: {one_line(str(exc.message))}", code=code,
-                                       terminal=terminal, credentials=credentials)
+            job.error = self._refused(job.image, exc, credentials)
         except (OSError, aiohttp.ClientError) as exc:
             job.error = RuntimeFailure(f"pull {job.image}: docker engine not reachable: {one_line(str(exc))}")
         finally:
             job.finished = time.monotonic()
         if job.error is not None:
             log.warning("pulling %s failed: %s", job.image, job.error)
+        else:
+            log.info("%s", job.pulled_message())
+
+    def _refused(self, image: str, exc: DockerError, credentials: str | None) -> RuntimeFailure:
+        stream_error = type(exc).__name__ == "DockerStreamError"  # inside the progress stream: no HTTP status
+        code, terminal = classify(None if stream_error else exc.status, str(exc.message))
+        message = f"pull {image}: {one_line(str(exc.message))}"
+        if code == UNAUTHORIZED:
+            message += (" (tried again once the node's --registry-auth file changes)" if self._auth is not None
+                        else " (this node has no registry credentials: persys agent --registry-auth FILE)")
+        return RuntimeFailure(message, code=code, terminal=terminal, credentials=credentials)

@@ -220,6 +220,7 @@ def test_a_stalled_pull_holds_up_nothing_else(cluster: GatewayCluster, docker_re
     finally:
         proxy.close()
         docker_registry.auth_file(auth_file)
-        docker_registry.remove_local(ref.replace(docker_registry.host, proxy.address, 1))
         for name in ("slow", "meanwhile"):
             delete(cluster, name)
+        # After its container is gone (an image in use would only lose its tag).
+        docker_registry.remove_local(ref.replace(docker_registry.host, proxy.address, 1))

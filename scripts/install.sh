@@ -32,6 +32,9 @@ if ((want_test)); then
   # (mon, mgr, osd, rgw) with its Python bindings; qemu-block-extra: QEMU's nfs and rbd block drivers
   apt_install nfs-ganesha nfs-ganesha-vfs libnfs-utils qemu-block-extra \
     ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common python3-rados python3-rbd
+  # image pulls: a real registry (distribution 2.8; the tests start it themselves, never its unit)
+  # with htpasswd authentication (apache2-utils' htpasswd writes the bcrypt file)
+  apt_install docker-registry apache2-utils
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -15,6 +15,7 @@ from tests.fixtures_infra import *  # noqa: F403
 from tests.fixtures_infra import stop_leftover_servers
 from tests.fixtures_secure_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests
+from tests.registry_server import *  # noqa: F403
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -17,6 +17,7 @@ SERVICE_MARKERS = frozenset({"etcd", "redis", "docker", "e2e", "vm"})
 SERVICE_FIXTURES = frozenset({
     "etcd_server", "redis_server", "store_url", "_etcd_session", "_redis_session",
     "docker_engine", "vm_host", "test_guest", "microvm_guest", "bao_server", "secure_backends",
+    "docker_registry",  # Debian's docker-registry with TLS and htpasswd (tests/registry_server.py)
     "loop_pool", "nfs_server", "ceph_cluster",  # storage: loop devices and mounts (root), nfs-ganesha, Ceph
 })
 SERVICE_DIRS = (Path("e2e"), Path("gateway"), Path("agent") / "runtimes")

@@ -20,8 +20,8 @@ def load(name: str) -> list[dict[str, Any]]:
     return yaml.safe_load((CASES / name).read_text())  # type: ignore[no-any-return]
 
 
-PLAN = load("restart.yaml") + load("orphans.yaml") + load("disconnect.yaml")
-OUTCOMES = load("backoff.yaml")
+PLAN = load("restart.yaml") + load("orphans.yaml") + load("disconnect.yaml") + load("pull.yaml")
+OUTCOMES = load("backoff.yaml") + load("pull_outcomes.yaml")
 
 
 def desired(d: dict[str, Any]) -> plan.Desired:
@@ -43,7 +43,8 @@ def observed(wid: str, o: dict[str, Any]) -> tuple[str, ObservedWorkload]:
 
 def failure(f: dict[str, Any]) -> plan.Failure:
     return plan.Failure(f.get("revision", "r1"), f.get("code", "StartFailed"), f.get("message", ""),
-                        f.get("terminal", False), f.get("attempts", 1), f.get("next_try", 0.0), f.get("since", 0.0))
+                        f.get("terminal", False), f.get("attempts", 1), f.get("next_try", 0.0), f.get("since", 0.0),
+                        pending=f.get("pending", False), credentials=f.get("credentials"))
 
 
 def snapshot(case: dict[str, Any]) -> plan.Snapshot:
@@ -60,7 +61,8 @@ def snapshot(case: dict[str, Any]) -> plan.Snapshot:
         fenced=case.get("fenced", {}), resume=frozenset(case.get("resume", [])),
         synced=case.get("synced", True), mode=case.get("mode", "normal"),
         known=frozenset(case.get("known", [])), unreadable=frozenset(case.get("unreadable", [])),
-        orphans=case.get("orphans", {}), orphan_grace=case.get("orphan_grace", 30.0))
+        orphans=case.get("orphans", {}), orphan_grace=case.get("orphan_grace", 30.0),
+        credentials=case.get("credentials"))
 
 
 def spelled(a: plan.Action) -> str:
@@ -97,10 +99,13 @@ def test_outcome(case: dict[str, Any]) -> None:
     jitter = case.get("jitter", 1.0)
     if case["outcome"] == "restarted":
         f = plan.after_restart(prev, case.get("revision", "r1"), case["now"], jitter)
+    elif case["outcome"] == "pending":
+        f = plan.while_pending(prev, case.get("revision", "r1"), case["code"], case.get("message", ""), case["now"])
     else:
         err = case["error"]
         f = plan.after_failure(prev, case.get("revision", "r1"), err["code"], err.get("message", ""),
-                               err.get("terminal", False), case["now"], jitter)
-    got = {"code": f.code, "attempts": f.attempts, "next_try": f.next_try, "since": f.since, "terminal": f.terminal}
+                               err.get("terminal", False), case["now"], jitter, err.get("credentials"))
+    got = {"code": f.code, "attempts": f.attempts, "next_try": f.next_try, "since": f.since, "terminal": f.terminal,
+           "pending": f.pending, "credentials": f.credentials}
     for key, value in case["expect"].items():
         assert got[key] == (pytest.approx(value) if isinstance(value, float) else value), key

@@ -260,7 +260,8 @@ def test_images_are_loaded_without_a_registry(cluster: Cluster, tmp_path: Path) 
 
 def test_terminal_failure_is_reported_and_not_retried(cluster: Cluster) -> None:
     manifest = _docker_manifest(cluster.http_port).replace("name: hello-docker", "name: no-image").replace(
-        "persys/busybox:latest", "persys/not-built-here:1").replace(f"hostPort: {cluster.http_port}", "hostPort: 0")
+        "image: persys/busybox:latest", "image: persys/not-built-here:1\n    pullPolicy: Never").replace(
+        f"hostPort: {cluster.http_port}", "hostPort: 0")
     ctl("apply", "-f", "-", env=cluster.env, stdin=manifest)
     w, _ = eventually(lambda: (lambda v: v if v["phase"] == "Failed" else None)(cluster.get("no-image")), 15,
                       "Failed")

@@ -93,3 +93,29 @@ def test_an_unset_process_user_keeps_the_revision() -> None:
     assert "user" not in str(m.spec.to_doc())  # specs written before the field hash the same
     (named,) = parse_manifests(text.replace("command: [id]", "command: [id], user: nobody"))
     assert named.spec.spec_revision() != m.spec.spec_revision()
+
+
+@pytest.mark.parametrize(("where", "edit"), [
+    ("spec.container.pullPolicy", ("command: [httpd, -f]}", "command: [httpd, -f], pullPolicy: Sometimes}")),
+    ("spec.compose.pullPolicy", ("type: container", "type: compose")),
+])
+def test_pull_policy_is_one_of_three(where: str, edit: tuple[str, str]) -> None:
+    text = GOOD.replace(*edit)
+    if where.startswith("spec.compose"):
+        text = text.replace("  container: {image: persys/busybox:latest, command: [httpd, -f]}",
+                            "  compose: {inline: 'services: {a: {image: x}}', pullPolicy: always}")
+    found = problems(text)
+    assert any(p.startswith(f"{where}: Input should be 'IfNotPresent', 'Always' or 'Never'") for p in found), found
+
+
+def test_pull_policy_in_the_revision_where_it_changes_what_runs() -> None:
+    def revision(policy: str) -> str:
+        extra = f", pullPolicy: {policy}" if policy else ""
+        (m,) = parse_manifests(GOOD.replace("command: [httpd, -f]}", f"command: [httpd, -f]{extra}}}"))
+        return m.spec.spec_revision()
+
+    # Unset means IfNotPresent: writing it out keeps the revision (specs from before the field too).
+    assert revision("") == revision("IfNotPresent")
+    assert len({revision(""), revision("Always"), revision("Never")}) == 3
+    (m,) = parse_manifests(GOOD)
+    assert m.spec.pull_policy() == "IfNotPresent"

@@ -41,7 +41,9 @@ from persys.agent.runtimes.base import (
     RuntimeFailure,
     RuntimeState,
     RuntimeWorkload,
+    StartPending,
 )
+from persys.agent.runtimes.registry_auth import fingerprint as credentials_fingerprint
 from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.agent.volume_attach import VolumeAttacher
@@ -86,6 +88,9 @@ class AgentConfig:
     metrics_listen: str = ""  # HTTPS /metrics (client certificate, `get metrics`), host:port; "" = none
     metrics_plain_listen: str = ""  # plain HTTP /metrics, where an operator asks for it; "" = none
     storage: StorageConfig | None = None  # the node's volume drivers (persys agent --storage); None: none
+    # The node's registry credentials (persys agent --registry-auth; the runtimes read it at pull
+    # time): watched here only so that a pull refused under old credentials is tried again.
+    registry_auth: Path | None = None
 
 
 class Agent:
@@ -421,7 +426,7 @@ class Agent:
             runtimes=frozenset(self.runtimes), contact=self._contact(), failures=self.failures,
             fenced=self.fenced, resume=self._resume, synced=self.synced, mode=self.mode,
             known=frozenset(self._known), unreadable=frozenset(self._unreadable), orphans=self._orphans,
-            orphan_grace=self.config.orphan_grace)
+            orphan_grace=self.config.orphan_grace, credentials=credentials_fingerprint(self.config.registry_auth))
 
     async def reconcile_once(self) -> Observed:
         """Drive local runtimes toward the desired set; returns what is observed afterwards."""
@@ -505,10 +510,19 @@ class Agent:
             mounts = await self.volumes.prepare(wid, d.spec, d.fence_node) if d.spec.volumes else ()
             with start_tracing.runtime_call(d.spec.type):
                 await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts))
+        except StartPending as pending:
+            # Going on in the background (an image pull): reported as its progress, asked again at
+            # the next pass, and at once when the background work ends.
+            self.failures[wid] = plan.while_pending(prev, d.revision, pending.code, str(pending.args[0]), now)
+            if pending.done is not None:
+                pending.done.add_done_callback(lambda _: self._wake.set())
+            else:
+                self._wake.set()  # ImagePulled: the report goes out, then the start goes ahead
+            return pending
         except RuntimeFailure as err:
             message = str(err.args[0] if err.args else err)
             self.failures[wid] = plan.after_failure(prev, d.revision, err.code, message, err.terminal, now,
-                                                    random.uniform(0.8, 1.2))
+                                                    random.uniform(0.8, 1.2), err.credentials)
             log.warning("starting %s failed: %s", wid, err)
             return err
         if action.restart:

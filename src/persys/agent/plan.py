@@ -11,9 +11,11 @@ failure; an instance stopped for disconnection (`persys.agent.disconnect`) is ke
 desired Stopped is stopped; running at the desired revision is left alone (and clears a
 retryable failure); one that exited by itself is started again as its restartPolicy says
 (Never: not; OnFailure: unless exit code 0); nothing is started during a failure's backoff or
-after a terminal one. Undesired instances are removed only once a full desired set arrived in
-normal mode; one never desired here since the agent started (an orphan) only after the orphan
-grace, and one listed with a spec this agent cannot read never.
+after a terminal one, unless that one came with the node's registry credentials and they have
+changed since. A start under way in the background (an image pull) is asked again at once.
+Undesired instances are removed only once a full desired set arrived in normal mode; one never
+desired here since the agent started (an orphan) only after the orphan grace, and one listed
+with a spec this agent cannot read never.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class Failure:
     attempts: int = 1
     next_try: float = 0.0
     since: float = 0.0  # first failure of this streak
+    # Not a failure: the start goes on in the background (StartPending: its image pull), reported
+    # with its code and message as the reason; tried again without backoff.
+    pending: bool = False
+    # The registry credentials' fingerprint a pull failed with: a terminal failure is retried once
+    # the node's credentials file changes. None: unrelated to credentials.
+    credentials: str | None = None
 
 
 def backoff(attempts: int, jitter: float) -> float:
@@ -63,12 +71,23 @@ def after_restart(prev: Failure | None, revision: str, now: float, jitter: float
 
 
 def after_failure(prev: Failure | None, revision: str, code: str, message: str, terminal: bool,
-                  now: float, jitter: float) -> Failure:
-    """A start failed: the streak (and its first time) goes on for the same revision."""
+                  now: float, jitter: float, credentials: str | None = None) -> Failure:
+    """A start failed: the streak (and its first time) goes on for the same revision, also
+    across the image pulls between its attempts."""
     streak = prev is not None and prev.revision == revision
     attempts = prev.attempts + 1 if prev is not None and streak else 1
     since = prev.since if prev is not None and streak else now
-    return Failure(revision, code, message, terminal, attempts, now + backoff(attempts, jitter), since)
+    return Failure(revision, code, message, terminal, attempts, now + backoff(attempts, jitter), since,
+                   credentials=credentials)
+
+
+def while_pending(prev: Failure | None, revision: str, code: str, message: str, now: float) -> Failure:
+    """A start goes on in the background (an image pull): report it, ask again at the next pass.
+    No attempt of its own, but a streak of failures goes on (a pull failing again backs off more)."""
+    streak = prev is not None and prev.revision == revision
+    attempts = prev.attempts if prev is not None and streak else 0
+    since = prev.since if prev is not None and streak else now
+    return Failure(revision, code, message, False, attempts, next_try=now, since=since, pending=True)
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,7 @@ class Snapshot:
     unreadable: frozenset[str] = frozenset()  # listed here with a spec this agent cannot read
     orphans: Mapping[str, float] = field(default_factory=dict)  # unknown instance -> first seen
     orphan_grace: float = 30.0
+    credentials: str | None = None  # the node's registry credentials now (registry_auth.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -176,6 +196,9 @@ def _desired_action(s: Snapshot, wid: str, d: Desired, fenced: Mapping[str, floa
         if policy == RestartPolicy.NEVER or (policy == RestartPolicy.ON_FAILURE and o.exit_code == 0):
             return None
     f = failures.get(wid)
+    if f is not None and f.terminal and f.credentials is not None and f.credentials != s.credentials:
+        del failures[wid]  # new registry credentials: a refused pull may succeed now
+        f = None
     if f is not None and f.revision == d.revision and (f.terminal or s.now < f.next_try):
         return None
     return Action("start", wid, d.spec.type, restart=exited)

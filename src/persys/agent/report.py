@@ -67,6 +67,15 @@ def _desired_report(s: Local, wid: str, d: Desired) -> pb.WorkloadReport:
             r.reason = disconnect.REASON
             r.message = "stopped while no scheduler replica answered (onDisconnect: Stop)"
     f = s.failures.get(wid)
+    if f is not None and f.pending and f.revision == d.revision:
+        running = o is not None and o.state == RuntimeState.RUNNING
+        if not (running and o is not None and o.revision == d.revision):
+            # Its image is being pulled: the reason and message say how far (an older revision
+            # may still run meanwhile, and is reported as such).
+            if not running:
+                r.state = pb.WORKLOAD_STATE_PENDING
+            r.reason, r.message = f.code, f.message
+        return r
     if f is not None and f.revision == d.revision and f.code != RESTARTED and (
             o is None or o.state != RuntimeState.RUNNING):
         if f.terminal or s.now - f.since >= s.failure_grace:

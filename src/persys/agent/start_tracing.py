@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from opentelemetry.trace import Span, Status, StatusCode
 
 from persys.agent.plan import Action, Desired
-from persys.agent.runtimes.base import RuntimeFailure
+from persys.agent.runtimes.base import RuntimeFailure, StartPending
 from persys.model.workload import workload_of
 from persys.observability import tracing
 
@@ -34,6 +34,9 @@ def attributes(node_id: str, action: Action, d: Desired) -> dict[str, str | int 
 def outcome(span: Span, failure: RuntimeFailure | None) -> None:
     if failure is None:
         span.set_attribute("persys.outcome", "Started")
+        return
+    if isinstance(failure, StartPending):  # under way in the background (an image pull)
+        span.set_attribute("persys.outcome", failure.code)
         return
     span.set_attribute("persys.outcome", "Failed")
     span.set_attribute("persys.failure.code", failure.code)

@@ -21,6 +21,7 @@ from persys.cli.server_common import (
     METRICS_PLAIN_HELP,
     check_listen,
     check_node_id,
+    check_registry_auth,
     check_rgw_key,
     default_runtimes,
     metrics_lines,
@@ -275,6 +276,12 @@ def agent(
                                         "`local: {pool: /var/lib/persys/volumes}`, `nfs: {server, export}`, "
                                         "`ceph-rbd: {monitors, pool, user, secretName}` (docs/storage.md). Each is "
                                         "probed at start; the node advertises what works and why the rest does not."),
+    registry_auth: Path | None = typer.Option(
+        None, "--registry-auth", metavar="FILE",
+        help="Registry credentials for image pulls, JSON like Docker's config.json: {\"auths\": {\"HOST:PORT\": "
+             "{\"auth\": \"<base64 user:password>\"}}} (or username+password, or identitytoken). Mode 0600 "
+             "required; read at every pull, so an edit applies without a restart (and retries pulls it refused). "
+             "Never logged. Containers pull as spec.container.pullPolicy says (IfNotPresent by default)."),
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -288,6 +295,7 @@ def agent(
         check_node_id(node_id)
         storage_config = read_storage_config(storage)
         check_rgw_key(storage, storage_config)
+        check_registry_auth(registry_auth)
         check_listen(metrics_listen, "--metrics-listen")
         check_listen(metrics_plain_listen, "--metrics-plain-listen")
         tls = await agent_tls(tls_dir, node_id, join_address, token, ca_pin,
@@ -298,8 +306,8 @@ def agent(
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
                         metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
-                        storage=storage_config),
-            default_runtimes(state_dir, node_id, workload_user, allow_node_path),
+                        storage=storage_config, registry_auth=registry_auth),
+            default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth),
         )
 
         async def started() -> None:

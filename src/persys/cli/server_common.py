@@ -140,8 +140,22 @@ def tls_from_dir(directory: Path, name: str) -> TLSFiles:
     return files
 
 
+def check_registry_auth(path: Path | None) -> None:
+    """`--registry-auth FILE` usable at start (it is read again at every pull): one line naming
+    the file and the fix, never anything it holds."""
+    if path is None:
+        return
+    from persys.agent.runtimes.base import RuntimeFailure
+    from persys.agent.runtimes.registry_auth import RegistryAuth
+
+    try:
+        RegistryAuth(path).for_image("localhost/check")
+    except RuntimeFailure as err:
+        raise ServerError(str(err.args[0])) from None
+
+
 def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody",
-                     allow_node_paths: Sequence[Path] = ()) -> list[Runtime]:
+                     allow_node_paths: Sequence[Path] = (), registry_auth: Path | None = None) -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
@@ -157,8 +171,9 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
         DockerRuntime(extra_labels=scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
-                                                                   state_dir / "runtimes" / "container")),
-        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+                                                                   state_dir / "runtimes" / "container"),
+                      registry_auth=registry_auth),
+        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
         ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),

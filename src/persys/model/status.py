@@ -21,6 +21,13 @@ class Phase(StrEnum):
     DELETING = "Deleting"
 
 
+# Reasons of a start under way on its node (its image pull), each published as an event of
+# that kind when an instance's status turns to it (with the message: image, bytes, seconds).
+IMAGE_PULLING = "ImagePulling"
+IMAGE_PULLED = "ImagePulled"
+PROGRESS_REASONS = frozenset({IMAGE_PULLING, IMAGE_PULLED})
+
+
 class WorkloadUsage(Model):
     """What one workload instance uses, the one type for it from the runtime that measures it to
     the API that shows it. The byte counters are cumulative since the instance started; 0 where the

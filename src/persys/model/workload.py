@@ -49,6 +49,14 @@ class OnDisconnect(StrEnum):
     KEEP = "Keep"  # leave it running: two copies may run for a while after a relocation
 
 
+class PullPolicy(StrEnum):
+    """When the agent pulls a container image from its registry (Kubernetes' imagePullPolicy)."""
+
+    IF_NOT_PRESENT = "IfNotPresent"  # pull only when the node does not hold the image (the default)
+    ALWAYS = "Always"  # pull on every start: a moved tag brings its new image
+    NEVER = "Never"  # never contact a registry: the image must be on the node (persysctl image load)
+
+
 class AccessMode(StrEnum):
     READ_WRITE_ONCE = "ReadWriteOnce"  # one writer at a time: two live copies would corrupt it
     READ_WRITE_MANY = "ReadWriteMany"  # shared storage that tolerates concurrent writers
@@ -113,6 +121,8 @@ class ContainerSpec(Model):
     env: dict[str, StrictStr] = Field(default_factory=dict)
     ports: list[PortMapping] = Field(default_factory=list)
     working_dir: StrictStr = ""
+    # Unset: IfNotPresent. Unset (and IfNotPresent, which means the same) stays out of the revision.
+    pull_policy: PullPolicy | None = None
 
 
 class ProcessSpec(Model):
@@ -139,6 +149,9 @@ class ComposeSpec(Model):
     env: dict[str, StrictStr] = Field(default_factory=dict)
     # Named volumes (keys of the top-level `volumes:`) kept when the workload is deleted.
     retain_volumes: list[StrictStr] = Field(default_factory=list)
+    # For every service's `image:` (services with `build:` make their own). Unset: IfNotPresent;
+    # unset and IfNotPresent stay out of the revision.
+    pull_policy: PullPolicy | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ComposeSpec:
@@ -321,9 +334,20 @@ class WorkloadSpec(Model):
             return self.on_disconnect
         return OnDisconnect.STOP if any(v.single_writer() for v in self.volumes) else OnDisconnect.KEEP
 
+    def pull_policy(self) -> PullPolicy:
+        """The image pull policy of a container or compose workload (IfNotPresent when unset)."""
+        typed = self.container or self.compose
+        return (typed.pull_policy if typed is not None else None) or PullPolicy.IF_NOT_PRESENT
+
     def spec_revision(self) -> str:
         """A short content hash: equal specs give equal revisions, any change gives a new one."""
-        canonical = json.dumps(self.to_doc(), sort_keys=True, separators=(",", ":"))
+        doc = self.to_doc()
+        for typed in ("container", "compose"):
+            section = doc.get(typed)
+            # IfNotPresent is what unset means: writing it out does not change what runs.
+            if isinstance(section, dict) and section.get("pullPolicy") == PullPolicy.IF_NOT_PRESENT:
+                del section["pullPolicy"]
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

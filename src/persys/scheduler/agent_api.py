@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from persys.model import Node, NodeStatus, NodeUsage, RestartPolicy, WorkloadStatus
+from persys.model.status import PROGRESS_REASONS
 from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.scheduler.delivery import Delivery
@@ -120,11 +121,12 @@ class AgentApi:
         oks = await self.status_writes.submit([
             ([Compare(keys.status(inst), rev)], [put_doc(keys.status(inst), new)]) for inst, rev, _, new in changes])
         for (inst, _, prev, new), ok in zip(changes, oks, strict=True):
-            if ok and new.phase != prev.phase:
+            kind = status_event(prev, new) if ok else None
+            if kind is not None:
                 wid = workload_of(inst)
                 prefix = f"{inst}: " if inst != wid else ""
-                self.s.emit(status_event(new.phase), f"workload/{wid}",
-                            prefix + (new.message or f"{new.phase} on {node_id}"), new.reason)
+                self.s.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
+                            new.reason, node=node_id if kind in PROGRESS_REASONS else "")
 
     def _sample(self, node_id: str, reports: list[WorkloadReport]) -> None:
         """Samples for Persys Meter of the instances this node was asked to run."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from persys.model import NodeStatus, NodeUsage, Phase, Workload, WorkloadStatus, WorkloadUsage
 from persys.model.base import Model
+from persys.model.status import PROGRESS_REASONS
 from persys.scheduler.state import ClusterState, Versioned
 
 
@@ -56,7 +57,8 @@ def status_change(
         return None
     prev = st.value
     if r.revision != w.value.revision and r.phase == Phase.RUNNING:
-        phase, reason = Phase.SCHEDULED, "Updating"  # the old revision still runs
+        # The old revision still runs (while the new one's image is pulled, that says how far).
+        phase, reason = Phase.SCHEDULED, r.reason if r.reason in PROGRESS_REASONS else "Updating"
     else:
         phase, reason = r.phase, r.reason
     message = r.message
@@ -81,10 +83,15 @@ def status_change(
     return r.workload_id, st.mod_revision, prev, new
 
 
-def status_event(phase: Phase) -> str:
-    """The event kind a phase change of an instance is published as."""
+def status_event(prev: WorkloadStatus, new: WorkloadStatus) -> str | None:
+    """The event kind a status change of an instance is published as (None: not an event): a
+    phase change, or a start's progress on its node (ImagePulling, ImagePulled) as its own kind."""
+    if new.reason in PROGRESS_REASONS and new.reason != prev.reason:
+        return new.reason
+    if new.phase == prev.phase:
+        return None
     return {Phase.RUNNING: "WorkloadRunning", Phase.FAILED: "WorkloadFailed",
-            Phase.STOPPED: "WorkloadStopped"}.get(phase, "WorkloadStatus")
+            Phase.STOPPED: "WorkloadStopped"}.get(new.phase, "WorkloadStatus")
 
 
 def runs_on(state: ClusterState, live: dict[str, LiveNode], owns: bool, inst: str, node_id: str) -> bool:

@@ -32,7 +32,7 @@ from persys.agent.runtimes.compose import (
     rollup,
 )
 from persys.model.manifest import parse_manifests
-from persys.model.workload import ComposeSpec, WorkloadSpec
+from persys.model.workload import ComposeSpec, PullPolicy, WorkloadSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,11 +69,13 @@ def compose_workload(
     inline: str | None = None,
     env: dict[str, str] | None = None,
     retain: list[str] | None = None,
+    pull_policy: PullPolicy | None = None,
     **source: str,
 ) -> RuntimeWorkload:
     spec = WorkloadSpec(
         type="compose",
-        compose=ComposeSpec(inline=inline, env=env or {}, retain_volumes=retain or [], **source),
+        compose=ComposeSpec(inline=inline, env=env or {}, retain_volumes=retain or [], pull_policy=pull_policy,
+                            **source),
     )
     return RuntimeWorkload(workload_id=wid, revision=revision, generation=generation, spec=spec)
 
@@ -443,7 +445,7 @@ async def test_missing_image_is_terminal(rt: ComposeRuntime, engine: Any, client
     wid = engine.workload_id("noimage")
     app = "services:\n  a: {image: 'persys/does-not-exist:1.0', command: ['true']}\n"
     with pytest.raises(RuntimeFailure) as ei:
-        await rt.start(compose_workload(wid, inline=app))
+        await rt.start(compose_workload(wid, inline=app, pull_policy=PullPolicy.NEVER))
     assert ei.value.code == "ImageNotFound" and ei.value.terminal
     assert "persys/does-not-exist:1.0" in str(ei.value)
     assert project_resources(client, wid) == ([], [], [])

@@ -13,7 +13,7 @@ import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.docker import DockerRuntime, container_name
-from persys.model.workload import ContainerSpec, PortMapping, Resources, WorkloadSpec
+from persys.model.workload import ContainerSpec, PortMapping, PullPolicy, Resources, WorkloadSpec
 
 pytestmark = pytest.mark.docker
 
@@ -44,11 +44,13 @@ def workload(
     revision: str = "r1",
     generation: int = 1,
     ports: list[PortMapping] | None = None,
+    pull_policy: PullPolicy | None = None,
 ) -> RuntimeWorkload:
     spec = WorkloadSpec(
         type="container",
         resources=Resources(cpu_millicores=250, memory_mb=32),
-        container=ContainerSpec(image=image, command=command, env={"GREETING": "hi"}, ports=ports or []),
+        container=ContainerSpec(image=image, command=command, env={"GREETING": "hi"}, ports=ports or [],
+                                pull_policy=pull_policy),
     )
     return RuntimeWorkload(workload_id=wid, revision=revision, generation=generation, spec=spec)
 
@@ -137,8 +139,8 @@ async def test_stop_then_remove_idempotent(rt: DockerRuntime, engine: Any, clien
 async def test_missing_image_is_terminal(rt: DockerRuntime, engine: Any) -> None:
     wid = engine.workload_id("noimage")
     with pytest.raises(RuntimeFailure) as ei:
-        await rt.start(workload(wid, "persys/does-not-exist:1.0", ["true"]))
-    assert ei.value.code == "ImageNotFound" and ei.value.terminal
+        await rt.start(workload(wid, "persys/does-not-exist:1.0", ["true"], pull_policy=PullPolicy.NEVER))
+    assert ei.value.code == "ImageNotFound" and ei.value.terminal and "pullPolicy is Never" in str(ei.value)
     assert await rt.inspect(wid) is None
 
 

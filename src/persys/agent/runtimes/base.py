@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -89,10 +90,14 @@ class RuntimeFailure(Exception):
     revision, so the agent should stop retrying; retryable ones (daemon hiccup) should back off.
     """
 
-    def __init__(self, message: str, *, code: str = "RuntimeError", terminal: bool = False) -> None:
+    def __init__(self, message: str, *, code: str = "RuntimeError", terminal: bool = False,
+                 credentials: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.terminal = terminal
+        # The node's registry credentials (their fingerprint, registry_auth.fingerprint) when a pull
+        # failed: a terminal failure is tried again once they change. None: not about credentials.
+        self.credentials = credentials
 
     def __str__(self) -> str:
         return f"{self.code}: {self.args[0] if self.args else ''}"
@@ -114,6 +119,16 @@ class UnsupportedQuery(ValueError):
 # Every stream's first piece is "" once its query is accepted: a refusal (UnsupportedQuery) comes
 # before it, so a caller can answer it as an error instead of waiting for output that may not come.
 ACCEPTED = ""
+
+
+class StartPending(RuntimeFailure):
+    """Not a failure: the start goes on in the background (an image pull). The agent reports the
+    code and message as the instance's Pending reason (the pull's progress) and calls start again
+    without backoff; `done` ends with the background work and wakes the agent then."""
+
+    def __init__(self, message: str, *, code: str, done: asyncio.Future[None] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.done = done
 
 
 @runtime_checkable

@@ -22,7 +22,9 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
+from persys.agent.runtimes.image_pull import PULL_TIMEOUT, ImagePuller
 from persys.agent.runtimes.log_stream import ACCEPTED, LogQuery, UnsupportedQuery, container_stream
+from persys.agent.runtimes.registry_auth import RegistryAuth
 from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
 from persys.model.workload import ContainerSpec
 
@@ -59,6 +61,8 @@ class DockerRuntime:
         stats_timeout: float = 5.0,
         extra_labels: dict[str, str] | None = None,
         secrets_dir: Path | None = None,
+        registry_auth: Path | None = None,
+        pull_timeout: float = PULL_TIMEOUT,
     ) -> None:
         # Where containers' secret files are written (bind-mounted read-only at /run/secrets).
         self._secrets_dir = secrets_dir
@@ -66,9 +70,13 @@ class DockerRuntime:
         self._stats_timeout = stats_timeout
         self._extra_labels = dict(extra_labels or {})
         self._docker = LazyDocker(url)
+        # Images come from registries as spec.container.pullPolicy says, with the node's credentials.
+        self._puller = ImagePuller(self._docker, RegistryAuth(registry_auth) if registry_auth else None,
+                                   pull_timeout)
         self._lock = asyncio.Lock()  # serialises start/stop/remove so adoption checks are not racy
 
     async def close(self) -> None:
+        await self._puller.close()
         await self._docker.close()
 
     async def probe(self) -> Probe:
@@ -249,17 +257,6 @@ class DockerRuntime:
         config["HostConfig"] = host
         return config
 
-    async def _image_present(self, image: str) -> None:
-        try:
-            await self._docker().images.inspect(image)
-        except DockerError as exc:
-            if exc.status == 404:
-                # No pulling: nodes may have no registry access, and a pull is an operator decision.
-                raise RuntimeFailure(
-                    f"image {image!r} is not present on this node", code="ImageNotFound", terminal=True
-                ) from exc
-            raise RuntimeFailure(f"inspect image {image}: {exc.message}") from exc
-
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
         c = w.spec.container
         if w.spec.type != "container" or c is None:
@@ -271,8 +268,10 @@ class DockerRuntime:
                 obs = self._observe(existing)
                 if obs.revision == w.revision and obs.state is RuntimeState.RUNNING:
                     return obs  # adopt: never restart a healthy container of the desired revision
+            # Before the old container goes: it keeps running while the new image comes down.
+            await self._puller.ensure(w.workload_id, [c.image], w.spec.pull_policy())
+            if existing is not None:
                 await self._delete(existing["Id"])
-            await self._image_present(c.image)
             return await self._create_and_start(w, config)
 
     async def _create_and_start(self, w: RuntimeWorkload, config: dict[str, Any]) -> ObservedWorkload:
@@ -333,6 +332,7 @@ class DockerRuntime:
                     raise RuntimeFailure(f"stop container: {exc.message}") from exc
 
     async def remove(self, workload_id: str) -> None:
+        self._puller.forget(workload_id)
         async with self._lock:
             data = await self._show(workload_id)
             if data is not None:

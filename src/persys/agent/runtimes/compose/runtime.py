@@ -52,6 +52,7 @@ from persys.agent.runtimes.compose.project import (
 from persys.agent.runtimes.compose.source import materialize
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
+from persys.agent.runtimes.image_pull import PULL_TIMEOUT, ImagePuller
 from persys.agent.runtimes.log_stream import (
     ACCEPTED,
     LogQuery,
@@ -61,8 +62,9 @@ from persys.agent.runtimes.log_stream import (
     merged_history,
 )
 from persys.agent.runtimes.node_paths import NodePaths
+from persys.agent.runtimes.registry_auth import RegistryAuth
 from persys.agent.runtimes.workdir import WorkDirs
-from persys.model.workload import ComposeSpec
+from persys.model.workload import ComposeSpec, PullPolicy
 from persys.policy.compose_rules import check_compose_document
 from persys.policy.model import WorkloadPolicy
 
@@ -89,6 +91,8 @@ class ComposeRuntime:
         command_timeout: float = 300.0,
         extra_labels: dict[str, str] | None = None,
         node_paths: NodePaths | None = None,  # the agent's re-check of `path` and local git sources
+        registry_auth: Path | None = None,
+        pull_timeout: float = PULL_TIMEOUT,
     ) -> None:
         self._dirs = WorkDirs(Path(state_dir) / "compose", ComposeMeta, lenient=True)
         self._node_paths = node_paths
@@ -99,10 +103,14 @@ class ComposeRuntime:
         # node) keep agents that share one engine from adopting or removing each other's projects.
         self._scope = {LABEL_RUNTIME: self.name, **(extra_labels or {})}
         self._docker = LazyDocker(url)
+        # Services' images come from registries as spec.compose.pullPolicy says, with the node's credentials.
+        self._puller = ImagePuller(self._docker, RegistryAuth(registry_auth) if registry_auth else None,
+                                   pull_timeout)
         # Per workload: start/stop/remove of one project are serialised, different projects overlap.
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def close(self) -> None:
+        await self._puller.close()
         await self._docker.close()
 
     def _lock(self, workload_id: str) -> asyncio.Lock:
@@ -248,31 +256,14 @@ class ComposeRuntime:
                 out[kind] = own
         return out
 
-    async def _check_images(self, model: dict[str, Any]) -> None:
-        """Never pull (nodes may have no registry access): every image must already be here."""
-        wanted = {
-            svc: str(conf["image"])
-            for svc, conf in (model.get("services") or {}).items()
+    async def _images(self, workload_id: str, revision: str, model: dict[str, Any], spec: ComposeSpec) -> None:
+        """Every service's image on this node before `up` (which never pulls): pulled as
+        spec.compose.pullPolicy says, in the background (persys.agent.runtimes.image_pull)."""
+        wanted = sorted({
+            str(conf["image"]) for conf in (model.get("services") or {}).values()
             if conf.get("image") and not conf.get("build")  # a service with build: makes its own
-        }
-
-        async def present(image: str) -> bool:
-            try:
-                await self._docker().images.inspect(image)
-            except DockerError as exc:
-                if exc.status == 404:
-                    return False
-                raise RuntimeFailure(f"inspect image {image}: {exc.message}") from exc
-            except OSError as exc:
-                raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
-            return True
-
-        found = await asyncio.gather(*(present(i) for i in wanted.values()))
-        missing = [f"{svc}: {image}" for (svc, image), ok in zip(wanted.items(), found, strict=True) if not ok]
-        if missing:
-            raise RuntimeFailure(
-                f"image(s) not present on this node: {', '.join(missing)}", code="ImageNotFound", terminal=True
-            )
+        })
+        await self._puller.ensure(workload_id, wanted, spec.pull_policy or PullPolicy.IF_NOT_PRESENT, revision)
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
         spec = w.spec.compose
@@ -293,6 +284,7 @@ class ComposeRuntime:
                         return obs  # adopt: never touch a healthy project of the desired revision
             if await self._foreign(project):
                 raise RuntimeFailure(f"compose project {project} exists but belongs to another owner")
+            self._puller.still_pulling(w.workload_id, w.revision)  # no new clone and config meanwhile
             wdir.mkdir(parents=True, exist_ok=True)
             compose_file, commit = await materialize(self._cli, spec, wdir, self._node_paths)
             project_dir = compose_file.parent
@@ -306,7 +298,7 @@ class ComposeRuntime:
                                       "env": {**spec.env, **w.secrets.env_text()}}
 
             model, services = await self._config(project, compose_file, spec, common)
-            await self._check_images(model)
+            await self._images(w.workload_id, w.revision, model, spec)
             override = wdir / OVERRIDE_FILE
             override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
 
@@ -384,6 +376,7 @@ class ComposeRuntime:
                 raise RuntimeFailure(f"compose stop {project}: {clip(err)}")
 
     async def remove(self, workload_id: str) -> None:
+        self._puller.forget(workload_id)
         project = project_name(workload_id)
         async with self._lock(workload_id):
             if await self._foreign(project):

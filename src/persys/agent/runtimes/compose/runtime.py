@@ -38,6 +38,7 @@ from persys.agent.runtimes.compose.observe import observe
 from persys.agent.runtimes.compose.project import (
     COMPOSE_ONEOFF,
     COMPOSE_PROJECT,
+    COMPOSE_SERVICE,
     COMPOSE_VOLUME,
     ENV_FILE,
     LABEL_RUNTIME,
@@ -45,12 +46,15 @@ from persys.agent.runtimes.compose.project import (
     OVERRIDE_FILE,
     PROJECT_PREFIX,
     ComposeMeta,
+    choose_service,
     env_line,
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
+from persys.agent.runtimes.container_exec import exec_in
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
+from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
 from persys.model.workload import ComposeSpec
@@ -189,6 +193,26 @@ class ComposeRuntime:
         if rc != 0:
             raise RuntimeFailure(f"logs {workload_id}: {clip(err)}")
         return out + err
+
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+        """Run `command` in the container of `service` (the first, when it is scaled)."""
+        project = project_name(workload_id)
+        by_service: dict[str, list[dict[str, Any]]] = {}
+        for d in await self._containers(project):
+            svc = ((d.get("Config") or {}).get("Labels") or {}).get(COMPOSE_SERVICE, "")
+            by_service.setdefault(svc, []).append(d)
+        if not by_service:
+            raise RuntimeFailure(f"{workload_id} has no containers on this node", code="NotFound")
+        try:
+            svc = choose_service(sorted(by_service), service)
+        except ValueError as err:
+            raise RuntimeFailure(f"{workload_id}: {err}", code="InvalidArgument") from err
+        running = sorted((d for d in by_service[svc] if (d.get("State") or {}).get("Running")),
+                         key=lambda d: str(d.get("Name", "")))
+        if not running:
+            raise RuntimeFailure(f"service {svc} of {workload_id} is not running", code="NotRunning")
+        target = str(running[0].get("Name", "")).lstrip("/")
+        return await exec_in(self._docker(), str(running[0]["Id"]), target, command, kill_after)
 
     # ---- source --------------------------------------------------------------------------------
 

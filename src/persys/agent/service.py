@@ -71,8 +71,10 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
     async def Exec(self, request: apb.ExecRequest, context: grpc.aio.ServicerContext) -> apb.ExecResult:
         return await self.access.exec(request, context)
 
-    def CopyFrom(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[apb.FileChunk]:
-        return self.access.copy_from(request, context)
+    async def CopyFrom(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[apb.FileChunk]:
+        async for chunk in self.access.copy_from(request, context):
+            yield chunk
 
     async def CopyTo(self, request_iterator: AsyncIterator[apb.FileChunk], context: grpc.aio.ServicerContext
                      ) -> apb.CopyResult:

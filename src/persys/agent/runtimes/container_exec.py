@@ -121,6 +121,8 @@ async def archive_to_file(docker: aiodocker.Docker, container_id: str, path: str
             finally:
                 resp.close()
     except DockerError as exc:
+        if exc.status == 404:
+            raise RuntimeFailure(f"copy: no {path} in the container", code="NotFound") from exc
         raise _failure("copy", exc, path) from exc
     return size
 

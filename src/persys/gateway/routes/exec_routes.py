@@ -111,7 +111,7 @@ async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Re
 
 async def _download(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, workload_id: str,
                     instance: str, path: str) -> Response:
-    _note(request, workload=workload_id, direction="from", path=path, instance=instance)
+    _note(request, workload=workload_id, direction="from", file=path, instance=instance)
     where = await _locate(client, agent_tls, workload_id, instance, "cp")
     if isinstance(where, JSONResponse):
         return where
@@ -134,13 +134,13 @@ async def _download(client: SchedulerClient, agent_tls: TLSFiles | None, request
         finally:
             await chunks.aclose()
 
-    _note(request, workload=workload_id, direction="from", path=path, instance=inst, node=node_id)
+    _note(request, workload=workload_id, direction="from", file=path, instance=inst, node=node_id)
     return StreamingResponse(body(), media_type="application/x-tar")
 
 
 async def _upload(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, workload_id: str,
                   instance: str, path: str) -> JSONResponse:
-    _note(request, workload=workload_id, direction="to", path=path, instance=instance)
+    _note(request, workload=workload_id, direction="to", file=path, instance=instance)
     where = await _locate(client, agent_tls, workload_id, instance, "cp")
     if isinstance(where, JSONResponse):
         return where
@@ -165,7 +165,7 @@ async def _upload(client: SchedulerClient, agent_tls: TLSFiles | None, request: 
         raise
     except grpc.aio.AioRpcError as err:
         return _agent_error(node_id, err)
-    _note(request, workload=workload_id, direction="to", path=res.detail, instance=inst, node=node_id,
+    _note(request, workload=workload_id, direction="to", file=res.detail, instance=inst, node=node_id,
           bytes=res.bytes)
     return JSONResponse({"instance": inst, "node": node_id, "path": res.detail, "bytes": res.bytes})
 

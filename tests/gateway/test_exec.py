@@ -33,6 +33,17 @@ from tests.security.role_certs import role_identities
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 
+COMPOSE = """
+services:
+  web:
+    image: IMAGE
+    command: ["sh", "-c", "echo web > /tmp/me && exec sleep 3600"]
+  worker:
+    image: IMAGE
+    command: ["sh", "-c", "echo worker > /tmp/me && exec sleep 3600"]
+"""
+
+
 def _workload(name: str, spec: dict[str, object]) -> str:
     return yaml.safe_dump({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
                            "spec": spec})
@@ -45,6 +56,7 @@ class Env:
         self.box = docker.workload_id("box")
         self.proc = f"p{uuid.uuid4().hex[:8]}"
         self.vm = f"v{uuid.uuid4().hex[:8]}"
+        self.app = docker.workload_id("app")
 
     def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return ctl(*args, env=self.env, check=check)
@@ -66,15 +78,18 @@ def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: DockerEngine) -
                                "process": {"command": ["sleep", "3600"], "env": {"GREETING": "hello from env"}},
                                "secrets": {"env": [{"name": "DB_PASSWORD",
                                                     "secretRef": {"name": "exec-db", "key": "password"}}]}}),
+            _workload(e.app, {"type": "compose", "resources": {"cpuMillicores": 100, "memoryMb": 64},
+                              "compose": {"inline": COMPOSE.replace("IMAGE", docker_engine.image)}}),
             _workload(e.vm, {"type": "vm", "resources": {"cpuMillicores": 100, "memoryMb": 64},
                              "vm": {"image": "tiny-disk", "memoryMb": 64, "vcpus": 1}}),
         ]
         ctl("apply", "-f", "-", env=e.env, stdin="---\n".join(docs))
         try:
-            eventually(lambda: e.running(e.box) and e.running(e.proc), timeout=90, what="box and process Running")
+            eventually(lambda: e.running(e.box) and e.running(e.proc) and e.running(e.app), timeout=120,
+                       what="box, process and compose app Running")
             yield e
         finally:
-            for name in (e.box, e.proc, e.vm):
+            for name in (e.box, e.proc, e.app, e.vm):
                 e.ctl("delete", "workload", name, check=False)
             subprocess.run(["docker", "rm", "-f", f"persys-{e.box}"], capture_output=True, timeout=60)
 
@@ -179,3 +194,26 @@ def test_the_agent_takes_exec_from_the_gateway_only(env: Env) -> None:
     assert asyncio.run(call(admin_tls, env.box)) == grpc.StatusCode.PERMISSION_DENIED
     assert asyncio.run(call(gateway_tls, env.box)) == grpc.StatusCode.OK
     assert asyncio.run(call(gateway_tls, "not-here")) == grpc.StatusCode.NOT_FOUND  # only instances it runs
+
+
+def test_exec_in_a_compose_service(env: Env) -> None:
+    p = env.ctl("exec", env.app, "--", "cat", "/tmp/me", check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--service: web, worker" in p.stderr, p.stderr
+    assert env.ctl("exec", env.app, "--service", "worker", "--", "cat", "/tmp/me").stdout == "worker\n"
+    assert env.ctl("exec", env.app, "--service", "web", "--", "cat", "/tmp/me").stdout == "web\n"
+    p = env.ctl("exec", env.app, "--service", "cache", "--", "true", check=False)
+    assert p.returncode == 1 and "no service 'cache'" in p.stderr
+
+
+def test_bad_input_is_a_4xx_naming_the_field(env: Env) -> None:
+    with env.c.client() as admin:
+        for body, field in (({"command": []}, "command"), ({"command": ["true"], "timeout": 0}, "timeout"),
+                            ({"command": ["true"], "instance": "Web!"}, "instance"),
+                            ({"command": ["true"], "shell": True}, "shell")):
+            r = admin.post(f"/v1/workloads/{env.box}/exec", json=body)
+            assert r.status_code == 422 and field in json.dumps(r.json()["detail"]), r.text
+        r = admin.get(f"/v1/workloads/{env.box}/files", params={"path": "relative"})
+        assert r.status_code == 422 and "path" in r.text
+        r = admin.put(f"/v1/workloads/{env.box}/files", params={"path": "/tmp"}, content=b"not a tar")
+        assert r.status_code == 400 and "tar" in r.json()["error"], r.text
+    assert not list((env.c.tmp / "agent" / "incoming").glob("copy-*"))  # spooled archives are gone

@@ -91,11 +91,17 @@ def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: DockerEngine) -
         finally:
             for name in (e.box, e.proc, e.app, e.vm):
                 e.ctl("delete", "workload", name, check=False)
-            subprocess.run(["docker", "rm", "-f", f"persys-{e.box}"], capture_output=True, timeout=60)
+            for name in (e.box, e.app):
+                subprocess.run(["docker", "rm", "-f", *_containers(name)], capture_output=True, timeout=60)
+
+
+def _containers(workload: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=persys.workload={workload}"],
+                          capture_output=True, text=True, timeout=30).stdout.split()
 
 
 def test_exec_in_a_container(env: Env) -> None:
-    host = subprocess.run(["docker", "inspect", "-f", "{{.Config.Hostname}}", f"persys-{env.box}"],
+    host = subprocess.run(["docker", "inspect", "-f", "{{.Config.Hostname}}", *_containers(env.box)],
                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     p = env.ctl("exec", env.box, "--", "cat", "/etc/hostname")
     assert p.stdout == host + "\n" and p.returncode == 0

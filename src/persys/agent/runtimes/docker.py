@@ -336,29 +336,30 @@ class DockerRuntime:
 
     # ---- exec and copy (persysctl exec, cp) ----------------------------------------------------
 
-    async def _existing(self, workload_id: str, *, running: bool) -> str:
+    async def _existing(self, workload_id: str, *, running: bool) -> tuple[str, str]:
+        """The id and name of the instance's container (running, if asked)."""
         data = await self._show(workload_id)
         if data is None:
             raise RuntimeFailure(f"{workload_id} has no container on this node", code="NotFound")
         if running and not (data.get("State") or {}).get("Running"):
             raise RuntimeFailure(f"{workload_id} is not running ({self._observe(data).message or 'stopped'})",
                                  code="NotRunning")
-        return str(data["Id"])
+        return str(data["Id"]), str(data.get("Name", "")).lstrip("/")
 
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
         if service:
             raise RuntimeFailure("--service names a compose service; this is a container", code="InvalidArgument")
-        cid = await self._existing(workload_id, running=True)
-        return await exec_in(self._docker(), cid, container_name(workload_id), command, kill_after)
+        cid, name = await self._existing(workload_id, running=True)
+        return await exec_in(self._docker(), cid, name, command, kill_after)
 
     async def copy_from(self, workload_id: str, path: str, dest: Path) -> int:
-        cid = await self._existing(workload_id, running=False)
+        cid, _ = await self._existing(workload_id, running=False)
         return await archive_to_file(self._docker(), cid, path, dest)
 
     async def copy_to(self, workload_id: str, path: str, archive: Path) -> str:
         """Unpack `archive` (one entry at its top) at `path`: into it when it is a folder in the
         container, else as it (the top entry renamed, in its parent folder)."""
-        cid = await self._existing(workload_id, running=False)
+        cid, _ = await self._existing(workload_id, running=False)
         try:
             top = await asyncio.to_thread(_top_of, archive)
             stat = await path_stat(self._docker(), cid, path)

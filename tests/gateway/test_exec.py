@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -26,7 +27,7 @@ from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.tlsfiles import TLSFiles
 from tests.docker_fixtures import DockerEngine
-from tests.e2e.harness import ctl, eventually
+from tests.e2e.harness import BIN, ctl, eventually
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 from tests.security.role_certs import role_identities
 
@@ -95,6 +96,10 @@ def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: DockerEngine) -
                 subprocess.run(["docker", "rm", "-f", *_containers(name)], capture_output=True, timeout=60)
 
 
+def _ctl_argv() -> list[str]:
+    return [str(BIN / "persysctl")]
+
+
 def _containers(workload: str) -> list[str]:
     return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=persys.workload={workload}"],
                           capture_output=True, text=True, timeout=30).stdout.split()
@@ -107,6 +112,9 @@ def test_exec_in_a_container(env: Env) -> None:
     assert p.stdout == host + "\n" and p.returncode == 0
     p = env.ctl("exec", env.box, "--", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
     assert (p.returncode, p.stdout, p.stderr) == (7, "out\n", "err\n")
+    p = subprocess.run([*_ctl_argv(), "exec", env.box, "--", "head", "-c", "5000000", "/dev/zero"],
+                       capture_output=True, env={**os.environ, **env.env}, timeout=60)
+    assert p.returncode == 0 and len(p.stdout) == 4 * 1024 * 1024 and b"output cut at 4 MiB" in p.stderr
     p = env.ctl("exec", env.box, "--", "no-such-binary", check=False)
     assert p.returncode in (126, 127) and "no-such-binary" in p.stdout + p.stderr
 

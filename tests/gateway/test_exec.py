@@ -132,7 +132,7 @@ def test_a_timeout_kills_the_command(env: Env) -> None:
 def test_exec_in_a_process_workload_sees_its_environment(env: Env) -> None:
     p = env.ctl("exec", env.proc, "--", "sh", "-c", 'echo "$GREETING"; echo "${#DB_PASSWORD}"; pwd')
     assert p.stdout.splitlines() == ["hello from env", str(len("s3cret-value")),
-                                     str(env.c.tmp / "agent" / "process" / env.proc / "work")], p.stdout
+                                     str(env.c.tmp / "agent" / "runtimes" / "process" / env.proc / "work")], p.stdout
 
 
 def test_cp_both_ways(env: Env, tmp_path: Path) -> None:

@@ -158,8 +158,10 @@ class ExecAnswer(BaseModel):
     timedOut: bool = Field(description="killed at the timeout")  # noqa: N815
 
 
+# Sent as application/x-tar by persysctl; documented as octet-stream, which every client can send.
 TAR_BODY = {"requestBody": {"required": True, "description": "A tar archive with one file or folder at its top",
-                            "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}
+                            "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                "format": "binary"}}}}}
 TAR_ANSWER: dict[int | str, dict[str, Any]] = {200: {
     "description": "A tar archive of the path (its base name at the top)",
     "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}

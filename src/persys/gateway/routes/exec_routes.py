@@ -176,7 +176,7 @@ def exec_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> APIRoute
     path_q = Query(..., min_length=1, max_length=4096, pattern="^/", description="absolute path in the container")
 
     @router.post("/v1/workloads/{workload_id}/exec", tags=["workloads"], response_model=ExecAnswer,
-                 responses={**SCHEDULER_ERRORS, **AGENT_ERRORS})
+                 responses={**SCHEDULER_ERRORS, **TOO_LARGE, **AGENT_ERRORS})
     async def exec_command(request: Request, body: ExecBody, workload_id: str = WorkloadId) -> JSONResponse:
         """Run a command in a running instance and answer its exit code and output (no TTY, no stdin):
         `docker exec` in a container or a compose service's container; for a process workload, on its

@@ -39,13 +39,26 @@ async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: As
     return str(resp.detail)
 
 
-async def fetch_logs(address: str, tls: TLSFiles, workload_id: str, tail: int, *, node_id: str) -> str:
+async def fetch_logs(address: str, tls: TLSFiles, request: apb.LogsRequest, *, node_id: str) -> str:
     """Ask node `node_id`'s agent for an instance's logs."""
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         resp = await apb_grpc.AgentServiceStub(channel).GetLogs(
-            apb.LogsRequest(instance_id=workload_id, tail=tail), timeout=15, metadata=with_trace_context(()) or None)
+            request, timeout=15, metadata=with_trace_context(()) or None)
     return str(resp.text)
 
+
+async def stream_logs(address: str, tls: TLSFiles, request: apb.LogsRequest, *, node_id: str
+                      ) -> AsyncGenerator[str, None]:
+    """An instance's output as node `node_id`'s agent streams it (StreamLogs): first "" once the
+    agent accepted the request (errors before it are refusals), then the pieces. Closing this
+    generator cancels the call, which stops the agent reading."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        call = apb_grpc.AgentServiceStub(channel).StreamLogs(request, metadata=with_trace_context(()) or None)
+        try:
+            async for msg in call:
+                yield str(msg.text)
+        finally:
+            call.cancel()
 
 async def run_command(address: str, tls: TLSFiles, instance_id: str, command: list[str], *, service: str,
                       timeout_seconds: int, node_id: str) -> apb.ExecResult:

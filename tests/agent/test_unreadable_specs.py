@@ -4,12 +4,13 @@ it as an orphan (after an agent upgrade, from the scheduler's list or its own lo
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.localstate import LocalState
-from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeState, RuntimeWorkload
+from persys.agent.runtimes.base import LogQuery, ObservedWorkload, Probe, RuntimeState, RuntimeWorkload
 
 BAD = b'{"type": "process", "command": 42, "unknownField": true}'
 
@@ -42,6 +43,9 @@ class FakeRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return ""
+
+    async def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        yield ""
 
     async def close(self) -> None:
         return None

@@ -196,6 +196,9 @@ def test_deep_nesting_in_a_local_apply_is_an_error_line(cluster: GatewayCluster,
     ("/v1/events", {"limit": "0"}, "limit"),
     ("/v1/events", {"limit": "ten"}, "limit"),
     ("/v1/workloads/x/logs", {"tail": "99999999999"}, "tail"),
+    ("/v1/workloads/x/logs", {"tail": "-1"}, "tail"),
+    ("/v1/workloads/x/logs", {"service": "a b"}, "service"),
+    ("/v1/workloads/x/logs", {"follow": "sometimes"}, "follow"),
     ("/v1/workloads/Not_A_Name", {}, "workload_id"),
 ])
 def test_query_and_path_parameters_are_typed_and_bounded(cluster: GatewayCluster, path: str,
@@ -203,6 +206,12 @@ def test_query_and_path_parameters_are_typed_and_bounded(cluster: GatewayCluster
     r = cluster.client().get(path, params=params)
     assert r.status_code == 422, r.text
     assert field in {e["loc"][-1] for e in r.json()["detail"]}, r.text
+
+
+def test_a_bad_logs_since_is_a_400_naming_it(cluster: GatewayCluster) -> None:
+    for follow in ("false", "true"):
+        r = cluster.client().get("/v1/workloads/x/logs", params={"since": "yesterday", "follow": follow})
+        assert r.status_code == 400 and r.json()["error"].startswith("since:"), r.text
 
 
 def test_drain_deadline_must_be_finite(cluster: GatewayCluster) -> None:

@@ -22,6 +22,7 @@ from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.agent.runtimes.exec_output import Copies, Executes
+from persys.agent.runtimes.log_stream import LogQuery, UnsupportedQuery
 from persys.model.limits import COPY_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS, human_bytes
 from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
@@ -80,22 +81,51 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                      ) -> apb.CopyResult:
         return await self.access.copy_to(request_iterator, context)
 
-    async def GetLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext) -> apb.LogsResponse:
+    async def _log_runtime(self, wid: str, context: grpc.aio.ServicerContext) -> Runtime:
+        """The runtime holding instance `wid` here (aborts NOT_FOUND when none does)."""
         who = peer_identity(context)
         if who not in ALLOWED:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not read logs")
-        wid, tail = request.instance_id, request.tail or 100
         candidates, desired = self.node.log_sources(wid)
         for rt in candidates:
             try:
-                if not desired and await rt.inspect(wid) is None:
-                    continue
-                return apb.LogsResponse(text=await rt.logs(wid, tail), runtime=rt.name)
+                if desired or await rt.inspect(wid) is not None:
+                    return rt
             except RuntimeFailure as err:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         await context.abort(grpc.StatusCode.NOT_FOUND, f"{wid} is not on node {self.node.node_id}")
         raise AssertionError("unreachable")
 
+    async def GetLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext) -> apb.LogsResponse:
+        rt = await self._log_runtime(request.instance_id, context)
+        query = _query(request, follow=False)
+        try:
+            if query == LogQuery(tail=query.tail):  # the plain tail every runtime has always served
+                return apb.LogsResponse(text=await rt.logs(request.instance_id, query.tail), runtime=rt.name)
+            pieces = [p async for p in rt.stream_logs(request.instance_id, query)]
+        except UnsupportedQuery as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except RuntimeFailure as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        return apb.LogsResponse(text="".join(pieces), runtime=rt.name)
+
+    async def StreamLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext
+                         ) -> AsyncIterator[apb.LogsResponse]:
+        """Each piece is written before the next is read: gRPC flow control paces the source to the
+        caller. A caller that leaves cancels this handler, which closes the source."""
+        rt = await self._log_runtime(request.instance_id, context)
+        stream = rt.stream_logs(request.instance_id, _query(request, follow=True))
+        try:
+            await anext(stream, None)  # ACCEPTED, or the refusal as an error before any message
+            yield apb.LogsResponse(runtime=rt.name)  # the caller knows now that output will follow
+            async for piece in stream:
+                yield apb.LogsResponse(text=piece)
+        except UnsupportedQuery as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except RuntimeFailure as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
     async def LoadImage(self, request_iterator: AsyncIterator[apb.ImageChunk], context: grpc.aio.ServicerContext
                         ) -> apb.ImageResult:
@@ -127,6 +157,12 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
+
+def _query(request: apb.LogsRequest, *, follow: bool) -> LogQuery:
+    # tail 0: none when following or with since (only new, or all since), else 100 as it always was
+    tail = request.tail or (0 if follow or request.since else 100)
+    return LogQuery(tail=tail, since=request.since, follow=follow, service=request.service,
+                    timestamps=request.timestamps)
 
 class WorkloadAccess:
     """Exec and cp (AgentService.Exec, CopyFrom, CopyTo): inside this node's instances, for the

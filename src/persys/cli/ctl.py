@@ -19,11 +19,13 @@ import yaml
 from rich.table import Table
 
 from persys.cli import (
+    apply_wait,
     bucket_cmds,
     ctl_tracing,
     events_cmd,
     exec_cmds,
     follow,
+    logs_cmd,
     meter_cmds,
     node_cmds,
     object_cmds,
@@ -222,11 +224,15 @@ def apply(
                                  "with -o json/yaml): find its spans in your tracing backend, and its events with "
                                  "`persysctl events -o json` (fields.traceId). Needs a gateway run with "
                                  "--otlp-endpoint."),
+    wait: bool = typer.Option(False, "--wait", help="Then wait until every applied workload is Running (all "
+                              "replicas), printing progress on stderr; exit 1 with one line per workload that is "
+                              "not (its phase and reason) when one fails for good or at --timeout."),
+    timeout: float = typer.Option(120, "--timeout", min=1, help="Seconds --wait waits at most."),
     server: str | None = ServerOpt,
 ) -> None:
     """Create or update workloads, secrets, volumes and buckets (`kind: Secret`, `kind: Volume` and
     `kind: Bucket`, applied first, so workloads can use them) from manifests. Idempotent: applying
-    twice changes nothing."""
+    twice changes nothing. With --wait, returns once they run (CI: `apply -f app.yaml --wait`)."""
     found = _read_files(files)
     docs = found.docs
     api = Api(server)
@@ -248,6 +254,12 @@ def apply(
         emit(secret_results + results, output)
     if verbose:
         _print_trace(api.trace_id or ctl_tracing.trace_id(), output)
+    if wait and not dry_run and results:
+        not_running = apply_wait.wait_running(api, [r["id"] for r in results], timeout)
+        for line in not_running:
+            err_console.print(line, markup=False, highlight=False)
+        if not_running:
+            raise typer.Exit(1)
 
 
 def _print_trace(trace_id: str, output: str) -> None:
@@ -603,18 +615,6 @@ def restart(name: str = typer.Argument(..., help="Workload name."), server: str 
 
 
 @app.command()
-def logs(
-    name: str = typer.Argument(..., help="Workload name."),
-    instance: str = typer.Option("", "--instance", help="Replica instance (default: the first), e.g. web.1."),
-    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Show a workload's output: container logs, compose services, a VM's serial console, a process."""
-    r = Api(server).request("GET", f"/v1/workloads/{name}/logs", params={"instance": instance, "tail": tail})
-    sys.stdout.write(r["text"] if r["text"].endswith("\n") or not r["text"] else r["text"] + "\n")
-
-
-@app.command()
 def top(
     kind: str = typer.Argument("workloads", help="workloads or nodes"),
     since: str = typer.Option("", "--since", help="Average and maximum over this window from Persys Meter "
@@ -666,6 +666,7 @@ app.command("audit")(audit_command)
 app.command("exec", help=exec_cmds.EXEC_HELP, no_args_is_help=True)(exec_cmds.exec_command)
 app.command("cp", help=exec_cmds.CP_HELP, no_args_is_help=True)(exec_cmds.cp_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
+app.command("logs", help=logs_cmd.HELP)(logs_cmd.logs_command)
 
 
 @app.callback()

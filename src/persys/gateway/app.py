@@ -31,6 +31,7 @@ from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
 from persys.gateway.routes.exec_routes import exec_routes
 from persys.gateway.routes.health import health_routes
+from persys.gateway.routes.logs import log_routes
 from persys.gateway.routes.meter import meter_routes
 from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.streams import stream_routes
@@ -129,6 +130,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(exec_routes(client, agent_tls))
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
+    app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true
     app.include_router(node_routes(client))
     app.include_router(stream_routes(client))  # SSE: events, workload and node watches
     app.include_router(event_routes(client))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import time
@@ -14,7 +15,14 @@ from typing import Any
 import docker
 import pytest
 
-from persys.agent.runtimes.base import Runtime, RuntimeFailure, RuntimeState, RuntimeWorkload
+from persys.agent.runtimes.base import (
+    LogQuery,
+    Runtime,
+    RuntimeFailure,
+    RuntimeState,
+    RuntimeWorkload,
+    UnsupportedQuery,
+)
 from persys.agent.runtimes.compose import (
     COMPOSE_PROJECT,
     LABEL_RUNTIME,
@@ -189,6 +197,55 @@ async def test_probe(rt: ComposeRuntime) -> None:
     assert p.available, p.reason
     assert p.version and int(p.version.split(".")[0]) >= 2
     assert "source:inline" in p.features and any(f.startswith("engine:") for f in p.features)
+
+
+TICKERS = """
+services:
+  api:
+    image: persys/busybox:latest
+    command: ["sh", "-c", "i=0; while true; do echo api $$i; i=$$((i+1)); sleep 0.2; done"]
+  db:
+    image: persys/busybox:latest
+    command: ["sh", "-c", "i=0; while true; do echo db $$i; i=$$((i+1)); sleep 0.2; done"]
+"""
+
+
+async def _text(rt: ComposeRuntime, wid: str, query: LogQuery) -> str:
+    return "".join([p async for p in rt.stream_logs(wid, query)])
+
+
+@docker_only
+async def test_logs_per_service_prefixed_filtered_and_followed(rt: ComposeRuntime, engine: Any) -> None:
+    wid = engine.workload_id("tickers")
+    try:
+        obs = await rt.start(compose_workload(wid, inline=TICKERS))
+        assert obs.state is RuntimeState.RUNNING, obs.message
+
+        async def both() -> str:
+            text = await _text(rt, wid, LogQuery(tail=20))
+            return text if "api | api" in text and "db  | db" in text and len(text.splitlines()) == 20 else ""
+
+        merged = await wait_for(both)  # like `docker compose logs`: each line names its service
+        assert merged and all(re.match(r"(api|db ) \| (api|db) \d+$", line) for line in merged.splitlines()), merged
+        assert len(merged.splitlines()) == 20  # the tail counts the merged lines
+        only_db = await _text(rt, wid, LogQuery(tail=5, service="db"))
+        assert len(only_db.splitlines()) == 5 and all(re.match(r"db \d+$", x) for x in only_db.splitlines()), only_db
+        with pytest.raises(UnsupportedQuery, match="services: api, db"):
+            await _text(rt, wid, LogQuery(service="cache"))
+
+        stream = rt.stream_logs(wid, LogQuery(tail=0, follow=True, service="api"))
+        assert await anext(stream) == ""  # accepted
+        first = await asyncio.wait_for(anext(stream), 10)
+        assert re.match(r"api \d+\n$", first), first  # new output, unprefixed: one service asked for
+        await rt.remove(wid)
+        rest = await asyncio.wait_for(_drain(stream), 30)  # ends by itself once the containers are gone
+        assert "db" not in rest
+    finally:
+        await rt.remove(wid)
+
+
+async def _drain(stream: AsyncIterator[str]) -> str:
+    return "".join([p async for p in stream])
 
 
 @docker_only

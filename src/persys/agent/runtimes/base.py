@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -97,6 +98,24 @@ class RuntimeFailure(Exception):
         return f"{self.code}: {self.args[0] if self.args else ''}"
 
 
+@dataclass(frozen=True)
+class LogQuery:
+    tail: int = 100  # lines of history first (0: none)
+    since: float = 0.0  # unix time: only output written after it (0: all)
+    follow: bool = False  # then keep streaming new output
+    service: str = ""  # compose: only this service
+    timestamps: bool = False  # prefix each line with its RFC 3339 time
+
+
+class UnsupportedQuery(ValueError):
+    """The query asks what this runtime's logs cannot answer (a caller error, not a failure)."""
+
+
+# Every stream's first piece is "" once its query is accepted: a refusal (UnsupportedQuery) comes
+# before it, so a caller can answer it as an error instead of waiting for output that may not come.
+ACCEPTED = ""
+
+
 @runtime_checkable
 class Runtime(Protocol):
     name: str  # the workload type it serves: "container" | "process"
@@ -114,5 +133,10 @@ class Runtime(Protocol):
     async def inspect(self, workload_id: str) -> ObservedWorkload | None: ...
 
     async def logs(self, workload_id: str, tail: int = 100) -> str: ...
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        """Output per the query, in pieces of whole lines (persys.agent.runtimes.log_stream): first
+        ACCEPTED, or UnsupportedQuery for what this runtime's logs cannot answer."""
+        ...
 
     async def close(self) -> None: ...

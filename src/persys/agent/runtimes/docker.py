@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tarfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from persys.agent.runtimes.container_exec import archive_to_file, exec_in, is_di
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.agent.runtimes.exec_output import ExecOutput
+from persys.agent.runtimes.log_stream import ACCEPTED, LogQuery, UnsupportedQuery, container_stream
 from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
 from persys.model.copy_archive import CopyError, landing, rewrite, top_entry
 from persys.model.workload import ContainerSpec
@@ -179,6 +180,16 @@ class DockerRuntime:
         except DockerError as exc:
             raise RuntimeFailure(f"logs {workload_id}: {exc.message}") from exc
         return "".join(lines)
+
+    async def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        if query.service:
+            raise UnsupportedQuery("--service selects a compose service; this workload is a single container")
+        yield ACCEPTED
+        data = await self._show(workload_id)
+        if data is None:
+            return
+        async for piece in container_stream(self._docker(), data["Id"], query):
+            yield piece
 
     # ---- writing -------------------------------------------------------------------------------
 

@@ -5,10 +5,11 @@ and result (persys_agent_runtime_operations_total and its latency histogram). Wh
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from persys.agent.runtimes.base import ObservedWorkload, Probe, Runtime, RuntimeFailure, RuntimeWorkload
+from persys.agent.runtimes.log_stream import LogQuery
 from persys.observability.metrics import Metrics
 
 T = TypeVar("T")
@@ -61,6 +62,9 @@ class MeteredRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return await self.inner.logs(workload_id, tail)
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        return self.inner.stream_logs(workload_id, query)
 
     async def close(self) -> None:
         await self.inner.close()

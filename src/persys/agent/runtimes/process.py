@@ -21,7 +21,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from persys.agent.runtimes.base import (
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
+from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.process_exec import exec_in_process
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
@@ -438,6 +439,9 @@ class ProcessRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return await asyncio.to_thread(tail_text, self._wdir(workload_id) / "stdout.log", tail)
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output")
 
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
         """Run `command` on the node in the running instance's environment, user and cgroups."""

@@ -1,4 +1,4 @@
-"""Routes the gateway serves by calling a node's agent over mutual TLS: logs and image upload."""
+"""Routes the gateway serves by calling a node's agent over mutual TLS: image upload (logs: routes/logs.py)."""
 
 from __future__ import annotations
 
@@ -9,38 +9,16 @@ import grpc
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from persys.agent_client import fetch_logs, send_image
+from persys.agent_client import send_image
 from persys.client import SchedulerClient
 from persys.gateway.body_limit import BodyTooLarge
-from persys.gateway.routes.common import NodeId, WorkloadId
-from persys.gateway.schemas import AGENT_ERRORS, IMAGE_BODY, INSTANCE_ID, SCHEDULER_ERRORS, TOO_LARGE, ImageKind
+from persys.gateway.routes.common import NodeId
+from persys.gateway.schemas import AGENT_ERRORS, IMAGE_BODY, SCHEDULER_ERRORS, TOO_LARGE, ImageKind
 from persys.tlsfiles import TLSFiles
 
 
 def _error(message: str, status_code: int) -> JSONResponse:
     return JSONResponse({"error": message, "problems": []}, status_code=status_code)
-
-
-async def _logs(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id: str, instance: str,
-                tail: int) -> JSONResponse:
-    view = await client.get_workload(workload_id)
-    if not instance and not view["instances"]:
-        return _error(f"{workload_id} has no instances", 404)
-    inst = instance or view["instances"][0]["instance"]
-    match = [i for i in view["instances"] if i["instance"] == inst]
-    if not match:
-        return _error(f"{workload_id} has no instance {inst}", 404)
-    node_id = match[0]["node"]
-    if not node_id:
-        return _error(f"{inst} is not placed on any node ({match[0]['reason']})", 409)
-    node = await client.get_node(node_id)
-    if not node.get("address") or agent_tls is None:
-        return _error(f"the agent on {node_id} serves no logs endpoint", 501)
-    try:
-        text = await fetch_logs(node["address"], agent_tls, inst, tail, node_id=node_id)
-    except grpc.aio.AioRpcError as err:
-        return _error(f"agent on {node_id}: {err.details()}", 404 if err.code() == grpc.StatusCode.NOT_FOUND else 502)
-    return JSONResponse({"instance": inst, "node": node_id, "text": text})
 
 
 async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, node_id: str,
@@ -74,14 +52,6 @@ async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, reque
 
 def agent_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> APIRouter:
     router = APIRouter()
-
-    @router.get("/v1/workloads/{workload_id}/logs", tags=["workloads"],
-                responses={**SCHEDULER_ERRORS, **AGENT_ERRORS})
-    async def logs(workload_id: str = WorkloadId,
-                   instance: str = Query("", pattern=f"^$|{INSTANCE_ID}", description="empty: the first instance"),
-                   tail: int = Query(100, ge=1, le=10_000)) -> JSONResponse:
-        """The tail of an instance's output, fetched from its node's agent over mutual TLS."""
-        return await _logs(client, agent_tls, workload_id, instance, tail)
 
     @router.post("/v1/nodes/{node_id}/images", tags=["nodes"], openapi_extra=IMAGE_BODY,
                  responses={**SCHEDULER_ERRORS, **TOO_LARGE, **AGENT_ERRORS})

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,14 @@ from persys.agent.runtimes.container_exec import exec_in
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
 from persys.agent.runtimes.exec_output import ExecOutput
+from persys.agent.runtimes.log_stream import (
+    ACCEPTED,
+    LogQuery,
+    UnsupportedQuery,
+    container_stream,
+    merge_streams,
+    merged_history,
+)
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs
 from persys.model.workload import ComposeSpec
@@ -193,6 +201,31 @@ class ComposeRuntime:
         if rc != 0:
             raise RuntimeFailure(f"logs {workload_id}: {clip(err)}")
         return out + err
+
+    async def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        """The project's containers through the engine (times per line), like `docker compose logs`:
+        each line prefixed by its service unless one service is asked for. Following covers the
+        containers there when it starts."""
+        data = await self._containers(project_name(workload_id))
+        services = {str(d["Config"]["Labels"].get(COMPOSE_SERVICE, "")) for d in data}
+        if query.service and query.service not in services:
+            raise UnsupportedQuery(f"--service {query.service}: not a service of {workload_id} "
+                                   f"(services: {', '.join(sorted(services)) or 'none running'})")
+        yield ACCEPTED
+        width = max((len(s) for s in services), default=0)
+        sources = []  # (container id, line prefix)
+        for d in sorted(data, key=lambda d: str(d.get("Name", ""))):
+            svc = str(d["Config"]["Labels"].get(COMPOSE_SERVICE, ""))
+            if not query.service or svc == query.service:
+                sources.append((str(d["Id"]), "" if query.service else f"{svc:<{width}} | "))
+        if not query.follow:
+            text = await merged_history(self._docker(), sources, query)
+            if text:
+                yield text
+            return
+        async for piece in merge_streams([container_stream(self._docker(), cid, query, prefix)
+                                          for cid, prefix in sources]):
+            yield piece
 
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
         """Run `command` in the container of `service` (the first, when it is scaled)."""

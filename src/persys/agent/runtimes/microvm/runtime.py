@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
 from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_kernel
@@ -321,6 +322,12 @@ class MicroVMRuntime:
         path = (self._backend(meta).console_log(VMHandle(**meta.handle)) if meta is not None
                 else self._wdir(workload_id) / "console.log")
         return await asyncio.to_thread(tail_text, path, tail)
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        meta = self._load(workload_id)
+        path = (self._backend(meta).console_log(VMHandle(**meta.handle)) if meta is not None
+                else self._wdir(workload_id) / "console.log")
+        return file_stream(path, query, "a microVM's serial console")
 
     async def close(self) -> None:
         # Deliberately leaves VMs running: they belong to the node, not to this agent process.

@@ -25,7 +25,7 @@ import logging
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -39,6 +39,7 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
+from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
 from persys.agent.runtimes.vm.data_disks import data_disks, forget_secrets
@@ -284,6 +285,9 @@ class LibvirtVMRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return await self._run(tail_text, self._wdir(workload_id) / "console.log", tail)
+
+    def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
+        return file_stream(self._wdir(workload_id) / "console.log", query, "a VM's serial console")
 
     # ---- writing -------------------------------------------------------------------------------
 

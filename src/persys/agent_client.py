@@ -1,4 +1,4 @@
-"""An async client of a node agent's own AgentService (logs, image upload), used by the gateway.
+"""An async client of a node agent's own AgentService (logs, image upload, exec, cp), used by the gateway.
 
 It lives outside `persys.agent` so that the control plane talks to agents over their gRPC
 contract only, never by importing agent code.
@@ -59,3 +59,44 @@ async def stream_logs(address: str, tls: TLSFiles, request: apb.LogsRequest, *, 
                 yield str(msg.text)
         finally:
             call.cancel()
+
+async def run_command(address: str, tls: TLSFiles, instance_id: str, command: list[str], *, service: str,
+                      timeout_seconds: int, node_id: str) -> apb.ExecResult:
+    """Ask node `node_id`'s agent to run `command` in an instance; the call outlives the command's
+    own timeout by a margin (the agent kills the command at it)."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        result: apb.ExecResult = await apb_grpc.AgentServiceStub(channel).Exec(
+            apb.ExecRequest(instance_id=instance_id, command=command, service=service,
+                            timeout_seconds=timeout_seconds),
+            timeout=timeout_seconds + 30, metadata=with_trace_context(()) or None)
+    return result
+
+
+async def copy_from(address: str, tls: TLSFiles, instance_id: str, path: str, *, node_id: str
+                    ) -> AsyncGenerator[bytes, None]:
+    """The tar archive of `path` in an instance, in chunks as node `node_id`'s agent sends them.
+    The agent's refusal, if any, is raised before the first chunk."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        call = apb_grpc.AgentServiceStub(channel).CopyFrom(
+            apb.CopyFromRequest(instance_id=instance_id, path=path), timeout=600,
+            metadata=with_trace_context(()) or None)
+        async for chunk in call:
+            yield bytes(chunk.data)
+
+
+async def copy_to(address: str, tls: TLSFiles, instance_id: str, path: str, data: AsyncIterator[bytes], *,
+                  node_id: str) -> apb.CopyResult:
+    """Stream a tar archive to node `node_id`'s agent, to be unpacked at `path` in an instance."""
+
+    async def chunks() -> AsyncIterator[apb.FileChunk]:
+        sent = False
+        async for piece in data:
+            for at in range(0, len(piece), MiB):
+                yield apb.FileChunk(instance_id=instance_id, path=path, data=piece[at:at + MiB])
+                sent = True
+        if not sent:
+            yield apb.FileChunk(instance_id=instance_id, path=path, data=b"")
+
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        result: apb.CopyResult = await apb_grpc.AgentServiceStub(channel).CopyTo(chunks(), timeout=600)
+    return result

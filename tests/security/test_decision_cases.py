@@ -17,7 +17,8 @@ TOKEN_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "token_cases.yaml").r
 ROUTE_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "route_cases.yaml").read_text())
 PATHS = {"/v1/workloads": {"get": {}}, "/v1/workloads:batch": {"post": {}},
          "/v1/workloads/{workload_id}/explain": {"get": {}}, "/v1/workloads/{workload_id}/logs": {"get": {}},
-         "/v1/workloads/{workload_id}/{action}": {"post": {}}, "/v1/nodes/{node_id}": {"get": {}, "delete": {}},
+         "/v1/workloads/{workload_id}/{action}": {"post": {}}, "/v1/workloads/{workload_id}/exec": {"post": {}},
+         "/v1/workloads/{workload_id}/files": {"get": {}, "put": {}}, "/v1/nodes/{node_id}": {"get": {}, "delete": {}},
          "/v1/nodes/{node_id}/drain": {"get": {}, "post": {}}}
 
 

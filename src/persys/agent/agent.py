@@ -322,6 +322,12 @@ class Agent:
             return [self.runtimes[d.spec.type]], True
         return list(self.runtimes.values()), d is not None
 
+    def exec_source(self, instance_id: str) -> tuple[str, Runtime | None]:
+        d = self.desired.get(instance_id)
+        if d is None:
+            return "", None
+        return d.spec.type, self.runtimes.get(d.spec.type)
+
     async def accept_desired(self, ds: pb.AssignmentSet) -> None:
         """Take a full desired set or a delta (see DesiredState in the proto)."""
         self.mode = ds.mode or "normal"

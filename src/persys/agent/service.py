@@ -21,17 +21,24 @@ from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
+from persys.agent.runtimes.exec_output import Copies, Executes
 from persys.agent.runtimes.log_stream import LogQuery, UnsupportedQuery
-from persys.model.limits import human_bytes
+from persys.model.limits import COPY_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS, human_bytes
 from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
 from persys.observability.grpc_tracing import TracingInterceptor
 from persys.observability.metrics import Metrics
 from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity
+from persys.security.identity import Kind, from_subject
+from persys.security.permissions import AGENT_GATEWAY_RPCS, AGENT_SERVICE
 from persys.tlsfiles import TLSFiles
 
 ALLOWED = {"gateway", "scheduler", "admin"}
+_CHUNK = 1 << 20
+# RuntimeFailure codes of exec and cp, as gRPC answers them (others: UNAVAILABLE).
+_STATUS = {"NotFound": grpc.StatusCode.NOT_FOUND, "NotRunning": grpc.StatusCode.FAILED_PRECONDITION,
+           "InvalidArgument": grpc.StatusCode.INVALID_ARGUMENT, "TooLarge": grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 class ServedNode(Protocol):
@@ -51,10 +58,28 @@ class ServedNode(Protocol):
         runtime is asked only when it knows the instance)."""
         ...
 
+    def exec_source(self, instance_id: str) -> tuple[str, Runtime | None]:
+        """The workload type of an instance desired on this node and the runtime that runs it
+        ("" and None when it is not desired here: exec and cp act only on this node's instances)."""
+        ...
+
 
 class AgentServiceImpl(apb_grpc.AgentServiceServicer):
     def __init__(self, node: ServedNode) -> None:
         self.node = node
+        self.access = WorkloadAccess(node)
+
+    async def Exec(self, request: apb.ExecRequest, context: grpc.aio.ServicerContext) -> apb.ExecResult:
+        return await self.access.exec(request, context)
+
+    async def CopyFrom(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[apb.FileChunk]:
+        async for chunk in self.access.copy_from(request, context):
+            yield chunk
+
+    async def CopyTo(self, request_iterator: AsyncIterator[apb.FileChunk], context: grpc.aio.ServicerContext
+                     ) -> apb.CopyResult:
+        return await self.access.copy_to(request_iterator, context)
 
     async def _log_runtime(self, wid: str, context: grpc.aio.ServicerContext) -> Runtime:
         """The runtime holding instance `wid` here (aborts NOT_FOUND when none does)."""
@@ -138,6 +163,97 @@ def _query(request: apb.LogsRequest, *, follow: bool) -> LogQuery:
     tail = request.tail or (0 if follow or request.since else 100)
     return LogQuery(tail=tail, since=request.since, follow=follow, service=request.service,
                     timestamps=request.timestamps)
+
+class WorkloadAccess:
+    """Exec and cp (AgentService.Exec, CopyFrom, CopyTo): inside this node's instances, for the
+    gateway only. Spooled archives live under the agent's `incoming/` and go when the call ends."""
+
+    def __init__(self, node: ServedNode) -> None:
+        self.node = node
+
+    @staticmethod
+    async def require_gateway(context: grpc.aio.ServicerContext, method: str) -> None:
+        assert AGENT_SERVICE + method in AGENT_GATEWAY_RPCS
+        who = peer_identity(context)
+        if from_subject(who).kind is not Kind.GATEWAY:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"certificate {who or '(none)'} may not call {method}: the gateway's only")
+
+    async def runtime(self, context: grpc.aio.ServicerContext, instance_id: str, what: str) -> Runtime:
+        kind, rt = self.node.exec_source(instance_id)
+        if rt is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"{instance_id or '(none)'} is not on node {self.node.node_id}")
+        assert rt is not None
+        if not isinstance(rt, Executes if what == "exec" else Copies):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{instance_id} is a {kind}: no {what} there")
+        return rt
+
+    @staticmethod
+    async def failed(context: grpc.aio.ServicerContext, err: RuntimeFailure) -> None:
+        await context.abort(_STATUS.get(err.code, grpc.StatusCode.UNAVAILABLE), str(err.args[0]))
+
+    def spool(self) -> Path:
+        spool = self.node.state_dir / "incoming"
+        spool.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=spool, prefix="copy-")
+        os.close(fd)
+        return Path(tmp)
+
+    async def exec(self, request: apb.ExecRequest, context: grpc.aio.ServicerContext) -> apb.ExecResult:
+        await self.require_gateway(context, "Exec")
+        rt = await self.runtime(context, request.instance_id, "exec")
+        if not request.command or not request.command[0]:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "command: empty")
+        timeout = min(request.timeout_seconds or EXEC_TIMEOUT_SECONDS, EXEC_TIMEOUT_MAX_SECONDS)
+        try:
+            out = await rt.exec(request.instance_id, list(request.command), service=request.service,  # type: ignore[attr-defined]
+                                kill_after=timeout)
+        except RuntimeFailure as err:
+            await self.failed(context, err)
+        return apb.ExecResult(exit_code=out.exit_code, stdout=out.stdout, stderr=out.stderr, truncated=out.truncated,
+                              timed_out=out.timed_out, runtime=rt.name, target=out.target)
+
+    async def copy_from(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext
+                        ) -> AsyncIterator[apb.FileChunk]:
+        await self.require_gateway(context, "CopyFrom")
+        rt = await self.runtime(context, request.instance_id, "cp")
+        tmp = self.spool()
+        try:
+            # Whole on disk first, so a failure (absent path, over the cap) comes before any chunk.
+            try:
+                await rt.copy_from(request.instance_id, request.path, tmp)  # type: ignore[attr-defined]
+            except RuntimeFailure as err:
+                await self.failed(context, err)
+            with tmp.open("rb") as f:
+                while chunk := await asyncio.to_thread(f.read, _CHUNK):
+                    yield apb.FileChunk(instance_id=request.instance_id, path=request.path, data=chunk)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def copy_to(self, request_iterator: AsyncIterator[apb.FileChunk], context: grpc.aio.ServicerContext
+                      ) -> apb.CopyResult:
+        await self.require_gateway(context, "CopyTo")
+        tmp = self.spool()
+        instance = path = ""
+        received = 0
+        try:
+            with tmp.open("wb") as f:
+                async for chunk in request_iterator:
+                    instance, path = instance or chunk.instance_id, path or chunk.path
+                    received += len(chunk.data)
+                    if received > COPY_MAX_BYTES:
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                            f"the archive exceeds the copy limit of {human_bytes(COPY_MAX_BYTES)}")
+                    await asyncio.to_thread(f.write, chunk.data)
+            rt = await self.runtime(context, instance, "cp")
+            try:
+                where = await rt.copy_to(instance, path, tmp)  # type: ignore[attr-defined]
+            except RuntimeFailure as err:
+                await self.failed(context, err)
+            return apb.CopyResult(detail=where, bytes=received)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 async def serve(node: ServedNode, listen: str, tls: TLSFiles, metrics: Metrics | None = None

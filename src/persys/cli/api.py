@@ -6,7 +6,7 @@ import json
 import ssl
 import sys
 import time
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import httpx
 import typer
@@ -80,13 +80,38 @@ class Api:
         if resp.status_code == 404 and missing_ok:
             return None
         if resp.status_code >= 400:
-            try:
-                body = resp.json()
-                msg = body.get("error") or _detail(body.get("detail")) or resp.text
-            except ValueError:
-                msg = resp.text or resp.reason_phrase
-            fail(str(msg))
+            _refused(resp)
         return resp.json()
+
+    def download(self, path: str, into: IO[bytes], limit: int, **kw: Any) -> int:
+        """Stream a binary answer into a file, at most `limit` bytes; the byte count."""
+        size = 0
+        try:
+            with self.http.stream("GET", path, extensions={"sni_hostname": peer_names.GATEWAY}, **kw) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    _refused(resp)
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        fail(f"the answer exceeds {limit} bytes")
+                    into.write(chunk)
+        except httpx.ConnectError:
+            fail(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)")
+        except httpx.TimeoutException:
+            fail(f"the Persys gateway at {self.base} did not answer in time")
+        except httpx.HTTPError as e:
+            fail(f"request to {self.base} failed: {e}")
+        return size
+
+
+def _refused(resp: httpx.Response) -> NoReturn:
+    try:
+        body = resp.json()
+        msg = body.get("error") or _detail(body.get("detail")) or resp.text
+    except ValueError:
+        msg = resp.text or resp.reason_phrase
+    fail(str(msg))
 
 
 def _detail(detail: Any) -> str:

@@ -23,6 +23,7 @@ from persys.cli import (
     bucket_cmds,
     ctl_tracing,
     events_cmd,
+    exec_cmds,
     follow,
     logs_cmd,
     meter_cmds,
@@ -664,6 +665,8 @@ app.add_typer(object_cmds.object_app, name="object")
 app.add_typer(node_app, name="node")
 app.add_typer(config_app, name="config")
 app.command("audit")(audit_command)
+app.command("exec", help=exec_cmds.EXEC_HELP, no_args_is_help=True)(exec_cmds.exec_command)
+app.command("cp", help=exec_cmds.CP_HELP, no_args_is_help=True)(exec_cmds.cp_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 app.command("logs", help=logs_cmd.HELP)(logs_cmd.logs_command)
 

@@ -29,6 +29,7 @@ from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
+from persys.gateway.routes.exec_routes import exec_routes
 from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.logs import log_routes
 from persys.gateway.routes.meter import meter_routes
@@ -66,6 +67,8 @@ def body_limit_for(limits: GatewayLimits) -> Any:
     def limit(method: str, path: str) -> int:
         if method == "PUT" and path.startswith("/v1/secrets/"):
             return SECRET_BODY_MAX_BYTES
+        if method == "PUT" and path.startswith("/v1/workloads/") and path.endswith("/files"):
+            return limits.copy_bytes  # persysctl cp's tar archive, streamed through to the node
         if method != "POST":
             return limits.small_body_bytes
         if path in ("/v1/workloads", "/v1/plan"):
@@ -125,6 +128,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(health_routes(client))
     app.include_router(metrics_router(metrics))
     app.include_router(rollout_routes(client))  # before workload_routes: see rollout_routes
+    # Before the workload routes: POST .../{action} would take .../exec.
+    app.include_router(exec_routes(client, agent_tls))
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true

@@ -35,6 +35,9 @@ from persys.security.roles import decide
 log = logging.getLogger(__name__)
 
 PEER_CERT = "persys_peer_cert"  # the connection's verified client certificate (DER), in scope["state"]
+# What a route the gateway records itself (`at_gateway`) adds to its audit record, in scope["state"]
+# (request.state): e.g. the command line of an exec.
+AUDIT_DETAIL = "persys_audit_detail"
 TOKEN_CACHE_SECONDS = 2.0
 TOKEN_CACHE_MAX = 1024
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -221,11 +224,12 @@ class Authorization:
                       result: str, rid: str) -> None:
         """What the scheduler never sees (a refusal here, an upload straight to an agent) is
         recorded through it; a failure to record is logged, not turned into the request's error."""
+        detail = (scope.get("state") or {}).get(AUDIT_DETAIL) or {}
         try:
             await self.client.record_audit({
                 "principal": principal, "credential": credential, "action": f"{method} {template}",
                 "object": {"path": scope["path"][:200],
-                           "query": scope.get("query_string", b"").decode("latin-1")[:200]},
+                           "query": scope.get("query_string", b"").decode("latin-1")[:200], **detail},
                 "result": result, "requestId": rid})
         except SchedulerError as err:
             log.warning("audit: could not record %s %s by %s: %s", method, template, principal, err.message)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from persys.model.bucket import BucketManifest
-from persys.model.limits import BATCH_MAX_ITEMS
+from persys.model.limits import BATCH_MAX_ITEMS, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS
 from persys.model.names import NAME_RE
 from persys.model.volume import VolumeManifest
 from persys.model.workload import WorkloadManifest
@@ -134,3 +134,41 @@ def add_components(doc: dict[str, Any]) -> dict[str, Any]:
     schemas["BucketManifest"] = bschema
     schemas["Error"] = ERROR_SCHEMA
     return doc
+
+
+Arg = Annotated[StrictStr, Field(max_length=4096), AfterValidator(_encodable)]
+COMPOSE_SERVICE = r"^$|^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$"
+
+
+class ExecBody(_Body):
+    """A command to run in a running instance (persysctl exec)."""
+
+    command: list[Arg] = Field(min_length=1, max_length=256, description="argv, run as is (no shell)")
+    instance: str = Field("", pattern=f"^$|{INSTANCE_ID}", description="empty: the first instance")
+    service: str = Field("", pattern=COMPOSE_SERVICE,
+                         description="compose: the service whose container runs it (needed when there are several)")
+    timeout: int = Field(EXEC_TIMEOUT_SECONDS, ge=1, le=EXEC_TIMEOUT_MAX_SECONDS,
+                         description="seconds; the command is killed then")
+
+
+class ExecAnswer(BaseModel):
+    """How the command ended and what it wrote (each stream base64; both together at most 4 MiB)."""
+
+    instance: str
+    node: str
+    runtime: str
+    target: str = Field(description="where it ran: the container's name, or the process workload's pid")
+    exitCode: int  # noqa: N815 (the JSON field)
+    stdout: str = Field(json_schema_extra={"format": "byte"})
+    stderr: str = Field(json_schema_extra={"format": "byte"})
+    truncated: bool = Field(description="output beyond the limit was dropped; the command ran on")
+    timedOut: bool = Field(description="killed at the timeout")  # noqa: N815
+
+
+# Sent as application/x-tar by persysctl; documented as octet-stream, which every client can send.
+TAR_BODY = {"requestBody": {"required": True, "description": "A tar archive with one file or folder at its top",
+                            "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                "format": "binary"}}}}}
+TAR_ANSWER: dict[int | str, dict[str, Any]] = {200: {
+    "description": "A tar archive of the path (its base name at the top)",
+    "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}

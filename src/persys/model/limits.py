@@ -25,6 +25,13 @@ RESTORE_MAX_BYTES = 64 * MiB
 GRPC_MAX_MESSAGE_BYTES = RESTORE_MAX_BYTES
 # An image upload (streamed to disk on the node, never held in memory).
 IMAGE_MAX_BYTES = 8 * GiB
+# persysctl exec: the command's stdout and stderr together (the rest is dropped, and the answer
+# says so), and its timeout in seconds (default and most).
+EXEC_OUTPUT_MAX_BYTES = 4 * MiB
+EXEC_TIMEOUT_SECONDS = 60
+EXEC_TIMEOUT_MAX_SECONDS = 3600
+# persysctl cp: the tar archive of what is copied, either way (spooled to disk on the node).
+COPY_MAX_BYTES = 64 * MiB
 # Nesting of mappings and lists in any document; real manifests stay under 10.
 MAX_DEPTH = 64
 
@@ -39,6 +46,7 @@ class GatewayLimits:
     small_body_bytes: int = SMALL_BODY_MAX_BYTES
     restore_bytes: int = RESTORE_MAX_BYTES
     image_bytes: int = IMAGE_MAX_BYTES
+    copy_bytes: int = COPY_MAX_BYTES
     max_depth: int = MAX_DEPTH
 
 

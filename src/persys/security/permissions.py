@@ -42,6 +42,12 @@ BUCKETS = "/persys.v1.Buckets/"
 NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
     "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments")) | {
     SECRET_DELIVERY + "ResolveSecrets", "/persys.v1.NodeCertificates/Renew"}
+# A node agent's own service (AgentService): its callers are checked by the agent against their
+# certificate, never by role. These act inside workloads (persysctl exec and cp): a gateway's
+# certificate only, after the gateway checked the user's role (`exec workloads`, `cp workloads`)
+# and before it records the audit record; and only for instances desired on that node.
+AGENT_SERVICE = "/persys.v1.AgentService/"
+AGENT_GATEWAY_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in ("Exec", "CopyFrom", "CopyTo"))
 # Served on the scheduler's join listener only, to callers without a certificate: the join token
 # is the credential (scheduler.node_certificates checks it and audits every attempt).
 JOIN_RPCS: frozenset[str] = frozenset({"/persys.v1.NodeJoin/Join"})
@@ -130,6 +136,10 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/workloads/{workload_id}/rollback"): _m("apply", "workloads"),
     ("POST", "/v1/workloads/{workload_id}/{action}"): _m("control", "workloads"),
     ("GET", "/v1/workloads/{workload_id}/logs"): _r("logs", "workloads"),
+    # Done by an agent for the gateway, never seen by the scheduler: the gateway records them.
+    ("POST", "/v1/workloads/{workload_id}/exec"): Rule("exec", "workloads", audited=True, at_gateway=True),
+    ("GET", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
+    ("PUT", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
     ("POST", "/v1/nodes/{node_id}/images"): Rule("load-image", "nodes", audited=True, at_gateway=True),
     ("GET", "/v1/nodes"): _r("list", "nodes"),
     ("GET", "/v1/nodes/{node_id}"): _r("get", "nodes"),

@@ -7,7 +7,9 @@ restarted agent adopts what is already running instead of starting a second copy
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import tarfile
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,15 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.container_exec import archive_to_file, exec_in, is_dir, path_stat, unpack_file
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
+from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.image_pull import PULL_TIMEOUT, ImagePuller
 from persys.agent.runtimes.log_stream import ACCEPTED, LogQuery, UnsupportedQuery, container_stream
 from persys.agent.runtimes.registry_auth import RegistryAuth
 from persys.agent.runtimes.secret_files import remove_secret_files, write_secret_files
+from persys.model.copy_archive import CopyError, landing, rewrite, top_entry
 from persys.model.workload import ContainerSpec
 
 SECRETS_TARGET = "/run/secrets"  # where a container finds its spec.secrets.files
@@ -339,3 +344,60 @@ class DockerRuntime:
                 await self._delete(data["Id"])
             if self._secrets_dir is not None:
                 remove_secret_files(self._secrets_dir / workload_id)
+
+    # ---- exec and copy (persysctl exec, cp) ----------------------------------------------------
+
+    async def _existing(self, workload_id: str, *, running: bool) -> tuple[str, str]:
+        """The id and name of the instance's container (running, if asked)."""
+        data = await self._show(workload_id)
+        if data is None:
+            raise RuntimeFailure(f"{workload_id} has no container on this node", code="NotFound")
+        if running and not (data.get("State") or {}).get("Running"):
+            raise RuntimeFailure(f"{workload_id} is not running ({self._observe(data).message or 'stopped'})",
+                                 code="NotRunning")
+        return str(data["Id"]), str(data.get("Name", "")).lstrip("/")
+
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+        if service:
+            raise RuntimeFailure("--service names a compose service; this is a container", code="InvalidArgument")
+        cid, name = await self._existing(workload_id, running=True)
+        return await exec_in(self._docker(), cid, name, command, kill_after)
+
+    async def copy_from(self, workload_id: str, path: str, dest: Path) -> int:
+        cid, _ = await self._existing(workload_id, running=False)
+        return await archive_to_file(self._docker(), cid, path, dest)
+
+    async def copy_to(self, workload_id: str, path: str, archive: Path) -> str:
+        """Unpack `archive` (one entry at its top) at `path`: into it when it is a folder in the
+        container, else as it (the top entry renamed, in its parent folder)."""
+        cid, _ = await self._existing(workload_id, running=False)
+        try:
+            top = await asyncio.to_thread(_top_of, archive)
+            stat = await path_stat(self._docker(), cid, path)
+            folder, name = landing(path, stat is not None and is_dir(stat), top)
+        except CopyError as err:
+            raise RuntimeFailure(str(err), code="InvalidArgument") from err
+        if name == top:
+            await unpack_file(self._docker(), cid, folder, archive)
+        else:
+            moved = archive.with_name(archive.name + ".renamed")
+            try:
+                await asyncio.to_thread(_rewrite_file, archive, moved, top, name)
+                await unpack_file(self._docker(), cid, folder, moved)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    moved.unlink()
+        return f"{folder.rstrip('/')}/{name}"
+
+
+def _top_of(archive: Path) -> str:
+    try:
+        with tarfile.open(archive, mode="r:") as tar:
+            return top_entry(tar.getnames())
+    except tarfile.TarError as err:
+        raise CopyError(f"not a tar archive: {err}") from err
+
+
+def _rewrite_file(src: Path, dst: Path, top: str, new_top: str) -> None:
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        rewrite(fin, fout, top, new_top)

@@ -21,7 +21,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +35,9 @@ from persys.agent.runtimes.base import (
 )
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
 from persys.agent.runtimes.cpu_sampler import CpuSampler
+from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
+from persys.agent.runtimes.process_exec import exec_in_process
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
@@ -440,6 +442,18 @@ class ProcessRuntime:
 
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
         return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output")
+
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+        """Run `command` on the node in the running instance's environment, user and cgroups."""
+        if service:
+            raise RuntimeFailure("--service names a compose service; this is a process", code="InvalidArgument")
+        meta = self._load(workload_id)
+        if meta is None:
+            raise RuntimeFailure(f"{workload_id} has no process on this node", code="NotFound")
+        if not self._alive(meta):
+            raise RuntimeFailure(f"{workload_id} is not running ({self._observe(meta).message})", code="NotRunning")
+        procs = [str(d / "cgroup.procs") for d in self._meta_cg_dirs(meta).values()] if meta.cgroups else []
+        return await exec_in_process(meta.pid, procs, _CGROUP_WRAPPER, command, kill_after)
 
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.

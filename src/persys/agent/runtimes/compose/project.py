@@ -47,3 +47,14 @@ def env_line(key: str, value: str) -> str:
     if "'" not in value and "\n" not in value:
         return f"{key}='{value}'"
     return f"{key}={json.dumps(value)}"
+
+
+def choose_service(services: list[str], asked: str) -> str:
+    """The service `persysctl exec --service` means: the one asked for, or the only one."""
+    if asked:
+        if asked not in services:
+            raise ValueError(f"no service {asked!r} (services: {', '.join(services)})")
+        return asked
+    if len(services) != 1:
+        raise ValueError(f"name a service with --service: {', '.join(services)}")
+    return services[0]

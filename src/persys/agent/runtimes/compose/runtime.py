@@ -46,12 +46,15 @@ from persys.agent.runtimes.compose.project import (
     OVERRIDE_FILE,
     PROJECT_PREFIX,
     ComposeMeta,
+    choose_service,
     env_line,
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
+from persys.agent.runtimes.container_exec import exec_in
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
+from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.image_pull import PULL_TIMEOUT, ImagePuller
 from persys.agent.runtimes.log_stream import (
     ACCEPTED,
@@ -231,6 +234,26 @@ class ComposeRuntime:
         async for piece in merge_streams([container_stream(self._docker(), cid, query, prefix)
                                           for cid, prefix in sources]):
             yield piece
+
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+        """Run `command` in the container of `service` (the first, when it is scaled)."""
+        project = project_name(workload_id)
+        by_service: dict[str, list[dict[str, Any]]] = {}
+        for d in await self._containers(project):
+            svc = ((d.get("Config") or {}).get("Labels") or {}).get(COMPOSE_SERVICE, "")
+            by_service.setdefault(svc, []).append(d)
+        if not by_service:
+            raise RuntimeFailure(f"{workload_id} has no containers on this node", code="NotFound")
+        try:
+            svc = choose_service(sorted(by_service), service)
+        except ValueError as err:
+            raise RuntimeFailure(f"{workload_id}: {err}", code="InvalidArgument") from err
+        running = sorted((d for d in by_service[svc] if (d.get("State") or {}).get("Running")),
+                         key=lambda d: str(d.get("Name", "")))
+        if not running:
+            raise RuntimeFailure(f"service {svc} of {workload_id} is not running", code="NotRunning")
+        target = str(running[0].get("Name", "")).lstrip("/")
+        return await exec_in(self._docker(), str(running[0]["Id"]), target, command, kill_after)
 
     # ---- source --------------------------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""`persysctl exec` for a process workload: a command run on the node in the workload's own
+environment, which is not an isolated container.
+
+The environment is read from the running instance itself (/proc/<pid>): its variables (secret
+env included: they are in it), its working directory and its user and group. The command joins
+the instance's cgroups through the same wrapper a start uses, so it counts against the workload's
+limits and a stop of the workload ends it too. Its output is bounded; at the timeout its session
+is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from persys.agent.runtimes.base import RuntimeFailure
+from persys.agent.runtimes.exec_output import STDERR, STDOUT, ExecOutput, OutputBuffer, exit_status, kill_tree
+
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessContext:
+    env: dict[str, str]
+    cwd: str
+    uid: int
+    gid: int
+
+
+def read_context(pid: int) -> ProcessContext:
+    """The environment, working directory and user of a running process (blocking: /proc)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot read the environment of pid {pid}: {exc}") from exc
+    env = dict(item.split("=", 1) for item in raw.decode(errors="surrogateescape").split("\0") if "=" in item)
+    ids = {line.split(":", 1)[0]: line.split()[1] for line in status.splitlines() if line.startswith(("Uid:", "Gid:"))}
+    return ProcessContext(env, cwd, int(ids.get("Uid", os.geteuid())), int(ids.get("Gid", os.getegid())))
+
+
+def _user_kwargs(ctx: ProcessContext) -> dict[str, Any]:
+    if os.geteuid() == 0 and ctx.uid != 0:
+        return {"user": ctx.uid, "group": ctx.gid, "extra_groups": []}
+    return {}
+
+
+async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str],
+                          kill_after: float) -> ExecOutput:
+    ctx = await asyncio.to_thread(read_context, pid)
+    argv = list(command)
+    if cgroup_procs:
+        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_procs, "--", *argv]
+    out = OutputBuffer()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ctx.cwd,
+            env=ctx.env, start_new_session=True, **_user_kwargs(ctx))
+    except FileNotFoundError:
+        out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
+        return out.result(127, timed_out=False, target=f"pid {pid}")
+    except OSError as exc:
+        raise RuntimeFailure(f"exec {command[0]!r}: {exc}") from exc
+
+    async def pump(stream: asyncio.StreamReader | None, which: int) -> None:
+        while stream is not None and (chunk := await stream.read(_CHUNK)):
+            out.add(which, chunk)
+
+    timed_out = False
+    try:
+        await asyncio.wait_for(asyncio.gather(pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR), proc.wait()),
+                               kill_after)
+    except TimeoutError:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its session: what it started in its group too
+        await asyncio.to_thread(kill_tree, proc.pid)
+        await proc.wait()
+    return out.result(exit_status(proc.returncode or 0), timed_out=timed_out, target=f"pid {pid}")

@@ -1,0 +1,233 @@
+"""persysctl exec and cp against real parts: a scheduler, agent n1 and a gateway (each its own
+process) and the real Docker engine. Exec in a container (its hostname; a non-zero exit code, stdout
+and stderr passed through; a timeout kills the command), in a process workload (its env, secret env
+included, and its working directory), cp both ways with the content checked; a viewer, a VM and a
+caller that is not the gateway are refused; the audit log names who ran which command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import yaml
+
+from persys._pb.persys.v1 import agent_pb2 as apb
+from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
+from persys.security import peer_names
+from persys.security.grpc_tls import secure_channel
+from persys.tlsfiles import TLSFiles
+from tests.docker_fixtures import DockerEngine
+from tests.e2e.harness import BIN, ctl, eventually
+from tests.gateway.cluster import GatewayCluster, ready_cluster
+from tests.security.role_certs import role_identities
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+
+COMPOSE = """
+services:
+  web:
+    image: IMAGE
+    command: ["sh", "-c", "echo web > /tmp/me && exec sleep 3600"]
+  worker:
+    image: IMAGE
+    command: ["sh", "-c", "echo worker > /tmp/me && exec sleep 3600"]
+"""
+
+
+def _workload(name: str, spec: dict[str, object]) -> str:
+    return yaml.safe_dump({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
+                           "spec": spec})
+
+
+class Env:
+    def __init__(self, c: GatewayCluster, docker: DockerEngine) -> None:
+        self.c = c
+        self.env = c.ctl_env()
+        self.box = docker.workload_id("box")
+        self.proc = f"p{uuid.uuid4().hex[:8]}"
+        self.vm = f"v{uuid.uuid4().hex[:8]}"
+        self.app = docker.workload_id("app")
+
+    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return ctl(*args, env=self.env, check=check)
+
+    def running(self, name: str) -> bool:
+        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)[0]["phase"] == "Running"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, docker_engine: DockerEngine) -> Iterator[Env]:
+    with ready_cluster(tmp_path_factory.mktemp("exec")) as c:
+        e = Env(c, docker_engine)
+        docs = [
+            _workload(e.box, {"type": "container", "resources": {"cpuMillicores": 100, "memoryMb": 32},
+                              "container": {"image": docker_engine.image, "command": ["sleep", "3600"]}}),
+            yaml.safe_dump({"apiVersion": "persys.dev/v1", "kind": "Secret", "metadata": {"name": "exec-db"},
+                            "stringData": {"password": "s3cret-value"}}),
+            _workload(e.proc, {"type": "process", "resources": {"cpuMillicores": 50, "memoryMb": 32},
+                               "process": {"command": ["sleep", "3600"], "env": {"GREETING": "hello from env"}},
+                               "secrets": {"env": [{"name": "DB_PASSWORD",
+                                                    "secretRef": {"name": "exec-db", "key": "password"}}]}}),
+            _workload(e.app, {"type": "compose", "resources": {"cpuMillicores": 100, "memoryMb": 64},
+                              "compose": {"inline": COMPOSE.replace("IMAGE", docker_engine.image)}}),
+            _workload(e.vm, {"type": "vm", "resources": {"cpuMillicores": 100, "memoryMb": 64},
+                             "vm": {"image": "tiny-disk", "memoryMb": 64, "vcpus": 1}}),
+        ]
+        ctl("apply", "-f", "-", env=e.env, stdin="---\n".join(docs))
+        try:
+            eventually(lambda: e.running(e.box) and e.running(e.proc) and e.running(e.app), timeout=120,
+                       what="box, process and compose app Running")
+            yield e
+        finally:
+            for name in (e.box, e.proc, e.app, e.vm):
+                e.ctl("delete", "workload", name, check=False)
+            for name in (e.box, e.app):
+                subprocess.run(["docker", "rm", "-f", *_containers(name)], capture_output=True, timeout=60)
+
+
+def _ctl_argv() -> list[str]:
+    return [str(BIN / "persysctl")]
+
+
+def _containers(workload: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=persys.workload={workload}"],
+                          capture_output=True, text=True, timeout=30).stdout.split()
+
+
+def test_exec_in_a_container(env: Env) -> None:
+    host = subprocess.run(["docker", "inspect", "-f", "{{.Config.Hostname}}", *_containers(env.box)],
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    p = env.ctl("exec", env.box, "--", "cat", "/etc/hostname")
+    assert p.stdout == host + "\n" and p.returncode == 0
+    p = env.ctl("exec", env.box, "--", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
+    assert (p.returncode, p.stdout, p.stderr) == (7, "out\n", "err\n")
+    p = subprocess.run([*_ctl_argv(), "exec", env.box, "--", "head", "-c", "5000000", "/dev/zero"],
+                       capture_output=True, env={**os.environ, **env.env}, timeout=60)
+    assert p.returncode == 0 and len(p.stdout) == 4 * 1024 * 1024 and b"output cut at 4 MiB" in p.stderr
+    p = env.ctl("exec", env.box, "--", "no-such-binary", check=False)
+    assert p.returncode in (126, 127) and "no-such-binary" in p.stdout + p.stderr
+
+
+def test_a_timeout_kills_the_command(env: Env) -> None:
+    marker = str(10_000 + uuid.uuid4().int % 10_000)
+    started = time.monotonic()
+    p = env.ctl("exec", env.box, "--timeout", "1", "--", "sleep", marker, check=False)
+    assert p.returncode == 124 and "killed after --timeout 1s" in p.stderr, p.stderr
+    assert time.monotonic() - started < 30
+    ps = env.ctl("exec", env.box, "--", "ps", "-o", "args").stdout
+    assert f"sleep {marker}" not in ps, ps
+
+
+def test_exec_in_a_process_workload_sees_its_environment(env: Env) -> None:
+    p = env.ctl("exec", env.proc, "--", "sh", "-c", 'echo "$GREETING"; echo "${#DB_PASSWORD}"; pwd')
+    assert p.stdout.splitlines() == ["hello from env", str(len("s3cret-value")),
+                                     str(env.c.tmp / "agent" / "runtimes" / "process" / env.proc / "work")], p.stdout
+
+
+def test_cp_both_ways(env: Env, tmp_path: Path) -> None:
+    (tmp_path / "note.txt").write_text("copied in\n")
+    site = tmp_path / "site"
+    (site / "css").mkdir(parents=True)
+    (site / "index.html").write_text("<p>hi</p>\n")
+    (site / "css" / "a.css").write_text("p {}\n")
+
+    env.ctl("cp", str(tmp_path / "note.txt"), f"{env.box}:/tmp/renamed.txt")  # not a folder: the new name
+    assert env.ctl("exec", env.box, "--", "cat", "/tmp/renamed.txt").stdout == "copied in\n"
+    env.ctl("cp", str(site), f"{env.box}:/tmp")  # an existing folder: into it
+    assert env.ctl("exec", env.box, "--", "cat", "/tmp/site/css/a.css").stdout == "p {}\n"
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env.ctl("cp", f"{env.box}:/tmp/site", str(out))
+    assert (out / "site" / "index.html").read_text() == "<p>hi</p>\n"
+    assert (out / "site" / "css" / "a.css").read_text() == "p {}\n"
+    env.ctl("cp", f"{env.box}:/tmp/renamed.txt", str(tmp_path / "back.txt"))
+    assert (tmp_path / "back.txt").read_text() == "copied in\n"
+
+    missing = env.ctl("cp", f"{env.box}:/no/such/file", str(tmp_path / "x"), check=False)
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    refused = env.ctl("cp", f"{env.proc}:/etc/hostname", str(tmp_path / "y"), check=False)
+    assert refused.returncode == 1 and "container workloads only" in refused.stderr
+
+
+def test_a_vm_is_refused_in_one_line(env: Env) -> None:
+    p = env.ctl("exec", env.vm, "--", "uname", check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert "is a vm" in p.stderr and f"persysctl logs {env.vm}" in p.stderr
+
+
+def test_a_viewer_is_refused_and_exec_is_audited(env: Env) -> None:
+    ids = role_identities(env.c.pki)
+    viewer_cfg = env.c.tmp / "viewer.yaml"
+    viewer_cfg.write_text(yaml.safe_dump({"server": env.c.url, "ca": str(env.c.pki / "ca.crt"),
+                                          "cert": str(ids["viewer"].cert), "key": str(ids["viewer"].key)}))
+    p = ctl("exec", env.box, "--", "cat", "/etc/hostname", env={"PERSYS_CONFIG": str(viewer_cfg)}, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "exec" in p.stderr and "workloads" in p.stderr
+    ctx = ssl.create_default_context(cafile=str(env.c.pki / "ca.crt"))
+    ctx.load_cert_chain(str(ids["viewer"].cert), str(ids["viewer"].key))
+    with httpx.Client(base_url=env.c.url, verify=ctx, timeout=30) as viewer:
+        r = viewer.put(f"/v1/workloads/{env.box}/files?path=/tmp", content=b"x")
+        assert r.status_code == 403 and (r.json()["verb"], r.json()["resource"]) == ("cp", "workloads")
+
+    env.ctl("exec", env.box, "--", "echo", "audited", "line")
+    with env.c.client() as admin:
+        items = admin.get("/v1/audit?limit=1000").json()["items"]
+    mine = [r for r in items if r["action"] == "POST /v1/workloads/{workload_id}/exec"]
+    assert any(r["object"].get("command") == "echo audited line" and r["principal"] == "user:admin"
+               and r["result"] == "200" and r["object"].get("node") == "n1" for r in mine), mine
+    assert any(r["result"] == "403" and r["principal"] == "user:viewer" for r in mine), mine
+    assert "s3cret-value" not in json.dumps(items)
+
+
+def test_the_agent_takes_exec_from_the_gateway_only(env: Env) -> None:
+    with env.c.client() as admin:
+        address = admin.get("/v1/nodes/n1").json()["address"]
+    admin_tls = TLSFiles(env.c.pki / "ca.crt", env.c.pki / "admin.crt", env.c.pki / "admin.key")
+    gateway_tls = TLSFiles(env.c.pki / "ca.crt", env.c.pki / "gateway.crt", env.c.pki / "gateway.key")
+
+    async def call(tls: TLSFiles, instance: str) -> grpc.StatusCode:
+        async with secure_channel(address, tls, expect=peer_names.node("n1")) as ch:
+            try:
+                await apb_grpc.AgentServiceStub(ch).Exec(apb.ExecRequest(instance_id=instance, command=["true"]),
+                                                         timeout=30)
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+        return grpc.StatusCode.OK
+
+    assert asyncio.run(call(admin_tls, env.box)) == grpc.StatusCode.PERMISSION_DENIED
+    assert asyncio.run(call(gateway_tls, env.box)) == grpc.StatusCode.OK
+    assert asyncio.run(call(gateway_tls, "not-here")) == grpc.StatusCode.NOT_FOUND  # only instances it runs
+
+
+def test_exec_in_a_compose_service(env: Env) -> None:
+    p = env.ctl("exec", env.app, "--", "cat", "/tmp/me", check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--service: web, worker" in p.stderr, p.stderr
+    assert env.ctl("exec", env.app, "--service", "worker", "--", "cat", "/tmp/me").stdout == "worker\n"
+    assert env.ctl("exec", env.app, "--service", "web", "--", "cat", "/tmp/me").stdout == "web\n"
+    p = env.ctl("exec", env.app, "--service", "cache", "--", "true", check=False)
+    assert p.returncode == 1 and "no service 'cache'" in p.stderr
+
+
+def test_bad_input_is_a_4xx_naming_the_field(env: Env) -> None:
+    with env.c.client() as admin:
+        for body, field in (({"command": []}, "command"), ({"command": ["true"], "timeout": 0}, "timeout"),
+                            ({"command": ["true"], "instance": "Web!"}, "instance"),
+                            ({"command": ["true"], "shell": True}, "shell")):
+            r = admin.post(f"/v1/workloads/{env.box}/exec", json=body)
+            assert r.status_code == 422 and field in json.dumps(r.json()["detail"]), r.text
+        r = admin.get(f"/v1/workloads/{env.box}/files", params={"path": "relative"})
+        assert r.status_code == 422 and "path" in r.text
+        r = admin.put(f"/v1/workloads/{env.box}/files", params={"path": "/tmp"}, content=b"not a tar")
+        assert r.status_code == 400 and "tar" in r.json()["error"], r.text
+    assert not list((env.c.tmp / "agent" / "incoming").glob("copy-*"))  # spooled archives are gone

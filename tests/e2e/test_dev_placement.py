@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
-from tests.fixtures_infra import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +28,7 @@ def test_plan_and_explain(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
+    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
                tmp_path, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=30)
@@ -94,7 +93,7 @@ def test_vm_is_tcg_here_and_kvm_cannot_be_required(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", str(free_port())), tmp_path, env=env)
+    dev = Proc("dev", persys("dev", "--port", "0"), tmp_path, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=60)
         node = json.loads(ctl("get", "nodes", "-o", "json", env=env).stdout)[0]

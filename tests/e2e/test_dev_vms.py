@@ -16,7 +16,6 @@ from typing import TypeVar
 import pytest
 
 from tests.e2e.harness import Proc, ctl, eventually, persys
-from tests.fixtures_infra import free_port
 from tests.microvm_fixtures import BOOT_MARKER, GuestImages, microvm_guest  # noqa: F401
 from tests.vm_fixtures import GUEST_READY, TestGuest, test_guest, vm_host  # noqa: F401
 
@@ -64,7 +63,7 @@ spec:
     cmdline: "console=ttyS0 quiet pci=off persys.marker={token}"
     memoryMb: 128
 """
-    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "vm-node"), home, env=env)
+    dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "vm-node"), home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=60)
         ctl("apply", "-f", "-", env=env, stdin=vm)

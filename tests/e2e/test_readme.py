@@ -59,6 +59,12 @@ def using_it_lines() -> list[tuple[int, str]]:
     return out
 
 
+def _untracked() -> set[str]:
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60).stdout
+    return {line[3:] for line in out.splitlines() if line.startswith("??")}
+
+
 def skipped_for(command: str) -> str | None:
     return next((why for why, pattern in RULES if pattern.search(command)), None)
 
@@ -69,6 +75,7 @@ def test_the_readme_commands_work_in_order(tmp_path: Path, docker_engine: object
     env = {**os.environ, "HOME": str(home), "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"}
     env.pop("PERSYS_CONFIG", None)
     env.pop("PERSYS_HOME", None)
+    before = _untracked()
     dev = Proc("dev", [str(REPO / "scripts" / "dev.sh"), "--port", "0"], tmp_path, env=env)
     ran: list[str] = []
     try:
@@ -85,6 +92,9 @@ def test_the_readme_commands_work_in_order(tmp_path: Path, docker_engine: object
             assert p.returncode == 0, f"README line {number} failed ({p.returncode}): {command}\n{p.stdout}{p.stderr}"
             ran.append(command)
         print(f"{len(ran)} README commands ran")
+        # Run from the repository as the README says: nothing may be left in it (a first version
+        # of this test ran the production block and left certificate folders behind).
+        assert _untracked() - before == set(), _untracked() - before
         assert len(ran) >= MIN_RUN, ran
     finally:
         for name in WORKLOADS:  # what the README applied, so no container outlives the test

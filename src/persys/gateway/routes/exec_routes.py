@@ -23,6 +23,7 @@ from persys.client import SchedulerClient
 from persys.gateway.authorization import AUDIT_DETAIL
 from persys.gateway.body_limit import BodyTooLarge
 from persys.gateway.routes.common import WorkloadId
+from persys.gateway.routes.logs import instance_target
 from persys.gateway.schemas import (
     AGENT_ERRORS,
     INSTANCE_ID,
@@ -68,19 +69,10 @@ async def _locate(client: SchedulerClient, agent_tls: TLSFiles | None, workload_
     why = refusal(workload_id, str(view.get("type", "")), what)
     if why:
         return _error(why, 409)
-    if not instance and not view["instances"]:
-        return _error(f"{workload_id} has no instances", 404)
-    inst = instance or view["instances"][0]["instance"]
-    match = [i for i in view["instances"] if i["instance"] == inst]
-    if not match:
-        return _error(f"{workload_id} has no instance {inst}", 404)
-    node_id = match[0]["node"]
-    if not node_id:
-        return _error(f"{inst} is not placed on any node ({match[0]['reason']})", 409)
-    node = await client.get_node(node_id)
-    if not node.get("address") or agent_tls is None:
-        return _error(f"the agent on {node_id} serves no {what} endpoint", 501)
-    return inst, node_id, str(node["address"])
+    target = await instance_target(client, agent_tls, view, workload_id, instance, what)
+    if isinstance(target, JSONResponse):
+        return target
+    return target.instance, target.node, target.address
 
 
 def _note(request: Request, **detail: Any) -> None:

@@ -61,7 +61,14 @@ class _Target:
 async def _target(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id: str, instance: str
                   ) -> _Target | JSONResponse:
     """Where the instance runs, or the answer saying why its logs cannot be read."""
-    view = await client.get_workload(workload_id)
+    return await instance_target(client, agent_tls, await client.get_workload(workload_id), workload_id, instance,
+                                 "logs")
+
+
+async def instance_target(client: SchedulerClient, agent_tls: TLSFiles | None, view: dict[str, Any],
+                          workload_id: str, instance: str, what: str) -> _Target | JSONResponse:
+    """Where the instance of a workload `view` runs (the first without `instance`), or the answer
+    saying why `what` (logs, exec, cp) cannot reach it: shared by the routes that dial agents."""
     if not instance and not view["instances"]:
         return _error(f"{workload_id} has no instances", 404)
     inst = instance or view["instances"][0]["instance"]
@@ -73,7 +80,7 @@ async def _target(client: SchedulerClient, agent_tls: TLSFiles | None, workload_
         return _error(f"{inst} is not placed on any node ({match[0]['reason']})", 409)
     node = await client.get_node(node_id)
     if not node.get("address") or agent_tls is None:
-        return _error(f"the agent on {node_id} serves no logs endpoint", 501)
+        return _error(f"the agent on {node_id} serves no {what} endpoint", 501)
     return _Target(inst, node_id, node["address"])
 
 

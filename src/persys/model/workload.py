@@ -7,6 +7,7 @@ import json
 import re
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
 
@@ -194,16 +195,46 @@ class CloudInit(Model):
         return v
 
 
+IMAGE_URL_MAX_CHARS = 2048
+
+
+def is_image_url(ref: str) -> bool:
+    return ref.startswith(("http://", "https://"))
+
+
+def image_url_problem(ref: str) -> str:
+    """Why `ref`, an http(s) image URL, cannot be fetched ("" if fine, or not a URL). Pure."""
+    if not is_image_url(ref):
+        return ""
+    parts = urlsplit(ref)
+    try:
+        _ = parts.port
+    except ValueError:
+        return f"{ref[:200]!r} has an invalid port"
+    if not parts.hostname:
+        return f"{ref[:200]!r} names no host"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in an image URL would be stored in the spec and shown; serve the image without them"
+    if any(c.isspace() or ord(c) < 0x20 for c in ref):
+        return "an image URL may not hold spaces or control characters"
+    return ""
+
+
 class VMSpec(Model):
     """A full virtual machine (libvirt/QEMU) booting a copy-on-write overlay of a base image.
 
     `image`, `kernel` and `initrd` name images registered on the node (`persys.agent.runtimes.vm.images`)
-    or are absolute paths on the node. `networks` entries: `user` (QEMU user-mode NAT, no host setup),
+    or are absolute paths on the node. `image` may also be an http(s) URL with its `imageSha256`:
+    the node downloads it once and keeps it by checksum (the workload policy's `allowedImageUrls`
+    says which servers). `networks` entries: `user` (QEMU user-mode NAT, no host setup),
     `bridge:<host bridge>`, `network:<libvirt network>`, or a bare libvirt network name; none means
     no NIC at all.
     """
 
-    image: Annotated[StrictStr, Field(min_length=1)]
+    image: Annotated[StrictStr, Field(min_length=1, max_length=IMAGE_URL_MAX_CHARS)]
+    # The SHA-256 (hex) of the disk an http(s) `image` URL serves; required with a URL, which is
+    # only ever used when its bytes hash to this. Unset stays out of the revision hash.
+    image_sha256: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     vcpus: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     memory_mb: Annotated[StrictInt, Field(ge=32, le=MAX_QUANTITY)] = 256
     kernel: StrictStr = ""  # direct kernel boot instead of the image's bootloader
@@ -229,6 +260,20 @@ class VMSpec(Model):
         if (self.initrd or self.cmdline) and not self.kernel:
             raise ValueError("initrd and cmdline need kernel (direct kernel boot)")
         return self
+
+    @model_validator(mode="after")
+    def _url_with_checksum(self) -> VMSpec:
+        if image_url_problem(self.image):
+            raise ValueError(f"image: {image_url_problem(self.image)}")
+        if is_image_url(self.image) and not self.image_sha256:
+            raise ValueError("an image URL needs imageSha256 (the SHA-256 of the disk it serves, 64 hex digits)")
+        if self.image_sha256 and not is_image_url(self.image):
+            raise ValueError("imageSha256 is for an http(s) image URL; a registered image or node path has its own")
+        return self
+
+    def image_url(self) -> str:
+        """The http(s) URL the disk image comes from ("" for a registered name or node path)."""
+        return self.image if is_image_url(self.image) else ""
 
 
 class MicroVMSpec(Model):

@@ -10,7 +10,7 @@ from persys.model.documents import DocumentError, load_yaml
 from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
 from persys.policy.compose_rules import check_compose_document
 from persys.policy.model import Violation, WorkloadPolicy
-from persys.policy.paths import git_source_problem, within
+from persys.policy.paths import git_source_problem, url_within, within
 
 ROOT_USERS = ("root", "0")
 
@@ -41,9 +41,18 @@ def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
     return out
 
 
+def _image_url(url: str, policy: WorkloadPolicy) -> list[Violation]:
+    if url_within(url, policy.allowed_image_urls):
+        return []
+    allowed = ", ".join(policy.allowed_image_urls) or "none: downloads are off"
+    return [Violation("imageSources", "spec.vm.image", f"{url[:256]!r} is not under the image URLs nodes may "
+                                                       f"download from ({allowed}; allowedImageUrls)")]
+
+
 def _vm(spec: VMSpec, policy: WorkloadPolicy) -> list[Violation]:
-    out = [v for name in ("image", "kernel", "initrd")
-           for v in _node_path(getattr(spec, name), f"spec.vm.{name}", policy)]
+    url = spec.image_url()
+    out = _image_url(url, policy) if url else _node_path(spec.image, "spec.vm.image", policy)
+    out += [v for name in ("kernel", "initrd") for v in _node_path(getattr(spec, name), f"spec.vm.{name}", policy)]
     if spec.cloud_init is not None:
         for name in ("user_data", "meta_data", "network_config", "vendor_data"):
             size = len(getattr(spec.cloud_init, name).encode())

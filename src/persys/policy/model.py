@@ -27,6 +27,7 @@ DEFAULT_NODE_PATHS = ("/var/lib/persys",)
 USER_DATA_MAX_BYTES = 64 * KiB
 
 AbsPath = Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=r"^/")]
+ImageUrlPrefix = Annotated[StrictStr, Field(min_length=8, max_length=2048, pattern=r"^https?://[^/@\s]+(/\S*)?$")]
 
 
 class WorkloadPolicy(Model):
@@ -49,6 +50,9 @@ class WorkloadPolicy(Model):
     # microVM `kernel`/`initrd`/`rootfs` may name (registered image names are always fine).
     node_paths: Annotated[list[AbsPath], Field(max_length=64)] = Field(
         default_factory=lambda: list(DEFAULT_NODE_PATHS))
+    # rule `imageSources`: http(s) URL prefixes a VM `image` may be downloaded from (scheme, host,
+    # port and a path prefix). Empty: no downloads; nodes boot registered images and node paths.
+    allowed_image_urls: Annotated[list[ImageUrlPrefix], Field(max_length=64)] = Field(default_factory=list)
     # rule `userDataSize`: bytes of each cloud-init document.
     max_user_data_bytes: Annotated[StrictInt, Field(ge=0, le=16 * MiB)] = USER_DATA_MAX_BYTES
     # rule `rootProcess`: `spec.process.user: root` (processes run as the agent's unprivileged

@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 # scp-like ssh: `user@host:path` (git's own rule: a colon before any slash).
 _SCP_RE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]?.*$")
@@ -20,6 +21,31 @@ def within(path: str, roots: Iterable[str]) -> bool:
     for root in roots:
         r = posixpath.normpath(root)
         if r == "/" or p == r or p.startswith(r + "/"):
+            return True
+    return False
+
+
+def url_within(url: str, prefixes: Iterable[str]) -> bool:
+    """Whether http(s) `url` is under one of `prefixes`: the same scheme, host and port, and a
+    path inside the prefix's (`https://img.example/vm` admits `.../vm/a.qcow2`, not `.../vm2/`
+    nor `https://img.example.evil/`). Pure; `..` in the path is resolved lexically first."""
+    u = urlsplit(url)
+    try:
+        u_port = u.port
+    except ValueError:
+        return False
+    path = posixpath.normpath(u.path or "/")
+    for prefix in prefixes:
+        p = urlsplit(prefix)
+        try:
+            p_port = p.port
+        except ValueError:
+            continue
+        if (u.scheme.lower(), (u.hostname or "").lower(), u_port) != \
+                (p.scheme.lower(), (p.hostname or "").lower(), p_port):
+            continue
+        root = posixpath.normpath(p.path or "/")
+        if root == "/" or path == root or path.startswith(root.rstrip("/") + "/"):
             return True
     return False
 

@@ -130,7 +130,7 @@ class ImageRegistry:
         """
         if kind not in KINDS:
             raise ImageError(f"kind must be one of {', '.join(KINDS)}")
-        record_path = self._record_path(name)
+        self._record_path(name)  # the name's check, before anything is copied
         src = Path(source)
         if not src.is_file():
             raise ImageError(f"{src} is not a file")
@@ -152,32 +152,44 @@ class ImageRegistry:
             else:
                 with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
                     digest = _copy_hashing(fin, fout)
-            blob = self._blobs / digest
-            if kind == "disk":
-                fmt, vsize = probe_disk(tmp)
-            else:
-                fmt, vsize = "raw", tmp.stat().st_size
-            if blob.exists():
-                tmp.unlink()  # same content registered before (maybe under another name): share it
-            else:
-                if not link:
-                    tmp.chmod(0o444)  # a base image is immutable; QEMU only ever opens it read-only
-                tmp.rename(blob)
+            return self._adopt(tmp, digest, name=name, kind=kind, immutable=not link,
+                               source=str(src.resolve()) + (f"#{member}" if member else ""))
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        rec = ImageRecord(
-            name=name,
-            kind=kind,
-            format=fmt,
-            sha256=digest,
-            size=blob.stat().st_size,
-            virtual_size=vsize,
-            path=str(blob),
-            source=str(src.resolve()) + (f"#{member}" if member else ""),
-            registered_at=time.time(),
-        )
-        _write_atomic(record_path, json.dumps(asdict(rec), indent=2).encode())
+
+    def incoming(self) -> Path:
+        """A new empty file in the blob directory for a blob being written (then `adopt` it)."""
+        self._ensure_dirs()
+        fd, name = tempfile.mkstemp(dir=self._blobs, prefix=".incoming-")
+        os.close(fd)
+        return Path(name)
+
+    def adopt(self, tmp: Path, digest: str, *, name: str, kind: ImageKind, source: str) -> ImageRecord:
+        """Register `tmp` (from `incoming`, whose content hashes to `digest`) under `name`."""
+        self._record_path(name)  # the name's check, before anything moves
+        try:
+            return self._adopt(tmp, digest, name=name, kind=kind, immutable=True, source=source)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def _adopt(self, tmp: Path, digest: str, *, name: str, kind: ImageKind, immutable: bool,
+               source: str) -> ImageRecord:
+        blob = self._blobs / digest
+        if kind == "disk":
+            fmt, vsize = probe_disk(tmp)
+        else:
+            fmt, vsize = "raw", tmp.stat().st_size
+        if blob.exists():
+            tmp.unlink()  # same content registered before (maybe under another name): share it
+        else:
+            if immutable:
+                tmp.chmod(0o444)  # a base image is immutable; QEMU only ever opens it read-only
+            tmp.rename(blob)
+        rec = ImageRecord(name=name, kind=kind, format=fmt, sha256=digest, size=blob.stat().st_size,
+                          virtual_size=vsize, path=str(blob), source=source, registered_at=time.time())
+        _write_atomic(self._record_path(name), json.dumps(asdict(rec), indent=2).encode())
         return rec
 
     @staticmethod

@@ -44,6 +44,7 @@ from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
 from persys.agent.runtimes.vm.data_disks import data_disks, forget_secrets
 from persys.agent.runtimes.vm.domain import NAME_PREFIX, DomainConfig, DomainMeta, domain_name, domain_xml, parse_meta
+from persys.agent.runtimes.vm.image_download import ImageDownloader
 from persys.agent.runtimes.vm.images import ImageError, ImageRecord, ImageRegistry
 from persys.agent.runtimes.vm.libvirt import (
     DEFAULT_URI,
@@ -96,6 +97,7 @@ class LibvirtVMRuntime:
         self._node_paths = node_paths
         self._uri = uri
         self.images = images if images is not None else ImageRegistry(state_dir)
+        self.downloads = ImageDownloader(self.images)
         self._labels = dict(extra_labels or {})
         self._shutdown_timeout = shutdown_timeout
         self._accel_setting = accelerator
@@ -122,6 +124,7 @@ class LibvirtVMRuntime:
 
     async def close(self) -> None:
         # Deliberately leaves domains running: they belong to the node, not to this agent process.
+        await self.downloads.close()
         await self._run(self._conn.close)
 
     async def probe(self) -> Probe:
@@ -313,8 +316,16 @@ class LibvirtVMRuntime:
         if proc.returncode != 0:
             raise RuntimeFailure(f"qemu-img create overlay: {proc.stderr.strip()}")
 
-    def _prepare_sync(self, w: RuntimeWorkload, vm: VMSpec, *, reuse_disk: bool) -> DomainConfig:
-        base = self._resolve(vm.image, "disk")
+    async def _base_image(self, w: RuntimeWorkload, vm: VMSpec) -> str:
+        """What `vm.image` names on this node: an http(s) URL's download (StartPending while it
+        runs), else the name or path as given."""
+        url = vm.image_url()
+        if not url or vm.image_sha256 is None:
+            return vm.image
+        return (await self.downloads.ensure(w.workload_id, url, vm.image_sha256)).name
+
+    def _prepare_sync(self, w: RuntimeWorkload, vm: VMSpec, base_ref: str, *, reuse_disk: bool) -> DomainConfig:
+        base = self._resolve(base_ref, "disk")
         kernel = self._resolve(vm.kernel, "kernel").path if vm.kernel else ""
         initrd = self._resolve(vm.initrd, "initrd").path if vm.initrd else ""
         wdir = self._wdir(w.workload_id)
@@ -413,11 +424,14 @@ class LibvirtVMRuntime:
             found = await self._run(self._find_sync, w.workload_id, True)
             uuid = ""
             reuse_disk = False
-            if found is not None:
+            if found is not None and found.meta.revision == w.revision:
                 obs = await self._run(self._observe_sync, found)
+                if obs.state is RuntimeState.RUNNING:
+                    return obs  # adopt: never restart a healthy VM of the desired revision
+            # A download raises StartPending here: the VM of an older revision runs on meanwhile.
+            base_ref = await self._base_image(w, vm)
+            if found is not None:
                 if found.meta.revision == w.revision:
-                    if obs.state is RuntimeState.RUNNING:
-                        return obs  # adopt: never restart a healthy VM of the desired revision
                     # Same revision, powered off: boot it again on its own disk, as a real machine
                     # would after a power cycle (a new revision starts from a fresh overlay).
                     uuid, reuse_disk = found.dom.UUIDString(), True
@@ -426,7 +440,7 @@ class LibvirtVMRuntime:
                     await self._run(self._discard_sync, found, w.workload_id)
             if self._accel_setting == "auto":
                 await self._run(detect_accelerator)  # first call may take seconds: not on the loop
-            cfg = await self._run(functools.partial(self._prepare_sync, w, vm, reuse_disk=reuse_disk))
+            cfg = await self._run(functools.partial(self._prepare_sync, w, vm, base_ref, reuse_disk=reuse_disk))
             if uuid:
                 cfg = replace(cfg, uuid=uuid)
             try:
@@ -465,6 +479,7 @@ class LibvirtVMRuntime:
                     raise RuntimeFailure(f"stop VM {workload_id}: {exc}") from exc
 
     async def remove(self, workload_id: str) -> None:
+        self.downloads.forget(workload_id)
         async with self._lock:
             f = await self._run(self._find_sync, workload_id)
             await self._run(self._discard_sync, f, workload_id)

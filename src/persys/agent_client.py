@@ -39,6 +39,22 @@ async def send_image(address: str, tls: TLSFiles, kind: str, name: str, data: As
     return str(resp.detail)
 
 
+async def list_images(address: str, tls: TLSFiles, *, node_id: str) -> apb.ListImagesResponse:
+    """What images node `node_id` holds (ListImages)."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        resp: apb.ListImagesResponse = await apb_grpc.AgentServiceStub(channel).ListImages(
+            apb.ListImagesRequest(), timeout=30, metadata=with_trace_context(()) or None)
+    return resp
+
+
+async def remove_image(address: str, tls: TLSFiles, kind: str, name: str, *, node_id: str) -> str:
+    """Remove one image from node `node_id` (RemoveImage); what went, in one line."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        resp = await apb_grpc.AgentServiceStub(channel).RemoveImage(
+            apb.RemoveImageRequest(kind=kind, name=name), timeout=120, metadata=with_trace_context(()) or None)
+    return str(resp.detail)
+
+
 async def fetch_logs(address: str, tls: TLSFiles, request: apb.LogsRequest, *, node_id: str) -> str:
     """Ask node `node_id`'s agent for an instance's logs."""
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:

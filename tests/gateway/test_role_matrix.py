@@ -56,6 +56,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/workloads/{workload_id}/files"): ("/v1/workloads/ghost/files?path=/etc/hostname", {}),
     ("PUT", "/v1/workloads/{workload_id}/files"): ("/v1/workloads/ghost/files?path=/tmp", {"content": b"x"}),
     ("POST", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images?kind=docker", {"content": b"x"}),
+    ("GET", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images", {}),
+    ("DELETE", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images?kind=docker&name=busybox", {}),
     ("GET", "/v1/nodes"): ("/v1/nodes?limit=5", {}),
     ("GET", "/v1/nodes/{node_id}"): ("/v1/nodes/ghost", {}),
     ("DELETE", "/v1/nodes/{node_id}"): ("/v1/nodes/ghost", {}),

@@ -51,7 +51,7 @@ def test_reference_shape(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", cases("missing.yaml"))
 def test_missing_references(case: dict[str, Any]) -> None:
-    spec = WorkloadSpec.model_validate(_spec("process", None, case["refs"]))
+    spec = WorkloadSpec.model_validate(_spec(case.get("type", "process"), None, case["refs"]))
     assert refs.missing(spec, case["secrets"]) == case["problems"]
 
 
@@ -69,6 +69,25 @@ def test_material_and_what_is_gone() -> None:
     assert m == refs.Material(env={"U": b"u"}, files={"p/w": b"\x00pw"})
     assert refs.material(r, {}) == "secret db (for U) does not exist"
     assert refs.material(r, {"db": {"user": b"u"}}) == "secret db has no key pw (for p/w)"
+
+
+def test_registry_credentials_are_delivered_as_json_per_registry() -> None:
+    r = SecretRefs.model_validate({"registryAuth": [{"registry": "reg.example:5000",
+                                                     "username": {"name": "reg", "key": "user"},
+                                                     "password": {"name": "reg", "key": "pw"}}]})
+    m = refs.material(r, {"reg": {"user": b"alice", "pw": b"s3cret:x"}})
+    assert not isinstance(m, str) and m.env == {} and m.files == {}
+    assert m.registry_auth == {"reg.example:5000": b'{"username": "alice", "password": "s3cret:x"}'}
+    assert refs.material(r, {"reg": {"user": b"alice"}}) == \
+        "secret reg has no key pw (for registryAuth reg.example:5000)"
+    assert refs.material(r, {"reg": {"user": b"\xff", "pw": b"x"}}) == \
+        "secret reg key user (registryAuth reg.example:5000 username) is not UTF-8 text"
+
+
+def test_an_unset_registry_auth_keeps_the_revision() -> None:
+    spec = WorkloadSpec.model_validate(_spec("container", None, {"env": [{"name": "A", "secretRef":
+                                                                          {"name": "s", "key": "k"}}]}))
+    assert "registryAuth" not in (spec.to_doc()["secrets"])
 
 
 def test_migration_moves_plain_env_once() -> None:

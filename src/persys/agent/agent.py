@@ -322,6 +322,9 @@ class Agent:
             return [self.runtimes[d.spec.type]], True
         return list(self.runtimes.values()), d is not None
 
+    def desired_specs(self) -> list[tuple[str, WorkloadSpec]]:
+        return [(wid, d.spec) for wid, d in self.desired.items()]
+
     def exec_source(self, instance_id: str) -> tuple[str, Runtime | None]:
         d = self.desired.get(instance_id)
         if d is None:

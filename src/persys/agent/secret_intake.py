@@ -33,4 +33,4 @@ async def fetch_secrets(source: SecretSource, instance_id: str, spec: WorkloadSp
         code = err.code()
         raise RuntimeFailure(f"secrets: {(err.details() or code.name)[:300]}", code="SecretUnavailable",
                              terminal=code in TERMINAL) from None
-    return SecretMaterial(env=dict(r.env), files=dict(r.files))
+    return SecretMaterial(env=dict(r.env), files=dict(r.files), registry_auth=dict(r.registry_auth))

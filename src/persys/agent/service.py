@@ -19,10 +19,14 @@ import grpc
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
+from persys.agent.image_usage import images_in_use
+from persys.agent.images_catalog import CatalogError, list_images, remove_image
 from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.agent.runtimes.exec_output import Copies, Executes
 from persys.agent.runtimes.log_stream import LogQuery, UnsupportedQuery
+from persys.agent.runtimes.vm.images import ImageRegistry
+from persys.model import WorkloadSpec
 from persys.model.limits import COPY_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS, human_bytes
 from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
@@ -30,15 +34,14 @@ from persys.observability.grpc_tracing import TracingInterceptor
 from persys.observability.metrics import Metrics
 from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS, peer_identity
-from persys.security.identity import Kind, from_subject
-from persys.security.permissions import AGENT_GATEWAY_RPCS, AGENT_SERVICE
+from persys.security.permissions import AGENT_SERVICE, agent_caller_refusal
 from persys.tlsfiles import TLSFiles
 
-ALLOWED = {"gateway", "scheduler", "admin"}
 _CHUNK = 1 << 20
 # RuntimeFailure codes of exec and cp, as gRPC answers them (others: UNAVAILABLE).
 _STATUS = {"NotFound": grpc.StatusCode.NOT_FOUND, "NotRunning": grpc.StatusCode.FAILED_PRECONDITION,
-           "InvalidArgument": grpc.StatusCode.INVALID_ARGUMENT, "TooLarge": grpc.StatusCode.RESOURCE_EXHAUSTED}
+           "InvalidArgument": grpc.StatusCode.INVALID_ARGUMENT, "TooLarge": grpc.StatusCode.RESOURCE_EXHAUSTED,
+           "InUse": grpc.StatusCode.FAILED_PRECONDITION}
 
 
 class ServedNode(Protocol):
@@ -63,6 +66,10 @@ class ServedNode(Protocol):
         ("" and None when it is not desired here: exec and cp act only on this node's instances)."""
         ...
 
+    def desired_specs(self) -> list[tuple[str, WorkloadSpec]]:
+        """(instance id, spec) of every instance desired on this node."""
+        ...
+
 
 class AgentServiceImpl(apb_grpc.AgentServiceServicer):
     def __init__(self, node: ServedNode) -> None:
@@ -81,11 +88,9 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                      ) -> apb.CopyResult:
         return await self.access.copy_to(request_iterator, context)
 
-    async def _log_runtime(self, wid: str, context: grpc.aio.ServicerContext) -> Runtime:
+    async def _log_runtime(self, wid: str, context: grpc.aio.ServicerContext, method: str) -> Runtime:
         """The runtime holding instance `wid` here (aborts NOT_FOUND when none does)."""
-        who = peer_identity(context)
-        if who not in ALLOWED:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not read logs")
+        await require_caller(context, method)
         candidates, desired = self.node.log_sources(wid)
         for rt in candidates:
             try:
@@ -97,7 +102,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
         raise AssertionError("unreachable")
 
     async def GetLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext) -> apb.LogsResponse:
-        rt = await self._log_runtime(request.instance_id, context)
+        rt = await self._log_runtime(request.instance_id, context, "GetLogs")
         query = _query(request, follow=False)
         try:
             if query == LogQuery(tail=query.tail):  # the plain tail every runtime has always served
@@ -113,7 +118,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                          ) -> AsyncIterator[apb.LogsResponse]:
         """Each piece is written before the next is read: gRPC flow control paces the source to the
         caller. A caller that leaves cancels this handler, which closes the source."""
-        rt = await self._log_runtime(request.instance_id, context)
+        rt = await self._log_runtime(request.instance_id, context, "StreamLogs")
         stream = rt.stream_logs(request.instance_id, _query(request, follow=True))
         try:
             await anext(stream, None)  # ACCEPTED, or the refusal as an error before any message
@@ -129,9 +134,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
 
     async def LoadImage(self, request_iterator: AsyncIterator[apb.ImageChunk], context: grpc.aio.ServicerContext
                         ) -> apb.ImageResult:
-        who = peer_identity(context)
-        if who not in ALLOWED:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {who or '(none)'} may not load images")
+        await require_caller(context, "LoadImage")
         spool = self.node.state_dir / "incoming"
         spool.mkdir(parents=True, exist_ok=True)
         kind = name = ""
@@ -158,6 +161,38 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                 os.unlink(tmp)
 
 
+    def _runtimes_dir(self) -> Path:
+        return self.node.state_dir / "runtimes"
+
+    async def ListImages(self, request: apb.ListImagesRequest, context: grpc.aio.ServicerContext
+                         ) -> apb.ListImagesResponse:
+        await require_caller(context, "ListImages")
+        used = images_in_use(self.node.desired_specs())
+        images, unavailable = await list_images(ImageRegistry(self._runtimes_dir()), used)
+        return apb.ListImagesResponse(
+            images=[apb.NodeImage(kind=i.kind, name=i.name, id=i.id, size=i.size, created=i.created,
+                                  used_by=i.used_by, format=i.format) for i in images],
+            unavailable=unavailable)
+
+    async def RemoveImage(self, request: apb.RemoveImageRequest, context: grpc.aio.ServicerContext
+                          ) -> apb.ImageResult:
+        await require_caller(context, "RemoveImage")
+        used = images_in_use(self.node.desired_specs())
+        try:
+            detail = await remove_image(request.kind, request.name, ImageRegistry(self._runtimes_dir()), used,
+                                        self._runtimes_dir() / "vm")
+        except CatalogError as err:
+            await context.abort(_STATUS.get(err.code, grpc.StatusCode.UNAVAILABLE), str(err))
+        return apb.ImageResult(name=request.name, detail=detail)
+
+
+async def require_caller(context: grpc.aio.ServicerContext, method: str) -> None:
+    """Abort PERMISSION_DENIED unless the caller's certificate may call `method` (security.permissions)."""
+    refusal = agent_caller_refusal(AGENT_SERVICE + method, peer_identity(context))
+    if refusal:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+
+
 def _query(request: apb.LogsRequest, *, follow: bool) -> LogQuery:
     # tail 0: none when following or with since (only new, or all since), else 100 as it always was
     tail = request.tail or (0 if follow or request.since else 100)
@@ -170,14 +205,6 @@ class WorkloadAccess:
 
     def __init__(self, node: ServedNode) -> None:
         self.node = node
-
-    @staticmethod
-    async def require_gateway(context: grpc.aio.ServicerContext, method: str) -> None:
-        assert AGENT_SERVICE + method in AGENT_GATEWAY_RPCS
-        who = peer_identity(context)
-        if from_subject(who).kind is not Kind.GATEWAY:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                f"certificate {who or '(none)'} may not call {method}: the gateway's only")
 
     async def runtime(self, context: grpc.aio.ServicerContext, instance_id: str, what: str) -> Runtime:
         kind, rt = self.node.exec_source(instance_id)
@@ -201,7 +228,7 @@ class WorkloadAccess:
         return Path(tmp)
 
     async def exec(self, request: apb.ExecRequest, context: grpc.aio.ServicerContext) -> apb.ExecResult:
-        await self.require_gateway(context, "Exec")
+        await require_caller(context, "Exec")
         rt = await self.runtime(context, request.instance_id, "exec")
         if not request.command or not request.command[0]:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "command: empty")
@@ -216,7 +243,7 @@ class WorkloadAccess:
 
     async def copy_from(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext
                         ) -> AsyncIterator[apb.FileChunk]:
-        await self.require_gateway(context, "CopyFrom")
+        await require_caller(context, "CopyFrom")
         rt = await self.runtime(context, request.instance_id, "cp")
         tmp = self.spool()
         try:
@@ -233,7 +260,7 @@ class WorkloadAccess:
 
     async def copy_to(self, request_iterator: AsyncIterator[apb.FileChunk], context: grpc.aio.ServicerContext
                       ) -> apb.CopyResult:
-        await self.require_gateway(context, "CopyTo")
+        await require_caller(context, "CopyTo")
         tmp = self.spool()
         instance = path = ""
         received = 0

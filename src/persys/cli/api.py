@@ -105,13 +105,19 @@ class Api:
         return size
 
 
-def _refused(resp: httpx.Response) -> NoReturn:
+def refusal_text(resp: httpx.Response) -> str:
+    """The one line an error answer (read already) says: its `error`, FastAPI's `detail` naming
+    each field, or the text as it came."""
     try:
         body = resp.json()
-        msg = body.get("error") or _detail(body.get("detail")) or resp.text
+        msg = (body.get("error") or _detail(body.get("detail")) or resp.text) if isinstance(body, dict) else resp.text
     except ValueError:
         msg = resp.text or resp.reason_phrase
-    fail(str(msg))
+    return str(msg)
+
+
+def _refused(resp: httpx.Response) -> NoReturn:
+    fail(refusal_text(resp))
 
 
 def _detail(detail: Any) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from persys.cli.api import Api, err_console, fail
+from persys.cli.api import Api, err_console, fail, refusal_text
 from persys.security import peer_names
 
 STREAM_SECONDS = 300  # each request; reopened when the server ends it
@@ -67,12 +67,7 @@ def frames(api: Api, path: str, params: dict[str, Any], last_id: str = "") -> It
                          extensions={"sni_hostname": peer_names.GATEWAY}) as resp:
         if resp.status_code >= 400:
             resp.read()
-            try:
-                body = resp.json()
-                message = body.get("error") or body.get("detail") or resp.text
-            except ValueError:
-                message = resp.text or resp.reason_phrase
-            raise StreamRefused(str(message))
+            raise StreamRefused(refusal_text(resp))
         parser = SseParser()
         for line in resp.iter_lines():
             frame = parser.feed(line)

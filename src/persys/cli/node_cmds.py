@@ -1,16 +1,40 @@
-"""persysctl's node commands: image load, cordon, uncordon, drain, label, taint."""
+"""persysctl's node commands: image load|ls|rm, cordon, uncordon, drain, label, taint."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.table import Table
 
-from persys.cli.api import Api, ServerOpt, err_console, fail, out, resource_kind, size_text
+from persys.cli.api import (
+    Api,
+    OutputOpt,
+    ServerOpt,
+    age_text,
+    check_output,
+    emit,
+    err_console,
+    fail,
+    out,
+    resource_kind,
+    size_text,
+)
+from persys.cli.safe_text import cell
 
 IMAGE_KINDS = ("docker", "rootfs", "disk", "kernel", "initrd")
-image_app = typer.Typer(help="Put images on nodes without a registry.", no_args_is_help=True)
+HELD_KINDS = ("docker", "disk", "kernel", "initrd")
+image_app = typer.Typer(help="Images on nodes: load them without a registry, list them, remove them.",
+                        no_args_is_help=True)
+
+
+def _targets(api: Api, node: list[str]) -> list[str]:
+    targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
+    if not targets:
+        fail("no Ready node (name one with --node)")
+    return targets
 
 
 @image_app.command("load")
@@ -29,9 +53,7 @@ def image_load(
     if kind not in IMAGE_KINDS:
         fail(f"kind must be one of {', '.join(IMAGE_KINDS)}")
     api = Api(server)
-    targets = node or [n["id"] for n in api.request("GET", "/v1/nodes") if n["status"] == "Ready"]
-    if not targets:
-        fail("no Ready node to load the image onto")
+    targets = _targets(api, node)
     size = file.stat().st_size
     for n in targets:
         # Streamed from the file (with its Content-Length), never read whole into memory.
@@ -39,6 +61,60 @@ def image_load(
             r = api.request("POST", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, content=f,
                             headers={"content-type": "application/octet-stream", "content-length": str(size)})
         out.print(f"node/{n}: {r['detail']}", highlight=False)
+
+
+@image_app.command("ls")
+def image_ls(
+    node: list[str] = typer.Option([], "--node", help="Only these nodes (default: every Ready node)."),
+    kind: str = typer.Option("", "--kind", help="Only docker (the container engine), disk, kernel or initrd."),
+    output: str = OutputOpt,
+    server: str | None = ServerOpt,
+) -> None:
+    """List the images nodes hold: the container engine's (one line per tag) and the VM image
+    registry's, with the instances on the node that use each, e.g. `persysctl image ls --node n1`."""
+    check_output(output)
+    if kind and kind not in HELD_KINDS:
+        fail(f"--kind must be one of {', '.join(HELD_KINDS)}")
+    api = Api(server)
+    rows: list[dict[str, Any]] = []
+    for n in _targets(api, node):
+        answer = api.request("GET", f"/v1/nodes/{n}/images")
+        for why in answer["unavailable"]:
+            err_console.print(f"node/{n}: could not read {why}", highlight=False, markup=False)
+        rows += [{"node": n, **i} for i in answer["images"] if not kind or i["kind"] == kind]
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    wide = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NODE", "KIND", "NAME", "SIZE", "AGE", "USED BY"):
+        t.add_column(col, overflow="fold")
+    for col in ("NODE", "KIND", "NAME", "ID", "FORMAT", "SIZE", "AGE", "USED BY"):
+        wide.add_column(col, overflow="fold")
+    for r in rows:
+        size, age, used = size_text(r["size"]), age_text(r["createdAt"]), ",".join(r["usedBy"]) or "-"
+        t.add_row(*map(cell, (r["node"], r["kind"], r["name"], size, age, used)))
+        short = r["id"].removeprefix("sha256:")[:12]
+        wide.add_row(*map(cell, (r["node"], r["kind"], r["name"], short, r["format"] or "-", size, age, used)))
+    if not rows and output in ("table", "wide"):
+        out.print("No images found.")
+        return
+    emit(rows, output, t, wide=wide, kind="image")
+
+
+@image_app.command("rm")
+def image_rm(
+    name: str = typer.Argument(..., help="The image: repo:tag or an image id (docker), or the VM registry name."),
+    kind: str = typer.Option("docker", "--kind", help="docker (the container engine), disk, kernel or initrd."),
+    node: list[str] = typer.Option([], "--node", help="Only these nodes (default: every Ready node)."),
+    server: str | None = ServerOpt,
+) -> None:
+    """Remove an image from nodes, e.g. `persysctl image rm busybox:1.36` or
+    `persysctl image rm --kind disk debian-12 --node n1`. Refused on a node where a workload uses
+    it; a node without it says so (not an error: the command can be repeated)."""
+    if kind not in HELD_KINDS:
+        fail(f"--kind must be one of {', '.join(HELD_KINDS)}")
+    api = Api(server)
+    for n in _targets(api, node):
+        r = api.request("DELETE", f"/v1/nodes/{n}/images", params={"kind": kind, "name": name}, missing_ok=True)
+        out.print(f"node/{n}: {r['detail'] if r else f'no {kind} image {name} here'}", highlight=False, markup=False)
 
 
 def _node_kind(kind: str) -> None:

@@ -34,6 +34,7 @@ Value = Annotated[StrictStr, Field(max_length=1024), AfterValidator(_encodable)]
 WORKLOAD_ID = NAME_RE.pattern
 INSTANCE_ID = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[0-9]{1,9})?$"
 ImageKind = Literal["docker", "rootfs", "disk", "kernel", "initrd"]
+HeldImageKind = Literal["docker", "disk", "kernel", "initrd"]  # rootfs imports become docker images
 
 
 class _Body(BaseModel):
@@ -163,6 +164,26 @@ class ExecAnswer(BaseModel):
     stderr: str = Field(json_schema_extra={"format": "byte"})
     truncated: bool = Field(description="output beyond the limit was dropped; the command ran on")
     timedOut: bool = Field(description="killed at the timeout")  # noqa: N815
+
+
+class NodeImageView(BaseModel):
+    """One image on a node: a container engine tag, or a VM image registry entry."""
+
+    kind: Literal["docker", "disk", "kernel", "initrd"]
+    name: str = Field(description="repo:tag (`<none>` when untagged), or the VM registry name")
+    id: str = Field(description="the engine's image id, or the VM file's sha256")
+    size: int = Field(description="bytes")
+    createdAt: float = Field(description="unix seconds: built (engine) or registered (VM registry)")  # noqa: N815
+    usedBy: list[str] = Field(description="instances desired on the node that name it")  # noqa: N815
+    format: str = Field("", description="VM disks: qcow2, raw, ...")
+
+
+class NodeImages(BaseModel):
+    """What a node holds (`persysctl image ls`)."""
+
+    node: str
+    images: list[NodeImageView]
+    unavailable: list[str] = Field(description="sources that could not be read, each with why")
 
 
 # Sent as application/x-tar by persysctl; documented as octet-stream, which every client can send.

@@ -9,6 +9,10 @@ model, the secret stores and the agents. A workload names secrets and keys, neve
         files:                            # files of mode 0400 (process, container)
           - path: db/password             # under $PERSYS_SECRETS_DIR (process), /run/secrets (container)
             secretRef: {name: db, key: password}
+        registryAuth:                     # credentials for pulling the images (container, compose)
+          - registry: registry.example:5000   # host[:port] as in the image reference; docker.io for Docker Hub
+            username: {name: regcred, key: username}
+            password: {name: regcred, key: password}
         rollOnChange: true                # a new version of a referenced secret restarts the workload
 """
 
@@ -29,6 +33,9 @@ MAX_VALUE_BYTES = 64 << 10
 MAX_SECRET_BYTES = 256 << 10
 MAX_KEYS = 64
 MAX_REFS = 64  # env entries, and file entries, per workload
+MAX_REGISTRIES = 16  # registryAuth entries per workload
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+REGISTRY_RE = re.compile(rf"^(?=.{{1,253}}(:|$)){_LABEL}(\.{_LABEL})*(:[0-9]{{1,5}})?$")
 SECRET_TYPES = ("process", "container", "compose")  # workload types that take secret references
 
 
@@ -76,13 +83,32 @@ class SecretFile(Model):
         return v
 
 
+class RegistryCredentials(Model):
+    """A registry's user name and password for the agent's pulls, from secrets (never in the spec)."""
+
+    registry: Annotated[StrictStr, Field(max_length=260)]
+    username: SecretKeyRef
+    password: SecretKeyRef
+
+    @field_validator("registry")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not REGISTRY_RE.fullmatch(v) or int(v.rpartition(":")[2] if ":" in v else 1) > 65535:
+            raise ValueError("a registry host as image references name it: host or host:port (docker.io for "
+                             "Docker Hub), no scheme or path")
+        return v
+
+
 class SecretRefs(Model):
     env: Annotated[list[SecretEnvVar], Field(max_length=MAX_REFS)] = Field(default_factory=list)
     files: Annotated[list[SecretFile], Field(max_length=MAX_REFS)] = Field(default_factory=list)
+    # Unset stays out of the revision hash (an empty list would not).
+    registry_auth: Annotated[list[RegistryCredentials], Field(max_length=MAX_REGISTRIES)] | None = None
     roll_on_change: StrictBool = True
 
     def refs(self) -> list[SecretKeyRef]:
-        return [e.secret_ref for e in self.env] + [f.secret_ref for f in self.files]
+        return ([e.secret_ref for e in self.env] + [f.secret_ref for f in self.files]
+                + [r for c in self.registry_auth or [] for r in (c.username, c.password)])
 
     def names(self) -> set[str]:
         return {r.name for r in self.refs()}
@@ -96,6 +122,14 @@ def ref_problems(workload_type: str, plain_env: set[str], refs: SecretRefs) -> l
     problems = []
     if workload_type == "compose" and refs.files:
         problems.append("secrets.files: compose takes secrets as env (its ${VAR} interpolation variables) only")
+    if workload_type == "process" and refs.registry_auth:
+        problems.append("secrets.registryAuth: a process pulls no images (container and compose do)")
+    registries: set[str] = set()
+    for i, c in enumerate(refs.registry_auth or []):
+        host = "docker.io" if c.registry.lower() in ("index.docker.io", "registry-1.docker.io") else c.registry.lower()
+        if host in registries:
+            problems.append(f"secrets.registryAuth[{i}].registry: {c.registry} is given twice")
+        registries.add(host)
     seen: set[str] = set()
     for i, e in enumerate(refs.env):
         if e.name in plain_env:

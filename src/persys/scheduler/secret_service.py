@@ -198,7 +198,8 @@ class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
         if isinstance(m, str):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, m)
             raise AssertionError("unreachable")
-        return pb.ResolveSecretsResponse(env=m.env, files=m.files, revision=w.value.revision)
+        return pb.ResolveSecretsResponse(env=m.env, files=m.files, registry_auth=m.registry_auth,
+                                         revision=w.value.revision)
 
 
 def secret_store_check(store: SecretStore) -> NamedCheck:

@@ -4,8 +4,10 @@ workload's plaintext env moves into a secret (migration). Tables: tests/secrets/
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 from persys.model.secret_refs import MAX_REFS, SECRET_NAME_RE, SecretEnvVar, SecretKeyRef, SecretRefs
 from persys.model.workload import Workload, WorkloadSpec
@@ -13,15 +15,19 @@ from persys.model.workload import Workload, WorkloadSpec
 
 @dataclass(frozen=True)
 class Material:
-    """What one instance receives: env variables and files (relative path -> bytes)."""
+    """What one instance receives: env variables, files (relative path -> bytes), and registry
+    credentials (registry host -> JSON {"username", "password"})."""
 
     env: dict[str, bytes]
     files: dict[str, bytes]
+    registry_auth: dict[str, bytes] = dataclass_field(default_factory=dict)
 
 
 def _entries(refs: SecretRefs) -> list[tuple[str, SecretKeyRef]]:
     return ([(f"spec.secrets.env[{i}].secretRef", e.secret_ref) for i, e in enumerate(refs.env)]
-            + [(f"spec.secrets.files[{i}].secretRef", f.secret_ref) for i, f in enumerate(refs.files)])
+            + [(f"spec.secrets.files[{i}].secretRef", f.secret_ref) for i, f in enumerate(refs.files)]
+            + [(f"spec.secrets.registryAuth[{i}].{part}", getattr(c, part))
+               for i, c in enumerate(refs.registry_auth or []) for part in ("username", "password")])
 
 
 def missing(spec: WorkloadSpec, keys_of: Mapping[str, Iterable[str]]) -> list[str]:
@@ -52,7 +58,22 @@ def material(refs: SecretRefs, values: Mapping[str, Mapping[str, bytes]]) -> Mat
             if ref.key not in data:
                 return f"secret {ref.name} has no key {ref.key} (for {where})"
             target[where] = data[ref.key]
-    return Material(env, files)
+    auth: dict[str, bytes] = {}
+    for c in refs.registry_auth or []:
+        pair: dict[str, str] = {}
+        for part in ("username", "password"):
+            ref = getattr(c, part)
+            data = values.get(ref.name)
+            if data is None:
+                return f"secret {ref.name} (for registryAuth {c.registry}) does not exist"
+            if ref.key not in data:
+                return f"secret {ref.name} has no key {ref.key} (for registryAuth {c.registry})"
+            try:
+                pair[part] = data[ref.key].decode()
+            except UnicodeDecodeError:
+                return f"secret {ref.name} key {ref.key} (registryAuth {c.registry} {part}) is not UTF-8 text"
+        auth[c.registry] = json.dumps(pair).encode()
+    return Material(env, files, auth)
 
 
 def to_roll(workloads: Iterable[Workload], secret: str) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from persys.security.identity import Kind, from_subject
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -48,6 +50,23 @@ NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
 # and before it records the audit record; and only for instances desired on that node.
 AGENT_SERVICE = "/persys.v1.AgentService/"
 AGENT_GATEWAY_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in ("Exec", "CopyFrom", "CopyTo"))
+# The rest of AgentService (logs and images): the gateway (after its role check), a scheduler, or
+# the cluster's built-in `admin` certificate, by certificate common name.
+AGENT_DATA_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in (
+    "GetLogs", "StreamLogs", "LoadImage", "ListImages", "RemoveImage"))
+
+
+def agent_caller_refusal(method: str, common_name: str) -> str:
+    """Why a caller (its certificate's common name) may not call AgentService `method` ("" if it may)."""
+    short = method.removeprefix(AGENT_SERVICE)
+    kind = from_subject(common_name).kind
+    if method in AGENT_GATEWAY_RPCS:
+        ok = kind is Kind.GATEWAY
+        return "" if ok else f"certificate {common_name or '(none)'} may not call {short}: the gateway's only"
+    if method in AGENT_DATA_RPCS:
+        ok = kind in (Kind.GATEWAY, Kind.SCHEDULER) or common_name == "admin"
+        return "" if ok else f"certificate {common_name or '(none)'} may not call {short}"
+    return f"{short} is not an AgentService method anyone may call"
 # Served on the scheduler's join listener only, to callers without a certificate: the join token
 # is the credential (scheduler.node_certificates checks it and audits every attempt).
 JOIN_RPCS: frozenset[str] = frozenset({"/persys.v1.NodeJoin/Join"})
@@ -141,6 +160,8 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
     ("PUT", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
     ("POST", "/v1/nodes/{node_id}/images"): Rule("load-image", "nodes", audited=True, at_gateway=True),
+    ("GET", "/v1/nodes/{node_id}/images"): _r("get", "nodes"),
+    ("DELETE", "/v1/nodes/{node_id}/images"): Rule("remove-image", "nodes", audited=True, at_gateway=True),
     ("GET", "/v1/nodes"): _r("list", "nodes"),
     ("GET", "/v1/nodes/{node_id}"): _r("get", "nodes"),
     ("DELETE", "/v1/nodes/{node_id}"): _m("delete", "nodes"),

@@ -5,7 +5,7 @@ Three built-in roles, each including the one below it:
 - `viewer`: read everything a client can read (workloads, nodes, events, health, metrics,
   placement, the names of secrets, usage history in Persys Meter);
 - `operator`: also change workloads and nodes (apply, control, delete, cordon, drain, label,
-  taint, load images), run commands in workloads and copy files in and out of them (exec, cp),
+  taint, load and remove images), run commands in workloads and copy files in and out of them (exec, cp),
   and secrets (apply, delete, see their keys; never their values);
 - `admin`: also remove nodes, back up, restore, recover, resume liveness, manage API tokens
   and read the audit log; create node join tokens and revoke nodes.
@@ -51,6 +51,7 @@ _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
     ("exec", "workloads"), ("cp", "workloads"),  # inside a workload: its files, its secret env
     ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
+    ("remove-image", "nodes"),
     ("get", "secrets"), ("apply", "secrets"), ("delete", "secrets"),
     ("apply", "volumes"), ("delete", "volumes"),
     ("create", "buckets"), ("delete", "buckets"),

@@ -23,10 +23,12 @@ class RuntimeState(StrEnum):
 @dataclass(frozen=True)
 class SecretMaterial:
     """Secret values for one start, held in memory only (never in a repr or a log line): env
-    variables, and files by relative path (spec.secrets)."""
+    variables, files by relative path, and registry credentials by registry host (JSON of
+    username and password) for the start's pulls (spec.secrets)."""
 
     env: dict[str, bytes] = field(default_factory=dict, repr=False)
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    registry_auth: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def env_text(self) -> dict[str, str]:
         """Env values as text (a value that is not UTF-8 is refused: env cannot carry it safely)."""

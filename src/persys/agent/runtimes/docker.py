@@ -274,7 +274,8 @@ class DockerRuntime:
                 if obs.revision == w.revision and obs.state is RuntimeState.RUNNING:
                     return obs  # adopt: never restart a healthy container of the desired revision
             # Before the old container goes: it keeps running while the new image comes down.
-            await self._puller.ensure(w.workload_id, [c.image], w.spec.pull_policy())
+            await self._puller.ensure(w.workload_id, [c.image], w.spec.pull_policy(),
+                                      credentials=w.secrets.registry_auth)
             if existing is not None:
                 await self._delete(existing["Id"])
             return await self._create_and_start(w, config)

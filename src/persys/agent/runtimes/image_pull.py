@@ -26,7 +26,7 @@ from aiodocker.exceptions import DockerError
 
 from persys.agent.runtimes.base import RuntimeFailure, StartPending
 from persys.agent.runtimes.docker_client import LazyDocker
-from persys.agent.runtimes.registry_auth import RegistryAuth, qualified, registry_of
+from persys.agent.runtimes.registry_auth import RegistryAuth, qualified, registry_of, workload_credentials
 from persys.model.status import IMAGE_PULLED, IMAGE_PULLING
 from persys.model.workload import PullPolicy
 
@@ -118,6 +118,9 @@ class PullProgress:
 class PullJob:
     image: str
     started: float  # monotonic
+    # The workload's own credentials for this image's registry (spec.secrets.registryAuth); None:
+    # the node's file. Never in a repr.
+    credentials: dict[str, str] | None = field(default=None, repr=False)
     progress: PullProgress = field(default_factory=PullProgress)
     task: asyncio.Task[None] | None = None
     error: RuntimeFailure | None = None
@@ -186,17 +189,20 @@ class ImagePuller:
             raise StartPending("; ".join(j.pulling_message(now) for j in running), code=IMAGE_PULLING,
                                done=running[0].task)
 
-    async def ensure(self, owner: str, images: Sequence[str], policy: PullPolicy, revision: str = "") -> None:
+    async def ensure(self, owner: str, images: Sequence[str], policy: PullPolicy, revision: str = "",
+                     credentials: Mapping[str, bytes] | None = None) -> None:
         """Return once every image may be used for `owner`'s start (at `revision`). Raises
         StartPending while pulls run (ImagePulling) and once when they have all ended
-        (ImagePulled), RuntimeFailure when an image cannot be had (the first such)."""
+        (ImagePulled), RuntimeFailure when an image cannot be had (the first such).
+        `credentials`: the workload's registryAuth (registry -> JSON), preferred to the node's file."""
         wanted = list(dict.fromkeys(images))
         self.forget(owner, keep=wanted)  # the spec moved on from the others
         self._revisions[owner] = revision
         jobs = self._jobs.setdefault(owner, {})
         for image in wanted:
             if image not in jobs:
-                await self._start_if_needed(owner, jobs, image, policy)
+                own = workload_credentials(image, credentials) if credentials else None
+                await self._start_if_needed(owner, jobs, image, policy, own)
         failed = [j for j in jobs.values() if j.finished is not None and j.error is not None]
         if failed:
             for j in failed:
@@ -217,7 +223,8 @@ class ImagePuller:
         self._jobs.pop(owner, None)  # used: a later start pulls again where the policy says so
         self._revisions.pop(owner, None)
 
-    async def _start_if_needed(self, owner: str, jobs: dict[str, PullJob], image: str, policy: PullPolicy) -> None:
+    async def _start_if_needed(self, owner: str, jobs: dict[str, PullJob], image: str, policy: PullPolicy,
+                               credentials: dict[str, str] | None) -> None:
         if policy != PullPolicy.ALWAYS:
             if await self.present(image):
                 return
@@ -226,15 +233,19 @@ class ImagePuller:
                 raise RuntimeFailure(f"image {image!r} is not present on this node and pullPolicy is Never "
                                      "(persysctl image load, or another pullPolicy)", code=IMAGE_NOT_FOUND,
                                      terminal=True)
-        job = PullJob(image, time.monotonic())
+        job = PullJob(image, time.monotonic(), credentials)
         job.task = asyncio.create_task(self._pull(job), name=f"pull-{owner}")
         jobs[image] = job
         log.info("pulling %s for %s (pullPolicy %s)", image, owner, policy)
 
     async def _pull(self, job: PullJob) -> None:
-        credentials = self._auth.fingerprint() if self._auth is not None else None
+        own = job.credentials is not None
+        credentials = self._auth.fingerprint() if self._auth is not None and not own else None
         try:
-            auth = await asyncio.to_thread(self._auth.for_image, job.image) if self._auth is not None else None
+            if own:
+                auth: dict[str, str] | None = job.credentials
+            else:
+                auth = await asyncio.to_thread(self._auth.for_image, job.image) if self._auth is not None else None
             reference = qualified(job.image) if auth is not None else job.image
             async with asyncio.timeout(self._timeout):
                 async for item in self._docker().images.pull(reference, auth=auth, stream=True):
@@ -246,7 +257,7 @@ class ImagePuller:
                                        f"{self._timeout:g} s ({size_text(job.progress.downloaded)} came down)",
                                        code=PULL_TIMED_OUT)
         except DockerError as exc:
-            job.error = self._refused(job.image, exc, credentials)
+            job.error = self._refused(job.image, exc, credentials, own)
         except (OSError, aiohttp.ClientError) as exc:
             job.error = RuntimeFailure(f"pull {job.image}: docker engine not reachable: {one_line(str(exc))}")
         finally:
@@ -256,11 +267,15 @@ class ImagePuller:
         else:
             log.info("%s", job.pulled_message())
 
-    def _refused(self, image: str, exc: DockerError, credentials: str | None) -> RuntimeFailure:
+    def _refused(self, image: str, exc: DockerError, credentials: str | None, own: bool = False) -> RuntimeFailure:
         stream_error = type(exc).__name__ == "DockerStreamError"  # inside the progress stream: no HTTP status
         code, terminal = classify(None if stream_error else exc.status, str(exc.message))
         message = f"pull {image}: {one_line(str(exc.message))}"
-        if code == UNAUTHORIZED:
+        if code == UNAUTHORIZED and own:
+            message += (f" (the workload's spec.secrets.registryAuth for {registry_of(image)}; a new version of "
+                        "the secret rolls the workload and pulls again)")
+        elif code == UNAUTHORIZED:
             message += (" (tried again once the node's --registry-auth file changes)" if self._auth is not None
-                        else " (this node has no registry credentials: persys agent --registry-auth FILE)")
+                        else " (this node has no registry credentials: persys agent --registry-auth FILE, "
+                             "or spec.secrets.registryAuth)")
         return RuntimeFailure(message, code=code, terminal=terminal, credentials=credentials)

@@ -16,6 +16,7 @@ import binascii
 import json
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,22 @@ def registry_of(image: str) -> str:
     if sep and ("." in first or ":" in first or first == "localhost"):
         return DOCKER_HUB if first in _HUB_ALIASES else first
     return DOCKER_HUB
+
+
+def workload_credentials(image: str, delivered: Mapping[str, bytes]) -> dict[str, str] | None:
+    """The credentials a workload's spec.secrets.registryAuth delivered for the image's registry
+    (registry host -> JSON {"username", "password"}); None when it names none for it."""
+    registry = registry_of(image)
+    for host, raw in delivered.items():
+        if (DOCKER_HUB if host.lower() in _HUB_ALIASES else host.lower()) == registry.lower():
+            try:
+                pair = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                return None  # the scheduler wrote it; never fall back to printing what it holds
+            if isinstance(pair, dict) and isinstance(pair.get("username"), str) and \
+                    isinstance(pair.get("password"), str):
+                return {"username": pair["username"], "password": pair["password"]}
+    return None
 
 
 def qualified(image: str) -> str:

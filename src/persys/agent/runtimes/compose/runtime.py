@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -279,14 +279,16 @@ class ComposeRuntime:
                 out[kind] = own
         return out
 
-    async def _images(self, workload_id: str, revision: str, model: dict[str, Any], spec: ComposeSpec) -> None:
+    async def _images(self, workload_id: str, revision: str, model: dict[str, Any], spec: ComposeSpec,
+                      credentials: Mapping[str, bytes]) -> None:
         """Every service's image on this node before `up` (which never pulls): pulled as
         spec.compose.pullPolicy says, in the background (persys.agent.runtimes.image_pull)."""
         wanted = sorted({
             str(conf["image"]) for conf in (model.get("services") or {}).values()
             if conf.get("image") and not conf.get("build")  # a service with build: makes its own
         })
-        await self._puller.ensure(workload_id, wanted, spec.pull_policy or PullPolicy.IF_NOT_PRESENT, revision)
+        await self._puller.ensure(workload_id, wanted, spec.pull_policy or PullPolicy.IF_NOT_PRESENT, revision,
+                                  credentials)
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
         spec = w.spec.compose
@@ -321,7 +323,7 @@ class ComposeRuntime:
                                       "env": {**spec.env, **w.secrets.env_text()}}
 
             model, services = await self._config(project, compose_file, spec, common)
-            await self._images(w.workload_id, w.revision, model, spec)
+            await self._images(w.workload_id, w.revision, model, spec, w.secrets.registry_auth)
             override = wdir / OVERRIDE_FILE
             override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
 

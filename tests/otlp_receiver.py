@@ -30,6 +30,7 @@ class ReceivedSpan:
     kind: int
     status: int  # 0 unset, 1 ok, 2 error
     attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, attributes)
 
 
 def _value(v: AnyValue) -> Any:
@@ -52,7 +53,8 @@ class _Service(trace_service_pb2_grpc.TraceServiceServicer):
                         service=str(res.get("service.name", "")), instance=str(res.get("service.instance.id", "")),
                         name=s.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
                         parent_id=s.parent_span_id.hex(), kind=s.kind, status=s.status.code,
-                        attributes={a.key: _value(a.value) for a in s.attributes}))
+                        attributes={a.key: _value(a.value) for a in s.attributes},
+                        events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in s.events]))
         self.sink.add(got)
         return trace_service_pb2.ExportTraceServiceResponse()
 

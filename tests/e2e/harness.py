@@ -124,6 +124,15 @@ def ctl(*args: str, env: dict[str, str], check: bool = True, stdin: str | None =
     return p
 
 
+def epoch(value: float | str) -> float:
+    """A time as persysctl -o json|yaml prints it (RFC 3339) or as the API answers it (Unix seconds)."""
+    if isinstance(value, int | float):
+        return float(value)
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 def eventually(fn: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> tuple[T, float]:
     """Poll `fn` until it returns something truthy; returns it and the seconds it took."""
     t0 = time.monotonic()

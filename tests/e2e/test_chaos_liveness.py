@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import Components, Proc, eventually, persys, pid_alive, process_manifest
+from tests.e2e.harness import Components, Proc, epoch, eventually, persys, pid_alive, process_manifest
 from tests.fixtures_infra import start_etcd
 
 pytestmark = pytest.mark.e2e
@@ -149,7 +149,7 @@ def test_dead_nodes_stay_dead_across_restarts_and_mass_loss_is_not_hidden_for_ev
     eventually(lambda: all(statuses(c)[n] == "NotReady" for n in FIRST_DEAD), 30, "the dead minority NotReady")
     restarted = restart_scheduler(c)
     watch_stay_not_ready(c, FIRST_DEAD, 2 * GRACE)
-    revived = [e for e in events(c) if e["kind"] == "NodeReady" and e["ts"] >= restarted
+    revived = [e for e in events(c) if e["kind"] == "NodeReady" and epoch(e["ts"]) >= restarted
                and e["subject"].removeprefix("node/") in FIRST_DEAD]
     assert not revived, f"NodeReady published after the restart: {revived}"
 
@@ -166,7 +166,7 @@ def test_dead_nodes_stay_dead_across_restarts_and_mass_loss_is_not_hidden_for_ev
     eventually(lambda: all(statuses(c)[n] == "NotReady" for n in MASS_DEAD), GRACE + SUSPENSION + 20,
                "the mass of dead nodes NotReady once the guard's time is up")
     took = time.monotonic() - back
-    seen = {(e["kind"], e["reason"]): e["ts"] - back_wall for e in events(c)}
+    seen = {(e["kind"], e["reason"]): epoch(e["ts"]) - back_wall for e in events(c)}
     assert ("LivenessSuspended", "TooManyLost") in seen, seen
     assert ("LivenessResumed", "Expired") in seen, seen
     assert took >= SUSPENSION, f"marked NotReady {took:.1f}s after the restart: the guard did not hold"
@@ -179,7 +179,7 @@ def test_dead_nodes_stay_dead_across_restarts_and_mass_loss_is_not_hidden_for_ev
     dead = FIRST_DEAD + MASS_DEAD
     restarted = restart_scheduler(c)
     watch_stay_not_ready(c, dead, 2 * GRACE)
-    assert not [e for e in events(c) if e["ts"] >= restarted and (e["kind"] == "LivenessSuspended" or (
+    assert not [e for e in events(c) if epoch(e["ts"]) >= restarted and (e["kind"] == "LivenessSuspended" or (
         e["kind"] == "NodeReady" and e["subject"].removeprefix("node/") in dead))]
     assert c.health()["liveness"]["suspended"] is False
     c.ctl("apply", "-f", "-", stdin=process_manifest("spread", replicas=4))
@@ -240,7 +240,7 @@ def test_health_shows_the_guard_and_an_operator_ends_it(small_cluster: Cluster) 
                       "the guard's suspension in health")
     g = h["liveness"]
     assert (g["reason"], g["silentNodes"], g["judgedNodes"]) == ("TooManyLost", 3, 4), g
-    assert 590 <= g["endsAt"] - g["since"] <= 610 and abs(g["since"] - time.time()) < 30, g
+    assert 590 <= epoch(g["endsAt"]) - epoch(g["since"]) <= 610 and abs(epoch(g["since"]) - time.time()) < 30, g
     assert "liveness suspended: 3 of 4 nodes silent" in h["detail"]
     table = c.ctl("health").stdout
     assert "SUSPENDED" in table and "persysctl admin liveness resume" in table, table

@@ -16,7 +16,7 @@ import yaml
 from cryptography import x509
 
 from persys.security.identity import Kind, from_certificate
-from tests.e2e.harness import REPO, Proc, ctl, eventually, persys, pid_alive
+from tests.e2e.harness import REPO, Proc, ctl, epoch, eventually, persys, pid_alive
 from tests.fixtures_infra import free_port
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +84,7 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         assert set(names) == {"hello-process", "hello-docker"}
         # The event history survived the restart (a bounded SQLite log, not an in-memory ring).
         history = json.loads(ctl("events", "--limit", "500", "-o", "json", env=env).stdout)
-        assert [e for e in history if e["subject"] == "workload/hello-process" and e["ts"] < stopped_at], history
+        assert [e for e in history if e["subject"] == "workload/hello-process" and epoch(e["ts"]) < stopped_at], history
         w, _ = eventually(lambda: running("hello-process"), 10, "still Running after restart")
         assert int(w["runtimeId"]) == pid and w["restarts"] == 0
 

@@ -224,3 +224,36 @@ def test_a_stalled_pull_holds_up_nothing_else(cluster: GatewayCluster, docker_re
             delete(cluster, name)
         # After its container is gone (an image in use would only lose its tag).
         docker_registry.remove_local(ref.replace(docker_registry.host, proxy.address, 1))
+
+
+def test_credentials_from_a_persys_secret(cluster: GatewayCluster, docker_registry: DockerRegistry,
+                                         auth_file: Path) -> None:
+    """spec.secrets.registryAuth: the workload's own credentials, from a Persys secret, win over
+    the node's file (made wrong here, so only the secret's can pull); their value is nowhere."""
+    ref = docker_registry.push_busybox("from-secret")
+    assert not image_present(ref)
+    docker_registry.auth_file(auth_file, password="not-the-password")
+    body = manifest("secret-auth", ref)
+    body["spec"]["secrets"] = {"registryAuth": [{"registry": docker_registry.host,
+                                                 "username": {"name": "regcred", "key": "username"},
+                                                 "password": {"name": "regcred", "key": "password"}}]}
+    try:
+        with cluster.client() as http:
+            r = http.put("/v1/secrets/regcred", json={"stringData": {"username": docker_registry.user,
+                                                                     "password": docker_registry.password}})
+            assert r.status_code in (200, 201), r.text
+            assert http.post("/v1/workloads", json=body).status_code == 201
+        eventually(lambda: in_phase(cluster, "secret-auth", "Running"), timeout=120, what="Running")
+        assert image_present(ref)
+        (pulled,) = events(cluster, "secret-auth", "ImagePulled")
+        assert pulled["message"].startswith(f"pulled {ref}: ")
+        with cluster.client() as http:
+            seen = http.get("/v1/events", params={"limit": 10_000}).text + http.get("/v1/workloads").text
+        assert cluster.agent is not None
+        for text in (seen, cluster.agent.text(), cluster.scheduler.text()):
+            assert docker_registry.password not in text
+    finally:
+        docker_registry.auth_file(auth_file)
+        delete(cluster, "secret-auth")
+        with cluster.client() as http:
+            http.delete("/v1/secrets/regcred")

@@ -163,3 +163,34 @@ def test_https_endpoint_exports_over_tls_with_the_configured_ca(tmp_path: Path,
         finally:
             handle.shutdown()
         assert [s.name for s in receiver.wait_for(lambda s: len(s) >= 1)] == ["over-tls"]
+
+
+def test_placements_of_a_bulk_trace_share_a_span_and_one_alone_keeps_its_own(traced: OtlpReceiver) -> None:
+    from persys.model import Workload, WorkloadSpec
+    from persys.scheduler import placement_tracing as pt
+    from persys.scheduler.placement.engine import Decision
+    from persys.scheduler.reconcile import Need
+
+    bulk, single = PARENT, "00-6bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    spec = WorkloadSpec.model_validate({"type": "process", "process": {"command": ["true"]}})
+
+    def decided(name: str, parent: str, node: str, ok: bool = True) -> pt.Decided:
+        w = Workload(id=name, name=name, spec=spec, revision="r1", created_at=0, updated_at=0, trace_parent=parent)
+        d = Decision(workload_id=name, node_id=node, scores=[], rejections={}, feasible=2, total=3, evaluated=3)
+        return pt.Decided(Need(w, 1, name), d, "Scheduled" if ok else "NotCommitted", 1, f"{name} -> {node}", ok)
+
+    items = [decided(f"w{i}", bulk, f"n{i % 3}", ok=i != 5) for i in range(20)]
+    items += [decided("alone", single, "n1"), decided("untraced", UNSAMPLED, "n2")]
+    pt.record_batch(items)
+    tracing.force_flush()
+    spans = {s.trace_id: s for s in traced.wait_for(lambda s: len(s) >= 2)}
+    assert len(spans) == 2  # none for the unsampled trace
+    shared, own = spans[bulk[3:35]], spans[single[3:35]]
+    assert shared.name == own.name == "scheduler.place" and shared.status == 2  # one was not committed
+    assert shared.attributes == {"persys.placement.instances": 20, "persys.placement.scheduled": 19,
+                                 "persys.placement.outcome": "NotCommitted", "persys.placement.nodes_used": "n0,n1,n2",
+                                 "persys.workloads": 20}
+    assert [e[0] for e in shared.events] == [f"w{i}" for i in range(pt.EVENTS_MAX)]
+    assert shared.events[5][1] == {"persys.placement.outcome": "NotCommitted", "persys.placement.node": "n2"}
+    assert own.attributes["persys.instance"] == "alone" and own.attributes["persys.placement.node"] == "n1"
+    assert own.attributes["persys.placement.explanation"] == "alone -> n1" and own.status != 2

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from persys.cli import ctl_tracing
 from persys.cli.config import ConfigError, load_client_config
+from persys.cli.printed_doc import printed
 from persys.security import peer_names
 
 OUTPUT_FORMATS = "table, wide, name, json, yaml or jsonpath=TEMPLATE"
@@ -140,8 +141,10 @@ def check_output(output: str) -> None:
 def emit(data: Any, output: str, table: Table | None = None, *, wide: Table | None = None, kind: str = "") -> None:
     """Print what a command got in the -o format asked for: `table` (and `wide`, when the command
     has more columns) as the command renders it; `name` as kind/name lines (commands that list
-    objects pass their kind); json, yaml and jsonpath over the data itself."""
+    objects pass their kind); json, yaml and jsonpath over the data as `printed_doc` presents it."""
     check_output(output)
+    if output in ("json", "yaml") or output.startswith("jsonpath="):
+        data = printed(data)  # RFC 3339 times, camelCase keys
     if output == "json":
         out.print_json(json.dumps(data))
     elif output == "yaml":
@@ -179,14 +182,15 @@ KINDS = {
     "node": "nodes", "nodes": "nodes", "no": "nodes",
     "secret": "secrets", "secrets": "secrets",
     "volume": "volumes", "volumes": "volumes", "vol": "volumes",
+    "bucket": "buckets", "buckets": "buckets",
 }
 
 
 def resource_kind(kind: str) -> str:
-    """The canonical resource kind (workloads, nodes, secrets or volumes) a user typed."""
+    """The canonical resource kind (workloads, nodes, secrets, volumes or buckets) a user typed."""
     k = KINDS.get(kind.lower())
     if k is None:
-        fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets or volumes)")
+        fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets, volumes or buckets)")
     return k
 
 

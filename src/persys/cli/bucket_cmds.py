@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
-from persys.cli.safe_text import cell
+from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out, size_text
+from persys.cli.safe_text import cell, printable
 
 if TYPE_CHECKING:
     from persys.model.bucket import BucketManifest
@@ -52,6 +52,41 @@ def apply_buckets(api: Api, buckets: list[BucketManifest], dry_run: bool) -> lis
                   f"{' (dry run)' if dry_run else ''}", highlight=False)
         results.append(r)
     return results
+
+
+def get_buckets(api: Api, name: str | None, output: str) -> None:
+    """`persysctl get buckets [NAME]`: as `bucket list`, or one bucket."""
+    items = [api.request("GET", f"/v1/buckets/{name}")] if name else api.request("GET", "/v1/buckets")
+    if not items and output == "table":
+        out.print("No buckets found.")
+        return
+    emit(items, output, bucket_table(items), kind="bucket")
+
+
+def _usage(u: dict[str, Any] | None) -> str:
+    if not u:
+        return "-"
+    if "unavailable" in u:
+        return f"unknown ({u['unavailable']})"
+    return f"{u.get('objects', 0)} objects, {size_text(int(u.get('sizeKb', 0)) * 1024)}"
+
+
+def describe_bucket(api: Api, name: str, output: str) -> None:
+    """`persysctl describe bucket NAME`: the binding, its keys (never a key's secret), its users."""
+    b = api.request("GET", f"/v1/buckets/{name}")
+    if output != "text":
+        emit(b, output)
+        return
+    lines = [f"Name:      {b['name']}", f"Phase:     {b['phase']}" + (f" ({b['reason']})" if b.get("reason") else ""),
+             f"Owner:     {b['owner']} (the object store's user)", f"Quota:     {_quota(b.get('quota', {}))}",
+             f"Labels:    {', '.join(f'{k}={v}' for k, v in sorted(b.get('labels', {}).items())) or '-'}",
+             f"Usage:     {_usage(b.get('usage'))}", f"Created:   {age_text(b['createdAt'])} ago", "Keys:"]
+    keys = b.get("keys", [])
+    none = f"  (none: persysctl bucket key create {b['name']})"
+    lines += [f"  {k['id']}  {k['role']}  {k.get('phase', '')}  access key id {k.get('accessKeyId') or '-'}  "
+              f"secret {k.get('secret') or '-'}" for k in keys] or [none]
+    lines.append(f"Used by:   {', '.join(b.get('usedBy', [])) or '-'}")
+    out.print(printable("\n".join(lines), keep_newlines=True), markup=False, highlight=False)
 
 
 @bucket_app.command("create")

@@ -56,6 +56,7 @@ from persys.cli.config_cmds import config_app
 from persys.cli.describe_text import node_text, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
+from persys.cli.printed_doc import printed
 from persys.cli.safe_text import cell, printable
 from persys.cli.version import version_option
 from persys.cli.views import as_manifests
@@ -281,7 +282,7 @@ def _selector(text: str) -> Selector:
 
 @app.command()
 def get(
-    kind: str = typer.Argument(..., help="workloads, nodes, secrets or volumes"),
+    kind: str = typer.Argument(..., help="workloads, nodes, secrets, volumes or buckets"),
     name: str | None = typer.Argument(None, help="Only this one."),
     node: str = typer.Option("", "--node", help="Workloads on this node only."),
     selector: str = LabelOpt,
@@ -292,7 +293,7 @@ def get(
     output: str = OutputOpt,
     server: str | None = ServerOpt,
 ) -> None:
-    """List workloads, nodes, secrets or volumes (secrets: names, keys, versions; never values).
+    """List workloads, nodes, secrets, volumes or buckets (secrets: names, keys, versions; never values).
 
     Examples: `persysctl get workloads -l app=web -o wide`, `persysctl get nodes -o name`,
     `persysctl get workloads -o jsonpath='{range .items[*]}{.name}{"\\t"}{.phase}{"\\n"}{end}'`.
@@ -301,7 +302,7 @@ def get(
     check_output(output)
     sel = _selector(selector)
     if sel and k not in ("workloads", "nodes"):
-        fail("-l selects workloads and nodes by their labels; secrets and volumes have none")
+        fail("-l selects workloads and nodes by their labels; secrets, volumes and buckets have none here")
     api = Api(server)
     if k == "secrets":
         if watch:
@@ -312,6 +313,11 @@ def get(
         if watch:
             fail("-w follows workloads and nodes; volumes change through `persysctl events -f` (Volume* events)")
         volume_cmds.get_volumes(api, name, output)
+        return
+    if k == "buckets":
+        if watch:
+            fail("-w follows workloads and nodes; buckets change through `persysctl events -f` (Bucket* events)")
+        bucket_cmds.get_buckets(api, name, output)
         return
     if watch:
         follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {},
@@ -374,6 +380,8 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
     for items in pages:
         if not items:
             continue
+        if output in ("json", "yaml") or output.startswith("jsonpath="):
+            items = printed(items)  # RFC 3339 times, camelCase keys
         if output == "json":
             text = ",\n".join(json.dumps(i, indent=2) for i in items)
             sys.stdout.write(("[\n" if count == 0 else ",\n") + text)
@@ -401,12 +409,12 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
 
 @app.command()
 def describe(
-    kind: str = typer.Argument(..., help="workload, node, secret or volume"),
+    kind: str = typer.Argument(..., help="workload, node, secret, volume or bucket"),
     name: str = typer.Argument(..., help="Its name."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Show one workload, node, secret or volume in detail, including why a workload is Pending."""
+    """Show one workload, node, secret, volume or bucket in detail, including why a workload is Pending."""
     k = resource_kind(kind)
     api = Api(server)
     if k == "volumes":
@@ -414,6 +422,9 @@ def describe(
         return
     if k == "secrets":
         secret_cmds.describe_secret(api, name, output)
+        return
+    if k == "buckets":
+        bucket_cmds.describe_bucket(api, name, output)
         return
     item = api.request("GET", f"/v1/{k}/{name}")
     if output == "text":
@@ -522,6 +533,10 @@ def delete(
             return
         if resource_kind(kind) == "volumes":
             volume_cmds.delete_volume(Api(server), name)
+            return
+        if resource_kind(kind) == "buckets":
+            r = Api(server).request("DELETE", f"/v1/buckets/{name}", params={"purge": "false"})
+            out.print(f"bucket/{name} {'already gone' if r['alreadyGone'] else 'deleted'}", highlight=False)
             return
         names = [name]
     else:

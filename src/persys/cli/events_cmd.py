@@ -12,6 +12,7 @@ from rich.table import Table
 
 from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, fail, out
 from persys.cli.follow import follow_events
+from persys.cli.printed_doc import printed
 from persys.cli.safe_text import printable
 
 HELP = (
@@ -35,9 +36,9 @@ def _line(e: dict[str, Any]) -> str:
 def _show(output: str) -> Any:
     def show(e: dict[str, Any]) -> None:
         if output == "json":
-            print(json.dumps(e), flush=True)  # one object per line: a stream, not one document
+            print(json.dumps(printed(e)), flush=True)  # one object per line: a stream, not one document
         elif output == "yaml":
-            print("---\n" + yaml.safe_dump(e, sort_keys=False).rstrip(), flush=True)
+            print("---\n" + yaml.safe_dump(printed(e), sort_keys=False).rstrip(), flush=True)
         else:
             out.print(_line(e), markup=False, highlight=False)
 

@@ -223,11 +223,10 @@ class Placer:
     @staticmethod
     def trace(batch: list[Placed], landed: list[Placed]) -> None:
         done = {p.instance for p in landed}
-        for p in batch:
-            if p.decided_ns:
-                ok = p.instance in done
-                placement_tracing.record(p.need, p.decision, "Scheduled" if ok else "NotCommitted", p.decided_ns,
-                                         p.explanation, ok)
+        placement_tracing.record_batch([
+            placement_tracing.Decided(p.need, p.decision, "Scheduled" if p.instance in done else "NotCommitted",
+                                      p.decided_ns, p.explanation, p.instance in done)
+            for p in batch if p.decided_ns])
 
     async def commit(self, batch: list[Placed]) -> None:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload

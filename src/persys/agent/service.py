@@ -199,6 +199,15 @@ def _query(request: apb.LogsRequest, *, follow: bool) -> LogQuery:
     return LogQuery(tail=tail, since=request.since, follow=follow, service=request.service,
                     timestamps=request.timestamps)
 
+class Refused(Exception):
+    """A refusal to answer once the call's own files are cleaned up (then `context.abort`)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class WorkloadAccess:
     """Exec and cp (AgentService.Exec, CopyFrom, CopyTo): inside this node's instances, for the
     gateway only. Spooled archives live under the agent's `incoming/` and go when the call ends."""
@@ -206,15 +215,21 @@ class WorkloadAccess:
     def __init__(self, node: ServedNode) -> None:
         self.node = node
 
-    async def runtime(self, context: grpc.aio.ServicerContext, instance_id: str, what: str) -> Runtime:
+    def find(self, instance_id: str, what: str) -> Runtime:
+        """The runtime of an instance desired here that can do `what` (exec, cp); Refused if none."""
         kind, rt = self.node.exec_source(instance_id)
         if rt is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"{instance_id or '(none)'} is not on node {self.node.node_id}")
-        assert rt is not None
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"{instance_id or '(none)'} is not on node {self.node.node_id}")
         if not isinstance(rt, Executes if what == "exec" else Copies):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{instance_id} is a {kind}: no {what} there")
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{instance_id} is a {kind}: no {what} there")
         return rt
+
+    async def runtime(self, context: grpc.aio.ServicerContext, instance_id: str, what: str) -> Runtime:
+        try:
+            return self.find(instance_id, what)
+        except Refused as r:
+            await context.abort(r.code, r.message)
+            raise AssertionError("unreachable") from None
 
     @staticmethod
     async def failed(context: grpc.aio.ServicerContext, err: RuntimeFailure) -> None:
@@ -251,6 +266,7 @@ class WorkloadAccess:
             try:
                 await rt.copy_from(request.instance_id, request.path, tmp)  # type: ignore[attr-defined]
             except RuntimeFailure as err:
+                tmp.unlink(missing_ok=True)  # before the answer (abort sends it at once)
                 await self.failed(context, err)
             with tmp.open("rb") as f:
                 while chunk := await asyncio.to_thread(f.read, _CHUNK):
@@ -264,23 +280,29 @@ class WorkloadAccess:
         tmp = self.spool()
         instance = path = ""
         received = 0
+        # Every refusal is answered after the spooled archive is gone: abort sends the status at
+        # once, and a caller reading it must find nothing left behind.
         try:
-            with tmp.open("wb") as f:
-                async for chunk in request_iterator:
-                    instance, path = instance or chunk.instance_id, path or chunk.path
-                    received += len(chunk.data)
-                    if received > COPY_MAX_BYTES:
-                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                            f"the archive exceeds the copy limit of {human_bytes(COPY_MAX_BYTES)}")
-                    await asyncio.to_thread(f.write, chunk.data)
-            rt = await self.runtime(context, instance, "cp")
             try:
-                where = await rt.copy_to(instance, path, tmp)  # type: ignore[attr-defined]
-            except RuntimeFailure as err:
-                await self.failed(context, err)
-            return apb.CopyResult(detail=where, bytes=received)
-        finally:
-            tmp.unlink(missing_ok=True)
+                with tmp.open("wb") as f:
+                    async for chunk in request_iterator:
+                        instance, path = instance or chunk.instance_id, path or chunk.path
+                        received += len(chunk.data)
+                        if received > COPY_MAX_BYTES:
+                            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "the archive exceeds the copy limit "
+                                                                              f"of {human_bytes(COPY_MAX_BYTES)}")
+                        await asyncio.to_thread(f.write, chunk.data)
+                rt = self.find(instance, "cp")
+                try:
+                    where = await rt.copy_to(instance, path, tmp)  # type: ignore[attr-defined]
+                except RuntimeFailure as err:
+                    raise Refused(_STATUS.get(err.code, grpc.StatusCode.UNAVAILABLE), str(err.args[0])) from None
+                return apb.CopyResult(detail=where, bytes=received)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except Refused as r:
+            await context.abort(r.code, r.message)
+            raise AssertionError("unreachable") from None
 
 
 async def serve(node: ServedNode, listen: str, tls: TLSFiles, metrics: Metrics | None = None

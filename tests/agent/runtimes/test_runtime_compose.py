@@ -416,9 +416,15 @@ services:
             o = await rt.inspect(wid)
             return o if o is not None and o.state is RuntimeState.FAILED else None
 
+        async def init_done() -> Any:  # the worker may fail before `true` has exited on a busy machine
+            o = await rt.inspect(wid)
+            return o if o is not None and "init: exited(0)" in o.message else None
+
         obs = await wait_for(failed)
         assert obs is not None and obs.exit_code == 3
         assert obs.message.startswith("failed: worker (exit code 3)")
+        obs = await wait_for(init_done, 30)
+        assert obs is not None and obs.state is RuntimeState.FAILED and obs.message.startswith("failed: worker")
         assert "init: exited(0)" in obs.message and "web: running" in obs.message
         assert "boom" in await rt.logs(wid)
     finally:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +35,20 @@ class ProcessContext:
     gid: int
 
 
-def read_context(pid: int) -> ProcessContext:
-    """The environment, working directory and user of a running process (blocking: /proc)."""
+def read_context(pid: int, settle: float = 2.0) -> ProcessContext:
+    """The environment, working directory and user of a running process (blocking: /proc).
+
+    A process workload always has an environment (PATH at least), but /proc/<pid>/environ reads
+    empty while the process is inside an exec (the start's wrapper becoming the command): wait up
+    to `settle` seconds for it, then refuse (NotRunning: try again) rather than run an exec with
+    no environment at all."""
+    deadline = time.monotonic() + settle
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        while not (raw := Path(f"/proc/{pid}/environ").read_bytes()):
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"pid {pid} shows no environment (still starting?): try again",
+                                     code="NotRunning")
+            time.sleep(0.01)
         cwd = os.readlink(f"/proc/{pid}/cwd")
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError as exc:

@@ -6,6 +6,7 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
 import httpx
@@ -160,6 +161,17 @@ def emit(data: Any, output: str, table: Table | None = None, *, wide: Table | No
         out.print(wide or table)
     elif output in ("table", "text", "wide") and table is not None:
         out.print(table)
+
+
+def get_listing(api: Api, resource: str, name: str | None, output: str,
+                table: Callable[[list[dict[str, Any]]], Table]) -> None:
+    """`get RESOURCE [NAME]` for a resource listed whole (secrets, volumes, buckets): the one
+    object or all of them, printed as -o asks."""
+    items = [api.request("GET", f"/v1/{resource}/{name}")] if name else api.request("GET", f"/v1/{resource}")
+    if not items and output == "table":
+        out.print(f"No {resource} found.")
+        return
+    emit(items, output, table(items), kind=resource[:-1])
 
 
 def name_line(kind: str, item: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out, size_text
+from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, get_listing, out, size_text
 from persys.cli.safe_text import cell, printable
 
 if TYPE_CHECKING:
@@ -56,11 +56,7 @@ def apply_buckets(api: Api, buckets: list[BucketManifest], dry_run: bool) -> lis
 
 def get_buckets(api: Api, name: str | None, output: str) -> None:
     """`persysctl get buckets [NAME]`: as `bucket list`, or one bucket."""
-    items = [api.request("GET", f"/v1/buckets/{name}")] if name else api.request("GET", "/v1/buckets")
-    if not items and output == "table":
-        out.print("No buckets found.")
-        return
-    emit(items, output, bucket_table(items), kind="bucket")
+    get_listing(api, "buckets", name, output, bucket_table)
 
 
 def _usage(u: dict[str, Any] | None) -> str:
@@ -107,11 +103,7 @@ def create(name: str = typer.Argument(..., help="The bucket's name: S3 rules (3-
 @bucket_app.command("list")
 def list_buckets(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
     """Every bucket: phase, quota, keys (id and role), the workloads that reference its keys."""
-    items = Api(server).request("GET", "/v1/buckets")
-    if not items and output == "table":
-        out.print("No buckets found.")
-        return
-    emit(items, output, bucket_table(items), kind="bucket")
+    get_buckets(Api(server), None, output)
 
 
 @bucket_app.command("delete")

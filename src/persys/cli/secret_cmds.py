@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from persys.cli.api import Api, ServerOpt, age_text, emit, fail, out
+from persys.cli.api import Api, ServerOpt, age_text, emit, fail, get_listing, out
 from persys.cli.safe_text import cell
 from persys.cli.views import workload_manifest
 
@@ -33,11 +33,7 @@ def secret_table(items: list[dict[str, Any]]) -> Table:
 
 
 def get_secrets(api: Api, name: str | None, output: str) -> None:
-    items = [api.request("GET", f"/v1/secrets/{name}")] if name else api.request("GET", "/v1/secrets")
-    if not items and output == "table":
-        out.print("No secrets found.")
-        return
-    emit(items, output, secret_table(items), kind="secret")
+    get_listing(api, "secrets", name, output, secret_table)
 
 
 def describe_secret(api: Api, name: str, output: str) -> None:

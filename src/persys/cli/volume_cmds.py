@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
+from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, get_listing, out
 from persys.cli.safe_text import cell
 from persys.cli.views import volume_manifest
 
@@ -29,11 +29,7 @@ def volume_table(items: list[dict[str, Any]]) -> Table:
 
 
 def get_volumes(api: Api, name: str | None, output: str) -> None:
-    items = [api.request("GET", f"/v1/volumes/{name}")] if name else api.request("GET", "/v1/volumes")
-    if not items and output == "table":
-        out.print("No volumes found.")
-        return
-    emit(items, output, volume_table(items), kind="volume")
+    get_listing(api, "volumes", name, output, volume_table)
 
 
 def describe_volume(api: Api, name: str, output: str) -> None:

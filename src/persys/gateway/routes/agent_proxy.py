@@ -31,12 +31,19 @@ def _error(message: str, status_code: int) -> JSONResponse:
     return JSONResponse({"error": message, "problems": []}, status_code=status_code)
 
 
-async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, node_id: str,
-                      kind: str, name: str) -> JSONResponse:
+async def _agent_address(client: SchedulerClient, agent_tls: TLSFiles | None, node_id: str) -> str | JSONResponse:
     node = await client.get_node(node_id)
     if not node.get("address") or agent_tls is None:
         return _error(f"the agent on {node_id} serves no image endpoint", 501)
+    return str(node["address"])
 
+
+async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, node_id: str,
+                      kind: str, name: str) -> JSONResponse:
+    address = await _agent_address(client, agent_tls, node_id)
+    if isinstance(address, JSONResponse):
+        return address
+    assert agent_tls is not None
     too_large: list[BodyTooLarge] = []
 
     async def body() -> AsyncIterator[bytes]:
@@ -49,7 +56,7 @@ async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, reque
             raise  # gRPC cancels the upload; the agent deletes what it spooled
 
     try:
-        detail = await send_image(node["address"], agent_tls, kind, name, body(), node_id=node_id)
+        detail = await send_image(address, agent_tls, kind, name, body(), node_id=node_id)
     except asyncio.CancelledError:
         if too_large:  # the cancellation is the upload's, not this request's
             raise too_large[0] from None
@@ -64,13 +71,6 @@ async def _load_image(client: SchedulerClient, agent_tls: TLSFiles | None, reque
 _AGENT_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
                  grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.PERMISSION_DENIED: 403,
                  grpc.StatusCode.RESOURCE_EXHAUSTED: 413}
-
-
-async def _agent_address(client: SchedulerClient, agent_tls: TLSFiles | None, node_id: str) -> str | JSONResponse:
-    node = await client.get_node(node_id)
-    if not node.get("address") or agent_tls is None:
-        return _error(f"the agent on {node_id} serves no image endpoint", 501)
-    return str(node["address"])
 
 
 async def _list_images(client: SchedulerClient, agent_tls: TLSFiles | None, node_id: str) -> JSONResponse:

@@ -8,8 +8,11 @@ A scheduler and a gateway run as processes (tests.gateway.cluster, SQLite store,
   python -c pass                   the interpreter starting and exiting: the floor of any CLI in Python
   python -c 'import httpx, rich.table, typer, yaml'   the third-party libraries persysctl is made of
   persysctl --version              persysctl's imports and its command tree, no request
-  persysctl get workloads          the same plus one mutual-TLS request and a table (target < 150 ms)
+  persysctl get workloads          one mutual-TLS request and a table (target < 150 ms): the quick
+                                   path (persys.cli.quick: the standard library, no typer/rich/httpx)
   persysctl get workloads -o json
+  full client get workloads        the same command through the full client (python -m
+                                   persys.cli.ctl: typer's command tree, rich, httpx), the baseline
 
 Printed: the median and p90 wall time of each, and each persysctl figure as a ratio of the
 interpreter's start measured in the same run (kubectl answers `version --client` in ~40 ms and
@@ -63,6 +66,7 @@ def main() -> None:
                 "persysctl --version": [str(BIN / "persysctl"), "--version"],
                 "persysctl get workloads": [str(BIN / "persysctl"), "get", "workloads"],
                 "persysctl get workloads -o json": [str(BIN / "persysctl"), "get", "workloads", "-o", "json"],
+                "full client get workloads": [PY, "-m", "persys.cli.ctl", "get", "workloads"],
             }
             for argv in cases.values():  # warm the page cache and the bytecode caches
                 timed(argv, env)
@@ -78,6 +82,8 @@ def main() -> None:
         xs.sort()
         med, p90 = statistics.median(xs), xs[int(len(xs) * 0.9) - 1]
         print(f"{name:<52} {med * 1e3:7.1f}ms {p90 * 1e3:7.1f}ms {med / floor:14.1f}x")
+    quick, full = (statistics.median(times[k]) for k in ("persysctl get workloads", "full client get workloads"))
+    print(f"get workloads: the quick path takes {quick / full:.2f}x the full client's time")
     print(f"load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
 

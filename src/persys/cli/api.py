@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import ssl
 import sys
-import time
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
@@ -15,8 +14,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from persys.cli import ctl_tracing
+from persys.cli import ctl_tracing, refusal
 from persys.cli.config import ConfigError, load_client_config
+from persys.cli.listing_rows import KINDS
+from persys.cli.listing_rows import age_text as age_text  # where the commands import them from
+from persys.cli.listing_rows import name_line as name_line
 from persys.cli.printed_doc import printed
 from persys.security import peer_names
 
@@ -108,26 +110,12 @@ class Api:
 
 
 def refusal_text(resp: httpx.Response) -> str:
-    """The one line an error answer (read already) says: its `error`, FastAPI's `detail` naming
-    each field, or the text as it came."""
-    try:
-        body = resp.json()
-        msg = (body.get("error") or _detail(body.get("detail")) or resp.text) if isinstance(body, dict) else resp.text
-    except ValueError:
-        msg = resp.text or resp.reason_phrase
-    return str(msg)
+    """The one line an error answer (read already) says (`cli.refusal`)."""
+    return refusal.refusal_text(resp.content, resp.reason_phrase)
 
 
 def _refused(resp: httpx.Response) -> NoReturn:
     fail(refusal_text(resp))
-
-
-def _detail(detail: Any) -> str:
-    """FastAPI's 422 `detail` (a list of {loc, msg}) as one line naming each field."""
-    if isinstance(detail, list):
-        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg', '')}"
-                         for d in detail if isinstance(d, dict))
-    return str(detail or "")
 
 
 # --------------------------------------------------------------------------- output helpers
@@ -174,11 +162,6 @@ def get_listing(api: Api, resource: str, name: str | None, output: str,
     emit(items, output, table(items), kind=resource[:-1])
 
 
-def name_line(kind: str, item: dict[str, Any]) -> str:
-    """`kind/name`, as `-o name` prints an object (kind singular: workload, node, volume...)."""
-    return f"{kind}/{item.get('id') or item.get('name') or ''}"
-
-
 def write_jsonpath(output: str, data: Any) -> None:
     from persys.cli.jsonpath import TemplateError, render
 
@@ -187,15 +170,6 @@ def write_jsonpath(output: str, data: Any) -> None:
     except TemplateError as err:
         fail(f"-o jsonpath: {err}")
     sys.stdout.flush()
-
-
-KINDS = {
-    "workload": "workloads", "workloads": "workloads", "wl": "workloads",
-    "node": "nodes", "nodes": "nodes", "no": "nodes",
-    "secret": "secrets", "secrets": "secrets",
-    "volume": "volumes", "volumes": "volumes", "vol": "volumes",
-    "bucket": "buckets", "buckets": "buckets",
-}
 
 
 def resource_kind(kind: str) -> str:
@@ -218,14 +192,3 @@ def size_text(n: float) -> str:
 def scalar_text(v: Any) -> str:
     """A value as JSON writes it (true, false, null), not as Python does (True, False, None)."""
     return v if isinstance(v, str) else json.dumps(v)
-
-
-def age_text(ts: float) -> str:
-    """How long ago a timestamp was, in its largest unit (5m, 3h, 2d)."""
-    if not ts:
-        return "-"
-    s = max(0, int(time.time() - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 from rich.table import Table
+from rich.text import Text
 
 from persys.cli import (
     apply_wait,
@@ -25,6 +26,7 @@ from persys.cli import (
     events_cmd,
     exec_cmds,
     follow,
+    listing_rows,
     logs_cmd,
     meter_cmds,
     node_cmds,
@@ -87,49 +89,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _labels_text(labels: dict[str, str] | None) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "-"
-
-
-def _workload_table(items: list[dict[str, Any]], wide: bool = False) -> Table:
+def _rows_table(kind: str, items: list[dict[str, Any]], wide: bool) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
-    extra = ("NODES", "GENERATION", "UPDATED", "LABELS") if wide else ()
-    for col in ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON", *extra):
+    for col in listing_rows.columns(kind, wide):
         t.add_column(col, overflow="fold")
-    for w in items:
-        reason = w.get("reason", "") if w.get("phase") != "Running" else ""
-        nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
-        node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
-        more = (",".join(nodes) or "-", str(w.get("generation", "")), age_text(w.get("updatedAt", 0)),
-                _labels_text(w.get("labels"))) if wide else ()
-        t.add_row(*map(cell, (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"],
-                              str(w.get("restarts", 0)), age_text(w.get("createdAt", 0)), reason,  # reason: node text
-                              *more)))
-    return t
-
-
-def _node_table(items: list[dict[str, Any]], wide: bool = False) -> Table:
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    extra = ("ADDRESS", "VERSION", "LABELS", "TAINTS") if wide else ()
-    for col in ("NAME", "STATUS", "RUNTIMES", "CPU (alloc/total)", "MEMORY MiB (alloc/total)", "WORKLOADS", "AGE",
-                *extra):
-        t.add_column(col, overflow="fold")
-    for n in items:
-        caps, alloc = n.get("capabilities", {}), n.get("allocated", {})
-        status = n["status"] + (",Cordoned" if n.get("cordoned") else "")
-        taints = ",".join(f"{x.get('key')}{'=' + x['value'] if x.get('value') else ''}:{x.get('effect')}"
-                          for x in n.get("taints") or []) or "-"
-        more = (n.get("address") or "-", n.get("agentVersion") or "-", _labels_text(n.get("labels")),
-                taints) if wide else ()
-        t.add_row(*map(cell, (n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
-                              f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
-                              f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}",
-                              str(alloc.get("workloads", 0)), age_text(n.get("registeredAt", 0)), *more)))
+    for item in items:
+        t.add_row(*map(Text, listing_rows.row(kind, item, wide)))  # printable already; Text: never markup
     return t
 
 
 def _table(kind: str, items: list[dict[str, Any]], wide: bool = False) -> Table:
-    return _workload_table(items, wide) if kind == "workloads" else _node_table(items, wide)
+    return _rows_table(kind, items, wide)
 
 
 

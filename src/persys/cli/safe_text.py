@@ -4,8 +4,10 @@ raw escape sequence could rewrite the screen, hide lines or set the window title
 from __future__ import annotations
 
 import unicodedata
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:  # rich loads only where a table is drawn (cli.quick prints without it)
+    from rich.text import Text
 
 
 def _escaped(c: str) -> str:
@@ -24,4 +26,6 @@ def printable(text: str, keep_newlines: bool = False) -> str:
 
 def cell(value: object) -> Text:
     """A table cell: printable, and never read as rich markup (`[bold]` stays literal)."""
+    from rich.text import Text
+
     return Text(printable(str(value)))

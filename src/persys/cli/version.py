@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import platform
-
-import typer
+from typing import Any
 
 import persys
 
@@ -16,13 +15,15 @@ def version_text(program: str) -> str:
             f"{platform.system().lower()}/{platform.machine()})")
 
 
-def version_option(program: str) -> bool:
-    """The eager `--version` flag: prints and exits before anything else runs."""
+def version_option(program: str) -> Any:
+    """The eager `--version` flag: prints and exits before anything else runs (typer loads here:
+    `cli.quick` prints the version without it)."""
+    import typer
 
     def show(value: bool) -> None:
         if value:
             typer.echo(version_text(program))
             raise typer.Exit()
 
-    return typer.Option(False, "--version", callback=show, is_eager=True,  # type: ignore[no-any-return]
+    return typer.Option(False, "--version", callback=show, is_eager=True,
                         help="Print the version and exit.")

@@ -1,0 +1,80 @@
+"""What `get` shows per object: the kinds a user may name, column names and cell texts of
+workloads and nodes, `-o name` lines.
+
+Standard library only: the rich tables of the full client (`cli.ctl`) and the plain renderer of
+its quick path (`cli.quick`) print the same rows from here. Cells are made printable (a name a
+node supplies cannot carry an escape sequence to the terminal)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from persys.cli.safe_text import printable
+
+WORKLOAD_COLUMNS = ("NAME", "TYPE", "READY", "PHASE", "NODE", "REVISION", "RESTARTS", "AGE", "REASON")
+WORKLOAD_WIDE = ("NODES", "GENERATION", "UPDATED", "LABELS")
+NODE_COLUMNS = ("NAME", "STATUS", "RUNTIMES", "CPU (alloc/total)", "MEMORY MiB (alloc/total)", "WORKLOADS", "AGE")
+NODE_WIDE = ("ADDRESS", "VERSION", "LABELS", "TAINTS")
+# What a user may type for a resource kind, and the kind it names.
+KINDS = {
+    "workload": "workloads", "workloads": "workloads", "wl": "workloads",
+    "node": "nodes", "nodes": "nodes", "no": "nodes",
+    "secret": "secrets", "secrets": "secrets",
+    "volume": "volumes", "volumes": "volumes", "vol": "volumes",
+    "bucket": "buckets", "buckets": "buckets",
+}
+
+
+def name_line(kind: str, item: dict[str, Any]) -> str:
+    """`kind/name`, as `-o name` prints an object (kind singular: workload, node, volume...)."""
+    return f"{kind}/{item.get('id') or item.get('name') or ''}"
+
+
+def age_text(ts: float) -> str:
+    """How long ago a timestamp was, in its largest unit (5m, 3h, 2d)."""
+    if not ts:
+        return "-"
+    s = max(0, int(time.time() - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def labels_text(labels: dict[str, str] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "-"
+
+
+def columns(kind: str, wide: bool) -> tuple[str, ...]:
+    """The header of `get KIND` (workloads or nodes), with -o wide's extra columns."""
+    if kind == "workloads":
+        return WORKLOAD_COLUMNS + (WORKLOAD_WIDE if wide else ())
+    return NODE_COLUMNS + (NODE_WIDE if wide else ())
+
+
+def row(kind: str, item: dict[str, Any], wide: bool) -> list[str]:
+    cells = _workload_row(item, wide) if kind == "workloads" else _node_row(item, wide)
+    return [printable(str(c)) for c in cells]
+
+
+def _workload_row(w: dict[str, Any], wide: bool) -> tuple[object, ...]:
+    reason = w.get("reason", "") if w.get("phase") != "Running" else ""
+    nodes = w.get("nodes") or ([w["node"]] if w.get("node") else [])
+    node = nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else "-")
+    more = (",".join(nodes) or "-", w.get("generation", ""), age_text(w.get("updatedAt", 0)),
+            labels_text(w.get("labels"))) if wide else ()
+    return (w["name"], w["type"], w.get("ready", ""), w["phase"], node, w["revision"], w.get("restarts", 0),
+            age_text(w.get("createdAt", 0)), reason, *more)
+
+
+def _node_row(n: dict[str, Any], wide: bool) -> tuple[object, ...]:
+    caps, alloc = n.get("capabilities", {}), n.get("allocated", {})
+    status = n["status"] + (",Cordoned" if n.get("cordoned") else "")
+    taints = ",".join(f"{x.get('key')}{'=' + x['value'] if x.get('value') else ''}:{x.get('effect')}"
+                      for x in n.get("taints") or []) or "-"
+    more = (n.get("address") or "-", n.get("agentVersion") or "-", labels_text(n.get("labels")), taints) if wide else ()
+    return (n["id"], status, ",".join(sorted(caps.get("runtimes", {}))) or "-",
+            f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
+            f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}", alloc.get("workloads", 0),
+            age_text(n.get("registeredAt", 0)), *more)

@@ -1,0 +1,276 @@
+"""persysctl's entry point: the commands run most often, answered without the full client.
+
+`persysctl get workloads` is typed all day; the full client (typer's command tree, rich, httpx)
+takes ~0.25 s to load before it sends a byte. This path answers `--version` and `get
+workloads|nodes` (no name, no selector, no watch; -o table|wide|json|name; --node, --chunk-size,
+--server, --context, --token) with the standard library: one mutual-TLS HTTP/1.1 connection,
+the rows of `cli.listing_rows`, tables from `cli.plain_table`. Anything else, any option it does
+not know, and tracing switched on (`OTEL_EXPORTER_OTLP_*`) go to `cli.ctl.main` unchanged, and
+so does drawing a table it cannot draw exactly as rich would. The two paths print the same bytes
+for the same answer (tests/cli/test_quick_path.py compares them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+OUTPUTS = ("table", "text", "wide", "json", "name")
+TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+TIMEOUT = 30.0  # seconds, as the full client's
+
+
+class QuickError(Exception):
+    """One line for the user; exit code 1 (as the full client's CtlError)."""
+
+
+@dataclass
+class GetCommand:
+    kind: str  # workloads or nodes
+    output: str = "table"
+    node: str = ""
+    chunk: int = 500
+    server: str | None = None
+    context: str | None = None
+    token: str | None = None
+    query: dict[str, str] = field(default_factory=dict)
+
+
+def parse(argv: list[str]) -> GetCommand | None:
+    """The `get` this path answers, or None for the full client. Pure."""
+    opts: dict[str, str] = {}
+    words: list[str] = []
+    names = {"--token": "token", "--context": "context", "--server": "server", "--node": "node",
+             "-o": "output", "--output": "output", "--chunk-size": "chunk"}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        key, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        if key in names:
+            if not eq:
+                if i + 1 >= len(argv):
+                    return None
+                i += 1
+                value = argv[i]
+            if key in ("--node", "-o", "--output", "--chunk-size") and (not words or words[0] != "get"):
+                return None  # a command's option before the command: the full client says what is wrong
+            opts[names[key]] = value
+        elif a.startswith("-o") and len(a) > 2 and words[:1] == ["get"]:
+            opts["output"] = a[2:]
+        elif a.startswith("-"):
+            return None  # -l, -w, --help, --version after a command, ...
+        else:
+            words.append(a)
+        i += 1
+    from persys.cli.listing_rows import KINDS
+
+    kind = KINDS.get(words[1].lower(), "") if len(words) == 2 and words[0] == "get" else ""
+    if kind not in ("workloads", "nodes"):
+        return None
+    output = opts.get("output", "table")
+    chunk = opts.get("chunk", "500")
+    if output not in OUTPUTS or not chunk.isdigit() or not 1 <= int(chunk) <= 5000:
+        return None  # yaml, jsonpath and refusals: the full client
+    if opts.get("node") and kind != "workloads":
+        return None
+    return GetCommand(kind=kind, output=output, node=opts.get("node", ""), chunk=int(chunk),
+                      server=opts.get("server"), context=opts.get("context"),
+                      token=opts.get("token") or os.environ.get("PERSYS_TOKEN") or None)
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class Gateway:
+    """One kept-alive HTTPS connection to the gateway, its certificate checked against the
+    cluster CA and the gateway role's name (as the full client's transport does)."""
+
+    def __init__(self, cmd: GetCommand) -> None:
+        import http.client
+        import ssl
+        from urllib.parse import urlsplit
+
+        from persys.cli.config import ConfigError, load_client_config
+        from persys.security import peer_names
+
+        try:
+            cfg = load_client_config(server=cmd.server, token=cmd.token, context=cmd.context)
+        except ConfigError as e:
+            raise QuickError(str(e)) from None
+        self.base = cfg.server.rstrip("/")
+        url = urlsplit(self.base)
+        if url.scheme != "https" or not url.hostname:
+            raise _FullClient
+        ctx = ssl.create_default_context(cafile=str(cfg.ca))
+        if cfg.cert is not None and cfg.key is not None:
+            ctx.load_cert_chain(str(cfg.cert), str(cfg.key))
+        host, port, sni = url.hostname, url.port or 443, peer_names.GATEWAY
+
+        class Connection(http.client.HTTPSConnection):
+            def connect(self) -> None:  # the TLS name is the gateway role's, whatever host we dial
+                raw = socket.create_connection((host, port), TIMEOUT)
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = ctx.wrap_socket(raw, server_hostname=sni)
+
+        self.http_error = http.client.HTTPException
+        self.conn = Connection(host, port, timeout=TIMEOUT, context=ctx)
+        self.prefix = url.path.rstrip("/")
+        self.headers = {"accept": "application/json"}
+        if cfg.token:
+            self.headers["authorization"] = f"Bearer {cfg.token}"
+
+    def get(self, path: str, query: dict[str, str]) -> Any:
+        from urllib.parse import urlencode
+
+        try:
+            self.conn.request("GET", f"{self.prefix}{path}?{urlencode(query)}", headers=self.headers)
+            resp = self.conn.getresponse()
+            body = resp.read()
+        except (ConnectionRefusedError, socket.gaierror):
+            raise QuickError(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)") from None
+        except TimeoutError:
+            raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
+        except (OSError, self.http_error) as e:  # TLS refused, connection reset, a broken answer
+            raise QuickError(f"request to {self.base} failed: {e}") from None
+        if resp.status >= 400:
+            from persys.cli.refusal import refusal_text
+
+            raise QuickError(refusal_text(body, resp.reason))
+        return json.loads(body)
+
+
+class _FullClient(Exception):
+    """This command is the full client's after all (a plain-HTTP server, say)."""
+
+
+# --------------------------------------------------------------------------- output
+
+
+def pages(gw: Gateway, cmd: GetCommand) -> Iterator[list[dict[str, Any]]]:
+    query = {"limit": str(cmd.chunk), **({"node": cmd.node} if cmd.node else {})}
+    token = ""
+    while True:
+        body = gw.get(f"/v1/{cmd.kind}", {**query, **({"continue": token} if token else {})})
+        if isinstance(body, list):  # a gateway from before pages
+            yield body
+            return
+        yield body["items"]
+        token = body.get("continue") or ""
+        if not token:
+            return
+
+
+def _terminal_width() -> int | None:
+    """The width rich would draw in: the terminal's (or $COLUMNS) on a terminal, 250 when piped
+    (as `cli.api.out`); None when it is unclear (the full client draws then)."""
+    if not sys.stdout.isatty():
+        return 250
+    try:
+        width = os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return None
+    env = os.environ.get("COLUMNS", "")
+    return min(width, int(env)) if env.isdigit() else width
+
+
+def print_pages(cmd: GetCommand, got: Iterator[list[dict[str, Any]]]) -> None:
+    from persys.cli import listing_rows, plain_table
+
+    write = sys.stdout.write
+    width = _terminal_width()
+    bold = sys.stdout.isatty() and os.environ.get("TERM", "") not in ("dumb", "unknown")
+    wide = cmd.output == "wide"
+    count = 0
+    for items in got:
+        if not items:
+            continue
+        if cmd.output == "json":
+            from persys.cli.printed_doc import printed
+
+            text = ",\n".join(json.dumps(i, indent=2) for i in printed(items))
+            write(("[\n" if count == 0 else ",\n") + text)
+        elif cmd.output == "name":
+            write("".join(listing_rows.name_line(cmd.kind[:-1], i) + "\n" for i in items))
+        else:
+            header = listing_rows.columns(cmd.kind, wide)
+            rows = [listing_rows.row(cmd.kind, i, wide) for i in items]
+            drawn = plain_table.render(header, rows, show_header=count == 0, width=width or 0, bold=bold)
+            if drawn is None:
+                _print_with_rich(header, rows, show_header=count == 0)
+            else:
+                write(drawn)
+        sys.stdout.flush()
+        count += len(items)
+    if cmd.output == "json":
+        write("\n]\n" if count else "[]\n")
+    elif not count and cmd.output != "name":
+        write(f"No {cmd.kind} found.\n")
+
+
+def _print_with_rich(header: tuple[str, ...], rows: list[list[str]], show_header: bool) -> None:
+    """A table only rich draws right (wide characters, folding to the terminal): drawn by the
+    full client's console, as it would have."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from persys.cli.api import out
+
+    t = Table(box=None, header_style="bold", pad_edge=False, show_header=show_header)
+    for col in header:
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*map(Text, r))
+    out.print(t)
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def _fail(message: str) -> NoReturn:
+    from persys.cli.safe_text import printable
+
+    sys.stderr.write(f"error: {printable(message)}\n")
+    sys.exit(1)
+
+
+def run(argv: list[str]) -> bool:
+    """Answer `argv` here; False when the full client must."""
+    if any(os.environ.get(v) for v in TRACING_VARS):
+        return False  # a traced command: the full client makes its span
+    if argv == ["--version"]:
+        from persys.cli.version import version_text
+
+        sys.stdout.write(version_text("persysctl") + "\n")
+        return True
+    cmd = parse(argv)
+    if cmd is None:
+        return False
+    try:
+        gw = Gateway(cmd)
+        print_pages(cmd, pages(gw, cmd))
+    except _FullClient:
+        return False
+    except QuickError as e:
+        _fail(str(e))
+    return True
+
+
+def main() -> None:
+    try:
+        if run(sys.argv[1:]):
+            return
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:  # `persysctl get workloads | head`: nothing more to say, and no traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except Exception as e:  # a bug must still end in one line, not a traceback
+        _fail(f"unexpected {type(e).__name__}: {e} (please report this)")
+    from persys.cli.ctl import main as full_client
+
+    full_client()

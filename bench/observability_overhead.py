@@ -7,7 +7,8 @@ target: under 5 %), measured as pairs of runs in one invocation.
 Each pair is two runs of bench/scale/scale.py (`--quick`: 500 hollow nodes, 5,000 workloads, real
 etcd and Redis, a scheduler process): **plain** (`--no-metrics`, no OTLP endpoint: nothing
 counted, nothing traced) and **observed** (metrics counted, served on a plain listener and scraped
-every second; spans exported over OTLP/gRPC to a real receiver in this process, sampled at
+every --scrape-interval seconds, default 15 as deploy/prometheus/prometheus.yml does; spans
+exported over OTLP/gRPC to a real receiver in this process, sampled at
 `--ratio`, default the scheduler's default). The order inside a pair alternates (plain first, then
 observed first, ...) so that a drift of the machine during the invocation does not fall on one
 side. Per pair: placements/s of each run, the ratio observed/plain raw and normalised by each
@@ -43,7 +44,8 @@ TARGET_COST = 0.05
 def one_run(kind: str, a: argparse.Namespace, receiver: OtlpReceiver, out: Path) -> dict[str, Any]:
     args = ["--quick", "--profiler", "none", "--probe", "0", "--no-hb-before",
             "--hb-window", "2", "--hb-idle", "1", "--nodes", str(a.nodes), "--workloads",
-            str(a.workloads), "--metrics", "off" if kind == "plain" else "scraped"]
+            str(a.workloads), "--metrics", "off" if kind == "plain" else "scraped",
+            "--scrape-interval", str(a.scrape_interval)]
     env = {} if kind == "plain" else {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                                       "OTEL_TRACES_SAMPLER_ARG": str(a.ratio)}
     receiver.clear()
@@ -63,6 +65,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=3, help="pairs of runs (plain, observed), order alternating")
     ap.add_argument("--ratio", type=float, default=DEFAULT_RATIO, help="trace sampling ratio of the observed runs")
+    ap.add_argument("--scrape-interval", type=float, default=15.0,
+                    help="seconds between scrapes of the observed runs (15: deploy/prometheus/prometheus.yml's; "
+                         "1 for a harsh scraper)")
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument("--workloads", type=int, default=5000)
     a = ap.parse_args()
@@ -85,7 +90,8 @@ def main() -> int:
     norm = [p["etcd_normalised_ratio"] for p in pairs if p["etcd_normalised_ratio"]]
     raw = [p["raw_ratio"] for p in pairs if p["raw_ratio"]]
     cpu = [p["cpu_ratio"] for p in pairs if p["cpu_ratio"]]
-    summary = {"nodes": a.nodes, "workloads": a.workloads, "trace_ratio": a.ratio, "pairs": pairs,
+    summary = {"nodes": a.nodes, "workloads": a.workloads, "trace_ratio": a.ratio,
+               "scrape_interval_s": a.scrape_interval, "pairs": pairs,
                "median_raw_ratio": statistics.median(raw) if raw else None,
                "median_etcd_normalised_ratio": statistics.median(norm) if norm else None,
                "median_cpu_ratio": statistics.median(cpu) if cpu else None}

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from persys.model import WorkloadUsage
 from persys.observability.grpc_metrics import split_method
 from persys.observability.metrics import FAMILIES, Metrics
-from persys.observability.metrics_http import parse_listen, route
+from persys.observability.metrics_http import LOOP_SHARE_MAX, _Handler, parse_listen, reuse_seconds, route
 from persys.scheduler.placement.engine import Decision
 from persys.scheduler.placement.status import Status
 from persys.scheduler.replica_metrics import refusal_reason, usage_samples
@@ -89,3 +89,33 @@ def test_histogram_and_counter_exposition_parse_back() -> None:
     total = [s for s in fams["persys_store_operations"].samples if s.name == "persys_store_operations_total"]
     assert total[0].value == 5 and total[0].labels == {"operation": "txn", "result": "ok"}
     assert fams["persys_mirror_revision"].samples[0].value == 42
+
+
+class _SlowMetrics:
+    """A registry whose rendering takes `cost` seconds on the test's clock."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        self.clock, self.cost, self.renders = clock, cost, 0
+
+    def exposition(self) -> bytes:
+        self.renders += 1
+        self.clock[0] += self.cost
+        return f"render {self.renders}\n".encode()
+
+
+@pytest.mark.parametrize(("cost", "every", "renders"), [
+    (0.005, 0.25, 3),   # a small mirror: at most once per CACHE_SECONDS (12 scrapes over 3 s)
+    (0.040, 0.25, 2),   # 40 ms to render: reused for 2 s, so 2 % of the loop at most
+    (0.200, 0.25, 1),   # 200 ms: reused for 10 s
+])
+def test_scrapes_take_a_bounded_share_of_the_loop(cost: float, every: float, renders: int) -> None:
+    clock = [100.0]
+    metrics = _SlowMetrics(clock, cost)
+    handler = _Handler(metrics, None, clock=lambda: clock[0])  # type: ignore[arg-type]
+    texts = []
+    for _ in range(12):
+        texts.append(handler.exposition())
+        clock[0] += every
+    assert metrics.renders == renders
+    assert texts[-1] == f"render {renders}\n".encode()
+    assert reuse_seconds(cost) * LOOP_SHARE_MAX >= cost  # never more than the share, however often scraped

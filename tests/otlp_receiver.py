@@ -35,6 +35,8 @@ class ReceivedSpan:
 
 def _value(v: AnyValue) -> Any:
     kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
     return getattr(v, kind) if kind in ("string_value", "bool_value", "int_value", "double_value") else str(v)
 
 

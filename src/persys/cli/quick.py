@@ -127,15 +127,20 @@ class Gateway:
     def get(self, path: str, query: dict[str, str]) -> Any:
         from urllib.parse import urlencode
 
+        if self.conn.sock is None:  # (again, after the server closed a kept-alive connection)
+            try:
+                self.conn.connect()
+            except TimeoutError:
+                raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
+            except OSError:  # refused, no such host, the TLS handshake failed: as the full client says
+                raise QuickError(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)") from None
         try:
             self.conn.request("GET", f"{self.prefix}{path}?{urlencode(query)}", headers=self.headers)
             resp = self.conn.getresponse()
             body = resp.read()
-        except (ConnectionRefusedError, socket.gaierror):
-            raise QuickError(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)") from None
         except TimeoutError:
             raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
-        except (OSError, self.http_error) as e:  # TLS refused, connection reset, a broken answer
+        except (OSError, self.http_error) as e:  # connection reset, a broken answer
             raise QuickError(f"request to {self.base} failed: {e}") from None
         if resp.status >= 400:
             from persys.cli.refusal import refusal_text

@@ -11,7 +11,6 @@ its own path (uuid-named mounts), so tests sharing the session server do not col
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -97,15 +96,16 @@ def start_bao(workdir: Path) -> BaoServer:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"bao exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        m = re.search(r"cluster_listen_address=127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
-        ports = listening_ports(proc.pid) - ({int(m.group(1))} if m else set())
-        if m and len(ports) == 1:
-            url = f"http://127.0.0.1:{ports.pop()}"
+        # The API is whichever port it listens on answers plain HTTP health: bao picks its cluster
+        # port as the API's plus one and binds it later, so on a busy machine that listener may
+        # fail ("address already in use", harmless for one dev server) and never be logged.
+        for port in sorted(listening_ports(proc.pid)):
+            url = f"http://127.0.0.1:{port}"
             try:
                 with urllib.request.urlopen(f"{url}/v1/sys/health", timeout=2) as r:
                     if r.status == 200:
                         return BaoServer(url, token, proc, log)
-            except OSError:
+            except OSError:  # the cluster port (TLS) refuses plain HTTP; the API may not be up yet
                 pass
         time.sleep(0.05)
     proc.kill()

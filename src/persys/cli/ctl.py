@@ -328,18 +328,7 @@ def _change_row(kind: str, only: str | None, sel: Selector | None = None) -> Any
 
 
 def _pages(api: Api, kind: str, node: str, chunk: int) -> Iterator[list[dict[str, Any]]]:
-    """Every page of a list, following the gateway's continue tokens."""
-    params = {"limit": str(chunk), **({"node": node} if node else {})}
-    token = ""
-    while True:
-        body = api.request("GET", f"/v1/{kind}", params={**params, **({"continue": token} if token else {})})
-        if isinstance(body, list):  # a gateway from before pages: everything at once
-            yield body
-            return
-        yield body["items"]
-        token = body.get("continue") or ""
-        if not token:
-            return
+    return listing_rows.pages(lambda path, query: api.request("GET", path, params=query), kind, node, chunk)
 
 
 def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -> None:

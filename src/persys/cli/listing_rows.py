@@ -1,5 +1,5 @@
-"""What `get` shows per object: the kinds a user may name, column names and cell texts of
-workloads and nodes, `-o name` lines.
+"""What `get` shows: the kinds a user may name, the pages of a list, column names and cell texts
+of workloads and nodes, `-o name` lines.
 
 Standard library only: the rich tables of the full client (`cli.ctl`) and the plain renderer of
 its quick path (`cli.quick`) print the same rows from here. Cells are made printable (a name a
@@ -8,6 +8,7 @@ node supplies cannot carry an escape sequence to the terminal)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from persys.cli.safe_text import printable
@@ -29,6 +30,23 @@ KINDS = {
 def name_line(kind: str, item: dict[str, Any]) -> str:
     """`kind/name`, as `-o name` prints an object (kind singular: workload, node, volume...)."""
     return f"{kind}/{item.get('id') or item.get('name') or ''}"
+
+
+def pages(fetch: Callable[[str, dict[str, str]], Any], kind: str, node: str, chunk: int
+          ) -> Iterator[list[dict[str, Any]]]:
+    """Every page of `GET /v1/<kind>`, following the gateway's continue tokens; `fetch(path,
+    query)` answers one request (each client its own transport)."""
+    query = {"limit": str(chunk), **({"node": node} if node else {})}
+    token = ""
+    while True:
+        body = fetch(f"/v1/{kind}", {**query, **({"continue": token} if token else {})})
+        if isinstance(body, list):  # a gateway from before pages: everything at once
+            yield body
+            return
+        yield body["items"]
+        token = body.get("continue") or ""
+        if not token:
+            return
 
 
 def age_text(ts: float) -> str:

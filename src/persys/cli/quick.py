@@ -156,20 +156,6 @@ class _FullClient(Exception):
 # --------------------------------------------------------------------------- output
 
 
-def pages(gw: Gateway, cmd: GetCommand) -> Iterator[list[dict[str, Any]]]:
-    query = {"limit": str(cmd.chunk), **({"node": cmd.node} if cmd.node else {})}
-    token = ""
-    while True:
-        body = gw.get(f"/v1/{cmd.kind}", {**query, **({"continue": token} if token else {})})
-        if isinstance(body, list):  # a gateway from before pages
-            yield body
-            return
-        yield body["items"]
-        token = body.get("continue") or ""
-        if not token:
-            return
-
-
 def _terminal_width() -> int | None:
     """The width rich would draw in: the terminal's (or $COLUMNS) on a terminal, 250 when piped
     (as `cli.api.out`); None when it is unclear (the full client draws then)."""
@@ -257,7 +243,9 @@ def run(argv: list[str]) -> bool:
         return False
     try:
         gw = Gateway(cmd)
-        print_pages(cmd, pages(gw, cmd))
+        from persys.cli.listing_rows import pages
+
+        print_pages(cmd, pages(gw.get, cmd.kind, cmd.node, cmd.chunk))
     except _FullClient:
         return False
     except QuickError as e:

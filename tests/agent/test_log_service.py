@@ -1,7 +1,8 @@
 """AgentService's logs over real gRPC and mutual TLS (persys.agent.service, the gateway's client
 persys.agent_client): a real process runtime with a process printing a line per 0.1 s.
 StreamLogs sends what is written after it started and ends when the workload is removed; what a
-process's output cannot answer (--since) is refused before any message, on both calls."""
+process's output cannot answer (--service) is refused before any message, on both calls, and
+--since with --timestamps is answered from the runtime's notes of when the output appeared."""
 
 from __future__ import annotations
 
@@ -88,16 +89,41 @@ async def test_stream_sends_new_lines_and_ends_when_the_workload_is_removed(serv
 
 async def test_what_process_output_cannot_answer_is_refused_first(served: Served) -> None:
     wid = await _ticker(served.runtime)
-    request = apb.LogsRequest(instance_id=wid, tail=5, since=1.0)
+    request = apb.LogsRequest(instance_id=wid, tail=5, service="db")
     stream = stream_logs(served.address, served.gateway, request, node_id="n1")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await asyncio.wait_for(anext(stream), 10)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no time per line" in str(err.value.details())
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "compose service" in str(err.value.details())
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await fetch_logs(served.address, served.gateway, request, node_id="n1")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     text = await fetch_logs(served.address, served.gateway, apb.LogsRequest(instance_id=wid, tail=2), node_id="n1")
     assert len(text.splitlines()) == 2
+
+
+async def test_since_and_timestamps_for_process_output(served: Served) -> None:
+    import time
+
+    from persys.agent.runtimes.log_times import read_notes
+    from persys.agent.runtimes.supervision import wait_until
+
+    wid = await _ticker(served.runtime)
+    log = served.runtime._wdir(wid) / "stdout.log"
+    await served.runtime.list()  # the agent lists every pass: that keeps the runtime's log clock running
+    assert await wait_until(lambda: len(read_notes(log)) >= 3, within=15)  # three notes of growth, a second apart
+    since = read_notes(log)[-1][1]
+    request = apb.LogsRequest(instance_id=wid, since=since, timestamps=True)
+    text = await fetch_logs(served.address, served.gateway, request, node_id="n1")
+    first_tick = int(re.findall(r"tick (\d+)", text)[0])
+    everything = await fetch_logs(served.address, served.gateway, apb.LogsRequest(instance_id=wid, tail=100_000),
+                                  node_id="n1")
+    assert first_tick > 0 and f"tick {first_tick - 1}\n" in everything  # earlier ticks left out
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) tick \d+$", text, re.M)
+    assert stamps and len(stamps) == len(text.splitlines()) and stamps == sorted(stamps)
+    import datetime as dt
+
+    first = dt.datetime.fromisoformat(stamps[0].replace("Z", "+00:00")[:26] + "+00:00").timestamp()
+    assert since - 0.001 <= first <= time.time()  # never earlier than asked (the notes keep milliseconds)
 
 
 async def test_an_unknown_instance_is_not_found(served: Served) -> None:

@@ -85,16 +85,29 @@ def test_apply_wait_returns_once_running_and_logs_follow_ends_on_delete(cluster:
     _follow_until_deleted(cluster, name)
 
 
-def test_since_is_refused_for_a_process_in_one_line(cluster: GatewayCluster, tmp_path: Path) -> None:
-    name = f"quiet-{uuid.uuid4().hex[:6]}"
-    assert _apply(cluster, tmp_path, _process(name, ["sleep", "600"]), "--wait").returncode == 0
+def test_since_and_timestamps_for_a_process(cluster: GatewayCluster, tmp_path: Path) -> None:
+    """A process's output has no time per line; the agent notes when it appeared (every second),
+    and --since/--timestamps are answered from that: never earlier than the line was written."""
+    import datetime as dt
+
+    name = f"two-{uuid.uuid4().hex[:6]}"
+    script = "echo early; sleep 8; echo late; sleep 600"
+    assert _apply(cluster, tmp_path, _process(name, ["/bin/sh", "-c", script]), "--wait").returncode == 0
+    env = cluster.ctl_env()
     try:
-        r = ctl("logs", name, "--since", "1m", env=cluster.ctl_env(), check=False)
-        assert r.returncode == 1 and "no time per line" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
-        r = ctl("logs", name, "-f", "--since", "1m", env=cluster.ctl_env(), check=False)
-        assert r.returncode == 1 and "no time per line" in r.stderr, r.stderr
+        eventually(lambda: "early" in ctl("logs", name, env=env).stdout, timeout=30, what="early")
+        time.sleep(1.5)  # past the agent's next note of the file's growth (one a second)
+        now = dt.datetime.now(dt.UTC)
+        between = now.isoformat().replace("+00:00", "Z")
+        eventually(lambda: "late" in ctl("logs", name, env=env).stdout, timeout=30, what="late")
+        r = ctl("logs", name, "--since", between, "--timestamps", env=env)
+        assert "early" not in r.stdout and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z late\n", r.stdout), r.stdout
+        stamped = ctl("logs", name, "--timestamps", env=env).stdout.splitlines()
+        assert [line.split(" ", 1)[1] for line in stamped][-2:] == ["early", "late"], stamped
+        seen = [dt.datetime.fromisoformat(line[:26] + "+00:00") for line in stamped[-2:]]  # to microseconds
+        assert seen[0] < now < seen[1]
     finally:
-        ctl("delete", "workload", name, env=cluster.ctl_env(), check=False)
+        ctl("delete", "workload", name, env=env, check=False)
 
 
 def test_apply_wait_names_why_a_workload_does_not_run(cluster: GatewayCluster, tmp_path: Path) -> None:

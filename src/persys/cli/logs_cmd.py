@@ -27,11 +27,13 @@ Examples:
 
   persysctl logs -f web                     then new output as it is written, until Ctrl-C or the workload goes away
 
-  persysctl logs web --since 10m --tail 0   everything of the last 10 minutes (containers and compose)
+  persysctl logs web --since 10m --tail 0   everything of the last 10 minutes
 
   persysctl logs app --service db           one compose service (without it, each line starts with its service)
 
-Process and VM console output has no time per line: --since and --timestamps are refused there."""
+A process's output carries no time per line: its times are when the agent saw the output appear
+(it looks every second; never earlier than the line was written). A VM's serial console has no
+times: --since and --timestamps are refused there."""
 
 
 def _write(text: str) -> None:

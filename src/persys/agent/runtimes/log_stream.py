@@ -5,9 +5,11 @@ Two kinds of source:
 - Docker (containers, each compose service's containers): the engine records a time per line, so
   `since` and `timestamps` are exact; following ends when the container stops or is removed.
 - Files (a process's stdout.log, a VM's serial console): written directly by the process or the
-  hypervisor, which outlive the agent on purpose, so nothing stamps a time on each line. `since`
-  and `timestamps` are refused there with that reason rather than guessed. Following polls the
-  file for growth and ends when the file goes away (the workload was removed).
+  hypervisor, which outlive the agent on purpose, so nothing stamps a time on each line as it is
+  written. Where the runtime keeps a `log_times` index (when the agent saw the file grow), `since`
+  and `timestamps` are answered from it (times at most a tick late, never early); without one
+  they are refused with that reason. Following polls the file for growth and ends when the file
+  goes away (the workload was removed).
 
 Memory is bounded everywhere: a file is read in pieces of at most READ_CHUNK bytes, a partial
 line is held up to that size, and the compose merge queue holds MERGE_QUEUE pieces. Each piece is
@@ -20,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from aiodocker.exceptions import DockerError
 
+from persys.agent.runtimes import log_times
 from persys.agent.runtimes.base import ACCEPTED, LogQuery, RuntimeFailure, UnsupportedQuery
 
 __all__ = ["ACCEPTED", "LogQuery", "UnsupportedQuery"]  # the contract's part, re-exported for the runtimes
@@ -39,25 +43,33 @@ _TAIL_BYTES = 1 << 20  # a tail reads at most the last 1 MiB (as workdir.tail_te
 # ---- files ------------------------------------------------------------------------------------
 
 
-def check_file_query(query: LogQuery, what: str) -> None:
-    if query.since or query.timestamps:
+def check_file_query(query: LogQuery, what: str, timed: bool = False) -> None:
+    if (query.since or query.timestamps) and not timed:
         raise UnsupportedQuery(f"{what} carries no time per line, so --since and --timestamps cannot be answered "
                                "(they work for container and compose workloads); use --tail")
     if query.service:
         raise UnsupportedQuery("--service selects a compose service; this workload is not a compose app")
 
 
-def tail_with_end(path: Path, lines: int, max_bytes: int = _TAIL_BYTES) -> tuple[str, int]:
-    """The last `lines` lines of a file and the offset its end had then ("", 0 if it does not exist)."""
+def tail_with_end(path: Path, lines: int, max_bytes: int = _TAIL_BYTES) -> tuple[bytes, int]:
+    """The last `lines` lines of a file and the offset its end had then (b"", 0 if it does not exist)."""
     try:
         with open(path, "rb") as f:
             end = f.seek(0, os.SEEK_END)
             f.seek(max(0, end - max_bytes))
             data = f.read(end - f.tell())
     except FileNotFoundError:
-        return "", 0
-    kept = data.decode(errors="replace").splitlines(keepends=True)[-lines:] if lines > 0 else []
-    return "".join(kept), end
+        return b"", 0
+    return b"".join(data.splitlines(keepends=True)[-lines:] if lines > 0 else []), end
+
+
+def line_start(path: Path, offset: int) -> int:
+    """The start of the line holding byte `offset` (looking back at most READ_CHUNK bytes)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, offset - READ_CHUNK))
+        before = f.read(offset - f.tell())
+    cut = before.rfind(b"\n")
+    return offset - len(before) + cut + 1 if cut >= 0 else max(0, offset - len(before))
 
 
 def read_from(path: Path, offset: int, limit: int = READ_CHUNK) -> tuple[bytes, int] | None:
@@ -85,13 +97,19 @@ def split_lines(held: bytes, data: bytes, limit: int = READ_CHUNK) -> tuple[byte
     return buf[:cut], buf[cut:]
 
 
-async def file_stream(path: Path, query: LogQuery, what: str, poll: float = FOLLOW_POLL) -> AsyncIterator[str]:
-    """A log file's tail, then (following) what is appended, until the file goes away."""
-    check_file_query(query, what)
+async def file_stream(path: Path, query: LogQuery, what: str, poll: float = FOLLOW_POLL,
+                      timed: bool = False) -> AsyncIterator[str]:
+    """A log file's tail (or all that came since `query.since`), then (following) what is
+    appended, until the file goes away. `timed`: the runtime keeps the file's `log_times` index,
+    so --since and --timestamps can be answered."""
+    check_file_query(query, what, timed)
     yield ACCEPTED
-    text, offset = await asyncio.to_thread(tail_with_end, path, query.tail)
-    if text:
-        yield text
+    notes = await asyncio.to_thread(log_times.read_notes, path) if timed else []
+    offset = 0
+    async for piece, end in _history(path, query, notes):
+        offset = end
+        if piece:
+            yield piece
     if not query.follow:
         return
     held = b""
@@ -105,10 +123,47 @@ async def file_stream(path: Path, query: LogQuery, what: str, poll: float = FOLL
         if data:
             lines, held = split_lines(held, data)
             if lines:
-                yield lines.decode(errors="replace")
+                yield _shown(query, lines, 0, [])  # seen now: within a poll of being written
             if len(data) == READ_CHUNK:
                 continue  # more is waiting: no pause
         await asyncio.sleep(poll)
+
+
+def _shown(query: LogQuery, lines: bytes, start: int, notes: list[log_times.Note]) -> str:
+    """Whole lines from offset `start` as the query shows them (with their times, or not)."""
+    if not query.timestamps:
+        return lines.decode(errors="replace")
+    return log_times.stamped(lines, start, notes, time.time())
+
+
+async def _history(path: Path, query: LogQuery, notes: list[log_times.Note]) -> AsyncIterator[tuple[str, int]]:
+    """The history a query asks for, as (piece, offset after it); the last offset is where
+    following goes on (a partial last line is left to it, to be read whole)."""
+    if query.since and query.tail <= 0:  # all that came since: read in pieces
+        offset, held = await asyncio.to_thread(_since_offset, path, notes, query.since), b""
+        while (got := await asyncio.to_thread(read_from, path, offset)) is not None and got[0]:
+            data, offset = got
+            lines, held = split_lines(held, data)
+            yield (_shown(query, lines, offset - len(held) - len(lines), notes) if lines else ""), offset - len(held)
+        if held and not query.follow:
+            yield _shown(query, held, offset - len(held), notes), offset
+        return
+    data, offset = await asyncio.to_thread(tail_with_end, path, query.tail)
+    start = offset - len(data)
+    if query.since:  # --since and --tail: the last lines of those that came since
+        since = await asyncio.to_thread(_since_offset, path, notes, query.since)
+        while data and start < since:
+            cut = data.find(b"\n") + 1 or len(data)
+            data, start = data[cut:], start + cut
+    yield (_shown(query, data, start, notes) if data else ""), offset
+
+
+def _since_offset(path: Path, notes: list[log_times.Note], since: float) -> int:
+    """Where the lines that may have come since `since` begin (0 for a file not there yet)."""
+    try:
+        return line_start(path, log_times.first_offset_since(notes, since))
+    except FileNotFoundError:
+        return 0
 
 
 # ---- Docker -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import platform
 import re
@@ -37,11 +38,14 @@ from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
+from persys.agent.runtimes.log_times import TICK_SECONDS, LogClock
 from persys.agent.runtimes.process_exec import exec_in_process
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
@@ -104,6 +108,8 @@ class ProcessRuntime:
         self._cpu = CpuSampler(settle=0.1)
         self._io_high: dict[str, tuple[int, int]] = {}  # per instance: disk bytes read, written (high-water)
         self._lock = asyncio.Lock()
+        self._log_clock = LogClock()  # when output appeared: logs --since / --timestamps
+        self._clock_task: asyncio.Task[None] | None = None
 
     @property
     def cgroups_enabled(self) -> bool:
@@ -420,7 +426,20 @@ class ProcessRuntime:
             self._cpu.forget(workload_id)
             self._io_high.pop(workload_id, None)
 
+    def _note_logs(self) -> None:
+        self._log_clock.tick([self._wdir(i) / "stdout.log" for i in self._dirs.ids()], time.time())
+
+    async def _clock(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self._note_logs)
+            except OSError as err:  # a full disk must not end the clock
+                log.warning("noting the growth of process logs failed: %s", err)
+            await asyncio.sleep(TICK_SECONDS)
+
     async def list(self) -> list[ObservedWorkload]:
+        if self._clock_task is None or self._clock_task.done():  # the agent lists every pass: the clock runs
+            self._clock_task = asyncio.create_task(self._clock(), name="process-log-clock")
         out = []
         for workload_id in self._dirs.ids():
             meta = self._load(workload_id)
@@ -441,7 +460,7 @@ class ProcessRuntime:
         return await asyncio.to_thread(tail_text, self._wdir(workload_id) / "stdout.log", tail)
 
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
-        return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output")
+        return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output", timed=True)
 
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
         """Run `command` on the node in the running instance's environment, user and cgroups."""
@@ -458,6 +477,10 @@ class ProcessRuntime:
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.
         self._children.clear()
+        if self._clock_task is not None:
+            self._clock_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clock_task
 
 
 def volume_env(mounts: tuple[VolumeMount, ...], uid: int | None, gid: int) -> dict[str, str]:

@@ -17,12 +17,13 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 TIMEOUT = 30.0  # seconds, as the full client's
+GLOBAL = ("--token", "--context", "--server")  # persysctl's options before a command (`get` has a --server too)
 
 
 class QuickError(Exception):
@@ -38,7 +39,6 @@ class GetCommand:
     server: str | None = None
     context: str | None = None
     token: str | None = None
-    query: dict[str, str] = field(default_factory=dict)
 
 
 def parse(argv: list[str]) -> GetCommand | None:
@@ -57,8 +57,9 @@ def parse(argv: list[str]) -> GetCommand | None:
                     return None
                 i += 1
                 value = argv[i]
-            if key in ("--node", "-o", "--output", "--chunk-size") and (not words or words[0] != "get"):
-                return None  # a command's option before the command: the full client says what is wrong
+            after = bool(words)  # the command's own options come after it, the global ones before
+            if (key in ("--token", "--context") and after) or (key not in GLOBAL and not after):
+                return None  # misplaced: the full client says what is wrong
             opts[names[key]] = value
         elif a.startswith("-o") and len(a) > 2 and words[:1] == ["get"]:
             opts["output"] = a[2:]

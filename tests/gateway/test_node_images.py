@@ -55,6 +55,8 @@ def test_container_images_listed_refused_while_used_and_removed(cluster: Gateway
 
         refused = ctl("image", "rm", tag, "--node", "n1", env=env, check=False)
         assert refused.returncode == 1 and f"used by {name}" in refused.stderr + refused.stdout
+        by_id = ctl("image", "rm", row["id"], "--node", "n1", env=env, check=False)  # the image under every tag
+        assert by_id.returncode == 1 and f"used by {name}" in by_id.stderr + by_id.stdout
         assert _docker("image", "inspect", tag).returncode == 0  # nothing removed
         with cluster.client() as http:
             r = http.delete("/v1/nodes/n1/images", params={"kind": "docker", "name": tag})

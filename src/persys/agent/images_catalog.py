@@ -76,13 +76,30 @@ async def remove_image(kind: str, name: str, registry: ImageRegistry, used: Mapp
     return await asyncio.to_thread(_remove_vm_image, kind, name, registry, used, vm_dir)
 
 
-async def _remove_docker(name: str, used: Mapping[ImageKey, list[str]], docker_url: str | None) -> str:
+async def _users(docker: aiodocker.Docker, name: str, used: Mapping[ImageKey, list[str]]) -> list[str]:
+    """The instances on this node whose image the removal of `name` would take: by a tag, the
+    users of that tag (the image stays while other tags hold it); by an image id or a digest,
+    the users of every tag and digest of the image (they all go with it)."""
     users = used.get(("docker", docker_ref(name)), [])
     if users:
-        raise CatalogError(f"image {name} is used by {', '.join(users)} on this node; delete or change those "
-                           "workloads first", "InUse")
+        return users
+    try:
+        info = await docker.images.inspect(name)
+    except aiodocker.DockerError:
+        return []  # not there (the removal says so) or not inspectable: the engine's answer follows
+    refs = {docker_ref(r) for r in (info.get("RepoTags") or []) + (info.get("RepoDigests") or [])}
+    if docker_ref(name) in refs:
+        return []
+    return sorted({u for r in refs for u in used.get(("docker", r), [])})
+
+
+async def _remove_docker(name: str, used: Mapping[ImageKey, list[str]], docker_url: str | None) -> str:
     docker = aiodocker.Docker(url=docker_url)
     try:
+        users = await _users(docker, name, used)
+        if users:
+            raise CatalogError(f"image {name} is used by {', '.join(users)} on this node; delete or change those "
+                               "workloads first", "InUse")
         gone = await docker.images.delete(name)
     except aiodocker.DockerError as err:
         if err.status == 404:

@@ -77,13 +77,13 @@ async def stream_logs(address: str, tls: TLSFiles, request: apb.LogsRequest, *, 
             call.cancel()
 
 async def run_command(address: str, tls: TLSFiles, instance_id: str, command: list[str], *, service: str,
-                      timeout_seconds: int, node_id: str) -> apb.ExecResult:
+                      timeout_seconds: int, node_id: str, stdin: bytes = b"") -> apb.ExecResult:
     """Ask node `node_id`'s agent to run `command` in an instance; the call outlives the command's
     own timeout by a margin (the agent kills the command at it)."""
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         result: apb.ExecResult = await apb_grpc.AgentServiceStub(channel).Exec(
             apb.ExecRequest(instance_id=instance_id, command=command, service=service,
-                            timeout_seconds=timeout_seconds),
+                            timeout_seconds=timeout_seconds, stdin=stdin),
             timeout=timeout_seconds + 30, metadata=with_trace_context(()) or None)
     return result
 

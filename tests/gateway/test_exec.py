@@ -129,6 +129,22 @@ def test_a_timeout_kills_the_command(env: Env) -> None:
     assert f"sleep {marker}" not in ps, ps
 
 
+def test_stdin_is_the_commands_input_then_its_end(env: Env) -> None:
+    """-i: what persysctl reads is the command's input, then end of input (so `cat` ends), for a
+    container, a process workload and a compose service; over 1 MiB is refused before sending."""
+    text = "".join(f"line {i}\n" for i in range(20_000))  # ~210 KB: more than a pipe holds at once
+    for name, extra in ((env.box, ()), (env.proc, ()), (env.app, ("--service", "web"))):
+        p = subprocess.run([*_ctl_argv(), "exec", "-i", name, *extra, "--", "cat"], input=text, capture_output=True,
+                           text=True, env={**os.environ, **env.env}, timeout=120)
+        assert p.returncode == 0 and p.stdout == text, (name, p.stderr, len(p.stdout))
+    p = subprocess.run([*_ctl_argv(), "exec", "-i", env.box, "--", "sh", "-c", "wc -c; exit 3"], input="",
+                       capture_output=True, text=True, env={**os.environ, **env.env}, timeout=120)
+    assert (p.returncode, p.stdout.strip()) == (3, "0")  # empty input: the end at once
+    big = subprocess.run([*_ctl_argv(), "exec", "-i", env.box, "--", "cat"], input="x" * (1024 * 1024 + 1),
+                         capture_output=True, text=True, env={**os.environ, **env.env}, timeout=120)
+    assert big.returncode == 1 and "over 1 MiB" in big.stderr and len(big.stderr.splitlines()) == 1, big.stderr
+
+
 def test_exec_in_a_process_workload_sees_its_environment(env: Env) -> None:
     p = env.ctl("exec", env.proc, "--", "sh", "-c", 'echo "$GREETING"; echo "${#DB_PASSWORD}"; pwd')
     assert p.stdout.splitlines() == ["hello from env", str(len("s3cret-value")),
@@ -223,7 +239,9 @@ def test_bad_input_is_a_4xx_naming_the_field(env: Env) -> None:
     with env.c.client() as admin:
         for body, field in (({"command": []}, "command"), ({"command": ["true"], "timeout": 0}, "timeout"),
                             ({"command": ["true"], "instance": "Web!"}, "instance"),
-                            ({"command": ["true"], "shell": True}, "shell")):
+                            ({"command": ["true"], "shell": True}, "shell"),
+                            ({"command": ["cat"], "stdin": "abc"}, "stdin"),  # not padded base64
+                            ({"command": ["cat"], "stdin": "*" * 8}, "stdin")):
             r = admin.post(f"/v1/workloads/{env.box}/exec", json=body)
             assert r.status_code == 422 and field in json.dumps(r.json()["detail"]), r.text
         r = admin.get(f"/v1/workloads/{env.box}/files", params={"path": "relative"})

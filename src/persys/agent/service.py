@@ -27,7 +27,13 @@ from persys.agent.runtimes.exec_output import Copies, Executes
 from persys.agent.runtimes.log_stream import LogQuery, UnsupportedQuery
 from persys.agent.runtimes.vm.images import ImageRegistry
 from persys.model import WorkloadSpec
-from persys.model.limits import COPY_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS, human_bytes
+from persys.model.limits import (
+    COPY_MAX_BYTES,
+    EXEC_STDIN_MAX_BYTES,
+    EXEC_TIMEOUT_MAX_SECONDS,
+    EXEC_TIMEOUT_SECONDS,
+    human_bytes,
+)
 from persys.observability import tracing
 from persys.observability.grpc_metrics import MetricsInterceptor
 from persys.observability.grpc_tracing import TracingInterceptor
@@ -247,10 +253,13 @@ class WorkloadAccess:
         rt = await self.runtime(context, request.instance_id, "exec")
         if not request.command or not request.command[0]:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "command: empty")
+        if len(request.stdin) > EXEC_STDIN_MAX_BYTES:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"stdin: more than {human_bytes(EXEC_STDIN_MAX_BYTES)}")
         timeout = min(request.timeout_seconds or EXEC_TIMEOUT_SECONDS, EXEC_TIMEOUT_MAX_SECONDS)
         try:
             out = await rt.exec(request.instance_id, list(request.command), service=request.service,  # type: ignore[attr-defined]
-                                kill_after=timeout)
+                                kill_after=timeout, stdin=request.stdin)
         except RuntimeFailure as err:
             await self.failed(context, err)
         return apb.ExecResult(exit_code=out.exit_code, stdout=out.stdout, stderr=out.stderr, truncated=out.truncated,

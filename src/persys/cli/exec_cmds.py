@@ -14,7 +14,13 @@ import typer
 
 from persys.cli.api import Api, ServerOpt, err_console, fail
 from persys.model.copy_archive import CopyError, landing, parse_cp_args, renamed, top_entry
-from persys.model.limits import COPY_MAX_BYTES, EXEC_OUTPUT_MAX_BYTES, EXEC_TIMEOUT_SECONDS, human_bytes
+from persys.model.limits import (
+    COPY_MAX_BYTES,
+    EXEC_OUTPUT_MAX_BYTES,
+    EXEC_STDIN_MAX_BYTES,
+    EXEC_TIMEOUT_SECONDS,
+    human_bytes,
+)
 
 TIMED_OUT_EXIT = 124  # what timeout(1) exits with
 
@@ -34,15 +40,18 @@ The command follows `--` and runs as given, not through a shell (add `sh -c '...
 
   persysctl exec app --service db -- pg_isready      (compose: --service when there are several)
 
+  echo 'SELECT 1;' | persysctl exec -i db -- psql    (-i: what persysctl reads is the command's input)
+
 container: `docker exec` in the instance's container. compose: in the container of --service.
 process: runs on the node in the process workload's own environment (its env, secret env included,
 its working directory, its user, inside its cgroups): it is NOT an isolated container. VMs and
 microVMs take no exec (their console output is `persysctl logs NAME`).
 
-stdout and stderr come back when the command ends (no TTY and no stdin: interactive use is not
-supported), at most 4 MiB together (the rest is cut, and a line says so). persysctl exits with the
-command's exit code; with 124 when --timeout killed it. Needs `exec workloads` (operators, admins);
-every exec is in the audit log with its command line."""
+With -i, persysctl reads its standard input to the end first (at most 1 MiB; `persysctl cp` moves
+files) and the command gets it, then end of input. stdout and stderr come back when the command
+ends (no TTY: interactive use is not supported), at most 4 MiB together (the rest is cut, and a
+line says so). persysctl exits with the command's exit code; with 124 when --timeout killed it.
+Needs `exec workloads` (operators, admins); every exec is in the audit log with its command line."""
 EXEC_HELP = _paragraphs(EXEC_HELP)
 
 CP_HELP = """Copy a file or folder out of a container workload, or into it (as a tar archive, at most 64 MiB).
@@ -66,10 +75,17 @@ def exec_command(
     service: str = typer.Option("", "--service", help="Compose: the service whose container runs it."),
     timeout: int = typer.Option(EXEC_TIMEOUT_SECONDS, "--timeout", min=1, max=3600,
                                 help="Seconds before the command is killed (exit code 124)."),
+    stdin: bool = typer.Option(False, "--stdin", "-i", help="Pass persysctl's standard input to the command "
+                               "(read to its end first; at most 1 MiB)."),
     server: str | None = ServerOpt,
 ) -> None:
-    r = Api(server).request("POST", f"/v1/workloads/{name}/exec", timeout=timeout + 45,
-                            json={"command": command, "instance": instance, "service": service, "timeout": timeout})
+    body = {"command": command, "instance": instance, "service": service, "timeout": timeout}
+    if stdin:
+        data = sys.stdin.buffer.read(EXEC_STDIN_MAX_BYTES + 1)
+        if len(data) > EXEC_STDIN_MAX_BYTES:
+            fail(f"-i: the input is over {human_bytes(EXEC_STDIN_MAX_BYTES)} (persysctl cp copies files in)")
+        body["stdin"] = base64.b64encode(data).decode()
+    r = Api(server).request("POST", f"/v1/workloads/{name}/exec", timeout=timeout + 45, json=body)
     sys.stdout.flush()
     sys.stdout.buffer.write(base64.b64decode(r["stdout"]))
     sys.stdout.buffer.flush()

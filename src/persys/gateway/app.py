@@ -40,7 +40,7 @@ from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
 from persys.gateway.volume_routes import volume_router
-from persys.model.limits import GatewayLimits
+from persys.model.limits import EXEC_BODY_MAX_BYTES, GatewayLimits
 from persys.observability import tracing
 from persys.observability.metrics import Metrics
 from persys.tlsfiles import TLSFiles
@@ -79,6 +79,8 @@ def body_limit_for(limits: GatewayLimits) -> Any:
             return limits.restore_bytes
         if path.startswith("/v1/nodes/") and path.endswith("/images"):
             return limits.image_bytes
+        if path.startswith("/v1/workloads/") and path.endswith("/exec"):
+            return EXEC_BODY_MAX_BYTES  # persysctl exec -i: its input in base64
         return limits.small_body_bytes
 
     return limit

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from persys.model.bucket import BucketManifest
-from persys.model.limits import BATCH_MAX_ITEMS, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS
+from persys.model.limits import BATCH_MAX_ITEMS, EXEC_STDIN_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS
 from persys.model.names import NAME_RE
 from persys.model.volume import VolumeManifest
 from persys.model.workload import WorkloadManifest
@@ -141,6 +141,9 @@ Arg = Annotated[StrictStr, Field(max_length=4096), AfterValidator(_encodable)]
 COMPOSE_SERVICE = r"^$|^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$"
 
 
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"  # padded, as b64decode takes it
+
+
 class ExecBody(_Body):
     """A command to run in a running instance (persysctl exec)."""
 
@@ -150,6 +153,9 @@ class ExecBody(_Body):
                          description="compose: the service whose container runs it (needed when there are several)")
     timeout: int = Field(EXEC_TIMEOUT_SECONDS, ge=1, le=EXEC_TIMEOUT_MAX_SECONDS,
                          description="seconds; the command is killed then")
+    stdin: str = Field("", max_length=4 * ((EXEC_STDIN_MAX_BYTES + 2) // 3), pattern=BASE64,
+                       json_schema_extra={"format": "byte"},
+                       description="base64: given to the command as its input, then end of input (at most 1 MiB)")
 
 
 class ExecAnswer(BaseModel):

@@ -28,6 +28,8 @@ IMAGE_MAX_BYTES = 8 * GiB
 # persysctl exec: the command's stdout and stderr together (the rest is dropped, and the answer
 # says so), and its timeout in seconds (default and most).
 EXEC_OUTPUT_MAX_BYTES = 4 * MiB
+EXEC_STDIN_MAX_BYTES = 1 * MiB  # persysctl exec -i: what it reads is sent whole
+EXEC_BODY_MAX_BYTES = 2 * MiB  # the exec request: argv and the stdin in base64 (4/3 of it)
 EXEC_TIMEOUT_SECONDS = 60
 EXEC_TIMEOUT_MAX_SECONDS = 3600
 # persysctl cp: the tar archive of what is copied, either way (spooled to disk on the node).

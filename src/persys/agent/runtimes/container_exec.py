@@ -1,7 +1,8 @@
 """`persysctl exec` and `persysctl cp` in a container, through the Engine API (aiodocker).
 
-Exec is `docker exec` without a TTY or stdin: the argv as given (no shell), stdout and stderr
-demultiplexed and bounded (`exec_output`). The Engine API cannot kill an exec, so at the timeout
+Exec is `docker exec` without a TTY: the argv as given (no shell), stdin when given (then its
+end, as `docker exec -i` half-closes the attached connection), stdout and stderr demultiplexed
+and bounded (`exec_output`). The Engine API cannot kill an exec, so at the timeout
 the agent kills its process (and what it started) by the host pid the engine reports: the agent
 runs on the engine's host. Archives stream between the engine and a file on the node, capped,
 never whole in memory.
@@ -37,19 +38,31 @@ def _failure(what: str, exc: DockerError, name: str) -> RuntimeFailure:
 
 
 async def exec_in(docker: aiodocker.Docker, container_id: str, name: str, command: Sequence[str],
-                  kill_after: float) -> ExecOutput:
-    """Run `command` in the container, its output bounded; killed after `kill_after` seconds."""
+                  kill_after: float, stdin: bytes = b"") -> ExecOutput:
+    """Run `command` in the container (`stdin` its input), its output bounded; killed after
+    `kill_after` seconds."""
     try:
         ex = await docker.containers.container(container_id).exec(list(command), stdout=True, stderr=True,
-                                                                   stdin=False, tty=False)
+                                                                   stdin=bool(stdin), tty=False)
     except DockerError as exc:
         raise _failure("exec", exc, name) from exc
     out = OutputBuffer()
 
+    async def feed(stream: Any) -> None:
+        await stream.write_in(stdin)
+        # The end of input: half-close the attached connection (aiodocker's close() would end the
+        # reading side too, so its transport is reached directly).
+        transport = stream._resp.connection.transport if stream._resp and stream._resp.connection else None
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+
+    async def read(stream: Any) -> None:
+        while (msg := await stream.read_out()) is not None:
+            out.add(msg.stream, msg.data)
+
     async def pump() -> None:
         async with ex.start(detach=False) as stream:
-            while (msg := await stream.read_out()) is not None:
-                out.add(msg.stream, msg.data)
+            await asyncio.gather(*([feed(stream)] if stdin else []), read(stream))
 
     timed_out = False
     try:

@@ -358,11 +358,12 @@ class DockerRuntime:
                                  code="NotRunning")
         return str(data["Id"]), str(data.get("Name", "")).lstrip("/")
 
-    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
+                   stdin: bytes = b"") -> ExecOutput:
         if service:
             raise RuntimeFailure("--service names a compose service; this is a container", code="InvalidArgument")
         cid, name = await self._existing(workload_id, running=True)
-        return await exec_in(self._docker(), cid, name, command, kill_after)
+        return await exec_in(self._docker(), cid, name, command, kill_after, stdin)
 
     async def copy_from(self, workload_id: str, path: str, dest: Path) -> int:
         cid, _ = await self._existing(workload_id, running=False)

@@ -72,8 +72,8 @@ def kill_tree(pid: int) -> None:
 class Executes(Protocol):
     """A runtime that runs commands in its instances (`persysctl exec`)."""
 
-    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float
-                   ) -> ExecOutput: ...
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
+                   stdin: bytes = b"") -> ExecOutput: ...
 
 
 @runtime_checkable

@@ -18,12 +18,18 @@ The decisions are pure functions over the notes; `LogClock` is the I/O.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
 import datetime as dt
+import logging
 import math
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 TICK_SECONDS = 1.0
 MAX_NOTES = 20_000  # per log: a day of output changing every 4 s, ~400 KB
@@ -134,3 +140,36 @@ def read_notes(log: Path) -> list[Note]:
         return parse(times_path(log).read_text())
     except FileNotFoundError:
         return []
+
+
+class NotingTask:
+    """A runtime's clock: `LogClock.tick` over the files `logs()` names (called in a worker
+    thread), every TICK_SECONDS, from the first `ensure` (the agent lists each runtime every
+    pass) until `close`."""
+
+    def __init__(self, logs: Callable[[], Iterable[Path]], what: str) -> None:
+        self.logs, self.what = logs, what
+        self.clock = LogClock()
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"log-clock {self.what}")
+
+    def _tick(self) -> None:
+        self.clock.tick(self.logs(), time.time())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self._tick)
+            except OSError as err:  # a full disk must not end the clock
+                log.warning("noting the growth of %s failed: %s", self.what, err)
+            await asyncio.sleep(TICK_SECONDS)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

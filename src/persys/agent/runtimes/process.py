@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import platform
 import re
@@ -38,14 +37,12 @@ from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
-from persys.agent.runtimes.log_times import TICK_SECONDS, LogClock
+from persys.agent.runtimes.log_times import NotingTask
 from persys.agent.runtimes.process_exec import exec_in_process
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
@@ -108,8 +105,8 @@ class ProcessRuntime:
         self._cpu = CpuSampler(settle=0.1)
         self._io_high: dict[str, tuple[int, int]] = {}  # per instance: disk bytes read, written (high-water)
         self._lock = asyncio.Lock()
-        self._log_clock = LogClock()  # when output appeared: logs --since / --timestamps
-        self._clock_task: asyncio.Task[None] | None = None
+        self._log_clock = NotingTask(lambda: [self._wdir(i) / "stdout.log" for i in self._dirs.ids()],
+                                     "process output")  # when output appeared: logs --since / --timestamps
 
     @property
     def cgroups_enabled(self) -> bool:
@@ -426,20 +423,8 @@ class ProcessRuntime:
             self._cpu.forget(workload_id)
             self._io_high.pop(workload_id, None)
 
-    def _note_logs(self) -> None:
-        self._log_clock.tick([self._wdir(i) / "stdout.log" for i in self._dirs.ids()], time.time())
-
-    async def _clock(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self._note_logs)
-            except OSError as err:  # a full disk must not end the clock
-                log.warning("noting the growth of process logs failed: %s", err)
-            await asyncio.sleep(TICK_SECONDS)
-
     async def list(self) -> list[ObservedWorkload]:
-        if self._clock_task is None or self._clock_task.done():  # the agent lists every pass: the clock runs
-            self._clock_task = asyncio.create_task(self._clock(), name="process-log-clock")
+        self._log_clock.ensure()  # the agent lists every pass: from the first, the clock runs
         out = []
         for workload_id in self._dirs.ids():
             meta = self._load(workload_id)
@@ -462,7 +447,8 @@ class ProcessRuntime:
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
         return file_stream(self._wdir(workload_id) / "stdout.log", query, "a process's output", timed=True)
 
-    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
+                   stdin: bytes = b"") -> ExecOutput:
         """Run `command` on the node in the running instance's environment, user and cgroups."""
         if service:
             raise RuntimeFailure("--service names a compose service; this is a process", code="InvalidArgument")
@@ -472,15 +458,12 @@ class ProcessRuntime:
         if not self._alive(meta):
             raise RuntimeFailure(f"{workload_id} is not running ({self._observe(meta).message})", code="NotRunning")
         procs = [str(d / "cgroup.procs") for d in self._meta_cg_dirs(meta).values()] if meta.cgroups else []
-        return await exec_in_process(meta.pid, procs, _CGROUP_WRAPPER, command, kill_after)
+        return await exec_in_process(meta.pid, procs, _CGROUP_WRAPPER, command, kill_after, stdin)
 
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.
         self._children.clear()
-        if self._clock_task is not None:
-            self._clock_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._clock_task
+        await self._log_clock.close()
 
 
 def volume_env(mounts: tuple[VolumeMount, ...], uid: int | None, gid: int) -> dict[str, str]:

@@ -65,7 +65,7 @@ def _user_kwargs(ctx: ProcessContext) -> dict[str, Any]:
 
 
 async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str],
-                          kill_after: float) -> ExecOutput:
+                          kill_after: float, stdin: bytes = b"") -> ExecOutput:
     ctx = await asyncio.to_thread(read_context, pid)
     argv = list(command)
     if cgroup_procs:
@@ -73,8 +73,8 @@ async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, c
     out = OutputBuffer()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ctx.cwd,
-            env=ctx.env, start_new_session=True, **_user_kwargs(ctx))
+            *argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd=ctx.cwd, env=ctx.env, start_new_session=True, **_user_kwargs(ctx))
     except FileNotFoundError:
         out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
         return out.result(127, timed_out=False, target=f"pid {pid}")
@@ -85,10 +85,18 @@ async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, c
         while stream is not None and (chunk := await stream.read(_CHUNK)):
             out.add(which, chunk)
 
+    async def feed() -> None:  # beside the reading: a command that writes as it reads never blocks us
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it stopped reading: its business
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+        proc.stdin.close()
+
     timed_out = False
     try:
-        await asyncio.wait_for(asyncio.gather(pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR), proc.wait()),
-                               kill_after)
+        await asyncio.wait_for(asyncio.gather(feed(), pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR),
+                                              proc.wait()), kill_after)
     except TimeoutError:
         timed_out = True
         with contextlib.suppress(ProcessLookupError, PermissionError):

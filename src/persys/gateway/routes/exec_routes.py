@@ -90,7 +90,7 @@ async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Re
     assert agent_tls is not None
     try:
         res = await run_command(address, agent_tls, inst, list(body.command), service=body.service,
-                                timeout_seconds=body.timeout, node_id=node_id)
+                                timeout_seconds=body.timeout, node_id=node_id, stdin=base64.b64decode(body.stdin))
     except grpc.aio.AioRpcError as err:
         return _agent_error(node_id, err)
     _note(request, workload=workload_id, command=shlex.join(body.command), instance=inst, node=node_id,
@@ -170,7 +170,8 @@ def exec_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> APIRoute
     @router.post("/v1/workloads/{workload_id}/exec", tags=["workloads"], response_model=ExecAnswer,
                  responses={**SCHEDULER_ERRORS, **TOO_LARGE, **AGENT_ERRORS})
     async def exec_command(request: Request, body: ExecBody, workload_id: str = WorkloadId) -> JSONResponse:
-        """Run a command in a running instance and answer its exit code and output (no TTY, no stdin):
+        """Run a command in a running instance and answer its exit code and output (no TTY; `stdin`, when
+        given, is its input, then end of input):
         `docker exec` in a container or a compose service's container; for a process workload, on its
         node in the workload's environment (env, working directory, user, cgroups), not an isolated
         container. VMs take none. Output over 4 MiB is cut (`truncated`); the timeout kills it."""

@@ -235,7 +235,8 @@ class ComposeRuntime:
                                           for cid, prefix in sources]):
             yield piece
 
-    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float) -> ExecOutput:
+    async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
+                   stdin: bytes = b"") -> ExecOutput:
         """Run `command` in the container of `service` (the first, when it is scaled)."""
         project = project_name(workload_id)
         by_service: dict[str, list[dict[str, Any]]] = {}
@@ -253,7 +254,7 @@ class ComposeRuntime:
         if not running:
             raise RuntimeFailure(f"service {svc} of {workload_id} is not running", code="NotRunning")
         target = str(running[0].get("Name", "")).lstrip("/")
-        return await exec_in(self._docker(), str(running[0]["Id"]), target, command, kill_after)
+        return await exec_in(self._docker(), str(running[0]["Id"]), target, command, kill_after, stdin)
 
     # ---- source --------------------------------------------------------------------------------
 

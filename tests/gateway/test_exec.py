@@ -197,13 +197,23 @@ def test_a_viewer_is_refused_and_exec_is_audited(env: Env) -> None:
         assert r.status_code == 403 and (r.json()["verb"], r.json()["resource"]) == ("cp", "workloads")
 
     env.ctl("exec", env.box, "--", "echo", "audited", "line")
+    piped = subprocess.run([*_ctl_argv(), "exec", "-i", env.box, "--", "wc", "-c"], input="piped-s3cret-input\n",
+                           capture_output=True, text=True, env={**os.environ, **env.env}, timeout=120)
+    assert piped.returncode == 0, piped.stderr
     with env.c.client() as admin:
         items = admin.get("/v1/audit?limit=1000").json()["items"]
     mine = [r for r in items if r["action"] == "POST /v1/workloads/{workload_id}/exec"]
     assert any(r["object"].get("command") == "echo audited line" and r["principal"] == "user:admin"
                and r["result"] == "200" and r["object"].get("node") == "n1" for r in mine), mine
     assert any(r["result"] == "403" and r["principal"] == "user:viewer" for r in mine), mine
-    assert "s3cret-value" not in json.dumps(items)
+
+    def piped_audited() -> list[dict[str, object]]:
+        with env.c.client() as admin:
+            return [r for r in admin.get("/v1/audit?limit=1000").json()["items"]
+                    if r["object"].get("command") == "wc -c" and r["object"].get("stdinBytes") == "19"]
+
+    eventually(piped_audited, timeout=30, what="the exec -i audited with its input's size")
+    assert "s3cret-value" not in json.dumps(items) and "piped-s3cret" not in json.dumps(items)  # sizes, never input
 
 
 def test_the_agent_takes_exec_from_the_gateway_only(env: Env) -> None:

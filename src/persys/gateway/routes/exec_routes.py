@@ -81,8 +81,11 @@ def _note(request: Request, **detail: Any) -> None:
 
 async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, workload_id: str,
                 body: ExecBody) -> JSONResponse:
+    stdin = base64.b64decode(body.stdin)
+    # The input's size is audited, never its content (it may be a secret piped in).
+    given = {"stdinBytes": len(stdin)} if stdin else {}
     _note(request, workload=workload_id, command=shlex.join(body.command), instance=body.instance,
-          service=body.service)
+          service=body.service, **given)
     where = await _locate(client, agent_tls, workload_id, body.instance, "exec")
     if isinstance(where, JSONResponse):
         return where
@@ -90,11 +93,11 @@ async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Re
     assert agent_tls is not None
     try:
         res = await run_command(address, agent_tls, inst, list(body.command), service=body.service,
-                                timeout_seconds=body.timeout, node_id=node_id, stdin=base64.b64decode(body.stdin))
+                                timeout_seconds=body.timeout, node_id=node_id, stdin=stdin)
     except grpc.aio.AioRpcError as err:
         return _agent_error(node_id, err)
     _note(request, workload=workload_id, command=shlex.join(body.command), instance=inst, node=node_id,
-          service=body.service, exitCode=res.exit_code, timedOut=res.timed_out)
+          service=body.service, exitCode=res.exit_code, timedOut=res.timed_out, **given)
     answer = ExecAnswer(instance=inst, node=node_id, runtime=res.runtime, target=res.target, exitCode=res.exit_code,
                         stdout=base64.b64encode(res.stdout).decode(), stderr=base64.b64encode(res.stderr).decode(),
                         truncated=res.truncated, timedOut=res.timed_out)

@@ -43,6 +43,12 @@ def test_which_command_lines_the_quick_path_answers(case: dict[str, Any]) -> Non
     assert {k: getattr(got, k) for k in want} == want
 
 
+@pytest.mark.parametrize("var", ["FORCE_COLOR", "OTEL_EXPORTER_OTLP_ENDPOINT"])
+def test_forced_styles_and_tracing_go_to_the_full_client(monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+    monkeypatch.setenv(var, "1" if var == "FORCE_COLOR" else "http://127.0.0.1:4317")
+    assert quick.run(["get", "workloads"]) is False  # decided before any configuration is read
+
+
 def _rich(header: list[str], rows: list[list[str]], show_header: bool, terminal: bool = False) -> str:
     t = Table(box=None, header_style="bold", pad_edge=False, show_header=show_header)
     for col in header:
@@ -105,7 +111,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayC
 def _both(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """The quick path (the installed persysctl) and the full client, on the same command line."""
     run_env = {**os.environ, **env}
-    for v in quick.TRACING_VARS:
+    for v in (*quick.TRACING_VARS, *quick.RICH_VARS):
         run_env.pop(v, None)
     fast = subprocess.run([str(BIN / "persysctl"), *args], capture_output=True, text=True, env=run_env, timeout=60)
     full = subprocess.run([sys.executable, "-m", "persys.cli.ctl", *args], capture_output=True, text=True,

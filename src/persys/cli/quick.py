@@ -22,6 +22,8 @@ from typing import Any, NoReturn
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+# Settings that change how rich draws (styles on a pipe, a forced terminal): the full client then.
+RICH_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 TIMEOUT = 30.0  # seconds, as the full client's
 GLOBAL = ("--token", "--context", "--server")  # persysctl's options before a command (`get` has a --server too)
 
@@ -234,6 +236,8 @@ def run(argv: list[str]) -> bool:
     """Answer `argv` here; False when the full client must."""
     if any(os.environ.get(v) for v in TRACING_VARS):
         return False  # a traced command: the full client makes its span
+    if any(v in os.environ for v in RICH_VARS):
+        return False
     if argv == ["--version"]:
         from persys.cli.version import version_text
 

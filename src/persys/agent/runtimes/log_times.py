@@ -38,8 +38,8 @@ SUFFIX = ".times"
 Note = tuple[int, float]  # (bytes the file held, unix time it was seen so)
 
 
-def times_path(log: Path) -> Path:
-    return log.with_name(log.name + SUFFIX)
+def times_path(path: Path) -> Path:
+    return path.with_name(path.name + SUFFIX)
 
 
 def parse(text: str) -> list[Note]:
@@ -86,8 +86,11 @@ def stamped(lines: bytes, start: int, notes: list[Note], now: float) -> str:
     """`lines` (the file's bytes from offset `start`, whole lines) with each line's time in front. Pure."""
     out = []
     offset = start
+    i = bisect.bisect_right([size for size, _ in notes], offset)  # lines come in order: a cursor, not a search each
     for line in lines.splitlines(keepends=True):
-        out.append(f"{rfc3339(seen_at(notes, offset, now))} {line.decode(errors='replace')}")
+        while i < len(notes) and notes[i][0] <= offset:
+            i += 1
+        out.append(f"{rfc3339(notes[i][1] if i < len(notes) else now)} {line.decode(errors='replace')}")
         offset += len(line)
     return "".join(out)
 
@@ -100,44 +103,44 @@ class LogClock:
         self._counts: dict[Path, int] = {}
 
     def tick(self, logs: Iterable[Path], now: float) -> None:
-        for log in logs:
+        for path in logs:
             try:
-                size = log.stat().st_size
+                size = path.stat().st_size
             except FileNotFoundError:
-                self.forget(log)
+                self.forget(path)
                 continue
-            index = times_path(log)
-            if log not in self._sizes:
+            index = times_path(path)
+            if path not in self._sizes:
                 notes = parse(index.read_text()) if index.exists() else []
-                self._sizes[log], self._counts[log] = (notes[-1][0] if notes else 0), len(notes)
-            last = self._sizes[log]
+                self._sizes[path], self._counts[path] = (notes[-1][0] if notes else 0), len(notes)
+            last = self._sizes[path]
             if size == last:
                 continue
             if size < last:  # replaced or truncated: its old times mean nothing now
                 index.unlink(missing_ok=True)
-                self._counts[log] = 0
+                self._counts[path] = 0
             with open(index, "a") as f:
                 f.write(f"{size} {now:.3f}\n")
-            self._sizes[log] = size
-            self._counts[log] += 1
-            if self._counts[log] > MAX_NOTES:
-                self._thin(index, log)
+            self._sizes[path] = size
+            self._counts[path] += 1
+            if self._counts[path] > MAX_NOTES:
+                self._thin(index, path)
 
-    def _thin(self, index: Path, log: Path) -> None:
+    def _thin(self, index: Path, path: Path) -> None:
         notes = thinned(parse(index.read_text()))
         tmp = index.with_name(index.name + ".tmp")
         tmp.write_text("".join(f"{size} {seen:.3f}\n" for size, seen in notes))
         os.replace(tmp, index)
-        self._counts[log] = len(notes)
+        self._counts[path] = len(notes)
 
-    def forget(self, log: Path) -> None:
-        self._sizes.pop(log, None)
-        self._counts.pop(log, None)
+    def forget(self, path: Path) -> None:
+        self._sizes.pop(path, None)
+        self._counts.pop(path, None)
 
 
-def read_notes(log: Path) -> list[Note]:
+def read_notes(path: Path) -> list[Note]:
     try:
-        return parse(times_path(log).read_text())
+        return parse(times_path(path).read_text())
     except FileNotFoundError:
         return []
 

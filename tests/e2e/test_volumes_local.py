@@ -53,6 +53,13 @@ def keeper(retain: bool) -> dict[str, Any]:
                                   "retain": retain}]}}
 
 
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def mounted(pool: Path, vid: str) -> bool:
     target = str(pool / "mounts" / vid)
     return any(line.split()[4] == target for line in Path("/proc/self/mountinfo").read_text().splitlines())
@@ -123,7 +130,8 @@ def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayClust
                 eventually(lambda expected=expected: expected in subprocess.run(  # type: ignore[misc]
                     ["docker", "logs", f"persys-n1-{name}"], capture_output=True, text=True, timeout=30).stdout,
                     timeout=30, what=f"the container saying {expected!r}")
-                eventually(lambda: (pool / "mounts" / vid / "marker").exists(), timeout=30, what="marker written")
+                eventually(lambda: _text(pool / "mounts" / vid / "marker") == "from-container\n", timeout=30,
+                           what="marker written")
                 http.delete(f"/v1/workloads/{name}")
                 eventually(lambda: http.get(f"/v1/workloads/{name}").status_code == 404, timeout=60,
                            what="container deleted")

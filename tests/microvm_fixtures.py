@@ -46,7 +46,7 @@ READY_MARKER = "PERSYS-GUEST-READY"  # the last line /init prints
 # (metadata checksums) that `depends=` does not list.
 GUEST_MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "crc16", "mbcache", "jbd2",
                  "crc32c_generic", "ext4")
-BUILD_VERSION = "5"  # bump when the guest's contents change, so stale caches are rebuilt
+BUILD_VERSION = "6"  # bump when the guest's contents change, so stale caches are rebuilt
 
 INIT_SCRIPT = f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -73,8 +73,9 @@ else
   echo "PERSYS-ROOTFS-MOUNT-FAILED"
 fi
 echo "{READY_MARKER}"
-# PID 1 must never exit (that panics the kernel): idle so the VM keeps running.
-while true; do sleep 3600; done
+# PID 1 must never exit (that panics the kernel): a shell on the console (`persysctl console`),
+# started again when one exits, keeps the VM running.
+while true; do sh; done
 """
 
 

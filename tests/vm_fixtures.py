@@ -14,9 +14,9 @@ The guest is built once into a cache dir (`$PERSYS_TEST_GUEST_DIR`, default
 The guest prints GUEST_BOOTED, the seed's volume label, user-data and meta-data, then the base
 disk's marker, writes GUEST_WROTE over the disk's first bytes (which must land in the overlay,
 never in the base), prints GUEST_DATA and the first bytes of a second disk (a volume) if it has
-one, then GUEST_READY and idles, or powers off with `persys.poweroff` on the
-kernel command line. With a NIC it asks for a DHCP lease in the background and prints
-`PERSYS-GUEST-IP <address>`.
+one, then GUEST_READY and runs a shell on its console (for `persysctl console`), or powers
+off with `persys.poweroff` on the kernel command line. With a NIC it asks for a DHCP lease in
+the background and prints `PERSYS-GUEST-IP <address>`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 START_LIBVIRTD = REPO / "scripts" / "start-libvirtd.sh"
 CACHE_DIR = Path(os.environ.get("PERSYS_TEST_GUEST_DIR", "/var/tmp/persys-test-guest"))
-GUEST_VERSION = "8"  # bump when the guest recipe changes so stale caches are rebuilt
+GUEST_VERSION = "9"  # bump when the guest recipe changes so stale caches are rebuilt
 BASE_MARKER = "PERSYS-BASE-IMAGE-MARKER"
 GUEST_BOOTED = "PERSYS-GUEST-BOOTED"
 GUEST_READY = "PERSYS-GUEST-READY"
@@ -102,7 +102,8 @@ if [ -e /sys/class/net/eth0 ]; then
 fi
 echo "{GUEST_READY}"
 if grep -q persys.poweroff /proc/cmdline; then wait; poweroff -f; fi  # wait: let DHCP finish
-while true; do sleep 3600; done
+# An interactive shell on the serial console (`persysctl console`), started again when one exits.
+while true; do sh; done
 """
 
 

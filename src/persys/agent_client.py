@@ -6,7 +6,9 @@ contract only, never by importing agent code.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
@@ -116,3 +118,18 @@ async def copy_to(address: str, tls: TLSFiles, instance_id: str, path: str, data
     async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
         result: apb.CopyResult = await apb_grpc.AgentServiceStub(channel).CopyTo(chunks(), timeout=600)
     return result
+
+
+@contextlib.asynccontextmanager
+async def attach(address: str, tls: TLSFiles, opening: apb.TerminalInput, *, node_id: str
+                 ) -> AsyncIterator[Any]:
+    """A terminal on node `node_id`'s agent (Attach): the call, already sent `opening`, to `write`
+    TerminalInput to and `read` TerminalOutput from. Leaving the block cancels it (the agent then
+    closes the terminal)."""
+    async with secure_channel(address, tls, expect=peer_names.node(node_id)) as channel:
+        call = apb_grpc.AgentServiceStub(channel).Attach(metadata=with_trace_context(()) or None)
+        try:
+            await call.write(opening)
+            yield call
+        finally:
+            call.cancel()

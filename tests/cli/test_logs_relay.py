@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from persys.cli.follow import SseParser
-from persys.gateway.routes.logs import _Budget, _with_keepalive
+from persys.gateway.routes.logs import _with_keepalive
+from persys.gateway.routes.stream_budget import StreamBudget
 
 
 async def _slow(pieces: list[str], pause: float, closed: list[bool]) -> AsyncIterator[str]:
@@ -41,7 +42,7 @@ async def test_leaving_cancels_the_pending_read() -> None:
 
 
 def test_budget_per_caller_and_total() -> None:
-    b = _Budget(per_caller=2, total=3)
+    b = StreamBudget(per_caller=2, total=3, verb="follow", noun="logs")
     with b.slot("alice"), b.slot("alice"):
         assert "already follow 2" in b.refusal("alice")
         assert b.refusal("bob") == ""

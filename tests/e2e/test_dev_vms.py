@@ -1,5 +1,6 @@
 """A VM (libvirt) and a microVM (QEMU microvm) on a `persys dev` cluster: both reach Running,
-`persysctl top` shows live CPU and memory for them, and `persysctl logs` reads their consoles."""
+`persysctl top` shows live CPU and memory for them, `persysctl logs` reads their consoles and
+`persysctl console` types into them."""
 
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ spec:
               + ", ".join(f"{n} cpu {r['cpuPercent']:.1f}% mem {r['memoryBytes'] >> 20} MiB" for n, r in rows.items()))
         eventually(lambda: GUEST_READY in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout, 60, "VM console")
         assert token in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout  # the guest read its seed
+        # persysctl console: keys from a pipe reach the guest's shell, its answer comes back, and
+        # with the input at its end persysctl leaves once the output is quiet.
+        p = ctl("console", "tiny-vm", "--linger", "3", env=env, stdin=f"echo console-{token}-$((6*7))\n")
+        assert f"console-{token}-42" in p.stdout and "connected to the console of tiny-vm" in p.stderr, p
         eventually(lambda: f"{BOOT_MARKER} {token}" in ctl("logs", "tiny-microvm", env=env).stdout, 60,
                    "microVM console")
         ctl("delete", "workload", "tiny-vm", env=env)

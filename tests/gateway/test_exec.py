@@ -2,15 +2,21 @@
 process) and the real Docker engine. Exec in a container (its hostname; a non-zero exit code, stdout
 and stderr passed through; a timeout kills the command), in a process workload (its env, secret env
 included, and its working directory), cp both ways with the content checked; a viewer, a VM and a
-caller that is not the gateway are refused; the audit log names who ran which command."""
+caller that is not the gateway are refused; the audit log names who ran which command. Interactive
+terminals (exec -t) over the gateway's WebSocket: a TTY in each, its size following the client's,
+the exit code passed through, leaving kills the command, refusals before the handshake."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import select
 import ssl
+import struct
 import subprocess
+import termios
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +26,8 @@ import grpc
 import httpx
 import pytest
 import yaml
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
@@ -180,7 +188,9 @@ def test_cp_both_ways(env: Env, tmp_path: Path) -> None:
 def test_a_vm_is_refused_in_one_line(env: Env) -> None:
     p = env.ctl("exec", env.vm, "--", "uname", check=False)
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
-    assert "is a vm" in p.stderr and f"persysctl logs {env.vm}" in p.stderr
+    assert "is a vm" in p.stderr and f"persysctl console {env.vm}" in p.stderr
+    p = env.ctl("console", env.box, check=False)  # and the other way round
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and f"persysctl exec -t {env.box} -- sh" in p.stderr
 
 
 def test_a_viewer_is_refused_and_exec_is_audited(env: Env) -> None:
@@ -259,3 +269,124 @@ def test_bad_input_is_a_4xx_naming_the_field(env: Env) -> None:
         r = admin.put(f"/v1/workloads/{env.box}/files", params={"path": "/tmp"}, content=b"not a tar")
         assert r.status_code == 400 and "tar" in r.json()["error"], r.text
     assert not list((env.c.tmp / "agent" / "incoming").glob("copy-*"))  # spooled archives are gone
+
+
+def _terminal(env: Env, name: str, query: str, *, who: str = "admin") -> ClientConnection:
+    ctx = ssl.create_default_context(cafile=str(env.c.pki / "ca.crt"))
+    if who == "admin":
+        ctx.load_cert_chain(str(env.c.pki / "admin.crt"), str(env.c.pki / "admin.key"))
+    else:
+        ids = role_identities(env.c.pki)
+        ctx.load_cert_chain(str(ids[who].cert), str(ids[who].key))
+    uri = env.c.url.replace("https://", "wss://") + f"/v1/workloads/{name}/terminal?{query}"
+    return connect(uri, ssl=ctx, server_hostname=peer_names.GATEWAY, open_timeout=30)
+
+
+def _until(ws: ClientConnection, text: bytes, within: float = 60) -> bytes:
+    """What the terminal printed up to and including `text`."""
+    seen = b""
+    deadline = time.monotonic() + within
+    while text not in seen:
+        msg = ws.recv(timeout=max(deadline - time.monotonic(), 0.1))
+        assert isinstance(msg, bytes), msg
+        seen += msg
+    return seen
+
+
+def test_exec_tty_is_a_live_terminal(env: Env) -> None:
+    """A shell on a TTY: sized as the client says, resized when it says so, keys in and answers out
+    while it runs, and the exit code at the end; the same in a process workload and a compose service."""
+    with _terminal(env, env.box, "command=sh&cols=100&rows=40") as ws:
+        hello = json.loads(ws.recv(timeout=30))
+        assert hello["ready"] and hello["node"] == "n1" and hello["runtime"] == "container", hello
+        ws.send(b"stty size; tty\n")
+        assert b"40 100" in _until(ws, b"/dev/pts/")
+        ws.send(json.dumps({"cols": 120, "rows": 50}))
+        ws.send(b"stty size\n")
+        _until(ws, b"50 120")
+        ws.send(b"echo $((6*7)); exit 4\n")
+        assert b"42" in _until(ws, b"42")
+        while isinstance(end := ws.recv(timeout=30), bytes):
+            pass
+        assert json.loads(end) == {"ended": True, "exitCode": 4, "detail": "exited with 4"}
+    for name, extra, expect in ((env.proc, (), "hello from env"), (env.app, ("--service", "worker"), "worker")):
+        what = "$GREETING" if name == env.proc else "$(cat /tmp/me)"
+        p = subprocess.run([*_ctl_argv(), "exec", "-it", name, *extra, "--", "sh"], input=f"echo {what}; tty\nexit 6\n",
+                           capture_output=True, text=True, env={**os.environ, **env.env}, timeout=120)
+        assert p.returncode == 6 and expect in p.stdout and "/dev/pts/" in p.stdout, (name, p.stdout, p.stderr)
+
+
+def test_leaving_a_tty_exec_kills_its_command(env: Env) -> None:
+    marker = str(20_000 + uuid.uuid4().int % 10_000)
+    for name in (env.box, env.proc):
+        with _terminal(env, name, f"command=sleep&command={marker}") as ws:
+            assert json.loads(ws.recv(timeout=30))["ready"]
+            ps = "ps -o args" if name == env.box else "ps -eo args"
+            assert f"sleep {marker}" in env.ctl("exec", name, "--", "sh", "-c", ps).stdout
+        eventually(lambda n=name, c=ps: f"sleep {marker}" not in env.ctl("exec", n, "--", "sh", "-c", c).stdout,
+                   timeout=30, what=f"sleep {marker} killed in {name}")
+
+
+def test_terminal_refusals_come_before_the_handshake(env: Env) -> None:
+    for who, name, query, status, words in (
+            ("viewer", env.box, "command=sh", 403, "exec"),
+            ("admin", env.box, "", 400, "command"),
+            ("admin", env.box, "command=sh&cols=5000", 400, "cols"),
+            ("admin", env.box, "command=sh&shell=1", 400, "shell"),
+            ("admin", "no-such-workload", "command=sh", 404, "no-such-workload"),
+            ("admin", env.vm, "command=sh", 409, "persysctl console")):
+        with pytest.raises(InvalidStatus) as refused:
+            _terminal(env, name, query, who=who)
+        body = refused.value.response.body or b""
+        assert refused.value.response.status_code == status and words.encode() in body, (name, query, body)
+    with env.c.client() as admin:
+        r = admin.get(f"/v1/workloads/{env.box}/terminal", params={"command": "sh"})
+        assert r.status_code == 426 and "WebSocket" in r.json()["error"]
+        doc = admin.get("/openapi.json").json()["paths"]
+        assert "426" in doc["/v1/workloads/{workload_id}/console"]["get"]["responses"]
+
+    def audited() -> list[dict[str, object]]:
+        with env.c.client() as admin:
+            return [r for r in admin.get("/v1/audit?limit=1000").json()["items"]
+                    if r["action"] == "GET /v1/workloads/{workload_id}/terminal"]
+
+    records, _ = eventually(lambda: [r for r in audited() if r["result"] == "101"], timeout=30,
+                         what="a terminal in the audit log")
+    assert any(r["object"].get("command") == "sh" and r["object"].get("node") == "n1" for r in records), records
+    assert any(r["result"] == "403" and r["principal"] == "user:viewer" for r in audited())
+
+
+def test_exec_tty_from_a_terminal(env: Env) -> None:
+    """persysctl on a real terminal (a pseudo-terminal here): its keys go through raw, the window
+    size goes along, the exit code comes back, and its terminal's mode is restored after."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+    before = termios.tcgetattr(slave)
+    # `read`, not an interactive shell: busybox's line editor asks the terminal where its cursor is.
+    # The size is asked after a key: an engine before API 1.42 sizes an exec's TTY only once started.
+    script = 'read x; stty size; echo "x=$((x*7))"; exit 3'
+    proc = subprocess.Popen([*_ctl_argv(), "exec", "-it", env.box, "--", "sh", "-c", script], stdin=slave,
+                            stdout=slave, stderr=slave, env={**os.environ, **env.env}, start_new_session=True)
+    try:
+        seen = b""
+
+        def read_until(text: bytes) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + 60
+            while text not in seen:
+                assert time.monotonic() < deadline, seen
+                if select.select([master], [], [], 1)[0]:
+                    seen += os.read(master, 4096)
+
+        # persysctl sets its terminal raw once the session is open (typeahead before is flushed).
+        eventually(lambda: not termios.tcgetattr(slave)[3] & termios.ICANON, timeout=60, what="a raw terminal")
+        os.write(master, b"6\r")  # \r: Enter on a raw terminal (the remote TTY makes it a newline)
+        read_until(b"x=42")
+        assert b"33 111" in seen, seen  # its terminal has persysctl's size
+        assert proc.wait(timeout=60) == 3
+        assert termios.tcgetattr(slave) == before  # no longer raw
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+        os.close(slave)

@@ -55,6 +55,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/v1/workloads/{workload_id}/exec"): ("/v1/workloads/ghost/exec", {"json": {"command": ["true"]}}),
     ("GET", "/v1/workloads/{workload_id}/files"): ("/v1/workloads/ghost/files?path=/etc/hostname", {}),
     ("PUT", "/v1/workloads/{workload_id}/files"): ("/v1/workloads/ghost/files?path=/tmp", {"content": b"x"}),
+    ("GET", "/v1/workloads/{workload_id}/console"): ("/v1/workloads/ghost/console", {}),
+    ("GET", "/v1/workloads/{workload_id}/terminal"): ("/v1/workloads/ghost/terminal?command=sh", {}),
     ("POST", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images?kind=docker", {"content": b"x"}),
     ("GET", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images", {}),
     ("DELETE", "/v1/nodes/{node_id}/images"): ("/v1/nodes/ghost/images?kind=docker&name=busybox", {}),

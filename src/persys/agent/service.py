@@ -25,6 +25,7 @@ from persys.agent.images_loader import LoadError, load_image
 from persys.agent.runtimes.base import Runtime, RuntimeFailure
 from persys.agent.runtimes.exec_output import Copies, Executes
 from persys.agent.runtimes.log_stream import LogQuery, UnsupportedQuery
+from persys.agent.runtimes.terminal import NO_EXIT_CODE, READ_MAX, HasConsole, HasTerminal, Terminal
 from persys.agent.runtimes.vm.images import ImageRegistry
 from persys.model import WorkloadSpec
 from persys.model.limits import (
@@ -93,6 +94,11 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
     async def CopyTo(self, request_iterator: AsyncIterator[apb.FileChunk], context: grpc.aio.ServicerContext
                      ) -> apb.CopyResult:
         return await self.access.copy_to(request_iterator, context)
+
+    async def Attach(self, request_iterator: AsyncIterator[apb.TerminalInput], context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[apb.TerminalOutput]:
+        async for out in self.access.attach(request_iterator, context):
+            yield out
 
     async def _log_runtime(self, wid: str, context: grpc.aio.ServicerContext, method: str) -> Runtime:
         """The runtime holding instance `wid` here (aborts NOT_FOUND when none does)."""
@@ -265,6 +271,61 @@ class WorkloadAccess:
         return apb.ExecResult(exit_code=out.exit_code, stdout=out.stdout, stderr=out.stderr, truncated=out.truncated,
                               timed_out=out.timed_out, runtime=rt.name, target=out.target)
 
+    async def open_terminal(self, first: apb.TerminalInput) -> tuple[Runtime, Terminal]:
+        """The terminal the opening message asks for; Refused when it cannot be had."""
+        if first.what not in ("console", "exec"):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"what: {first.what[:50]!r} is neither console nor exec")
+        kind, rt = self.node.exec_source(first.instance_id)
+        if rt is None:
+            raise Refused(grpc.StatusCode.NOT_FOUND,
+                          f"{first.instance_id or '(none)'} is not on node {self.node.node_id}")
+        try:
+            if first.what == "console":
+                if not isinstance(rt, HasConsole):
+                    raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{first.instance_id} is a {kind}: it has no "
+                                                                       "serial console (exec -t runs a shell in it)")
+                return rt, await rt.open_console(first.instance_id)
+            if not isinstance(rt, HasTerminal):
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{first.instance_id} is a {kind}: no exec there "
+                                                                   "(its serial console is `persysctl console`)")
+            if not first.command or not first.command[0]:
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "command: empty")
+            return rt, await rt.open_terminal(first.instance_id, list(first.command), service=first.service,
+                                              cols=first.cols, rows=first.rows)
+        except RuntimeFailure as err:
+            raise Refused(_STATUS.get(err.code, grpc.StatusCode.UNAVAILABLE), str(err.args[0])) from None
+
+    async def attach(self, request_iterator: AsyncIterator[apb.TerminalInput], context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[apb.TerminalOutput]:
+        """A terminal, both ways, until its output ends (the VM stopped, the command exited) or the
+        caller leaves (gRPC cancels this; the terminal is closed either way)."""
+        await require_caller(context, "Attach")
+        first = await anext(aiter(request_iterator), None)
+        try:
+            if first is None:
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "no opening message (instance_id, what)")
+            rt, term = await self.open_terminal(first)
+        except Refused as r:
+            await context.abort(r.code, r.message)
+            raise AssertionError("unreachable") from None
+
+        feeder = asyncio.create_task(_feed(term, first, request_iterator))
+        code = NO_EXIT_CODE
+        try:
+            yield apb.TerminalOutput(ready=True, runtime=rt.name, target=term.target)
+            while data := await term.read():
+                yield apb.TerminalOutput(data=data)
+        finally:
+            feeder.cancel()
+            code = await asyncio.shield(term.close())
+        if feeder.done() and not feeder.cancelled() and isinstance(feeder.exception(), Refused):
+            refused = feeder.exception()
+            assert isinstance(refused, Refused)
+            await context.abort(refused.code, refused.message)
+        detail = ("the console closed (the VM stopped)" if first.what == "console" else
+                  f"exited with {code}" if code != NO_EXIT_CODE else "ended")
+        yield apb.TerminalOutput(ended=True, exit_code=code, detail=detail)
+
     async def copy_from(self, request: apb.CopyFromRequest, context: grpc.aio.ServicerContext
                         ) -> AsyncIterator[apb.FileChunk]:
         await require_caller(context, "CopyFrom")
@@ -312,6 +373,19 @@ class WorkloadAccess:
         except Refused as r:
             await context.abort(r.code, r.message)
             raise AssertionError("unreachable") from None
+
+
+async def _feed(term: Terminal, first: apb.TerminalInput, rest: AsyncIterator[apb.TerminalInput]) -> None:
+    """The caller's keystrokes and window sizes into the terminal, the opening message's first."""
+    msg: apb.TerminalInput | None = first
+    while msg is not None:
+        if len(msg.data) > READ_MAX:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"data: more than {READ_MAX} bytes in a message")
+        if msg.cols and msg.rows and msg is not first:  # the first's size was given at the opening
+            await term.resize(min(msg.cols, 1000), min(msg.rows, 1000))
+        if msg.data:
+            await term.write(msg.data)
+        msg = await anext(rest, None)
 
 
 async def serve(node: ServedNode, listen: str, tls: TLSFiles, metrics: Metrics | None = None

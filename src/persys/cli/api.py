@@ -62,6 +62,7 @@ class Api:
         if cfg.cert is not None and cfg.key is not None:
             ctx.load_cert_chain(str(cfg.cert), str(cfg.key))  # our identity for mutual TLS
         headers = {"authorization": f"Bearer {cfg.token}"} if cfg.token else {}  # a token wins over the cert
+        self.ssl_context, self.headers = ctx, headers  # also for terminals' WebSockets (cli.terminal_client)
         self.http = httpx.Client(base_url=self.base, verify=ctx, timeout=30.0, headers=headers)
 
     def request(self, method: str, path: str, missing_ok: bool = False, **kw: Any) -> Any:

@@ -641,6 +641,7 @@ app.add_typer(config_app, name="config")
 app.command("audit")(audit_command)
 app.command("exec", help=exec_cmds.EXEC_HELP, no_args_is_help=True)(exec_cmds.exec_command)
 app.command("cp", help=exec_cmds.CP_HELP, no_args_is_help=True)(exec_cmds.cp_command)
+app.command("console", help=exec_cmds.CONSOLE_HELP, no_args_is_help=True)(exec_cmds.console_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 app.command("logs", help=logs_cmd.HELP)(logs_cmd.logs_command)
 

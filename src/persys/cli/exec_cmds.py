@@ -12,6 +12,7 @@ from typing import IO
 
 import typer
 
+from persys.cli import terminal_client
 from persys.cli.api import Api, ServerOpt, err_console, fail
 from persys.model.copy_archive import CopyError, landing, parse_cp_args, renamed, top_entry
 from persys.model.limits import (
@@ -42,15 +43,22 @@ The command follows `--` and runs as given, not through a shell (add `sh -c '...
 
   echo 'SELECT 1;' | persysctl exec -i db -- psql    (-i: what persysctl reads is the command's input)
 
+  persysctl exec -it web -- sh                       (-t: on a terminal, interactive, until it exits)
+
 container: `docker exec` in the instance's container. compose: in the container of --service.
 process: runs on the node in the process workload's own environment (its env, secret env included,
 its working directory, its user, inside its cgroups): it is NOT an isolated container. VMs and
-microVMs take no exec (their console output is `persysctl logs NAME`).
+microVMs take no exec (their serial console is `persysctl console NAME`).
 
 With -i, persysctl reads its standard input to the end first (at most 1 MiB; `persysctl cp` moves
 files) and the command gets it, then end of input. stdout and stderr come back when the command
-ends (no TTY: interactive use is not supported), at most 4 MiB together (the rest is cut, and a
-line says so). persysctl exits with the command's exit code; with 124 when --timeout killed it.
+ends, at most 4 MiB together (the rest is cut, and a line says so). persysctl exits with the
+command's exit code; with 124 when --timeout killed it.
+
+With -t the command runs on a terminal (a TTY) and the session is live: keys go to it as typed
+(persysctl's own terminal is in raw mode meanwhile, so ^C goes to the command too), output comes
+as written, window size changes follow, and it lasts until the command exits (no --timeout;
+leaving kills the command). Piped input with -t is typed in as it comes, then ^D.
 Needs `exec workloads` (operators, admins); every exec is in the audit log with its command line."""
 EXEC_HELP = _paragraphs(EXEC_HELP)
 
@@ -77,8 +85,16 @@ def exec_command(
                                 help="Seconds before the command is killed (exit code 124)."),
     stdin: bool = typer.Option(False, "--stdin", "-i", help="Pass persysctl's standard input to the command "
                                "(read to its end first; at most 1 MiB)."),
+    tty: bool = typer.Option(False, "--tty", "-t", help="Run it on a terminal, interactively, until it exits "
+                             "(-it as with docker and kubectl; -i is implied)."),
     server: str | None = ServerOpt,
 ) -> None:
+    if tty:
+        cols, rows = terminal_client.window_size()
+        params = [("command", c) for c in command] + [(k, v) for k, v in (
+            ("instance", instance), ("service", service), ("cols", str(cols)), ("rows", str(rows))) if v and v != "0"]
+        raise typer.Exit(terminal_client.run(Api(server), terminal_client.Session(
+            f"/v1/workloads/{name}/terminal", params, console=False)))
     body = {"command": command, "instance": instance, "service": service, "timeout": timeout}
     if stdin:
         data = sys.stdin.buffer.read(EXEC_STDIN_MAX_BYTES + 1)
@@ -99,6 +115,31 @@ def exec_command(
                           highlight=False)
         raise typer.Exit(TIMED_OUT_EXIT)
     raise typer.Exit(int(r["exitCode"]))
+
+
+CONSOLE_HELP = """Attach to the serial console of a VM or microVM: what the guest writes, and your keys to it.
+
+  persysctl console my-vm                            (Ctrl-] leaves; the VM runs on)
+
+  printf 'uname -a\\n' | persysctl console my-vm      (typed in; leaves once the output is quiet)
+
+One client at a time per VM (a second is refused while one is attached). On a terminal, persysctl's
+own is in raw mode meanwhile: every key, ^C included, goes to the guest. What the console printed
+before you attached, and while nobody was, is `persysctl logs NAME`. Needs `exec workloads`
+(operators, admins); every attachment is in the audit log (never what was typed)."""
+CONSOLE_HELP = _paragraphs(CONSOLE_HELP)
+
+
+def console_command(
+    name: str = typer.Argument(..., help="Workload name (a vm or microvm)."),
+    instance: str = typer.Option("", "--instance", help="Replica instance (default: the first), e.g. vm.1."),
+    linger: float = typer.Option(2.0, "--linger", min=0.1, max=600,
+                                 help="Piped input: seconds of quiet output after its end before leaving."),
+    server: str | None = ServerOpt,
+) -> None:
+    params = [("instance", instance)] if instance else []
+    raise typer.Exit(terminal_client.run(Api(server), terminal_client.Session(
+        f"/v1/workloads/{name}/console", params, console=True, linger=linger)))
 
 
 def cp_command(

@@ -29,6 +29,7 @@ from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
+from persys.gateway.routes.common import HTTP_STATUS
 from persys.gateway.routes.exec_routes import exec_routes
 from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.logs import log_routes
@@ -36,6 +37,7 @@ from persys.gateway.routes.meter import meter_routes
 from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.rollout import rollout_routes
 from persys.gateway.routes.streams import stream_routes
+from persys.gateway.routes.terminal_routes import terminal_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
@@ -47,18 +49,6 @@ from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
 
-HTTP_STATUS = {
-    "INVALID_ARGUMENT": 400,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "ABORTED": 409,
-    "FAILED_PRECONDITION": 409,
-    "PERMISSION_DENIED": 403,
-    "UNAUTHENTICATED": 401,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
-    "RESOURCE_EXHAUSTED": 413,
-}
 
 
 def body_limit_for(limits: GatewayLimits) -> Any:
@@ -132,6 +122,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(rollout_routes(client))  # before workload_routes: see rollout_routes
     # Before the workload routes: POST .../{action} would take .../exec.
     app.include_router(exec_routes(client, agent_tls))
+    app.include_router(terminal_routes(client, agent_tls))
     app.include_router(workload_routes(client, parser))
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true

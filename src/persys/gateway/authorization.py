@@ -59,6 +59,21 @@ def _identity_of_der(der: bytes) -> Identity:
     return from_certificate(x509.load_der_x509_certificate(der))
 
 
+_ANSWER_STARTS = ("http.response.start", "websocket.http.response.start", "websocket.accept")
+
+
+def _status_of(message: Message) -> int | None:
+    """The HTTP status an ASGI message answers with, if it is the answer's start."""
+    kind = message["type"]
+    if kind in ("http.response.start", "websocket.http.response.start"):
+        return int(message["status"])
+    if kind == "websocket.accept":
+        return 101
+    if kind == "websocket.close":
+        return 403  # closed before accepting (after, the accept's 101 was first): a handshake refusal
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     identity: Identity
@@ -123,40 +138,44 @@ class Authorization:
             or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        # A WebSocket (an interactive terminal) is a GET that upgrades: the same rules, and a
+        # refusal is the same HTTP answer, sent as the handshake's denial.
+        websocket = scope["type"] == "websocket"
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         rid = headers.get("x-request-id", "")
         rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in _ANSWER_STARTS:
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
-        method = scope["method"]
-        if self.public(method, scope["path"]):
+        async def answer(refusal: tuple[Message, Message]) -> None:
+            for message in refusal:
+                await send({**message, "type": "websocket." + message["type"]} if websocket else message)
+
+        method = "GET" if websocket else scope["method"]
+        if not websocket and self.public(method, scope["path"]):
             await self.app(scope, receive, send_with_id)
             return
         template, exists = self.match(method, scope["path"])
         if template is None:  # no documented route: nothing an undocumented route serves is reachable
-            for message in _json(405 if exists else 404, {"error": f"no route {method} {scope['path'][:200]}",
-                                                          "problems": []}, rid):
-                await send(message)
+            await answer(_json(405 if exists else 404, {"error": f"no route {method} {scope['path'][:200]}",
+                                                        "problems": []}, rid))
             return
         rule = rest_rule(method, template) or Rule("call", f"{method} {template}")  # unknown: no role grants it
-        caller = await self._check(scope, headers, rule, rid, template)
+        caller = await self._check(scope, method, headers, rule, rid, template)
         if not isinstance(caller, Caller):  # refused: the answer, sent before anything is read
-            for message in caller:
-                await send(message)
+            await answer(caller)
             return
         token = forwarding.forward(forwarding.metadata_for(caller.identity, caller.token, rid))
         status: list[int] = []
 
         async def observed(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status.append(int(message["status"]))
+            status[:] = status or [c for c in (_status_of(message),) if c]  # the first status only
             await send_with_id(message)
 
         try:
@@ -167,8 +186,8 @@ class Authorization:
                 await self._record(caller.identity.principal, caller.credential, method, template, scope,
                                    str(status[0]) if status else "ERROR", rid)
 
-    async def _check(self, scope: Scope, headers: dict[str, str], rule: Rule, rid: str, template: str
-                     ) -> Caller | tuple[Message, Message]:
+    async def _check(self, scope: Scope, method: str, headers: dict[str, str], rule: Rule, rid: str,
+                     template: str) -> Caller | tuple[Message, Message]:
         """The allowed caller, or the refusal to send."""
         base = {"verb": rule.verb, "resource": rule.resource}
         try:
@@ -183,8 +202,8 @@ class Authorization:
         decision = decide(caller.identity, rule.verb, rule.resource)
         if not decision.allowed:
             if rule.audited:
-                await self._record(caller.identity.principal, caller.credential, scope["method"], template, scope,
-                                   "403", rid)
+                await self._record(caller.identity.principal, caller.credential, method, template, scope, "403",
+                                   rid)
             return _json(403, {"error": f"{decision.reason} (needs {rule.verb} on {rule.resource})", **base}, rid)
         return caller
 

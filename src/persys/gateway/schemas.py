@@ -158,6 +158,16 @@ class ExecBody(_Body):
                        description="base64: given to the command as its input, then end of input (at most 1 MiB)")
 
 
+class TerminalQuery(_Body):
+    """What a terminal's URL (console, exec -t) may say."""
+
+    instance: str = Field("", pattern=f"^$|{INSTANCE_ID}")
+    command: list[Arg] = Field(default_factory=list, max_length=256)
+    service: str = Field("", pattern=COMPOSE_SERVICE)
+    cols: int = Field(0, ge=0, le=1000)
+    rows: int = Field(0, ge=0, le=1000)
+
+
 class ExecAnswer(BaseModel):
     """How the command ended and what it wrote (each stream base64; both together at most 4 MiB)."""
 

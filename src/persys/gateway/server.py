@@ -14,6 +14,7 @@ import uvicorn
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.gateway.authorization import PeerCertProtocol
+from persys.gateway.routes.terminal_routes import TERMINAL_FRAME_MAX_BYTES
 from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
 from persys.observability.metrics import Metrics
@@ -67,6 +68,8 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         # (the authorization middleware answers 401 otherwise).
         ssl_cert_reqs=ssl.CERT_OPTIONAL,
         http=PeerCertProtocol,
+        ws="websockets-sansio",  # interactive terminals (routes/terminal_routes.py)
+        ws_max_size=TERMINAL_FRAME_MAX_BYTES,
         log_level="warning",
         lifespan="off",
         # Idle keep-alive clients must not hold a shutdown forever.

@@ -49,7 +49,8 @@ NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
 # certificate only, after the gateway checked the user's role (`exec workloads`, `cp workloads`)
 # and before it records the audit record; and only for instances desired on that node.
 AGENT_SERVICE = "/persys.v1.AgentService/"
-AGENT_GATEWAY_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in ("Exec", "CopyFrom", "CopyTo"))
+AGENT_GATEWAY_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in ("Exec", "CopyFrom", "CopyTo",
+                                                                                    "Attach"))
 # The rest of AgentService (logs and images): the gateway (after its role check), a scheduler, or
 # the cluster's built-in `admin` certificate, by certificate common name.
 AGENT_DATA_RPCS: frozenset[str] = frozenset(AGENT_SERVICE + m for m in (
@@ -158,6 +159,9 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     # Done by an agent for the gateway, never seen by the scheduler: the gateway records them.
     ("POST", "/v1/workloads/{workload_id}/exec"): Rule("exec", "workloads", audited=True, at_gateway=True),
     ("GET", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
+    # Interactive terminals (WebSocket): typing into a console or a shell is exec's power.
+    ("GET", "/v1/workloads/{workload_id}/console"): Rule("exec", "workloads", audited=True, at_gateway=True),
+    ("GET", "/v1/workloads/{workload_id}/terminal"): Rule("exec", "workloads", audited=True, at_gateway=True),
     ("PUT", "/v1/workloads/{workload_id}/files"): Rule("cp", "workloads", audited=True, at_gateway=True),
     ("POST", "/v1/nodes/{node_id}/images"): Rule("load-image", "nodes", audited=True, at_gateway=True),
     ("GET", "/v1/nodes/{node_id}/images"): _r("get", "nodes"),

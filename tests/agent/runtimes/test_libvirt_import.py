@@ -24,7 +24,10 @@ def test_a_binding_installed_later_is_picked_up(monkeypatch: pytest.MonkeyPatch,
 
     # A stand-in module: the point is the import system, not libvirt itself (tests/agent/runtimes/
     # test_runtime_vm.py drives the real binding).
-    (tmp_path / "libvirt.py").write_text("def registerErrorHandler(f, ctx):\n    pass\n")
+    # Its event loop waits forever in the loader's daemon thread, as the real one waits for events.
+    (tmp_path / "libvirt.py").write_text("import threading\n\ndef registerErrorHandler(f, ctx):\n    pass\n\n"
+                                         "def virEventRegisterDefaultImpl():\n    pass\n\n"
+                                         "def virEventRunDefaultImpl():\n    threading.Event().wait()\n")
     mod, why = lv.load_libvirt()
     assert isinstance(mod, types.ModuleType) and why == "" and mod.__file__ == str(tmp_path / "libvirt.py")
     assert lv.load_libvirt()[0] is mod  # loaded once, then kept

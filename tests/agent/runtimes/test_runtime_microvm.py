@@ -19,9 +19,11 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.microvm import FirecrackerHypervisor, MicroVMRuntime, QemuHypervisor
 from persys.agent.runtimes.microvm.kernel import ensure_elf_kernel
+from persys.agent.runtimes.microvm.supervise import socket_path
 from persys.agent.runtimes.supervision import proc_info
 from persys.model.manifest import parse_manifests
 from persys.model.workload import WorkloadSpec
+from tests.agent.runtimes.console_check import check_console
 from tests.microvm_fixtures import (  # noqa: F401
     BOOT_MARKER,
     PERSISTED_MARKER,
@@ -220,11 +222,14 @@ async def test_boot_adopt_replace_remove(microvm_guest: GuestImages, tmp_path: P
     assert f"{ROOTFS_MARKER} {ROOTFS_TEXT}" in second
     # ...on a fresh overlay of the base image: the first boot's write is not there.
     assert PERSISTED_MARKER not in second
+    await check_console(rt2, "vm1", "microvm")
+    console_socket = socket_path(tmp_path / "microvm" / "vm1", "console.sock")
+    assert console_socket.exists()
 
     # remove: the VMM is gone, with every file it had (overlay, QMP socket, logs).
     await rt2.remove("vm1")
     assert _qemu_pids_for(tmp_path / "microvm" / "vm1") == []
-    assert not (tmp_path / "microvm" / "vm1").exists()
+    assert not (tmp_path / "microvm" / "vm1").exists() and not console_socket.exists()
     assert await rt2.inspect("vm1") is None and await rt2.list() == []
     # The guest wrote to its disk, but only ever to the overlay: the base images are unchanged.
     assert {p: _digest(p) for p in base} == base

@@ -34,6 +34,7 @@ from persys.agent.runtimes.vm.cloudinit import VOLUME_ID, build_seed, read_seed_
 from persys.model import parse_manifests
 from persys.model.workload import CloudInit, Resources, VMSpec, WorkloadSpec
 from tests import vm_fixtures
+from tests.agent.runtimes.console_check import check_console
 from tests.vm_fixtures import BASE_MARKER, GUEST_BOOTED, GUEST_READY, GUEST_WROTE, TestGuest, VMHost, sha256_of
 
 # Session fixtures (tests/conftest.py does not star-import vm_fixtures): found here by name.
@@ -187,8 +188,9 @@ def test_domain_xml(tmp_path: Path) -> None:
     assert root.find("devices/graphics") is None  # `<graphics type='none'/>` is invalid for libvirt
     serial, console = root.find("devices/serial"), root.find("devices/console")
     assert serial is not None and console is not None
-    assert serial.get("type") == console.get("type") == "file"
-    assert serial.find("source").get("path") == console.find("source").get("path") == str(cfg.console_log)  # type: ignore[union-attr]
+    assert serial.get("type") == console.get("type") == "pty"  # attachable (persysctl console), and logged:
+    assert serial.find("log").get("file") == console.find("log").get("file") == str(cfg.console_log)  # type: ignore[union-attr]
+    assert serial.find("log").get("append") == "on"  # type: ignore[union-attr]
     disks = {d.get("device"): d for d in root.findall("devices/disk")}
     assert disks["disk"].find("source").get("file") == str(cfg.disk)  # type: ignore[union-attr]
     assert disks["disk"].find("driver").get("type") == "qcow2"  # type: ignore[union-attr]
@@ -353,6 +355,8 @@ async def test_vm_lifecycle(
     assert f"PERSYS-GUEST-DISK {BASE_MARKER}" in logs and f"{GUEST_WROTE} to /dev/vda" in logs
     assert busy is not None and busy.state is RuntimeState.RUNNING
     assert busy.usage.cpu_percent > 1 and busy.usage.memory_bytes > 16 * 1024 * 1024
+
+    await check_console(rt, wid, vm_host.run_id)
 
     xml = virsh(vm_host.uri, "dumpxml", name).stdout
     dom = ET.fromstring(xml)

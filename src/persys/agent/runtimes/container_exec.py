@@ -24,6 +24,7 @@ from aiodocker.exceptions import DockerError
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.exec_output import ExecOutput, OutputBuffer, kill_tree
+from persys.agent.runtimes.terminal import NO_EXIT_CODE
 from persys.model.limits import COPY_MAX_BYTES, human_bytes
 
 _CHUNK = 1 << 20
@@ -75,6 +76,53 @@ async def exec_in(docker: aiodocker.Docker, container_id: str, name: str, comman
     info = await _finished(ex)
     code = info.get("ExitCode")
     return out.result(137 if timed_out or code is None else int(code), timed_out=timed_out, target=name)
+
+
+class ContainerTerminal:
+    """`docker exec -it`: the command on a TTY in the container (one output stream: a TTY merges
+    stdout and stderr). Closing it kills the command and what it started, as a timeout does."""
+
+    def __init__(self, ex: Any, stream: Any, target: str) -> None:
+        self.ex = ex
+        self.stream = stream
+        self.target = target
+
+    async def read(self) -> bytes:
+        msg = await self.stream.read_out()
+        return b"" if msg is None else bytes(msg.data)
+
+    async def write(self, data: bytes) -> None:
+        await self.stream.write_in(data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        with contextlib.suppress(DockerError):  # the command may have just ended
+            await self.ex.resize(h=rows, w=cols)
+
+    async def close(self) -> int:
+        with contextlib.suppress(DockerError):
+            if (await self.ex.inspect()).get("Running"):
+                await _kill(self.ex)
+        await self.stream.close()
+        with contextlib.suppress(RuntimeFailure):
+            code = (await _finished(self.ex)).get("ExitCode")
+            return NO_EXIT_CODE if code is None else int(code)
+        return NO_EXIT_CODE
+
+
+async def open_tty(docker: aiodocker.Docker, container_id: str, name: str, command: Sequence[str], cols: int,
+                   rows: int) -> ContainerTerminal:
+    """Start `command` on a TTY in the container, sized `cols` x `rows` when given."""
+    try:
+        ex = await docker.containers.container(container_id).exec(
+            list(command), stdout=True, stderr=True, stdin=True, tty=True, environment=["TERM=xterm"])
+        stream = ex.start(detach=False)
+        await stream._init()  # started: only now can it be resized
+    except DockerError as exc:
+        raise _failure("exec", exc, name) from exc
+    term = ContainerTerminal(ex, stream, name)
+    if cols and rows:
+        await term.resize(cols, rows)
+    return term
 
 
 async def _kill(ex: Any) -> None:

@@ -22,7 +22,15 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
-from persys.agent.runtimes.container_exec import archive_to_file, exec_in, is_dir, path_stat, unpack_file
+from persys.agent.runtimes.container_exec import (
+    ContainerTerminal,
+    archive_to_file,
+    exec_in,
+    is_dir,
+    open_tty,
+    path_stat,
+    unpack_file,
+)
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import parse_docker_time, sample_usage
 from persys.agent.runtimes.exec_output import ExecOutput
@@ -364,6 +372,13 @@ class DockerRuntime:
             raise RuntimeFailure("--service names a compose service; this is a container", code="InvalidArgument")
         cid, name = await self._existing(workload_id, running=True)
         return await exec_in(self._docker(), cid, name, command, kill_after, stdin)
+
+    async def open_terminal(self, workload_id: str, command: Sequence[str], *, service: str, cols: int,
+                            rows: int) -> ContainerTerminal:
+        if service:
+            raise RuntimeFailure("--service names a compose service; this is a container", code="InvalidArgument")
+        cid, name = await self._existing(workload_id, running=True)
+        return await open_tty(self._docker(), cid, name, command, cols, rows)
 
     async def copy_from(self, workload_id: str, path: str, dest: Path) -> int:
         cid, _ = await self._existing(workload_id, running=False)

@@ -38,7 +38,7 @@ from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.log_times import NotingTask
-from persys.agent.runtimes.process_exec import exec_in_process
+from persys.agent.runtimes.process_exec import ProcessTerminal, exec_in_process, open_process_tty
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
@@ -450,6 +450,17 @@ class ProcessRuntime:
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
                    stdin: bytes = b"") -> ExecOutput:
         """Run `command` on the node in the running instance's environment, user and cgroups."""
+        meta = self._running(workload_id, service)
+        return await exec_in_process(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, kill_after, stdin)
+
+    async def open_terminal(self, workload_id: str, command: Sequence[str], *, service: str, cols: int,
+                            rows: int) -> ProcessTerminal:
+        """`command` on a TTY on the node in the running instance's environment, user and cgroups."""
+        meta = self._running(workload_id, service)
+        return await open_process_tty(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, cols, rows)
+
+    def _running(self, workload_id: str, service: str) -> ProcessMeta:
+        """The meta of a running instance to exec in; RuntimeFailure saying why there is none."""
         if service:
             raise RuntimeFailure("--service names a compose service; this is a process", code="InvalidArgument")
         meta = self._load(workload_id)
@@ -457,8 +468,10 @@ class ProcessRuntime:
             raise RuntimeFailure(f"{workload_id} has no process on this node", code="NotFound")
         if not self._alive(meta):
             raise RuntimeFailure(f"{workload_id} is not running ({self._observe(meta).message})", code="NotRunning")
-        procs = [str(d / "cgroup.procs") for d in self._meta_cg_dirs(meta).values()] if meta.cgroups else []
-        return await exec_in_process(meta.pid, procs, _CGROUP_WRAPPER, command, kill_after, stdin)
+        return meta
+
+    def _exec_cgroups(self, meta: ProcessMeta) -> Sequence[str]:
+        return [str(d / "cgroup.procs") for d in self._meta_cg_dirs(meta).values()] if meta.cgroups else []
 
     async def close(self) -> None:
         # Deliberately leaves processes running: they belong to the node, not to this agent process.

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import signal
+import struct
 import subprocess
+import termios
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from typing import Any
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.exec_output import STDERR, STDOUT, ExecOutput, OutputBuffer, exit_status, kill_tree
+from persys.agent.runtimes.terminal import READ_MAX
 
 _CHUNK = 64 * 1024
 
@@ -104,3 +109,88 @@ async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, c
         await asyncio.to_thread(kill_tree, proc.pid)
         await proc.wait()
     return out.result(exit_status(proc.returncode or 0), timed_out=timed_out, target=f"pid {pid}")
+
+
+class ProcessTerminal:
+    """`persysctl exec -t` in a process workload's environment: the command on a fresh
+    pseudo-terminal, in a session of its own whose controlling terminal it is (util-linux
+    `setsid --ctty`: ^C and job control work). Closing it kills the command and what it started."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, master: int, target: str) -> None:
+        self.proc = proc
+        self.master = master
+        self.target = target
+
+    async def _ready(self, writer: bool) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        (loop.add_writer if writer else loop.add_reader)(self.master, done.set_result, None)
+        try:
+            await done
+        finally:
+            (loop.remove_writer if writer else loop.remove_reader)(self.master)
+
+    async def read(self) -> bytes:
+        while True:
+            try:
+                return os.read(self.master, READ_MAX)
+            except BlockingIOError:
+                await self._ready(writer=False)
+            except OSError as exc:
+                if exc.errno == errno.EIO:  # every holder of the terminal's other end has gone
+                    return b""
+                raise
+
+    async def write(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self.master, data):]
+            except BlockingIOError:
+                await self._ready(writer=True)
+            except OSError as exc:
+                if exc.errno == errno.EIO:
+                    return  # the command has ended: keystrokes go nowhere, as on a closed terminal
+                raise
+
+    async def resize(self, cols: int, rows: int) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def close(self) -> int:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its session's group (setsid made it leader)
+            await asyncio.to_thread(kill_tree, self.proc.pid)
+        await self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.close(self.master)
+        return exit_status(self.proc.returncode or 0)
+
+
+async def open_process_tty(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
+                           rows: int) -> ProcessTerminal:
+    """Start `command` on a new pseudo-terminal in the process workload's environment, user and
+    cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
+    ctx = await asyncio.to_thread(read_context, pid)
+    argv = list(command)
+    if cgroup_procs:
+        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_procs, "--", *argv]
+    master, slave = os.openpty()
+    try:
+        if cols and rows:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        if os.geteuid() == 0 and ctx.uid != 0:
+            os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
+        proc = await asyncio.create_subprocess_exec(
+            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd,
+            env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx))
+    except FileNotFoundError as exc:
+        os.close(master)
+        raise RuntimeFailure(f"exec -t: {exc.filename or 'setsid'} not found", code="InvalidArgument") from exc
+    except OSError as exc:
+        os.close(master)
+        raise RuntimeFailure(f"exec {command[0]!r}: {exc}") from exc
+    finally:
+        os.close(slave)  # the command holds its own copy: when it ends, reading the master says EIO
+    os.set_blocking(master, False)
+    return ProcessTerminal(proc, master, f"pid {pid}")

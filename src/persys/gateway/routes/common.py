@@ -10,6 +10,19 @@ from persys.gateway.schemas import WORKLOAD_ID
 
 NodeId = Path(min_length=1, max_length=253)
 WorkloadId = Path(pattern=WORKLOAD_ID)
+# The scheduler's gRPC status codes as HTTP statuses.
+HTTP_STATUS: dict[str, int] = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "FAILED_PRECONDITION": 409,
+    "PERMISSION_DENIED": 403,
+    "UNAUTHENTICATED": 401,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+    "RESOURCE_EXHAUSTED": 413,
+}
 
 
 def bad_body(err: bodies.BodyError) -> JSONResponse:

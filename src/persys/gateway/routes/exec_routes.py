@@ -36,7 +36,8 @@ from persys.gateway.schemas import (
 )
 from persys.tlsfiles import TLSFiles
 
-_STATUS = {grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
+AGENT_STATUS = {  # the agent's refusals as HTTP statuses
+grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
            grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
            grpc.StatusCode.DEADLINE_EXCEEDED: 504}
 _EXEC_TYPES = ("container", "compose", "process")
@@ -47,22 +48,26 @@ def _error(message: str, status_code: int) -> JSONResponse:
 
 
 def _agent_error(node_id: str, err: grpc.aio.AioRpcError) -> JSONResponse:
-    return _error(f"agent on {node_id}: {err.details()}", _STATUS.get(err.code(), 502))
+    return _error(f"agent on {node_id}: {err.details()}", AGENT_STATUS.get(err.code(), 502))
 
 
 def refusal(name: str, kind: str, what: str) -> str:
-    """Why `what` (exec or cp) cannot be done in a workload of this type; "" when it can."""
-    if (what == "exec" and kind in _EXEC_TYPES) or (what == "cp" and kind == "container"):
+    """Why `what` (exec, cp, console) cannot be done in a workload of this type; "" when it can."""
+    vm = kind in ("vm", "microvm")
+    if (what == "exec" and kind in _EXEC_TYPES) or (what == "cp" and kind == "container") or (what == "console" and vm):
         return ""
-    if kind in ("vm", "microvm"):
+    if what == "console":
+        return f"{name} is a {kind} workload: only VMs and microVMs have a serial console (`persysctl exec -t " \
+               f"{name} -- sh` opens a shell)"
+    if vm:
         return (f"{name} is a {kind}: {what} works in containers" + (", compose services and processes"
-                if what == "exec" else "") + f"; a VM's console output is `persysctl logs {name}`")
+                if what == "exec" else "") + f"; its serial console is `persysctl console {name}`")
     if what == "cp":
         return f"{name} is a {kind} workload: cp copies files of container workloads only"
     return f"{name} is a {kind} workload: no exec there"
 
 
-async def _locate(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id: str, instance: str,
+async def locate(client: SchedulerClient, agent_tls: TLSFiles | None, workload_id: str, instance: str,
                   what: str) -> tuple[str, str, str] | JSONResponse:
     """(instance, node, agent address) to ask, or the answer that says why there is none."""
     view = await client.get_workload(workload_id)
@@ -86,7 +91,7 @@ async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Re
     given = {"stdinBytes": len(stdin)} if stdin else {}
     _note(request, workload=workload_id, command=shlex.join(body.command), instance=body.instance,
           service=body.service, **given)
-    where = await _locate(client, agent_tls, workload_id, body.instance, "exec")
+    where = await locate(client, agent_tls, workload_id, body.instance, "exec")
     if isinstance(where, JSONResponse):
         return where
     inst, node_id, address = where
@@ -107,7 +112,7 @@ async def _exec(client: SchedulerClient, agent_tls: TLSFiles | None, request: Re
 async def _download(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, workload_id: str,
                     instance: str, path: str) -> Response:
     _note(request, workload=workload_id, direction="from", file=path, instance=instance)
-    where = await _locate(client, agent_tls, workload_id, instance, "cp")
+    where = await locate(client, agent_tls, workload_id, instance, "cp")
     if isinstance(where, JSONResponse):
         return where
     inst, node_id, address = where
@@ -136,7 +141,7 @@ async def _download(client: SchedulerClient, agent_tls: TLSFiles | None, request
 async def _upload(client: SchedulerClient, agent_tls: TLSFiles | None, request: Request, workload_id: str,
                   instance: str, path: str) -> JSONResponse:
     _note(request, workload=workload_id, direction="to", file=path, instance=instance)
-    where = await _locate(client, agent_tls, workload_id, instance, "cp")
+    where = await locate(client, agent_tls, workload_id, instance, "cp")
     if isinstance(where, JSONResponse):
         return where
     inst, node_id, address = where

@@ -16,8 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +29,9 @@ from persys.agent_client import fetch_logs, stream_logs
 from persys.client import SchedulerClient
 from persys.events.filters import FilterError, parse_since
 from persys.gateway.routes.common import WorkloadId
+from persys.gateway.routes.stream_budget import StreamBudget, caller_key
 from persys.gateway.routes.streams import KEEPALIVE_SECONDS, SSE_HEADERS
 from persys.gateway.schemas import AGENT_ERRORS, INSTANCE_ID, SCHEDULER_ERRORS
-from persys.security import forwarding
 from persys.tlsfiles import TLSFiles
 
 STREAMS_PER_CALLER = 8
@@ -89,37 +88,6 @@ def _agent_error(node_id: str, err: grpc.aio.AioRpcError) -> JSONResponse:
     return _error(f"agent on {node_id}: {err.details()}", codes.get(err.code(), 502))
 
 
-class _Budget:
-    """Log streams held per caller at this gateway."""
-
-    def __init__(self, per_caller: int, total: int) -> None:
-        self.per_caller, self.total = per_caller, total
-        self.held: Counter[str] = Counter()
-
-    def refusal(self, who: str) -> str:
-        if sum(self.held.values()) >= self.total:
-            return f"this gateway streams {self.total} logs already; retry later"
-        if self.held[who] >= self.per_caller:
-            return f"you already follow {self.per_caller} logs through this gateway (at most); close one first"
-        return ""
-
-    @contextlib.contextmanager
-    def slot(self, who: str) -> Iterator[None]:
-        self.held[who] += 1
-        try:
-            yield
-        finally:
-            self.held[who] -= 1
-            if not self.held[who]:
-                del self.held[who]
-
-
-def _caller() -> str:
-    """Who is asking, as the authorization middleware forwards it (principal or token)."""
-    md = dict(forwarding.current())
-    return md.get(forwarding.ON_BEHALF_OF) or md.get(forwarding.AUTHORIZATION) or "(anonymous)"
-
-
 async def _with_keepalive(pieces: AsyncIterator[str], seconds: float) -> AsyncIterator[str | None]:
     """The pieces, and None after each `seconds` without one (time for a keep-alive)."""
     pending: asyncio.Task[str] | None = None
@@ -141,9 +109,9 @@ async def _with_keepalive(pieces: AsyncIterator[str], seconds: float) -> AsyncIt
                 await pending
 
 
-async def _follow(target: _Target, agent_tls: TLSFiles, request: apb.LogsRequest, budget: _Budget,
+async def _follow(target: _Target, agent_tls: TLSFiles, request: apb.LogsRequest, budget: StreamBudget,
                   keepalive: float) -> Response:
-    who = _caller()
+    who = caller_key()
     refusal = budget.refusal(who)
     if refusal:
         return JSONResponse({"error": refusal, "code": "RESOURCE_EXHAUSTED"}, status_code=429)
@@ -175,7 +143,7 @@ async def _follow(target: _Target, agent_tls: TLSFiles, request: apb.LogsRequest
 def log_routes(client: SchedulerClient, agent_tls: TLSFiles | None, keepalive: float = KEEPALIVE_SECONDS
                ) -> APIRouter:
     router = APIRouter()
-    budget = _Budget(STREAMS_PER_CALLER, STREAMS_TOTAL)
+    budget = StreamBudget(STREAMS_PER_CALLER, STREAMS_TOTAL, "follow", "logs")
 
     @router.get("/v1/workloads/{workload_id}/logs", tags=["workloads"], responses=LOG_ANSWERS,
                 response_class=JSONResponse)

@@ -51,7 +51,7 @@ from persys.agent.runtimes.compose.project import (
     project_name,
 )
 from persys.agent.runtimes.compose.source import materialize
-from persys.agent.runtimes.container_exec import exec_in
+from persys.agent.runtimes.container_exec import ContainerTerminal, exec_in, open_tty
 from persys.agent.runtimes.docker_client import LazyDocker, engine_unreachable, inspect_containers
 from persys.agent.runtimes.docker_stats import sample_usage, total_usage
 from persys.agent.runtimes.exec_output import ExecOutput
@@ -238,6 +238,17 @@ class ComposeRuntime:
     async def exec(self, workload_id: str, command: Sequence[str], *, service: str, kill_after: float,
                    stdin: bytes = b"") -> ExecOutput:
         """Run `command` in the container of `service` (the first, when it is scaled)."""
+        cid, target = await self._service_container(workload_id, service)
+        return await exec_in(self._docker(), cid, target, command, kill_after, stdin)
+
+    async def open_terminal(self, workload_id: str, command: Sequence[str], *, service: str, cols: int,
+                            rows: int) -> ContainerTerminal:
+        """`command` on a TTY in the container of `service` (the first, when it is scaled)."""
+        cid, target = await self._service_container(workload_id, service)
+        return await open_tty(self._docker(), cid, target, command, cols, rows)
+
+    async def _service_container(self, workload_id: str, service: str) -> tuple[str, str]:
+        """(id, name) of the running container of `service` that exec and exec -t use."""
         project = project_name(workload_id)
         by_service: dict[str, list[dict[str, Any]]] = {}
         for d in await self._containers(project):
@@ -253,8 +264,7 @@ class ComposeRuntime:
                          key=lambda d: str(d.get("Name", "")))
         if not running:
             raise RuntimeFailure(f"service {svc} of {workload_id} is not running", code="NotRunning")
-        target = str(running[0].get("Name", "")).lstrip("/")
-        return await exec_in(self._docker(), str(running[0]["Id"]), target, command, kill_after, stdin)
+        return str(running[0]["Id"]), str(running[0].get("Name", "")).lstrip("/")
 
     # ---- source --------------------------------------------------------------------------------
 

@@ -246,6 +246,9 @@ class FirecrackerHypervisor:
     def console_log(self, handle: VMHandle) -> Path:
         return Path(handle.console_log)
 
+    def console_socket(self, handle: VMHandle) -> Path | None:
+        return None  # the guest's serial console is the VMM's stdout, a file: nothing to attach to
+
     def files(self, handle: VMHandle) -> list[Path]:
         self._metrics.pop(handle.api_socket, None)
         return [Path(handle.api_socket)]

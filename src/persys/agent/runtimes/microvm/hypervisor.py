@@ -102,6 +102,11 @@ class Hypervisor(Protocol):
         """The file the guest's serial console is written to."""
         ...
 
+    def console_socket(self, handle: VMHandle) -> Path | None:
+        """The unix socket an interactive client attaches to the serial console on (one at a
+        time), None when this backend has none."""
+        ...
+
     def files(self, handle: VMHandle) -> list[Path]:
         """Files the backend made outside `workdir` (e.g. sockets with short paths), for removal."""
         ...

@@ -296,6 +296,7 @@ class QemuHypervisor:
             "vmm_log": workdir / "qemu.log",
             "exit": workdir / "exit_code",
             "qmp": socket_path(workdir, "qmp.sock"),
+            "console_sock": socket_path(workdir, "console.sock"),
         }
 
     async def _make_overlay(self, base: Path, overlay: Path) -> None:
@@ -317,8 +318,11 @@ class QemuHypervisor:
             "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
             "-m", str(cfg.memory_mb), "-smp", str(cfg.vcpus),
             "-kernel", str(cfg.kernel), "-append", cmdline,
-            # append=on: a restarted VM adds to the console log instead of wiping the previous boot.
-            "-chardev", f"file,id=console,path={_opt(paths['console'])},append=on", "-serial", "chardev:console",
+            # The serial port is a socket `persysctl console` attaches to (output nobody reads is
+            # dropped there), and everything the guest writes is logged; logappend: a restarted VM
+            # adds to the console log instead of wiping the previous boot.
+            "-chardev", f"socket,id=console,path={_opt(paths['console_sock'])},server=on,wait=off,"
+                        f"logfile={_opt(paths['console'])},logappend=on", "-serial", "chardev:console",
             "-qmp", f"unix:{_opt(paths['qmp'])},server=on,wait=off",
         ]
         if cfg.initrd is not None:
@@ -336,7 +340,8 @@ class QemuHypervisor:
         paths = self._paths(cfg.workdir)
         if cfg.rootfs is not None and (cfg.fresh_disk or not paths["disk"].exists()):
             await self._make_overlay(cfg.rootfs, paths["disk"])
-        prepare_files(paths["console"], f"booting {cfg.vm_id} with qemu/{accel.accel}", remove=(paths["qmp"],))
+        prepare_files(paths["console"], f"booting {cfg.vm_id} with qemu/{accel.accel}",
+                      remove=(paths["qmp"], paths["console_sock"]))
         handle = await self._procs.launch(
             self.name, cfg, self.argv(cfg, accel, paths), api_socket=paths["qmp"], console_log=paths["console"],
             vmm_log=paths["vmm_log"], exit_file=paths["exit"], disk=paths["disk"] if cfg.rootfs else None,
@@ -402,9 +407,12 @@ class QemuHypervisor:
     def console_log(self, handle: VMHandle) -> Path:
         return Path(handle.console_log)
 
+    def console_socket(self, handle: VMHandle) -> Path | None:
+        return socket_path(Path(handle.console_log).parent, "console.sock")
+
     def files(self, handle: VMHandle) -> list[Path]:
         self._qmp.pop(handle.api_socket, None)
-        return [Path(handle.api_socket)]
+        return [Path(handle.api_socket), socket_path(Path(handle.console_log).parent, "console.sock")]
 
     async def close(self) -> None:
         self._procs.forget()  # the VMs keep running; a later agent adopts them

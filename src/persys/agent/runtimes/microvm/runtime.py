@@ -20,6 +20,7 @@ from typing import Any
 from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
+from persys.agent.runtimes.microvm.console import ConsoleSockets, SocketConsole
 from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
 from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_kernel
@@ -69,6 +70,7 @@ class MicroVMRuntime:
         self._probes: dict[str, Probe] = {}
         self._cpu = CpuSampler(settle=0.1)
         self._lock = asyncio.Lock()
+        self._consoles = ConsoleSockets()
 
     # ---- state files ---------------------------------------------------------------------------
 
@@ -322,6 +324,19 @@ class MicroVMRuntime:
         path = (self._backend(meta).console_log(VMHandle(**meta.handle)) if meta is not None
                 else self._wdir(workload_id) / "console.log")
         return await asyncio.to_thread(tail_text, path, tail)
+
+    async def open_console(self, workload_id: str) -> SocketConsole:
+        """Attach to the microVM's serial console (`persysctl console`), one client at a time."""
+        meta = self._load(workload_id)
+        if meta is None:
+            raise RuntimeFailure(f"{workload_id} has no microVM on this node", code="NotFound")
+        if (await self._observe(meta)).state is not RuntimeState.RUNNING:
+            raise RuntimeFailure(f"{workload_id} is not running", code="NotRunning")
+        socket = self._backend(meta).console_socket(VMHandle(**meta.handle))
+        if socket is None:
+            raise RuntimeFailure(f"{workload_id} runs on {meta.hypervisor}, whose serial console is only logged "
+                                 f"(`persysctl logs {workload_id}`)", code="NotRunning")
+        return await self._consoles.open(workload_id, socket, f"persys-{workload_id}")
 
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
         meta = self._load(workload_id)

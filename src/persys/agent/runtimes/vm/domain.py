@@ -149,13 +149,15 @@ def domain_xml(cfg: DomainConfig) -> str:
         # Lets `inspect` ask a guest agent for addresses that no DHCP lease table knows.
         chan = _sub(devices, "channel", type="unix")
         _sub(chan, "target", type="virtio", name="org.qemu.guest_agent.0")
-    # The serial port writes to a file (appending across restarts); the console is the same port.
+    # The serial port is a pty that `persysctl console` attaches to (libvirt's console API), and
+    # everything the guest writes to it is also logged to a file, appending across restarts (what
+    # `logs` reads). The console is the same port.
     # No <graphics>: none is the default, and `<graphics type='none'/>` is not valid XML for libvirt.
-    serial = _sub(devices, "serial", type="file")
-    _sub(serial, "source", path=str(cfg.console_log), append="on")
+    serial = _sub(devices, "serial", type="pty")
+    _sub(serial, "log", file=str(cfg.console_log), append="on")
     _sub(serial, "target", port="0")
-    console = _sub(devices, "console", type="file")
-    _sub(console, "source", path=str(cfg.console_log), append="on")
+    console = _sub(devices, "console", type="pty")
+    _sub(console, "log", file=str(cfg.console_log), append="on")
     _sub(console, "target", type="serial", port="0")
     _sub(devices, "controller", type="usb", model="none")
     balloon = _sub(devices, "memballoon", model="virtio")

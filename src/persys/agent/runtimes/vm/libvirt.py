@@ -17,12 +17,20 @@ LIBVIRT_QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
 
 
 _loaded: list[Any] = []  # the module once imported; a failure is not remembered
+_loading = threading.Lock()  # probes and calls run in worker threads: one import and event loop
 
 
 def load_libvirt() -> tuple[Any, str]:
     """(module, "") or (None, why). Imported lazily so the agent runs on nodes without libvirt,
     and tried again at every probe until it imports: a binding installed while the agent runs
     is picked up at its next capability probe, without a restart."""
+    if _loaded:
+        return _loaded[0], ""
+    with _loading:
+        return _load()
+
+
+def _load() -> tuple[Any, str]:
     if _loaded:
         return _loaded[0], ""
     importlib.invalidate_caches()  # the import system's directory caches may predate the install
@@ -33,8 +41,18 @@ def load_libvirt() -> tuple[Any, str]:
                       "`.venv/bin/pip install libvirt-python` (needs Debian's libvirt-dev, pkg-config, gcc)")
     # libvirt's default handler prints every error to stderr; they arrive as exceptions anyway.
     mod.registerErrorHandler(lambda _ctx, _err: None, None)
+    # An event loop before any connection opens: without one the remote driver reads a stream's
+    # incoming data (a console's output) only while a call is in flight, so a non-blocking
+    # console would never see any. It runs in a daemon thread of its own.
+    mod.virEventRegisterDefaultImpl()
+    threading.Thread(target=_run_events, args=(mod,), name="libvirt-events", daemon=True).start()
     _loaded.append(mod)
     return mod, ""
+
+
+def _run_events(mod: Any) -> None:
+    while True:
+        mod.virEventRunDefaultImpl()
 
 
 def lv_module() -> Any:

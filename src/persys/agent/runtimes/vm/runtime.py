@@ -42,6 +42,7 @@ from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
+from persys.agent.runtimes.vm.console import LibvirtConsole, open_console
 from persys.agent.runtimes.vm.data_disks import data_disks, forget_secrets
 from persys.agent.runtimes.vm.domain import NAME_PREFIX, DomainConfig, DomainMeta, domain_name, domain_xml, parse_meta
 from persys.agent.runtimes.vm.image_download import ImageDownloader
@@ -150,7 +151,7 @@ class LibvirtVMRuntime:
             f"libvirt:{version_str(conn.getLibVersion())}",
             "disk:qcow2-overlay",
             "boot:direct-kernel",
-            "console:serial-file",
+            "console:serial-pty",
         ]
         try:
             importlib.import_module("pycdlib")
@@ -288,6 +289,19 @@ class LibvirtVMRuntime:
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         return await self._run(tail_text, self._wdir(workload_id) / "console.log", tail)
+
+    async def open_console(self, workload_id: str) -> LibvirtConsole:
+        """Attach to the VM's serial console (`persysctl console`): what the guest writes, and
+        keystrokes to it. A domain started before consoles were ptys (its serial port writes only a
+        file) has none until it is restarted."""
+        found = await self._run(self._find_sync, workload_id)
+        if found is None:
+            raise RuntimeFailure(f"{workload_id} has no VM on this node", code="NotFound")
+        if "<serial type='pty'>" not in found.xml and '<serial type="pty">' not in found.xml:
+            raise RuntimeFailure(f"{workload_id} was started without an attachable console (its serial port "
+                                 "writes a file only): `persysctl restart` it once", code="NotRunning")
+        return await self._run(open_console, self._connect(), found.dom, found.dom.name(),
+                               asyncio.get_running_loop())
 
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
         return file_stream(self._wdir(workload_id) / "console.log", query, "a VM's serial console")

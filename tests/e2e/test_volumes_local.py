@@ -81,7 +81,10 @@ def test_a_retained_volume_keeps_its_data_for_the_next_workload(cluster: tuple[G
         assert http.post("/v1/workloads", json=keeper(retain=True)).status_code == 201
         eventually(lambda: http.get("/v1/workloads/keeper").json()["phase"] == "Running", timeout=60,
                    what="keeper Running")
-        eventually(lambda: (pool / "mounts" / "keeper-data" / "marker").exists(), timeout=30, what="marker written")
+        # Its content, not the file: echo creates it before writing, and a keeper stopped in between
+        # (under load) leaves an empty marker for the reader below.
+        eventually(lambda: _text(pool / "mounts" / "keeper-data" / "marker") == "kept\n", timeout=30,
+                   what="marker written")
         assert mounted(pool, "keeper-data")
         vol = http.get("/v1/volumes/keeper-data").json()
         assert vol["node"] == "n1" and vol["spec"]["reclaimPolicy"] == "Retain"

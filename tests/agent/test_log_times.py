@@ -110,4 +110,4 @@ async def test_since_and_timestamps_from_the_notes(tmp_path: Path) -> None:
 
 async def test_a_file_without_notes_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedQuery, match="no time per line"):
-        await anext(file_stream(_timed_log(tmp_path), LogQuery(since=1.0), "a VM's serial console"))
+        await anext(file_stream(_timed_log(tmp_path), LogQuery(since=1.0), "an untimed file"))

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import shutil
 import signal
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import TypeVar
@@ -64,6 +66,7 @@ spec:
     cmdline: "console=ttyS0 quiet pci=off persys.marker={token}"
     memoryMb: 128
 """
+    started = time.time()
     dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "vm-node"), home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=60)
@@ -87,6 +90,14 @@ spec:
         assert f"console-{token}-42" in p.stdout and "connected to the console of tiny-vm" in p.stderr, p
         eventually(lambda: f"{BOOT_MARKER} {token}" in ctl("logs", "tiny-microvm", env=env).stdout, 60,
                    "microVM console")
+        # Console output is timed by when the agent saw it appear (logs --since / --timestamps).
+        for name, marker in (("tiny-vm", GUEST_READY), ("tiny-microvm", f"{BOOT_MARKER} {token}")):
+            stamped = [line.split(" ", 1) for line in
+                       ctl("logs", name, "--since", "10m", "--tail", "0", "--timestamps", env=env).stdout.splitlines()]
+            times = [dt.datetime.fromisoformat(t[:26] + "+00:00").timestamp() for t, _ in stamped]  # µs of ns
+            assert any(marker in text for _, text in stamped), (name, stamped)
+            assert started - 5 <= min(times) and max(times) <= time.time() + 5, (name, started, times)
+            assert ctl("logs", name, "--since", "1s", "--tail", "0", env=env).stdout.count(marker) == 0
         ctl("delete", "workload", "tiny-vm", env=env)
         ctl("delete", "workload", "tiny-microvm", env=env)
     finally:

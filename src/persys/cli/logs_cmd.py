@@ -31,9 +31,9 @@ Examples:
 
   persysctl logs app --service db           one compose service (without it, each line starts with its service)
 
-A process's output carries no time per line: its times are when the agent saw the output appear
-(it looks every second; never earlier than the line was written). A VM's serial console has no
-times: --since and --timestamps are refused there."""
+A process's output and a VM's or microVM's serial console carry no time per line: their times are
+when the agent saw the output appear (it looks every second; never earlier than the line was
+written)."""
 
 
 def _write(text: str) -> None:

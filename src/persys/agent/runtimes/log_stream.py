@@ -46,7 +46,8 @@ _TAIL_BYTES = 1 << 20  # a tail reads at most the last 1 MiB (as workdir.tail_te
 def check_file_query(query: LogQuery, what: str, timed: bool = False) -> None:
     if (query.since or query.timestamps) and not timed:
         raise UnsupportedQuery(f"{what} carries no time per line, so --since and --timestamps cannot be answered "
-                               "(they work for container and compose workloads); use --tail")
+                               "(the agent notes when its workloads' output appeared; this file has no notes); "
+                               "use --tail")
     if query.service:
         raise UnsupportedQuery("--service selects a compose service; this workload is not a compose app")
 

@@ -153,7 +153,8 @@ def log_routes(client: SchedulerClient, agent_tls: TLSFiles | None, keepalive: f
                                      "all since then)"),
                    since: str = Query("", max_length=64, description="10m, 2h, 1d or an RFC 3339 time: only "
                                       "output after it (container and compose workloads: the engine times "
-                                      "each line; process and VM output has no times and is refused)"),
+                                      "each line; a process's output and a VM's console: when the agent "
+                                      "saw it appear, within a second)"),
                    service: str = Query("", max_length=128, pattern="^$|^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                                         description="compose: only this service (without it each line is "
                                                     "prefixed by its service)"),

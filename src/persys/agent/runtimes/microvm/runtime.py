@@ -20,6 +20,7 @@ from typing import Any
 from persys.agent.runtimes.base import ObservedWorkload, Probe, RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
+from persys.agent.runtimes.log_times import NotingTask
 from persys.agent.runtimes.microvm.console import ConsoleSockets, SocketConsole
 from persys.agent.runtimes.microvm.firecracker import FirecrackerHypervisor
 from persys.agent.runtimes.microvm.hypervisor import Hypervisor, HypervisorError, VMConfig, VMHandle
@@ -71,6 +72,9 @@ class MicroVMRuntime:
         self._cpu = CpuSampler(settle=0.1)
         self._lock = asyncio.Lock()
         self._consoles = ConsoleSockets()
+        # When console output appeared (logs --since / --timestamps): the VMM writes the log itself.
+        self._log_clock = NotingTask(lambda: [self._wdir(i) / "console.log" for i in self._dirs.ids()],
+                                     "microVM consoles")
 
     # ---- state files ---------------------------------------------------------------------------
 
@@ -302,6 +306,7 @@ class MicroVMRuntime:
             self._cpu.forget(workload_id)
 
     async def list(self) -> list[ObservedWorkload]:
+        self._log_clock.ensure()  # the agent lists every pass: from the first, the clock runs
         out = []
         for workload_id in self._dirs.ids():
             meta = self._load(workload_id)
@@ -342,9 +347,10 @@ class MicroVMRuntime:
         meta = self._load(workload_id)
         path = (self._backend(meta).console_log(VMHandle(**meta.handle)) if meta is not None
                 else self._wdir(workload_id) / "console.log")
-        return file_stream(path, query, "a microVM's serial console")
+        return file_stream(path, query, "a microVM's serial console", timed=True)
 
     async def close(self) -> None:
         # Deliberately leaves VMs running: they belong to the node, not to this agent process.
+        await self._log_clock.close()
         for hv in self._hv.values():
             await hv.close()

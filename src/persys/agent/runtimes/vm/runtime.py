@@ -40,6 +40,7 @@ from persys.agent.runtimes.base import (
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.kvm import Accelerator, detect_accelerator
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
+from persys.agent.runtimes.log_times import NotingTask
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.vm.cloudinit import SeedError, build_seed
 from persys.agent.runtimes.vm.console import LibvirtConsole, open_console
@@ -106,6 +107,8 @@ class LibvirtVMRuntime:
         self._conn = Connection(uri)
         self._lock = asyncio.Lock()  # serialises start/stop/remove so adoption checks are not racy
         self._cpu = CpuSampler(settle=0.25)
+        # When console output appeared (logs --since / --timestamps): libvirt writes the log itself.
+        self._log_clock = NotingTask(self._console_logs, "VM consoles")
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -123,8 +126,15 @@ class LibvirtVMRuntime:
             return self._accel_setting
         return detect_accelerator()
 
+    def _console_logs(self) -> list[Path]:
+        try:
+            return [d / "console.log" for d in self._dir.iterdir() if d.is_dir()]
+        except FileNotFoundError:
+            return []
+
     async def close(self) -> None:
         # Deliberately leaves domains running: they belong to the node, not to this agent process.
+        await self._log_clock.close()
         await self.downloads.close()
         await self._run(self._conn.close)
 
@@ -285,6 +295,7 @@ class LibvirtVMRuntime:
         return out
 
     async def list(self) -> list[ObservedWorkload]:
+        self._log_clock.ensure()  # the agent lists every pass: from the first, the clock runs
         return await self._run(self._list_sync)
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
@@ -304,7 +315,7 @@ class LibvirtVMRuntime:
                                asyncio.get_running_loop())
 
     def stream_logs(self, workload_id: str, query: LogQuery) -> AsyncIterator[str]:
-        return file_stream(self._wdir(workload_id) / "console.log", query, "a VM's serial console")
+        return file_stream(self._wdir(workload_id) / "console.log", query, "a VM's serial console", timed=True)
 
     # ---- writing -------------------------------------------------------------------------------
 

@@ -243,10 +243,16 @@ async def test_guest_poweroff_is_a_clean_stop_even_after_adoption(
     spec = _spec(microvm_guest, "bye", rootfs=False, extra="persys.poweroff")
     await rt.start(_workload("vm2", spec))
     await _wait_log(rt, "vm2", POWEROFF_MARKER)
-    for _ in range(300):
+    # A wall-clock deadline, not a count of polls: each inspect of a running VM samples its usage,
+    # which under load takes long enough that 300 polls once stalled a run for minutes.
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
         obs = await rt.inspect("vm2")
         if obs is not None and obs.state is not RuntimeState.RUNNING:
             break
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"the guest powered off but its VMM still runs after 60 s: {obs}\n"
+                        f"{await rt.logs('vm2', tail=20)}")
         await asyncio.sleep(0.1)
     assert obs is not None and obs.state is RuntimeState.STOPPED and obs.exit_code == 0, obs
     # A later agent still knows it was a clean exit (exit status file written by the wrapper),

@@ -124,7 +124,11 @@ class ProcessTerminal:
     async def _ready(self, writer: bool) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        (loop.add_writer if writer else loop.add_reader)(self.master, done.set_result, None)
+        def ready() -> None:  # level-triggered: it may run again before this task resumes and removes it
+            if not done.done():
+                done.set_result(None)
+
+        (loop.add_writer if writer else loop.add_reader)(self.master, ready)
         try:
             await done
         finally:
@@ -154,7 +158,7 @@ class ProcessTerminal:
 
     async def resize(self, cols: int, rows: int) -> None:
         with contextlib.suppress(OSError):
-            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            _set_size(self.master, cols, rows)
 
     async def close(self) -> int:
         if self.proc.returncode is None:
@@ -165,6 +169,10 @@ class ProcessTerminal:
         with contextlib.suppress(OSError):
             os.close(self.master)
         return exit_status(self.proc.returncode or 0)
+
+
+def _set_size(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 async def open_process_tty(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
@@ -178,7 +186,7 @@ async def open_process_tty(pid: int, cgroup_procs: Sequence[str], wrapper: str, 
     master, slave = os.openpty()
     try:
         if cols and rows:
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            _set_size(slave, cols, rows)
         if os.geteuid() == 0 and ctx.uid != 0:
             os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
         proc = await asyncio.create_subprocess_exec(

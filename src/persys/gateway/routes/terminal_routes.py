@@ -68,10 +68,7 @@ def _query(params: Mapping[str, Any], multi: list[tuple[str, str]], *, exec_: bo
         bad = unknown or ["command"]
         return _error(f"unknown parameter {bad[0]!r}", 400, [f"{b}: not a parameter here" for b in bad])
     raw: dict[str, Any] = {k: v for k, v in params.items() if k != "command"}
-    raw["command"] = [v for k, v in multi if k == "command"]
-    for key in ("cols", "rows"):
-        if key in raw:
-            raw[key] = int(raw[key]) if str(raw[key]).isdigit() and len(str(raw[key])) < 6 else raw[key]
+    raw["command"] = [v for k, v in multi if k == "command"]  # cols and rows: pydantic reads "80" as 80
     try:
         q = TerminalQuery.model_validate(raw)
     except ValidationError as err:

@@ -407,12 +407,12 @@ class QemuHypervisor:
     def console_log(self, handle: VMHandle) -> Path:
         return Path(handle.console_log)
 
-    def console_socket(self, handle: VMHandle) -> Path | None:
-        return socket_path(Path(handle.console_log).parent, "console.sock")
+    def console_socket(self, handle: VMHandle) -> Path:
+        return socket_path(Path(handle.console_log).parent, "console.sock")  # as _paths names it
 
     def files(self, handle: VMHandle) -> list[Path]:
         self._qmp.pop(handle.api_socket, None)
-        return [Path(handle.api_socket), socket_path(Path(handle.console_log).parent, "console.sock")]
+        return [Path(handle.api_socket), self.console_socket(handle)]
 
     async def close(self) -> None:
         self._procs.forget()  # the VMs keep running; a later agent adopts them

@@ -30,9 +30,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Agent
     seen: list[tuple[bool, set[str]]] = []
     real = sched.scheduler.report
 
-    async def recording(node_id: str, reports: list[WorkloadReport], complete: bool) -> Any:
+    async def recording(node_id: str, reports: list[WorkloadReport], complete: bool, volumes: Any = None) -> Any:
         seen.append((complete, {r.workload_id for r in reports}))
-        return await real(node_id, reports, complete)
+        return await real(node_id, reports, complete, volumes)
 
     sched.scheduler.report = recording  # type: ignore[method-assign]
     agent = Agent(AgentConfig(node_id="n1", scheduler=f"127.0.0.1:{sched.port}", tls=ids["agent"],

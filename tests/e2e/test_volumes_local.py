@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from persys.storage.ext4_images import can_grow_online
 from tests.docker_fixtures import DockerEngine
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
@@ -88,12 +89,23 @@ def test_a_retained_volume_keeps_its_data_for_the_next_workload(cluster: tuple[G
         assert mounted(pool, "keeper-data")
         vol = http.get("/v1/volumes/keeper-data").json()
         assert vol["node"] == "n1" and vol["spec"]["reclaimPolicy"] == "Retain"
+        # The agent's reports make the record say what the node did: provisioned at first attach,
+        # and attached there for this workload (a record of its own, and the events).
+        vol, _ = eventually(lambda: (v := http.get("/v1/volumes/keeper-data").json())["attachments"] and v,
+                            timeout=30, what="the attachment recorded")
+        got = [(a["node"], a["kind"], a["instances"]) for a in vol["attachments"]]
+        assert got == [("n1", "filesystem", ["keeper"])]
+        assert vol["phase"] == "Available" and vol["provisionedMb"] == 8
+        assert {"VolumeProvisioned", "VolumeAttached"} <= _events(http, "keeper-data")
 
         http.delete("/v1/workloads/keeper")
         eventually(lambda: http.get("/v1/workloads/keeper").status_code == 404, timeout=60, what="keeper deleted")
         eventually(lambda: not mounted(pool, "keeper-data"), timeout=30, what="volume detached")
         eventually(lambda: not out.parent.exists(), timeout=30, what="the old copy removed from the node")
         assert (pool / "images" / "keeper-data.img").exists()  # retained: its data stays on the node
+        eventually(lambda: http.get("/v1/volumes/keeper-data").json()["attachments"] == [], timeout=30,
+                   what="the attachment record removed")
+        assert "VolumeDetached" in _events(http, "keeper-data")
 
         # Another workload claims the retained volume by its record's name and finds the data.
         reader = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "reader"},
@@ -108,6 +120,80 @@ def test_a_retained_volume_keeps_its_data_for_the_next_workload(cluster: tuple[G
         http.delete("/v1/workloads/reader")
         eventually(lambda: http.get("/v1/workloads/reader").status_code == 404, timeout=60, what="reader deleted")
         eventually(lambda: not mounted(pool, "keeper-data"), timeout=30, what="volume detached again")
+
+
+def test_reclaim_delete_removes_the_data_on_its_node(cluster: tuple[GatewayCluster, Path]) -> None:
+    """`reclaimPolicy: Delete` (an inline volume without `retain`): when its workload goes, the
+    node's agent is handed the delete, removes the image, and the record goes."""
+    c, pool = cluster
+    doc = keeper(retain=False)
+    doc["metadata"]["name"] = "scratch"
+    image = pool / "images" / "scratch-data.img"
+    with c.client() as http:
+        assert http.post("/v1/workloads", json=doc).status_code == 201
+        eventually(lambda: _text(pool / "mounts" / "scratch-data" / "marker") == "kept\n", timeout=60,
+                   what="scratch's marker written")
+        assert image.exists()
+        http.delete("/v1/workloads/scratch")
+        eventually(lambda: http.get("/v1/volumes/scratch-data").status_code == 404, timeout=60,
+                   what="the volume record gone once its node removed the data")
+        assert not image.exists() and not mounted(pool, "scratch-data")
+        assert "VolumeDeleted" in _events(http, "scratch-data")
+
+
+def test_a_local_volume_grows_and_is_snapshotted_on_its_node(cluster: tuple[GatewayCluster, Path]) -> None:
+    """A local Volume's snapshots, and growing it once it holds data, are carried out by the node
+    holding it. Mounted, ext4 grows online where the agent has CAP_SYS_RESOURCE; where it lacks it
+    (this CI container) the record says so (Failed, the reason naming it) and the node grows it
+    offline once its workload is gone. Deleting the Volume removes image and snapshot."""
+    c, pool = cluster
+    volume: dict[str, Any] = {"apiVersion": "persys.dev/v1", "kind": "Volume", "metadata": {"name": "grow"},
+              "spec": {"driver": "local", "sizeMb": 8}}
+    user = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "grower"},
+            "spec": {"type": "process", "resources": {"cpuMillicores": 10, "memoryMb": 16},
+                     "process": {"command": ["sh", "-c", 'echo here > "$PERSYS_VOLUME_DATA/m"; exec sleep 600']},
+                     "volumes": [{"name": "data", "claim": "grow", "mountPath": "/data"}]}}
+    with c.client() as http:
+        assert http.post("/v1/volumes", json=volume).status_code == 201
+        assert http.post("/v1/workloads", json=user).status_code == 201
+        eventually(lambda: http.get("/v1/volumes/grow").json()["provisionedMb"] == 8, timeout=60,
+                   what="the volume provisioned on n1 and reported")
+        assert http.post("/v1/volumes/grow/snapshots", json={"name": "s1"}).status_code == 200
+        eventually(lambda: http.get("/v1/volumes/grow").json()["snapshots"] == ["s1"], timeout=60,
+                   what="snapshot taken on its node (mounted: frozen for the copy)")
+        assert (pool / "images" / "grow.img").is_file() and (pool / "snapshots" / "grow@s1.img").is_file()
+
+        volume["spec"]["sizeMb"] = 16
+        assert http.post("/v1/volumes", json=volume).status_code == 200
+        if can_grow_online():
+            eventually(lambda: http.get("/v1/volumes/grow").json()["provisionedMb"] == 16, timeout=60,
+                       what="grown online on its node")
+            assert _fs_mb(pool / "mounts" / "grow") > 12, "the mounted filesystem was not grown"
+        else:
+            failed, _ = eventually(lambda: (v := http.get("/v1/volumes/grow").json())["phase"] == "Failed" and v,
+                                   timeout=60, what="the refusal recorded")
+            assert "CAP_SYS_RESOURCE" in failed["reason"] and failed["provisionedMb"] == 8
+        http.delete("/v1/workloads/grower")
+        eventually(lambda: http.get("/v1/workloads/grower").status_code == 404, timeout=60, what="grower deleted")
+        eventually(lambda: (v := http.get("/v1/volumes/grow").json())["provisionedMb"] == 16 and
+                   v["phase"] == "Available", timeout=60, what="grown on its node (offline once detached)")
+        assert (pool / "images" / "grow.img").stat().st_size == 16 << 20
+        assert {"VolumeResized", "VolumeSnapshotted"} <= _events(http, "grow")
+
+        eventually(lambda: http.delete("/v1/volumes/grow").status_code == 200, timeout=30,
+                   what="the volume deletable once unused")
+        eventually(lambda: http.get("/v1/volumes/grow").status_code == 404, timeout=60, what="volume gone")
+        assert not (pool / "images" / "grow.img").exists() and not (pool / "snapshots" / "grow@s1.img").exists()
+
+
+def _fs_mb(mount: Path) -> int:
+    out = subprocess.run(["df", "--output=size", "-B1M", str(mount)], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    return int(out.split()[-1])
+
+
+def _events(http: Any, vid: str) -> set[str]:
+    return {e["kind"] for e in http.get("/v1/events", params={"subject": f"volume/{vid}", "limit": 1000}).json()}
 
 
 def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayCluster, Path],

@@ -47,6 +47,7 @@ from persys.agent.runtimes.registry_auth import fingerprint as credentials_finge
 from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.agent.volume_attach import VolumeAttacher
+from persys.agent.volume_work import VolumeWork
 from persys.model import DesiredState, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
@@ -122,6 +123,8 @@ class Agent:
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
         self._wake = asyncio.Event()
+        self.volume_work = VolumeWork(self.volumes, self._wake.set)
+        self._volumes_told: tuple[object, ...] | None = None  # the attachments the scheduler was last told
         self._sampler = UsageSampler(config.state_dir)
         self._server: grpc.aio.Server | None = None
         targets = [t.strip() for t in config.scheduler.split(",") if t.strip()] or [config.scheduler]
@@ -210,6 +213,7 @@ class Agent:
         for m in self.metrics_servers:
             await m.stop()
         await stop_tasks(self._tasks)
+        await self.volume_work.stop()
         for rt in self.all_runtimes:
             with contextlib.suppress(Exception):
                 await rt.close()
@@ -295,9 +299,12 @@ class Agent:
 
     def on_heartbeat_answer(self, resp: pb.HeartbeatResponse, sent: float | None) -> None:
         self.mode = resp.mode or "normal"
+        if resp.volume_tasks:
+            self.volume_work.offer(resp.volume_tasks)
 
     def on_new_stream(self) -> None:
         self._reported = None
+        self._volumes_told = None
 
     def on_call_failed(self, call: str, err: grpc.aio.AioRpcError) -> None:
         return None  # the link has logged it and moved if need be
@@ -560,17 +567,30 @@ class Agent:
             await asyncio.sleep(min(max(wait, 0.05), 1.0))
 
     async def _report(self, observed: Observed) -> None:
-        now = time.monotonic()
+        now, last = time.monotonic(), self._reported
         reports = report.build(report.Local(
             now=now, desired=self.desired, observed={w: o for w, (_rt, o) in observed.items()},
             failures=self.failures, restarts=self.restarts, usage=self.usage, fenced=self.fenced,
             failure_grace=self.config.failure_grace))
         out = report.select(reports, self._reported, now, self._last_full_report)
-        if out is None:
+        # The volume part: every attachment (when this node has storage) and the outcomes of
+        # volume steps; it alone is reason enough to report when it changed.
+        attached = self.volumes.attached() if self.volumes.drivers else None
+        told = tuple(a.SerializeToString() for a in attached) if attached is not None else None
+        results = self.volume_work.take_results()
+        if out is None and not results and told == self._volumes_told:
             return
         self._reported = None  # until this one is out
-        req = pb.ReportStatusRequest(node_id=self.config.node_id, workloads=out.reports, complete=out.complete)
+        req = pb.ReportStatusRequest(node_id=self.config.node_id, workloads=out.reports if out else [],
+                                     complete=out.complete if out else False, volumes=attached or [],
+                                     volumes_listed=attached is not None, volume_results=results)
         if not await self.link.report(req):
+            self.volume_work.put_back(results)
+            self._volumes_told = None
+            return
+        self._volumes_told = told
+        if out is None:
+            self._reported = last  # nothing about instances changed
             return
         self._reported = out.seen
         if out.complete:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
+from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.runtimes.base import RuntimeFailure, VolumeMount
 from persys.model.volume import inline_volume_id
 from persys.model.workload import WorkloadSpec, workload_of
@@ -21,6 +23,7 @@ from persys.storage.base import (
     Unsupported,
     VolumeBusy,
     VolumeDriver,
+    VolumeNotFound,
 )
 
 log = logging.getLogger(__name__)
@@ -35,10 +38,19 @@ def volume_id_of(instance: str, name: str, claim: str | None) -> str:
     return claim if claim is not None else inline_volume_id(workload_of(instance), name)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    driver: str
+    kind: AttachKind
+    read_only: bool
+    size_mb: int
+
+
 class VolumeAttacher:
     def __init__(self, drivers: Mapping[str, VolumeDriver]) -> None:
         self.drivers = dict(drivers)
         self._held: dict[str, set[str]] = {}  # volume id -> instances on this node using it
+        self._how: dict[str, Held] = {}  # volume id -> how it is attached (what reports say)
         self._specs: dict[str, WorkloadSpec] = {}  # instance -> the spec its volumes were attached for
         self._lock = asyncio.Lock()  # one attach/detach at a time: drivers' steps are not reentrant
 
@@ -66,7 +78,7 @@ class VolumeAttacher:
                 vid = volume_id_of(instance, v.name, v.claim)
                 driver = self._driver(v.driver)
                 try:
-                    await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1))
+                    info = await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1))
                     att = await self._attach(driver, vid, kind, v.read_only, fence_node)
                 except VolumeBusy as err:
                     raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeBusy") from None
@@ -75,6 +87,7 @@ class VolumeAttacher:
                     raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeUnavailable",
                                          terminal=terminal) from None
                 self._held.setdefault(vid, set()).add(instance)
+                self._how[vid] = Held(driver.name, kind, v.read_only, info.size_mb)
                 key = driver.disk_key() if kind is AttachKind.VM_DISK and isinstance(driver, DiskKeyed) else ""
                 mounts.append(VolumeMount(v.name, v.mount_path, v.read_only, att, key))
         return tuple(mounts)
@@ -104,6 +117,7 @@ class VolumeAttacher:
                 if users:
                     continue
                 self._held.pop(vid, None)
+                self._how.pop(vid, None)
                 driver = self.drivers.get(v.driver)
                 if driver is None:
                     continue
@@ -133,3 +147,54 @@ class VolumeAttacher:
                     except StorageError as err:
                         log.warning("detaching leftover volume %s failed: %s", att.volume_id, err)
         return done
+
+    def holds(self, volume_id: str) -> bool:
+        return bool(self._held.get(volume_id))
+
+    def attached(self) -> list[pb.NodeVolume]:
+        """What instances here hold attached now (the report's volume list)."""
+        return [pb.NodeVolume(volume_id=vid, driver=h.driver, kind=str(h.kind), read_only=h.read_only,
+                              instances=sorted(self._held.get(vid, ())), size_mb=h.size_mb)
+                for vid, h in sorted(self._how.items())]
+
+    async def carry_out(self, task: pb.VolumeTask) -> pb.VolumeTaskResult:
+        """One step the scheduler asks of this node on a local volume (delete, resize, snapshot,
+        unsnapshot); idempotent, like the driver calls it makes. Never raises: the result says."""
+        out = pb.VolumeTaskResult(volume_id=task.volume_id, op=task.op, snapshot=task.snapshot)
+        driver = self.drivers.get(task.driver)
+        if driver is None:
+            out.reason = f"volume driver {task.driver} is not configured on this node"
+            return out
+        vid = task.volume_id
+        async with self._lock:
+            try:
+                if task.op == "delete":
+                    if self._held.get(vid):
+                        raise VolumeBusy(f"in use here by {', '.join(sorted(self._held[vid]))}")
+                    await asyncio.to_thread(driver.detach, vid)  # a leftover no instance holds
+                    await asyncio.to_thread(driver.delete, vid)
+                    out.ok = True
+                    return out
+                if task.op == "resize":
+                    info = await asyncio.to_thread(driver.resize, vid, task.size_mb)
+                    if vid in self._how:
+                        self._how[vid] = replace(self._how[vid], size_mb=info.size_mb)
+                elif task.op in ("snapshot", "unsnapshot"):
+                    step = driver.snapshot if task.op == "snapshot" else driver.delete_snapshot
+                    await asyncio.to_thread(step, vid, task.snapshot)
+                    info = await asyncio.to_thread(driver.info, vid)
+                else:
+                    out.reason = f"unknown volume step {task.op[:40]!r}"
+                    return out
+            except VolumeNotFound as err:
+                if task.op == "delete":
+                    out.ok = True  # already gone
+                    return out
+                out.reason = str(err)
+                return out
+            except StorageError as err:
+                out.reason = str(err)
+                return out
+        out.ok, out.size_mb = True, info.size_mb
+        out.snapshots.extend(info.snapshots)
+        return out

@@ -50,10 +50,17 @@ def describe_volume(api: Api, name: str, output: str) -> None:
         "Source:     " + (source.get("snapshot") or source.get("volume") or "-"),
         "Snapshots:  " + (", ".join(v.get("snapshots", [])) or "-"),
         "Used by:    " + (", ".join(v.get("usedBy", [])) or "-"),
+        "Attached:   " + ("; ".join(_attachment_text(a) for a in v.get("attachments", [])) or "-"),
         f"Created:    {age_text(v['createdAt'])} ago",
     ]
     for line in lines:
         out.print(cell(line), markup=False, highlight=False)
+
+
+def _attachment_text(a: dict[str, Any]) -> str:
+    users = ", ".join(a.get("instances", [])) or "no instance"
+    return (f"node {a['node']} as {a['kind']}{' (read-only)' if a.get('readOnly') else ''} for {users}, "
+            f"{age_text(a['since'])}")
 
 
 def delete_volume(api: Api, name: str) -> None:

@@ -164,6 +164,24 @@ class Volume(Model):
                               metadata=Metadata(name=self.id, labels=dict(self.labels)), spec=self.spec)
 
 
+MAX_ATTACHMENT_USERS = 64  # instances named on one attachment record (the rest are counted)
+
+
+class VolumeAttachment(Model):
+    """The stored record of a volume attached on a node (key `/persys/attachments/<node>/<volume>`),
+    as that node's agent reports it: written when it appears or changes, removed when the node
+    no longer has it (or the node is deleted). The nodes stay the authority (their drivers find
+    attachments on the node); this record is what `describe volume` and the events show."""
+
+    volume: StrictStr
+    node: Annotated[StrictStr, Field(max_length=253)]
+    driver: Literal["local", "nfs", "ceph-rbd"]
+    kind: Literal["filesystem", "vm-disk"]
+    read_only: bool = False
+    instances: Annotated[list[StrictStr], Field(max_length=MAX_ATTACHMENT_USERS)] = Field(default_factory=list)
+    since: float
+
+
 def inline_volume_id(workload_id: str, name: str) -> str:
     """The record id of a volume a workload declares inline: `<workload>-<name>`, or (past 63
     characters) a prefix plus a hash, so two workloads never share one by accident."""

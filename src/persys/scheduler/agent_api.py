@@ -17,6 +17,7 @@ from persys.scheduler.delivery import Delivery
 from persys.scheduler.drift import Drift, Reported, detect, track
 from persys.scheduler.group_commit import GroupCommit
 from persys.scheduler.mode_guard import Mode
+from persys.scheduler.node_volumes import NodeVolumes, VolumeReport
 from persys.scheduler.reports import LiveNode, WorkloadReport, same_node, status_change, status_event, usage_of
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import put_doc
@@ -41,10 +42,12 @@ def registered(node: Node, cur: Node | None, now: float) -> Node:
 
 
 class AgentApi:
-    def __init__(self, shell: Shell, require_owner: Callable[[str], None], delivery: Delivery) -> None:
+    def __init__(self, shell: Shell, require_owner: Callable[[str], None], delivery: Delivery,
+                 volumes: NodeVolumes) -> None:
         self.s = shell
         self.require_owner = require_owner
         self.delivery = delivery
+        self.volumes = volumes
         self.drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
         self.status_writes = GroupCommit(lambda c, o: shell.state.commit(c, o, fenced="node"),
                                          sizes=shell.metrics.batch_sizes)
@@ -83,7 +86,9 @@ class AgentApi:
         self.s.telemetry.node(node_id, usage)
         return True
 
-    async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool) -> None:
+    async def report(self, node_id: str, reports: list[WorkloadReport], complete: bool,
+                     volumes: VolumeReport | None = None) -> None:
+        """`volumes`: what the node has attached and how its volume tasks ended (node_volumes)."""
         self.require_owner(node_id)
         live = self._heard(node_id)
         gone: set[str] = set()
@@ -102,6 +107,8 @@ class AgentApi:
         if self.s.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
         await self._confirm_left(node_id, gone)
+        if volumes is not None:
+            await self.volumes.on_report(node_id, volumes)
         drifts = self._track_drift(node_id, reports, None if complete else listed)
         state, now = self.s.state, time.time()
         changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []

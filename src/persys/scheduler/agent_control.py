@@ -51,6 +51,7 @@ from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.node_admission import unavailable_runtimes
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
+from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
@@ -203,7 +204,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             workloads=u.workloads, disk_read_bytes=u.disk_read_bytes, disk_write_bytes=u.disk_write_bytes,
             net_rx_bytes=u.net_rx_bytes, net_tx_bytes=u.net_tx_bytes))
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode,
-                                    node_grace_seconds=self.s.config.node_grace_seconds)
+                                    node_grace_seconds=self.s.config.node_grace_seconds,
+                                    volume_tasks=self.s.volume_tasks(request.node_id) if known else ())
 
     async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [
@@ -214,7 +216,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             )
             for r in request.workloads
         ]
-        await self.s.report(request.node_id, reports, request.complete)
+        await self.s.report(request.node_id, reports, request.complete, VolumeReport.of(request))
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
                         ) -> pb.HeartbeatResponse:

@@ -10,6 +10,7 @@
     /persys/assignments/<node>/<workload>    Assignment: what one agent must run, fenced by generation
     /persys/policy                           WorkloadPolicy: what workloads may do to nodes (admins)
     /persys/volumes/<volume>                 Volume: a managed volume's spec, phase and where its data is
+    /persys/attachments/<node>/<volume>      VolumeAttachment: a volume attached on a node, as its agent reports
     /persys/buckets/<bucket>                 Bucket: an RGW bucket's binding (owner, quota, key ids and roles)
     /persys/revisions/<workload>/<gen>       WorkloadRevision: the spec an apply wrote at generation <gen>
                                              (the newest KEEP_REVISIONS per workload; gen zero-padded)
@@ -30,6 +31,7 @@ STATUS = "/persys/status/"
 NODES = "/persys/nodes/"
 ASSIGNMENTS = "/persys/assignments/"
 VOLUMES = "/persys/volumes/"
+ATTACHMENTS = "/persys/attachments/"
 BUCKETS = "/persys/buckets/"  # read by the Buckets service straight from the store (not mirrored)
 REVISIONS = "/persys/revisions/"  # written with the workload's document, pruned and removed with it
 POLICY = "/persys/policy"  # the cluster's workload policy (persys.policy); absent: the defaults
@@ -51,6 +53,20 @@ def status(workload_id: str) -> str:
 
 def volume(volume_id: str) -> str:
     return VOLUMES + volume_id
+
+
+def attachment(node_id: str, volume_id: str) -> str:
+    return f"{ATTACHMENTS}{node_id}/{volume_id}"
+
+
+def attachments_of(node_id: str) -> str:
+    """The prefix of one node's attachment records (the trailing '/' keeps `a` from `a-2`)."""
+    return f"{ATTACHMENTS}{node_id}/"
+
+
+def parse_attachment(key: str) -> tuple[str, str]:
+    node_id, _, volume_id = key.removeprefix(ATTACHMENTS).partition("/")
+    return node_id, volume_id
 
 
 def bucket(name: str) -> str:

@@ -111,8 +111,15 @@ class NodeApi:
             oks = await commit_units(lambda c, o: state.commit(c, o, fenced=False), units)
             withdrawn |= {inst for inst, ok in zip(sorted(assigned), oks, strict=True) if ok}
             # The key goes once nothing is assigned any more, guarded by the revision judged.
-            if all(oks) and await state.commit([Compare(key, cur.mod_revision)], [Delete(key)], fenced=False):
+            # Its attachment records go with it (what the node held is its drivers' to fence).
+            attached = sorted(state.attachments.get(node_id, {}))
+            if all(oks) and await state.commit([Compare(key, cur.mod_revision)],
+                                               [Delete(key), *(Delete(keys.attachment(node_id, v)) for v in attached)],
+                                               fenced=False):
                 self.forget(node_id)
+                for vid in attached:
+                    self.s.emit("VolumeDetached", f"volume/{vid}", f"from node {node_id}: the node was deleted",
+                                node=node_id)
                 self.s.enqueue_pending()  # what waited for this node to stop it is placed now
                 self.s.emit("NodeDeleted", f"node/{node_id}", "deleted by an operator" + (
                     f"; {len(withdrawn)} instance(s) withdrawn to be placed elsewhere" if withdrawn else ""),

@@ -47,6 +47,7 @@ from persys.scheduler.membership import Membership
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi
 from persys.scheduler.node_monitor import NodeMonitor
+from persys.scheduler.node_volumes import NodeVolumes
 from persys.scheduler.pages import SortedIds
 from persys.scheduler.placement_commits import Placer
 from persys.scheduler.placement_service import PlacementService
@@ -130,7 +131,8 @@ class Scheduler:
         self.placer = Placer(self)
         self.worker = ReconcileWorker(self, self.placer)
         self.workload_api = WorkloadApi(self, self.worker.admit)
-        self.agent_api = AgentApi(self, self.require_owner, self.delivery)
+        self.node_volumes = NodeVolumes(self)
+        self.agent_api = AgentApi(self, self.require_owner, self.delivery, self.node_volumes)
         self.node_api = NodeApi(self, self.workload_api, self._forget_node)
         self.backups = Backups(self)
         w, a, n, b, d = self.workload_api, self.agent_api, self.node_api, self.backups, self.delivery
@@ -139,6 +141,7 @@ class Scheduler:
         self.set_desired_state, self.restart = w.set_desired_state, w.restart
         self.revisions, self.rollback_manifest = w.revisions, w.rollback_manifest
         self.register, self.heartbeat, self.report = a.register, a.heartbeat, a.report
+        self.volume_tasks = self.node_volumes.tasks
         self.update_node, self.cordon, self.drain, self.label, self.taint, self.delete_node = \
             n.update_node, n.cordon, n.drain, n.label, n.taint, n.delete_node
         self.backup, self.backup_json, self.local_backup, self.restore, self.recover = \

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
-from persys.model.volume import Volume
+from persys.model.volume import Volume, VolumeAttachment
 from persys.model.workload import workload_of
 from persys.scheduler import keys
 from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
@@ -45,7 +45,7 @@ class DocPut(Put):
     doc: BaseModel | None = None
 
 
-def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment | Volume) -> DocPut:
+def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment | Volume | VolumeAttachment) -> DocPut:
     return DocPut(key, doc.to_json(), doc=doc)
 
 
@@ -55,7 +55,7 @@ class Versioned(Generic[T]):
     mod_revision: int
 
 
-Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment|volume
+Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment|volume|attachment
 
 
 class ClusterState:
@@ -68,6 +68,8 @@ class ClusterState:
         self.nodes: dict[str, Versioned[Node]] = {}
         self.volumes: dict[str, Versioned[Volume]] = {}
         self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
+        self.attachments: dict[str, dict[str, Versioned[VolumeAttachment]]] = {}  # node -> volume -> record
+        self.attached_on: dict[str, set[str]] = {}  # volume -> nodes with an attachment record
         self.placement_of: dict[str, str] = {}  # instance -> node
         self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
         self.pending: set[str] = set()  # instances whose status is Pending (retried as nodes change)
@@ -120,6 +122,8 @@ class ClusterState:
         self.nodes.clear()
         self.volumes.clear()
         self.assignments.clear()
+        self.attachments.clear()
+        self.attached_on.clear()
         self.placement_of.clear()
         self.instances.clear()
         self.pending.clear()
@@ -297,10 +301,8 @@ class ClusterState:
                 n = Node.model_validate_json(value)
                 self.nodes[n.id] = Versioned(n, rev)
                 return "node", n.id
-            if key.startswith(keys.VOLUMES):
-                v = doc if isinstance(doc, Volume) else Volume.model_validate_json(value)
-                self.volumes[v.id] = Versioned(v, rev)
-                return "volume", v.id
+            if key.startswith((keys.VOLUMES, keys.ATTACHMENTS)):
+                return self._fold_storage(key, value, rev, doc)
             if key.startswith(keys.ASSIGNMENTS):
                 a = doc if isinstance(doc, Assignment) else Assignment.model_validate_json(value)
                 self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
@@ -324,6 +326,17 @@ class ClusterState:
             # must not stop the mirror, which would otherwise be handed the same event forever.
             log.error("ignoring undecodable document at %s: %s: %s", key, type(err).__name__, err)
         return "", ""
+
+    def _fold_storage(self, key: str, value: bytes, rev: int, doc: BaseModel | None) -> tuple[str, str]:
+        if key.startswith(keys.VOLUMES):
+            v = doc if isinstance(doc, Volume) else Volume.model_validate_json(value)
+            self.volumes[v.id] = Versioned(v, rev)
+            return "volume", v.id
+        att = doc if isinstance(doc, VolumeAttachment) else VolumeAttachment.model_validate_json(value)
+        node_id, vid = keys.parse_attachment(key)
+        self.attachments.setdefault(node_id, {})[vid] = Versioned(att, rev)
+        self.attached_on.setdefault(vid, set()).add(node_id)
+        return "attachment", f"{node_id}/{vid}"
 
     def _fold_workload(self, wid: str, value: bytes, rev: int, doc: BaseModel | None) -> tuple[str, str]:
         w = doc if isinstance(doc, Workload) else parse_stored(wid, value)
@@ -352,10 +365,8 @@ class ClusterState:
             nid = key.removeprefix(keys.NODES)
             self.nodes.pop(nid, None)
             return "node", nid
-        if key.startswith(keys.VOLUMES):
-            vid = key.removeprefix(keys.VOLUMES)
-            self.volumes.pop(vid, None)
-            return "volume", vid
+        if key.startswith((keys.VOLUMES, keys.ATTACHMENTS)):
+            return self._unfold_storage(key)
         if key.startswith(keys.ASSIGNMENTS):
             nid, wid = keys.parse_assignment(key)
             per_node = self.assignments.get(nid, {})
@@ -366,10 +377,10 @@ class ClusterState:
                 del self.placement_of[wid]
             self._unindex(wid)
             return "assignment", f"{nid}/{wid}"
-        if key == keys.CLUSTER:
-            self.cluster_marker = None
-            return "cluster", ""
-        if key == keys.LEADER:
+        if key in (keys.CLUSTER, keys.LEADER):
+            if key == keys.CLUSTER:
+                self.cluster_marker = None
+                return "cluster", ""
             self.leader = None
             return "leader", ""
         if key.startswith(keys.REPLICAS):
@@ -379,6 +390,22 @@ class ClusterState:
             self.shards = ((), 0)
             return "shards", ""
         return "", ""
+
+    def _unfold_storage(self, key: str) -> tuple[str, str]:
+        if key.startswith(keys.VOLUMES):
+            vid = key.removeprefix(keys.VOLUMES)
+            self.volumes.pop(vid, None)
+            return "volume", vid
+        node_id, vid = keys.parse_attachment(key)
+        on_node = self.attachments.get(node_id, {})
+        on_node.pop(vid, None)
+        if not on_node:
+            self.attachments.pop(node_id, None)
+        nodes = self.attached_on.get(vid, set())
+        nodes.discard(node_id)
+        if not nodes:
+            self.attached_on.pop(vid, None)
+        return "attachment", f"{node_id}/{vid}"
 
     def _index_revision(self, key: str, present: bool) -> None:
         parsed = keys.parse_revision(key)

@@ -33,7 +33,14 @@ class VolumeApi:
         self.s = shell
 
     def view(self, v: Volume) -> dict[str, Any]:
-        return {**v.to_doc(), "usedBy": users_of(v.id, (w.value for w in self.s.state.workloads.values()))[:100]}
+        return {**v.to_doc(), "usedBy": users_of(v.id, (w.value for w in self.s.state.workloads.values()))[:100],
+                "attachments": self._attachments(v.id)}
+
+    def _attachments(self, vid: str) -> list[dict[str, Any]]:
+        state = self.s.state
+        found = (state.attachments.get(node, {}).get(vid) for node in sorted(state.attached_on.get(vid, ())))
+        return [{k: d[k] for k in ("node", "kind", "readOnly", "instances", "since")}
+                for a in found if a is not None for d in (a.value.to_doc(),)]
 
     def get(self, vid: str) -> dict[str, Any]:
         cur = self.s.state.volumes.get(vid)
@@ -43,7 +50,7 @@ class VolumeApi:
 
     def list(self) -> list[dict[str, Any]]:
         users = users_index(w.value for w in self.s.state.workloads.values())
-        return [{**v.value.to_doc(), "usedBy": users.get(vid, [])[:100]}
+        return [{**v.value.to_doc(), "usedBy": users.get(vid, [])[:100], "attachments": self._attachments(vid)}
                 for vid, v in sorted(self.s.state.volumes.items())]
 
     async def apply(self, m: VolumeManifest, dry_run: bool = False) -> tuple[Volume, bool, bool]:
@@ -85,9 +92,6 @@ class VolumeApi:
         problems = volume_problems(spec, v.spec)
         if problems:
             raise ManifestError(problems)
-        if v.spec.driver == "local" and spec.size_mb != v.spec.size_mb and has_data(v):
-            raise MutationRefused(f"volume {v.id} is local and holds data on node {v.node or '?'}: growing it there "
-                                  "is not driven by Persys yet (docs/storage.md)")
         if spec == v.spec and dict(m.metadata.labels) == v.labels:
             return v, False, False
         updated = v.model_copy(update={"spec": spec, "labels": dict(m.metadata.labels), "updated_at": time.time(),
@@ -104,7 +108,8 @@ class VolumeApi:
 
     async def snapshot(self, vid: str, snap: str, delete: bool = False) -> tuple[Volume, bool]:
         """Add `snap` to (or remove it from) the volume's wanted snapshots. Returns (volume,
-        changed); idempotent. Network volumes only: their controller takes the snapshot."""
+        changed); idempotent. The volume controller takes it (network volumes), or the node holding
+        the data (local ones: node_volumes)."""
         self.s.require_normal()
         if not SNAPSHOT_RE.fullmatch(snap):
             raise ManifestError([f"snapshot: {snap[:80]!r} is not a DNS label"])
@@ -114,9 +119,6 @@ class VolumeApi:
             if cur is None:
                 raise NotFound(f"volume {vid}")
             v = cur.value
-            if v.spec.driver == "local":
-                raise MutationRefused(f"volume {vid} is local: its snapshots are taken on its node, which "
-                                      "Persys does not drive yet (docs/storage.md)")
             if v.phase == VolumePhase.DELETING:
                 raise MutationRefused(f"volume {vid} is being deleted")
             wanted = [s for s in v.wanted_snapshots if s != snap] + ([] if delete else [snap])
@@ -142,20 +144,25 @@ class VolumeApi:
             if cur is None:
                 return False, True
             v = cur.value
-            if v.phase == VolumePhase.DELETING:
+            # A local volume whose node left the cluster: nobody can remove its data any more,
+            # so deleting it (again) removes the record, saying so.
+            orphaned = v.spec.driver == "local" and bool(v.node) and v.node not in state.nodes
+            if v.phase == VolumePhase.DELETING and not orphaned:
                 return True, False
             refusal = delete_refusal(v, users_of(vid, (w.value for w in state.workloads.values())))
             if refusal:
                 raise MutationRefused(refusal)
-            if not has_data(v):
+            if not has_data(v) or orphaned:
                 op: Put | Delete = Delete(key)
             else:
                 marked = v.model_copy(update={"phase": VolumePhase.DELETING, "reason": "deletion requested",
                                               "updated_at": time.time()})
                 op = DocPut(key, marked.to_json(), doc=marked)
             if await state.commit([Compare(key, cur.mod_revision)], [op], fenced=False):
+                gone = (f"its node {v.node} left the cluster: the record removed (data left there is not)"
+                        if orphaned else "never provisioned: removed")
                 self.s.emit("VolumeDeleting" if isinstance(op, Put) else "VolumeDeleted", f"volume/{vid}",
-                            "deletion requested" if isinstance(op, Put) else "never provisioned: removed")
+                            "deletion requested" if isinstance(op, Put) else gone)
                 return True, False
             await self.s.refresh(key)
         raise MutationRefused(f"volume {vid} is being changed concurrently; try again")

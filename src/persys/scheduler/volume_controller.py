@@ -3,7 +3,8 @@ reachable from the control plane, unlike a node's local disk) to their backend. 
 volume is provisioned (cloned from its source where it has one), a grown one resized, a
 Deleting one removed with its record. Decisions are pure (`actions`); each step is idempotent,
 so a replica that dies mid-way leaves work the next active replica finishes. Local volumes are
-provisioned by their node's agent at first attach.
+provisioned by their node's agent at first attach, and their other steps are the node's work too
+(`node_volumes`).
 
 A failed step marks the record Failed with the driver's reason (shown by `describe volume`) and
 is retried after a pause; writes are fenced by the leader key, so a deposed replica writes nothing.
@@ -14,58 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
 
-from persys.model.volume import Volume, VolumePhase
+from persys.model.volume import Volume
 from persys.scheduler import keys
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import Versioned, put_doc
+from persys.scheduler.state import put_doc
+from persys.scheduler.volume_steps import Action, Outcome, actions, done, failed
 from persys.storage.base import StorageError, VolumeDriver, VolumeInfo
 from persys.store.base import Compare, Delete
 
+__all__ = ["VolumeController", "actions"]
 log = logging.getLogger(__name__)
 RETRY_S = 10.0  # a failed step waits this long before it is tried again
 IDLE_S = 30.0  # with nothing to do, look again this often (changes wake it at once)
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    kind: Literal["provision", "resize", "delete", "snapshot", "unsnapshot"]
-    volume: Volume
-    mod_revision: int
-    snapshot: str = ""
-
-
-def actions(volumes: Mapping[str, Versioned[Volume]], drivers: Collection[str],
-            not_before: Mapping[str, float], now: float) -> list[Action]:
-    """What to do now for the volumes whose driver this controller has (pure)."""
-    out = []
-    for vid, cur in sorted(volumes.items()):
-        v = cur.value
-        if v.spec.driver == "local" or v.spec.driver not in drivers or not_before.get(vid, 0.0) > now:
-            continue
-        if v.phase == VolumePhase.DELETING:
-            out.append(Action("delete", v, cur.mod_revision))
-        elif v.provisioned_mb == 0 and v.phase in (VolumePhase.PENDING, VolumePhase.FAILED):
-            out.append(Action("provision", v, cur.mod_revision))
-        elif 0 < v.provisioned_mb < v.spec.size_mb:
-            out.append(Action("resize", v, cur.mod_revision))
-        elif v.provisioned_mb and (todo := _snapshot_step(v, cur.mod_revision)) is not None:
-            out.append(todo)
-    return out
-
-
-def _snapshot_step(v: Volume, rev: int) -> Action | None:
-    """The first snapshot to make or remove so the backend's follow the wanted ones."""
-    for snap in v.wanted_snapshots:
-        if snap not in v.snapshots:
-            return Action("snapshot", v, rev, snap)
-    for snap in v.snapshots:
-        if snap not in v.wanted_snapshots:
-            return Action("unsnapshot", v, rev, snap)
-    return None
 
 
 def _source(v: Volume) -> tuple[str, str] | None:
@@ -124,26 +87,22 @@ class VolumeController:
         await self._done(a, info)
 
     async def _done(self, a: Action, info: VolumeInfo | None) -> None:
-        v, key = a.volume, keys.volume(a.volume.id)
-        if info is None:
-            if await self.s.state.commit([Compare(key, a.mod_revision)], [Delete(key)]):
-                self.s.emit("VolumeDeleted", f"volume/{v.id}", f"{v.spec.driver} data removed")
-            return
-        updated = v.model_copy(update={"phase": VolumePhase.AVAILABLE, "provisioned_mb": info.size_mb,
-                                       "snapshots": list(info.snapshots), "reason": "", "updated_at": time.time()})
-        if await self.s.state.commit([Compare(key, a.mod_revision)], [put_doc(key, updated)]):
-            kind, what = {"provision": ("VolumeProvisioned", f"{info.size_mb} MiB on {v.spec.driver}"),
-                          "resize": ("VolumeResized", f"{info.size_mb} MiB"),
-                          "snapshot": ("VolumeSnapshotted", f"snapshot {a.snapshot}"),
-                          "unsnapshot": ("VolumeSnapshotDeleted", f"snapshot {a.snapshot}")}[a.kind]
-            self.s.emit(kind, f"volume/{v.id}", what)
+        await write_outcome(self.s, a, done(a, None if info is None else info.size_mb,
+                                            info.snapshots if info else (), ""))
 
     async def _failed(self, a: Action, reason: str) -> None:
-        v, key = a.volume, keys.volume(a.volume.id)
-        log.warning("volume %s: %s failed: %s", v.id, a.kind, reason)
-        if v.phase == VolumePhase.FAILED and v.reason == reason[:1024]:
-            return
-        phase = VolumePhase.DELETING if a.kind == "delete" else VolumePhase.FAILED  # a delete is retried as one
-        updated = v.model_copy(update={"phase": phase, "reason": reason[:1024], "updated_at": time.time()})
-        if await self.s.state.commit([Compare(key, a.mod_revision)], [put_doc(key, updated)]):
-            self.s.emit("VolumeFailed", f"volume/{v.id}", f"{a.kind}: {reason[:300]}", reason="VolumeFailed")
+        log.warning("volume %s: %s failed: %s", a.volume.id, a.kind, reason)
+        await write_outcome(self.s, a, failed(a, reason))
+
+
+async def write_outcome(shell: Shell, a: Action, outcome: Outcome | None, fenced: bool | str = True) -> bool:
+    """Write a step's outcome over the record it was decided on (compare-and-swap: a record
+    changed meanwhile is decided again) and publish its event. False: nothing was written."""
+    if outcome is None:
+        return False
+    key = keys.volume(a.volume.id)
+    op = Delete(key) if outcome.volume is None else put_doc(key, outcome.volume)
+    if not await shell.state.commit([Compare(key, a.mod_revision)], [op], fenced=fenced):
+        return False
+    shell.emit(outcome.event, f"volume/{a.volume.id}", outcome.message, outcome.reason)
+    return True

@@ -1,8 +1,9 @@
 """A VM (libvirt/QEMU under TCG) boots with a Ceph RBD volume as its data disk and reads what the
-host wrote there: `persys dev --storage` with a ceph-rbd section (the node's cephx key in a
-root-only file), a `kind: Volume` claimed by the VM, QEMU opening the image through librbd with
-the key in a libvirt secret. The node advertises ceph-rbd for VM disks only (no kernel RBD
-here), and a container claiming an RBD volume stays Pending saying so."""
+host wrote there: `persys dev --storage` with a ceph-rbd section (the cephx key in the secret
+store: applied as a `kind: Secret`, read by the controller, handed to the node), a `kind: Volume`
+claimed by the VM, QEMU opening the image through librbd with the key in a libvirt secret. The
+node advertises ceph-rbd for VM disks only (no kernel RBD here), and a container claiming an RBD
+volume stays Pending saying so."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import signal
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,14 +86,13 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
     images = home / "dev" / "images"
     images.mkdir(parents=True)
     kernel, initrd, disk = (_linked(p, images) for p in (test_guest.kernel, test_guest.initrd, test_guest.base_disk))
-    key = home / "ceph-node.key"
-    key.write_text(ceph_cluster.node_key + "\n")
-    key.chmod(0o600)
+    # No keyFile: the cephx key is a secret in the cluster's secret store, which the scheduler's
+    # controller reads and hands to the node (the only secret a node may ask for by itself).
     storage = home / "storage.yaml"
     storage.write_text(
         f"local: {{pool: {home / 'pool'}}}\n"
         f"ceph-rbd: {{monitors: ['{ceph_cluster.mon_host}:{ceph_cluster.mon_port}'], pool: {ceph_cluster.pool}, "
-        f"user: {ceph_cluster.node_user}, secretName: ceph-node, keyFile: {key}}}\n")
+        f"user: {ceph_cluster.node_user}, secretName: ceph-node}}\n")
     vol = f"vmdata-{uuid.uuid4().hex[:6]}"
     _write_image(ceph_cluster, vol, 64, MARKER)
     dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "rbd-node", "--storage", str(storage)),
@@ -99,6 +100,21 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
         (node,) = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
+        missing = node["capabilities"]["storageMissing"]["ceph-rbd"]
+        assert "secret ceph-node" in missing and "ceph-rbd:vm-disk" not in node["capabilities"]["storageDrivers"]
+        ctl("apply", "-f", "-", env=env, stdin=f"""
+apiVersion: persys.dev/v1
+kind: Secret
+metadata: {{name: ceph-node}}
+stringData: {{key: "{ceph_cluster.node_key}"}}
+""")
+
+        def keyed() -> dict[str, Any] | None:
+            (n,) = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
+            return n if "ceph-rbd:vm-disk" in n["capabilities"]["storageDrivers"] else None
+
+        node, took = eventually(keyed, 60, "the node advertising ceph-rbd once its key is in the secret store")
+        print(f"ceph-rbd advertised {took:.1f}s after the secret was applied")
         drivers = node["capabilities"]["storageDrivers"]
         assert "ceph-rbd:vm-disk" in drivers and "ceph-rbd:filesystem" not in drivers, drivers
         assert "kernel" in node["capabilities"]["storageMissing"]["ceph-rbd:filesystem"].lower()

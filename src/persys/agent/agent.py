@@ -53,7 +53,9 @@ from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
-from persys.storage.config import StorageConfig
+from persys.storage.base import StorageError
+from persys.storage.ceph_open import open_ceph
+from persys.storage.config import CephConfig, StorageConfig
 from persys.storage.probe import DriverReport, probe_drivers, simulated_reports
 from persys.tlsfiles import TLSFiles
 
@@ -178,8 +180,10 @@ class Agent:
             if host in ("0.0.0.0", "[::]", ""):
                 host = socket.gethostname()
             self.config.address = f"{host}:{port}"
+        keyed = self._keyed_ceph()
         self._tasks = [
             *self.link.start(),
+            *([asyncio.create_task(self._storage_key_loop(keyed), name="agent-storage-key")] if keyed else []),
             asyncio.create_task(self._reconcile_loop(), name="agent-reconcile"),
             asyncio.create_task(self._usage_loop(), name="agent-usage"),
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
@@ -195,6 +199,46 @@ class Agent:
             self.metrics_servers = await serve_metrics(self.meter.metrics, self.config.tls,
                                                        self.config.metrics_listen, self.config.metrics_plain_listen)
 
+    def _keyed_ceph(self) -> CephConfig | None:
+        """The ceph-rbd section when its key comes from the secret store (no keyFile)."""
+        storage = self.config.storage
+        if storage is None or storage.ceph is None or storage.ceph.key_file or storage.simulate:
+            return None
+        return storage.ceph
+
+    async def _storage_key_loop(self, ceph: CephConfig) -> None:
+        """ceph-rbd's cephx key from the secret store, through the scheduler (only the secret the
+        cluster's storage configuration names); until it comes the node advertises ceph-rbd as
+        missing, saying why. Then the driver is opened, probed, advertised (registering again);
+        the key stays in memory only. Ends once the driver is there."""
+        await self.link.registered.wait()
+        delay = 1.0
+        while True:
+            try:
+                key = (await self.link.resolve_storage_key("ceph-rbd", ceph.secret_name)).decode().strip()
+                driver = await asyncio.to_thread(open_ceph, ceph, self.config.node_id, key)
+                break
+            except grpc.aio.AioRpcError as err:
+                why = f"its cephx key (secret {ceph.secret_name}) not handed out: {(err.details() or '')[:300]}"
+            except (StorageError, UnicodeDecodeError) as err:
+                why = f"ceph-rbd driver could not start: {err}"
+            self._storage_report(probe_drivers({"ceph-rbd": why}))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        self.storage["ceph-rbd"] = driver
+        self.volumes.drivers["ceph-rbd"] = driver
+        self._storage_report(await asyncio.to_thread(probe_drivers, {"ceph-rbd": driver}))
+        log.info("ceph-rbd: cephx key received from the secret store (secret %s)", ceph.secret_name)
+
+    def _storage_report(self, probed: list[DriverReport]) -> None:
+        """Take a new probe of one driver (the others come back "not configured": ignored);
+        register again when what the node advertises changed."""
+        new = {r.driver: r for r in probed if r.configured}
+        merged = [new.get(r.driver, r) for r in self.storage_reports]
+        if merged != self.storage_reports:
+            self.storage_reports = merged
+            self.link.reregister()
+
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         """A long-lived loop must never end while the agent runs: say so loudly if one does.
         (The updates loop ends by itself against a scheduler without StreamUpdates.)"""
@@ -204,7 +248,7 @@ class Agent:
             log.error("agent task %s was cancelled while the agent runs", task.get_name())
         elif (exc := task.exception()) is not None:
             log.error("agent task %s died: %r", task.get_name(), exc, exc_info=exc)
-        elif task.get_name() != "agent-updates":
+        elif task.get_name() not in ("agent-updates", "agent-storage-key"):  # the key's ends once it has it
             log.error("agent task %s ended while the agent runs", task.get_name())
 
     async def stop(self) -> None:

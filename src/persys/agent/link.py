@@ -101,6 +101,10 @@ class SchedulerLink(Protocol):
         """The secret values one of this node's instances references, resolved now."""
         ...
 
+    async def resolve_storage_key(self, driver: str, secret_name: str) -> bytes:
+        """A storage driver's key, from the secret the cluster's storage configuration names."""
+        ...
+
     def refresh_credentials(self) -> None:
         """The node's certificate was renewed: new calls use it, open streams go on."""
         ...
@@ -221,13 +225,23 @@ class GrpcLink:
         self._watch_reopen = True
         call.cancel()
 
-    async def resolve_secrets(self, instance_id: str) -> spb.ResolveSecretsResponse:
-        """The secret values an instance assigned here references (SecretDelivery, over this
-        link's mTLS channel to the active replica); raises grpc.aio.AioRpcError."""
+    def _delivery(self) -> spb_grpc.SecretDeliveryStub:
         if self._channel is None:
             raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                        details="not connected to a scheduler yet")
-        stub = spb_grpc.SecretDeliveryStub(self._channel)
+        return spb_grpc.SecretDeliveryStub(self._channel)
+
+    async def resolve_storage_key(self, driver: str, secret_name: str) -> bytes:
+        """A storage driver's key from the secret store (SecretDelivery.ResolveStorageKey);
+        raises grpc.aio.AioRpcError."""
+        r: spb.ResolveStorageKeyResponse = await self._delivery().ResolveStorageKey(
+            spb.ResolveStorageKeyRequest(node_id=self.node_id, driver=driver, secret_name=secret_name), timeout=10)
+        return r.key
+
+    async def resolve_secrets(self, instance_id: str) -> spb.ResolveSecretsResponse:
+        """The secret values an instance assigned here references (SecretDelivery, over this
+        link's mTLS channel to the active replica); raises grpc.aio.AioRpcError."""
+        stub = self._delivery()
         # With the trace context of the instance's start: the scheduler's span joins the apply's trace.
         r: spb.ResolveSecretsResponse = await stub.ResolveSecrets(
             spb.ResolveSecretsRequest(node_id=self.node_id, instance_id=instance_id), timeout=10,

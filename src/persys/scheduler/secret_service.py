@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
@@ -48,6 +48,7 @@ from persys.security.peer import peer_identity_of
 from persys.security.roles import decide
 
 log = logging.getLogger(__name__)
+STORAGE_KEY = "key"  # the entry of a storage secret that holds the key (ceph-rbd: the cephx key)
 
 
 def _dumps(doc: Any) -> bytes:
@@ -156,29 +157,60 @@ class SecretsService(pb_grpc.SecretsServicer):
 
 class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
     def __init__(self, scheduler: Scheduler, secrets: SecretStore, require_identity: bool = True,
-                 node_simulators: frozenset[str] = frozenset()) -> None:
+                 node_simulators: frozenset[str] = frozenset(), storage_keys: Mapping[str, str] | None = None
+                 ) -> None:
         self.s = scheduler
         self.secrets = secrets
+        # driver -> the secret holding its key, as the scheduler's storage configuration names it:
+        # the only secrets a node may read for itself.
+        self.storage_keys = dict(storage_keys or {})
         self.require_identity = require_identity
         self.node_simulators = node_simulators
         self.budget = CallBudget(CALLS_PER_NODE, "secret resolutions in progress")
 
     async def ResolveSecrets(self, request: pb.ResolveSecretsRequest,  # noqa: N802
                              context: grpc.aio.ServicerContext) -> pb.ResolveSecretsResponse:
-        async with mapped(context):
-            self.s.require_owner(request.node_id)
-        caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, request.node_id)
-        refusal = node_admission.caller_refusal(caller, request.node_id, self.node_simulators)
-        if refusal:
-            await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
-        try:
-            self.budget.acquire(request.node_id)
-        except OverBudgetError as err:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+        await self._as_node(request.node_id, context)
         try:
             return await self._resolve(request, context)
         finally:
             self.budget.release(request.node_id)
+
+    async def ResolveStorageKey(self, request: pb.ResolveStorageKeyRequest,  # noqa: N802
+                                context: grpc.aio.ServicerContext) -> pb.ResolveStorageKeyResponse:
+        await self._as_node(request.node_id, context)
+        try:
+            name = self.storage_keys.get(request.driver)
+            if name is None or request.secret_name != name:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, (
+                    f"secret {request.secret_name[:80]!r} is not the {request.driver[:20]} key the cluster's storage "
+                    f"configuration names (persys scheduler --storage: "
+                    f"{f'secretName {name}' if name else 'no such driver'})"))
+            async with secret_errors(context):
+                data, _ = await self.secrets.get(request.secret_name)
+            key = data.get(STORAGE_KEY)
+            if not key:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"secret {request.secret_name} has no key {STORAGE_KEY!r}")
+            log.info("node %s was handed the %s key (secret %s)", request.node_id, request.driver,
+                     request.secret_name)
+            return pb.ResolveStorageKeyResponse(key=key)
+        finally:
+            self.budget.release(request.node_id)
+
+    async def _as_node(self, node_id: str, context: grpc.aio.ServicerContext) -> None:
+        """The caller is node `node_id`, owned by this replica, within its budget (acquired: the
+        caller releases it)."""
+        async with mapped(context):
+            self.s.require_owner(node_id)
+        caller = peer_identity_of(context) if self.require_identity else Identity(Kind.NODE, node_id)
+        refusal = node_admission.caller_refusal(caller, node_id, self.node_simulators)
+        if refusal:
+            await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
+        try:
+            self.budget.acquire(node_id)
+        except OverBudgetError as err:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
 
     async def _resolve(self, request: pb.ResolveSecretsRequest, context: grpc.aio.ServicerContext
                        ) -> pb.ResolveSecretsResponse:

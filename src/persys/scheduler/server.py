@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
@@ -48,21 +49,22 @@ from persys.scheduler.node_revocations import NodeRevocations
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.secret_admission import SecretAwareGate
-from persys.scheduler.secret_service import SecretDeliveryService, SecretsService, secret_store_check
+from persys.scheduler.secret_service import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.token_pepper import TokenPepper
 from persys.scheduler.token_store import TokenStore
 from persys.scheduler.volume_controller import VolumeController
 from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService
 from persys.scheduler.workload_policy import PolicyGate
-from persys.secrets.base import SecretStore
+from persys.secrets.base import SecretStore, SecretStoreError
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.metrics_access import serve_metrics
 from persys.security.signer import CertificateSigner
+from persys.storage.base import StorageError, VolumeDriver
 from persys.storage.ceph_open import open_ceph
-from persys.storage.config import StorageConfig
+from persys.storage.config import CephConfig, StorageConfig
 from persys.storage.probe import build_drivers
 from persys.storage.rgw import RgwAdmin
 from persys.storage.rgw_access import open_rgw
@@ -71,6 +73,7 @@ from persys.store.metered import MeteredStore
 from persys.tlsfiles import TLSFiles
 
 log = logging.getLogger(__name__)
+KEY_RETRY_S = 5.0  # how often a storage key missing from the secret store is looked for again
 
 
 @dataclass
@@ -116,17 +119,61 @@ class RunningScheduler:
         await self.store.close()
 
 
-def volume_services(scheduler: Scheduler, storage: StorageConfig | None
+def volume_services(scheduler: Scheduler, storage: StorageConfig | None, secrets: SecretStore | None = None
                     ) -> list[Callable[[], Coroutine[None, None, None]]]:
-    """The volume controller over the network backends of `storage` (none: no controller)."""
+    """The volume controller over the network backends of `storage` (none: no controller). A
+    ceph-rbd section without keyFile takes its key from the secret store: the controller starts
+    without that driver and adds it once the secret is there."""
     if storage is None:
         return []
     built = build_drivers(storage, "scheduler", ceph=open_ceph)
+    keyed = storage.ceph is not None and isinstance(built.get("ceph-rbd"), str) and not storage.ceph.key_file
     for name, why in built.items():
-        if isinstance(why, str):
+        if isinstance(why, str) and not (name == "ceph-rbd" and keyed):
             log.error("volume controller: %s driver unavailable: %s", name, why)
     drivers = {k: d for k, d in built.items() if not isinstance(d, str)}
-    return [VolumeController(scheduler, drivers).run]
+
+    async def run() -> None:
+        controller = VolumeController(scheduler, drivers)
+        if not keyed or storage.ceph is None:
+            await controller.run()
+            return
+        keying = asyncio.create_task(_add_keyed_ceph(controller, drivers, storage.ceph, secrets))
+        try:
+            await controller.run()
+        finally:
+            keying.cancel()
+            await asyncio.gather(keying, return_exceptions=True)
+
+    return [run]
+
+
+async def _add_keyed_ceph(controller: VolumeController, drivers: dict[str, VolumeDriver], ceph: CephConfig,
+                          secrets: SecretStore | None) -> None:
+    """Read the cephx key from the secret store until it is there, then drive ceph-rbd volumes
+    too (the driver is kept across activations of this replica)."""
+    warned = False
+    while "ceph-rbd" not in drivers:
+        try:
+            if secrets is None:
+                raise StorageError("no secret store (persys scheduler --secrets) to read it from")
+            data, _ = await secrets.get(ceph.secret_name)
+            key = data.get(STORAGE_KEY, b"").decode().strip()
+            drivers["ceph-rbd"] = await asyncio.to_thread(open_ceph, ceph, "scheduler", key)
+        except (SecretStoreError, StorageError, UnicodeDecodeError) as err:
+            if not warned:
+                log.warning("volume controller: ceph-rbd waits for its cephx key (secret %s, entry %r): %s",
+                            ceph.secret_name, STORAGE_KEY, err)
+                warned = True
+            await asyncio.sleep(KEY_RETRY_S)
+            continue
+        log.info("volume controller: ceph-rbd driven with the key of secret %s", ceph.secret_name)
+    controller.add_driver("ceph-rbd", drivers["ceph-rbd"])
+
+
+def storage_keys(storage: StorageConfig | None) -> dict[str, str]:
+    """driver -> the secret nodes may read its key from (their own storage's key, nothing else)."""
+    return {"ceph-rbd": storage.ceph.secret_name} if storage is not None and storage.ceph is not None else {}
 
 
 async def start_scheduler(
@@ -227,14 +274,15 @@ async def start_scheduler(
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
-    scheduler.active_services += volume_services(scheduler, storage)
+    scheduler.active_services += volume_services(scheduler, storage, secret_store)
     # Buckets on RGW (storage.rgw): served always, so that without an rgw section a call says so.
     rgw = open_rgw(storage.rgw) if storage is not None and storage.rgw is not None else None
     buckets_pb2_grpc.add_BucketsServicer_to_server(BucketsService(scheduler, rgw, secret_store, limits), server)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(
-            SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators), server)
+            SecretDeliveryService(scheduler, secret_store, node_simulators=node_simulators,
+                                  storage_keys=storage_keys(storage)), server)
         scheduler.health_checks.append(secret_store_check(secret_store))
     await scheduler.start()
     audit.start()

@@ -45,6 +45,11 @@ class VolumeController:
         self.not_before: dict[str, float] = {}
         self._wake = asyncio.Event()
 
+    def add_driver(self, name: str, driver: VolumeDriver) -> None:
+        """A backend that became usable later (ceph-rbd once its key is in the secret store)."""
+        self.drivers[name] = driver
+        self._wake.set()
+
     def _on_change(self, kind: str, ident: str) -> None:
         if kind in ("volume", "reset"):
             self._wake.set()

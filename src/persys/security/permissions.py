@@ -43,7 +43,7 @@ BUCKETS = "/persys.v1.Buckets/"
 # node only), never by role.
 NODE_RPCS: frozenset[str] = frozenset(CONTROL + m for m in (
     "RegisterNode", "Heartbeat", "ReportStatus", "StreamUpdates", "WatchAssignments")) | {
-    SECRET_DELIVERY + "ResolveSecrets", "/persys.v1.NodeCertificates/Renew"}
+    SECRET_DELIVERY + "ResolveSecrets", SECRET_DELIVERY + "ResolveStorageKey", "/persys.v1.NodeCertificates/Renew"}
 # A node agent's own service (AgentService): its callers are checked by the agent against their
 # certificate, never by role. These act inside workloads (persysctl exec and cp): a gateway's
 # certificate only, after the gateway checked the user's role (`exec workloads`, `cp workloads`)

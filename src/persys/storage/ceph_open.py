@@ -1,5 +1,6 @@
-"""The ceph-rbd driver from a node's storage configuration: its cephx key read from `keyFile`
-(root-only; a bare key or a Ceph keyring), kept in memory for librbd and for QEMU's VM disks."""
+"""The ceph-rbd driver from a node's storage configuration: its cephx key from the secret store
+(the secret `secretName` names, delivered by the scheduler) or read from `keyFile` (root-only; a
+bare key or a Ceph keyring), kept in memory for librbd and for QEMU's VM disks."""
 
 from __future__ import annotations
 
@@ -44,10 +45,17 @@ class NodeCephDriver(CephRbdDriver):
         return self.config.key
 
 
-def open_ceph(config: CephConfig, node_id: str) -> NodeCephDriver:
-    if not config.key_file:
-        raise StorageError("keyFile: the node's cephx key file is required (the key is never in the configuration)")
-    session = SessionConfig(monitors=config.monitors, user=config.user, key=read_key_file(config.key_file),
+class KeyPending(StorageError):
+    """No keyFile: the key comes from the secret store (`secretName`), and has not come yet."""
+
+
+def open_ceph(config: CephConfig, node_id: str, key: str | None = None) -> NodeCephDriver:
+    """The driver with `key` (from the secret store), else the one in `keyFile`."""
+    if key is None and not config.key_file:
+        raise KeyPending(f"waiting for the cephx key from the secret store (secret {config.secret_name}, "
+                         "entry 'key'); or give the node a keyFile")
+    session = SessionConfig(monitors=config.monitors, user=config.user,
+                            key=key if key is not None else read_key_file(config.key_file),
                             pool=config.pool, secret_name=config.secret_name, conf_path=config.conf)
     problems = session.problems()
     if problems:

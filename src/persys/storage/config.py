@@ -10,8 +10,9 @@
                secretKeyFile: /etc/persys/rgw-admin.key}   # the scheduler's buckets (Ceph RGW)
 
 A driver without its section is not configured on the node (and is reported so). The cephx key
-itself never appears here: `secretName` names it in the secret store; nor does RGW's admin secret
-key: `secretKeyFile` names a root-only file (storage.rgw_access reads it).
+itself never appears here: `secretName` names it in the secret store (the scheduler hands it to
+the node), or `keyFile` a root-only file holding it; nor does RGW's admin secret key:
+`secretKeyFile` names a root-only file (storage.rgw_access reads it).
 """
 
 from __future__ import annotations

@@ -44,11 +44,12 @@ def free_port() -> int:
 
 
 class Dev:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *extra: str) -> None:
         self.home = home
         self.port = free_port()
         self.log = home / "dev.log"
-        self.proc = subprocess.Popen([str(BIN / "persys"), "dev", "--port", str(self.port), "--node-id", "bench"],
+        self.proc = subprocess.Popen([str(BIN / "persys"), "dev", "--port", str(self.port), "--node-id", "bench",
+                                      *extra],
                                      env={**os.environ, "PERSYS_HOME": str(home)}, stdout=self.log.open("w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60

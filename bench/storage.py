@@ -1,44 +1,67 @@
-"""Volume provision + attach -> workload running, through Persys against the same by hand
-(a benchmark, not a test).
+"""Volume provision + attach -> workload running, per driver, through Persys against the same by
+hand in the same run (a benchmark, not a test).
 
-    .venv/bin/python bench/storage.py [--rounds 5] [--size-mb 64]
+    .venv/bin/python bench/storage.py [--drivers local,nfs,ceph-rbd] [--rounds 5] [--sizes 64,1024]
 
-Persys: a scheduler, an agent (`--storage` with a local pool) and a gateway as processes; each
-round applies a process workload with an inline `local` volume and times until the process has
-written a marker into its mounted volume (the scheduler places it, the agent provisions a sparse
-ext4 image, loop-mounts it and starts the process), then deletes it and waits until the volume is
-detached. By hand, in the same run: `truncate`, `mkfs.ext4`, `mount -o loop`, start the same
-shell command writing the same marker, then `umount` and `rm`. Printed: the medians and the
-ratio (target: at most 1.3x by hand).
+local (a process workload; `--sizes` MiB each): a scheduler, an agent with a local pool and a
+gateway as processes; each round applies a process workload with an inline `local` volume and
+times until the process has written a marker into its mounted volume (placed, sparse ext4 image
+provisioned and formatted, loop-mounted, process started), then deletes it. By hand: `truncate`,
+`mkfs.ext4` (the same options), `mount -o loop`, the same shell command.
 
-ceph-rbd and nfs volumes attach to VMs (this machine has no kernel RBD or NFS client); their
-figure is a VM boot under TCG (5-15 s) either way, so the ratio is measured where the volume
-path is the cost: the local driver.
+nfs and ceph-rbd (a VM workload; this machine has no kernel NFS or RBD client, so their volumes
+attach to VMs): `persys dev --storage` with nfs-ganesha and a one-node Ceph cluster started here;
+each round applies a VM with an inline volume of the first size and times apply -> Running (the
+domain started with the volume as its second disk). By hand: the image created (`qemu-img create
+nfs://...`, `rbd create`), the cephx key as a libvirt secret (`virsh secret-define`,
+`secret-set-value`), and `virsh create` of a domain with the same kernel, overlay disk and the
+volume as a network disk: what an operator types.
+
+Printed: per driver (and size) the medians and the ratio (target: at most 1.3x by hand).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.runtimes import Dev, manifest  # noqa: E402
 from tests.e2e.harness import eventually  # noqa: E402
 from tests.gateway.cluster import start_cluster  # noqa: E402
 from tests.storage.loop_pool import sweep_pool  # noqa: E402
 
 SCRIPT = 'echo ok > "{dir}/marker"; exec sleep 600'
+VIRSH = ("virsh", "-q", "-c", "qemu:///system")
 
 
-def manifest(name: str, size_mb: int) -> dict[str, Any]:
+def run(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- local
+
+
+def local_manifest(name: str, size_mb: int) -> dict[str, Any]:
     return {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
             "spec": {"type": "process", "process": {"command": ["sh", "-c", SCRIPT.format(dir="$PERSYS_VOLUME_DATA")]},
                      "resources": {"cpuMillicores": 10, "memoryMb": 16},
@@ -53,7 +76,7 @@ def wait_for(path: Path, timeout: float) -> None:
         time.sleep(0.005)
 
 
-def by_hand(root: Path, i: int, size_mb: int) -> float:
+def local_by_hand(root: Path, i: int, size_mb: int) -> float:
     img, mnt = root / f"hand-{i}.img", root / f"hand-{i}"
     mnt.mkdir()
     t0 = time.perf_counter()
@@ -68,45 +91,185 @@ def by_hand(root: Path, i: int, size_mb: int) -> float:
     proc.wait()
     subprocess.run(["umount", str(mnt)], check=True)
     img.unlink()
+    mnt.rmdir()
     return took
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--size-mb", type=int, default=64)
-    args = ap.parse_args()
+def bench_local(rounds: int, sizes: list[int]) -> list[tuple[str, float, float]]:
     tmp = Path(tempfile.mkdtemp(prefix="persys-bench-storage-"))
     tmp.chmod(0o711)  # the process runs as nobody: it must reach its volume
     pool = tmp / "pool"
     (tmp / "storage.yaml").write_text(f"local: {{pool: {pool}}}\n")
-    hand_times: list[float] = []
-    persys_times: list[float] = []
+    out = []
     cluster = start_cluster(tmp / "cluster", with_agent=True, agent_args=("--storage", str(tmp / "storage.yaml")))
     try:
         http = cluster.client()
         eventually(lambda: [n for n in http.get("/v1/nodes").json() if n["status"] == "Ready"], 60, "node Ready")
-        for i in range(args.rounds):
-            hand_times.append(by_hand(tmp, i, args.size_mb))
-            name = f"bench-{i}"
-            marker = pool / "mounts" / f"{name}-data" / "marker"
-            t0 = time.perf_counter()
-            assert http.post("/v1/workloads", json=manifest(name, args.size_mb)).status_code == 201
-            wait_for(marker, 60)  # polled as often as by hand: the ratio compares the paths, not the polling
-            persys_times.append(time.perf_counter() - t0)
-            http.delete(f"/v1/workloads/{name}")
-            eventually(lambda name=name: http.get(f"/v1/workloads/{name}").status_code == 404, 60, "deleted")
-            print(f"round {i + 1}: by hand {hand_times[-1] * 1000:.0f} ms, persys {persys_times[-1] * 1000:.0f} ms",
-                  flush=True)
+        for size in sizes:
+            hand_times: list[float] = []
+            persys_times: list[float] = []
+            for i in range(rounds):
+                hand_times.append(local_by_hand(tmp, i, size))
+                name = f"bench-{size}-{i}"
+                marker = pool / "mounts" / f"{name}-data" / "marker"
+                t0 = time.perf_counter()
+                assert http.post("/v1/workloads", json=local_manifest(name, size)).status_code == 201
+                wait_for(marker, 120)  # polled as often as by hand: the ratio compares the paths, not the polling
+                persys_times.append(time.perf_counter() - t0)
+                http.delete(f"/v1/workloads/{name}")
+                eventually(lambda name=name: http.get(f"/v1/workloads/{name}").status_code == 404, 60, "deleted")
+                eventually(lambda name=name: http.get(f"/v1/volumes/{name}-data").status_code == 404, 60,
+                           "its volume removed by the node")
+                print(f"local {size} MiB round {i + 1}: by hand {hand_times[-1] * 1000:.0f} ms, "
+                      f"persys {persys_times[-1] * 1000:.0f} ms", flush=True)
+            out.append((f"local {size} MiB (process)", statistics.median(hand_times),
+                        statistics.median(persys_times)))
     finally:
         cluster.stop()
         sweep_pool(pool)
         shutil.rmtree(tmp, ignore_errors=True)
-    hand, ours = statistics.median(hand_times), statistics.median(persys_times)
-    print(f"\nlocal volume ({args.size_mb} MiB) provision + attach -> process running, median of {args.rounds}:")
-    print(f"  by hand (truncate, mkfs.ext4, mount -o loop, start): {hand * 1000:.0f} ms")
-    print(f"  persys (apply -> placed -> provisioned -> mounted -> started): {ours * 1000:.0f} ms")
-    print(f"  ratio x{ours / hand:.2f} (target <= 1.3)")
+    return out
+
+
+# --------------------------------------------------------------------------- nfs and ceph-rbd (VMs)
+
+
+def _domain_xml(name: str, guest: Any, overlay: Path, log: Path, volume_disk: str) -> str:
+    return f"""<domain type='qemu'><name>{name}</name><memory unit='MiB'>256</memory><vcpu>1</vcpu>
+<os><type arch='x86_64' machine='pc'>hvm</type><kernel>{guest.kernel}</kernel><initrd>{guest.initrd}</initrd>
+<cmdline>console=ttyS0</cmdline></os><devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/>
+<source file='{overlay}'/><target dev='vda' bus='virtio'/></disk>{volume_disk}
+<serial type='file'><source path='{log}'/><target port='0'/></serial></devices></domain>"""
+
+
+def vm_by_hand(home: Path, guest: Any, driver: str, size_mb: int, ceph: Any, nfs: Any
+               ) -> tuple[float, Callable[[], None]]:
+    name = f"hand-{uuid.uuid4().hex[:6]}"
+    overlay = home / f"{name}.qcow2"
+    xml = home / f"{name}.xml"
+    undo: list[Callable[[], object]] = []
+    t0 = time.perf_counter()
+    run("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(guest.base_disk), str(overlay))
+    if driver == "nfs":
+        path = f"{nfs.export.base}/{name}.img"
+        run("qemu-img", "create", "-q", "-f", "raw", nfs.export.qemu_url(f"/{name}.img"), f"{size_mb}M")
+        undo.append(lambda: (nfs.folder / f"{name}.img").unlink(missing_ok=True))
+        disk = (f"<disk type='network' device='disk'><driver name='qemu' type='raw'/><source protocol='nfs' "
+                f"name='{path.lstrip('/')}'><host name='{nfs.export.server}'/></source>"
+                "<target dev='vdb' bus='virtio'/></disk>")
+    else:
+        auth = ("-c", str(ceph.conf), "--id", "admin", "--keyring", str(ceph.admin_keyring))
+        run("rbd", *auth, "create", "--size", str(size_mb), f"{ceph.pool}/{name}")
+        undo.append(lambda: run("rbd", *auth, "rm", "--no-progress", f"{ceph.pool}/{name}"))
+        secret = str(uuid.uuid4())
+        sxml = home / f"{name}-secret.xml"
+        sxml.write_text(f"<secret ephemeral='yes' private='yes'><uuid>{secret}</uuid>"
+                        f"<usage type='ceph'><name>bench {name}</name></usage></secret>")
+        run(*VIRSH, "secret-define", str(sxml))
+        undo.append(lambda: run(*VIRSH, "secret-undefine", secret))
+        keyfile = home / f"{name}.key"
+        keyfile.write_bytes(base64.b64decode(ceph.node_key))
+        keyfile.chmod(0o600)
+        run(*VIRSH, "secret-set-value", secret, "--file", str(keyfile), "--plain")
+        disk = (f"<disk type='network' device='disk'><driver name='qemu' type='raw' cache='none'/>"
+                f"<source protocol='rbd' name='{ceph.pool}/{name}'><host name='{ceph.mon_host}' "
+                f"port='{ceph.mon_port}'/></source><auth username='{ceph.node_user}'><secret type='ceph' "
+                f"uuid='{secret}'/></auth><target dev='vdb' bus='virtio'/></disk>")
+    xml.write_text(_domain_xml(name, guest, overlay, home / f"{name}.log", disk))
+    run(*VIRSH, "create", str(xml))
+    took = time.perf_counter() - t0
+
+    def cleanup() -> None:
+        run(*VIRSH, "destroy", name)
+        for step in reversed(undo):
+            step()
+        overlay.unlink(missing_ok=True)
+
+    return took, cleanup
+
+
+@contextlib.contextmanager
+def backends(tmp: Path, drivers: list[str]) -> Iterator[tuple[Any, Any]]:
+    from tests.ceph_cluster import start_ceph
+    from tests.nfs_server import start_nfs_server
+
+    nfs = start_nfs_server(tmp / "nfs") if "nfs" in drivers else None
+    try:
+        if "ceph-rbd" not in drivers:
+            yield None, nfs
+            return
+        with start_ceph(tmp) as ceph:
+            yield ceph, nfs
+    finally:
+        if nfs is not None:
+            nfs.stop()
+
+
+def bench_vm_volumes(rounds: int, size_mb: int, drivers: list[str]) -> list[tuple[str, float, float]]:
+    from tests.vm_fixtures import build_test_guest
+
+    guest = build_test_guest()
+    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-bench-vmvol-"))
+    home.chmod(0o755)  # QEMU (user libvirt-qemu) must reach the VM files
+    (home / "nfs").mkdir()
+    (home / "nfs").chmod(0o700)
+    out = []
+    with backends(home, drivers) as (ceph, nfs):
+        lines = [f"local: {{pool: {home / 'pool'}}}"]
+        if nfs is not None:
+            e = nfs.export
+            lines.append(f"nfs: {{server: {e.server}, port: {e.port}, export: {e.export}}}")
+        if ceph is not None:
+            key = home / "ceph-node.key"
+            key.write_text(ceph.node_key + "\n")
+            key.chmod(0o600)
+            lines.append(f"ceph-rbd: {{monitors: ['{ceph.mon_host}:{ceph.mon_port}'], pool: {ceph.pool}, "
+                         f"user: {ceph.node_user}, secretName: ceph-node, keyFile: {key}}}")
+        (home / "storage.yaml").write_text("\n".join(lines) + "\n")
+        dev = Dev(home, "--storage", str(home / "storage.yaml"))
+        try:
+            for driver in drivers:
+                ours, theirs = [], []
+                for i in range(rounds):
+                    name = f"bench-{driver}-{i}"
+                    doc = manifest(name, "vm", {"image": str(guest.base_disk), "kernel": str(guest.kernel),
+                                                "initrd": str(guest.initrd), "cmdline": "console=ttyS0",
+                                                "memoryMb": 256})
+                    doc["spec"]["resources"]["memoryMb"] = 256
+                    doc["spec"]["volumes"] = [{"name": "data", "driver": driver, "sizeMb": size_mb,
+                                               "mountPath": "/dev/vdb"}]
+                    ours.append(dev.apply_until_running(doc))
+                    dev.delete(name)
+                    eventually(lambda name=name: dev.http.get(f"/v1/volumes/{name}-data").status_code == 404, 60,
+                               "its volume removed")
+                    took, cleanup = vm_by_hand(home, guest, driver, size_mb, ceph, nfs)
+                    theirs.append(took)
+                    cleanup()
+                    print(f"{driver} round {i + 1}: by hand {took * 1000:.0f} ms, persys {ours[-1] * 1000:.0f} ms",
+                          flush=True)
+                out.append((f"{driver} {size_mb} MiB (VM)", statistics.median(theirs), statistics.median(ours)))
+        finally:
+            dev.stop()
+            shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--drivers", default="local,nfs,ceph-rbd")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sizes", default="64,1024", help="local volume sizes in MiB (the VMs use the first)")
+    args = ap.parse_args()
+    drivers = [d for d in args.drivers.split(",") if d]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results = bench_local(args.rounds, sizes) if "local" in drivers else []
+    network = [d for d in drivers if d != "local"]
+    if network:
+        results += bench_vm_volumes(args.rounds, sizes[0], network)
+    print(f"\nvolume provision + attach -> workload running, median of {args.rounds}:")
+    for what, hand, ours in results:
+        print(f"  {what:<26} by hand {hand * 1000:7.0f} ms   persys {ours * 1000:7.0f} ms   "
+              f"ratio x{ours / hand:.2f} (target <= 1.3)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from persys.model import parse_manifests
 from persys.model.kinds import parse_all, validate_volume
 from persys.model.manifest import ManifestError
 from persys.model.volume import ReclaimPolicy, VolumeAccess, inline_spec, inline_volume_id
@@ -65,3 +66,19 @@ def test_inline_volumes_stand_for_records() -> None:
     assert inline_volume_id("web", "data") == "web-data"
     long = inline_volume_id("w" * 60, "Data_Dir")
     assert len(long) <= 63 and long != inline_volume_id("w" * 60, "data-dir")
+
+
+@pytest.mark.parametrize(("type_", "body"), [
+    ("compose", {"inline": "services: {web: {image: busybox}}"}),
+    ("microvm", {"kernel": "/k", "memoryMb": 64}),
+])
+def test_types_without_persys_volumes_refuse_them(type_: str, body: dict[str, Any]) -> None:
+    """Refused at apply, naming the field and what to use instead: never accepted and ignored."""
+    doc = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "w"},
+           "spec": {"type": type_, type_: body, "volumes": [{"name": "d", "driver": "local", "sizeMb": 8,
+                                                              "mountPath": "/d"}]}}
+    with pytest.raises(ManifestError, match=r"spec\.volumes: ") as refused:
+        parse_manifests(yaml.safe_dump(doc))
+    assert "vm workload" in str(refused.value)
+    del doc["spec"]["volumes"]
+    assert parse_manifests(yaml.safe_dump(doc))  # the same without volumes is fine

@@ -23,6 +23,13 @@ NonNegInt = Annotated[StrictInt, Field(ge=0)]
 # into float scores): large enough for any real machine, small enough that no sum overflows.
 MAX_QUANTITY = 2**40  # millicores, MiB
 Quantity = Annotated[StrictInt, Field(ge=0, le=MAX_QUANTITY)]
+# Workload types Persys volumes are not attached to yet, and what to do instead (refused at apply:
+# a volume asked for and silently missing would be worse).
+VOLUMELESS_TYPES = {
+    "compose": "compose projects keep their data in their own named volumes (top-level `volumes:` of the "
+               "project); Persys volumes are attached to container, process and vm workloads",
+    "microvm": "microVMs do not take Persys volumes yet; use a vm workload (local, nfs and ceph-rbd disks)",
+}
 MAX_ITEMS = 64  # constraints, tolerations, selector entries, volumes, features per workload
 LabelKey = Annotated[StrictStr, Field(min_length=1, max_length=253)]
 LabelValue = Annotated[StrictStr, Field(max_length=253)]
@@ -365,6 +372,8 @@ class WorkloadSpec(Model):
                      for t in WORKLOAD_TYPES if t != self.type and getattr(self, t) is not None]
         if self.secrets is not None and not problems:
             problems += ref_problems(self.type, set(self.plain_env()), self.secrets)
+        if self.volumes and self.type in VOLUMELESS_TYPES:
+            problems.append(f"spec.volumes: {VOLUMELESS_TYPES[self.type]}")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -1,7 +1,7 @@
 """Volume provision + attach -> workload running, per driver, through Persys against the same by
 hand in the same run (a benchmark, not a test).
 
-    .venv/bin/python bench/storage.py [--drivers local,nfs,ceph-rbd] [--rounds 5] [--sizes 64,1024]
+    .venv/bin/python bench/storage.py [--drivers local,nfs,ceph-rbd] [--rounds 5] [--sizes 64,1024,10240]
 
 local (a process workload; `--sizes` MiB each): a scheduler, an agent with a local pool and a
 gateway as processes; each round applies a process workload with an inline `local` volume and
@@ -258,7 +258,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--drivers", default="local,nfs,ceph-rbd")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--sizes", default="64,1024", help="local volume sizes in MiB (the VMs use the first)")
+    ap.add_argument("--sizes", default="64,1024,10240", help="local volume sizes in MiB (the VMs use the first)")
     args = ap.parse_args()
     drivers = [d for d in args.drivers.split(",") if d]
     sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -23,7 +23,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import grpc
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
@@ -58,9 +59,6 @@ from persys.storage.ceph_open import open_ceph
 from persys.storage.config import CephConfig, StorageConfig
 from persys.storage.probe import DriverReport, probe_drivers, simulated_reports
 from persys.tlsfiles import TLSFiles
-
-if TYPE_CHECKING:
-    import grpc
 
 log = logging.getLogger(__name__)
 Observed = dict[str, tuple[Runtime, ObservedWorkload]]

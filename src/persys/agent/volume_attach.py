@@ -169,7 +169,7 @@ class VolumeAttacher:
         async with self._lock:
             try:
                 if task.op == "delete":
-                    if self._held.get(vid):
+                    if self.holds(vid):
                         raise VolumeBusy(f"in use here by {', '.join(sorted(self._held[vid]))}")
                     await asyncio.to_thread(driver.detach, vid)  # a leftover no instance holds
                     await asyncio.to_thread(driver.delete, vid)

@@ -20,7 +20,7 @@ MAX_QUEUED = 64  # steps waiting here at most (the scheduler names the rest agai
 TaskKey = tuple[str, str, str]  # (volume, op, snapshot)
 
 
-def _key(t: pb.VolumeTask | pb.VolumeTaskResult) -> TaskKey:
+def _key(t: pb.VolumeTask) -> TaskKey:
     return t.volume_id, t.op, t.snapshot
 
 

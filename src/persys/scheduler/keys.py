@@ -59,11 +59,6 @@ def attachment(node_id: str, volume_id: str) -> str:
     return f"{ATTACHMENTS}{node_id}/{volume_id}"
 
 
-def attachments_of(node_id: str) -> str:
-    """The prefix of one node's attachment records (the trailing '/' keeps `a` from `a-2`)."""
-    return f"{ATTACHMENTS}{node_id}/"
-
-
 def parse_attachment(key: str) -> tuple[str, str]:
     node_id, _, volume_id = key.removeprefix(ATTACHMENTS).partition("/")
     return node_id, volume_id

@@ -41,7 +41,7 @@ from persys.store.base import Compare, Delete
 
 log = logging.getLogger(__name__)
 MAX_TASKS = 32  # volume tasks in one heartbeat answer (the rest follow in later ones)
-MAX_ATTACHED = 1024  # attachments one report may list (more are ignored, and logged)
+MAX_ATTACHED = 1024  # attachments one report may list (a longer list is not taken as complete)
 MAX_RESULTS = 64  # task results one report may carry
 KINDS = ("filesystem", "vm-disk")
 

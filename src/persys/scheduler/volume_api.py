@@ -38,9 +38,12 @@ class VolumeApi:
 
     def _attachments(self, vid: str) -> list[dict[str, Any]]:
         state = self.s.state
-        found = (state.attachments.get(node, {}).get(vid) for node in sorted(state.attached_on.get(vid, ())))
-        return [{k: d[k] for k in ("node", "kind", "readOnly", "instances", "since")}
-                for a in found if a is not None for d in (a.value.to_doc(),)]
+        out = []
+        for node in sorted(state.attached_on.get(vid, ())):
+            if (a := state.attachments.get(node, {}).get(vid)) is not None:
+                doc = a.value.to_doc()
+                out.append({k: doc[k] for k in ("node", "kind", "readOnly", "instances", "since")})
+        return out
 
     def get(self, vid: str) -> dict[str, Any]:
         cur = self.s.state.volumes.get(vid)

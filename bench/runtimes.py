@@ -62,6 +62,20 @@ class Dev:
         ctx.load_cert_chain(cfg["cert"], cfg["key"])
         self.http = httpx.Client(base_url=cfg["server"], verify=ctx, timeout=30)
 
+    def served(self, path: str | Path) -> str:
+        """`path` linked (or copied) under the node paths `persys dev` serves: a node refuses VM
+        files anywhere else (the nodePaths policy)."""
+        images = self.home / "dev" / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        src = Path(path)
+        dest = images / src.name
+        if not dest.exists():
+            try:
+                os.link(src, dest)
+            except OSError:
+                shutil.copy2(src, dest)
+        return str(dest)
+
     def runtimes(self) -> set[str]:
         return set(self.http.get("/v1/nodes").json()[0]["capabilities"]["runtimes"])
 
@@ -69,7 +83,8 @@ class Dev:
         name = doc["metadata"]["name"]
         t0 = time.monotonic()
         r = self.http.post("/v1/workloads", json=doc)
-        r.raise_for_status()
+        if r.is_error:
+            raise SystemExit(f"applying {name}: {r.status_code} {r.text}")
         while True:
             w = self.http.get(f"/v1/workloads/{name}").json()
             if w["phase"] == "Running":
@@ -226,15 +241,17 @@ def main() -> None:
                     hand = lambda: by_hand_compose(home)  # noqa: E731
                 elif rt == "vm":
                     g = vm_guest
-                    doc = manifest(name, "vm", {"image": str(g.base_disk), "kernel": str(g.kernel),  # type: ignore[union-attr]
-                                                "initrd": str(g.initrd), "cmdline": "console=ttyS0",  # type: ignore[union-attr]
-                                                "memoryMb": 256})
+                    doc = manifest(name, "vm", {"image": dev.served(g.base_disk),  # type: ignore[union-attr]
+                                                "kernel": dev.served(g.kernel),  # type: ignore[union-attr]
+                                                "initrd": dev.served(g.initrd),  # type: ignore[union-attr]
+                                                "cmdline": "console=ttyS0", "memoryMb": 256})
                     doc["spec"]["resources"]["memoryMb"] = 256
                     hand = lambda: by_hand_vm(home, vm_guest)  # noqa: E731
                 else:
                     g2 = mvm_guest
-                    doc = manifest(name, "microvm", {"kernel": str(g2.kernel), "initrd": str(g2.initrd),  # type: ignore[union-attr]
-                                                     "rootfs": str(g2.rootfs), "memoryMb": 128,  # type: ignore[union-attr]
+                    doc = manifest(name, "microvm", {"kernel": dev.served(g2.kernel),  # type: ignore[union-attr]
+                                                     "initrd": dev.served(g2.initrd),  # type: ignore[union-attr]
+                                                     "rootfs": dev.served(g2.rootfs), "memoryMb": 128,  # type: ignore[union-attr]
                                                      "cmdline": "console=ttyS0 quiet pci=off"})
                     doc["spec"]["resources"]["memoryMb"] = 160
                     hand = lambda: by_hand_microvm(home, mvm_guest)  # noqa: E731

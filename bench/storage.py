@@ -49,7 +49,10 @@ VIRSH = ("virsh", "-q", "-c", "qemu:///system")
 
 
 def run(*argv: str) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120).stdout
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()[-800:]}")
+    return r.stdout
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -155,7 +158,7 @@ def vm_by_hand(home: Path, guest: Any, driver: str, size_mb: int, ceph: Any, nfs
         run("qemu-img", "create", "-q", "-f", "raw", nfs.export.qemu_url(f"/{name}.img"), f"{size_mb}M")
         undo.append(lambda: (nfs.folder / f"{name}.img").unlink(missing_ok=True))
         disk = (f"<disk type='network' device='disk'><driver name='qemu' type='raw'/><source protocol='nfs' "
-                f"name='{path.lstrip('/')}'><host name='{nfs.export.server}'/></source>"
+                f"name='{path}'><host name='{nfs.export.server}'/><identity user='+0' group='+0'/></source>"
                 "<target dev='vdb' bus='virtio'/></disk>")
     else:
         auth = ("-c", str(ceph.conf), "--id", "admin", "--keyring", str(ceph.admin_keyring))
@@ -232,9 +235,9 @@ def bench_vm_volumes(rounds: int, size_mb: int, drivers: list[str]) -> list[tupl
                 ours, theirs = [], []
                 for i in range(rounds):
                     name = f"bench-{driver}-{i}"
-                    doc = manifest(name, "vm", {"image": str(guest.base_disk), "kernel": str(guest.kernel),
-                                                "initrd": str(guest.initrd), "cmdline": "console=ttyS0",
-                                                "memoryMb": 256})
+                    doc = manifest(name, "vm", {"image": dev.served(guest.base_disk),
+                                                "kernel": dev.served(guest.kernel), "initrd": dev.served(guest.initrd),
+                                                "cmdline": "console=ttyS0", "memoryMb": 256})
                     doc["spec"]["resources"]["memoryMb"] = 256
                     doc["spec"]["volumes"] = [{"name": "data", "driver": driver, "sizeMb": size_mb,
                                                "mountPath": "/dev/vdb"}]

@@ -31,6 +31,8 @@ class ReceivedSpan:
     status: int  # 0 unset, 1 ok, 2 error
     attributes: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, attributes)
+    start_ns: int = 0  # wall clock, Unix nanoseconds
+    end_ns: int = 0
 
 
 def _value(v: AnyValue) -> Any:
@@ -56,7 +58,8 @@ class _Service(trace_service_pb2_grpc.TraceServiceServicer):
                         name=s.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
                         parent_id=s.parent_span_id.hex(), kind=s.kind, status=s.status.code,
                         attributes={a.key: _value(a.value) for a in s.attributes},
-                        events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in s.events]))
+                        events=[(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in s.events],
+                        start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano))
         self.sink.add(got)
         return trace_service_pb2.ExportTraceServiceResponse()
 

@@ -3,6 +3,7 @@ disks keep their hosts and credentials out of the XML (a libvirt secret's uuid o
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def test_data_disks_follow_the_boot_disk(tmp_path: Path) -> None:
                        data_disks=(DataDisk("file", "/pool/images/v1.img"),
                                    DataDisk("rbd", "vols/v2", (("127.0.0.1", 3300),), read_only=True,
                                             auth_user="persys-node", secret_uuid="u-1"),
-                                   DataDisk("nfs", "export/persys/v3.img", (("10.0.0.9", 2049),))))
+                                   DataDisk("nfs", "/export/persys/v3.img", (("10.0.0.9", 0),), identity=(0, 0))))
     disks = ET.fromstring(domain_xml(cfg)).findall("devices/disk")
     assert [d.find("target").get("dev") for d in disks] == ["vda", "vdb", "vdc", "vdd"]  # type: ignore[union-attr]
     f, rbd, nfs = disks[1:]
@@ -29,6 +30,9 @@ def test_data_disks_follow_the_boot_disk(tmp_path: Path) -> None:
     assert [(h.get("name"), h.get("port")) for h in src.findall("host")] == [("127.0.0.1", "3300")]
     assert rbd.find("auth/secret").get("uuid") == "u-1" and rbd.find("readonly") is not None  # type: ignore[union-attr]
     assert nfs.find("source").get("protocol") == "nfs"  # type: ignore[union-attr]
+    # libvirt refuses a port on an nfs host (QEMU asks the server's portmapper)
+    assert [(h.get("name"), h.get("port")) for h in nfs.findall("source/host")] == [("10.0.0.9", None)]
+    assert nfs.find("source/identity").attrib == {"user": "+0", "group": "+0"}  # type: ignore[union-attr]
 
 
 def test_attachments_become_disks_without_keys_in_them() -> None:
@@ -37,7 +41,8 @@ def test_attachments_become_disks_without_keys_in_them() -> None:
               VolumeMount("b", "/b", True, Attachment("v2", "n", AttachKind.VM_DISK, True,
                                                       disk=DiskSource("nfs", "nfs://10.0.0.9:2050/ex/p/v2.img?version=4"))))
     got = data_disks(None, mounts)  # file and nfs disks need no libvirt secret (no connection used)
-    assert got == (DataDisk("file", "/pool/v1.img"), DataDisk("nfs", "ex/p/v2.img", (("10.0.0.9", 2050),), True))
+    assert got == (DataDisk("file", "/pool/v1.img"), DataDisk("nfs", "/ex/p/v2.img", (("10.0.0.9", 0),), True,
+                                                                    identity=(os.geteuid(), os.getegid())))
 
 
 def test_processes_get_their_volume_directories(tmp_path: Path) -> None:

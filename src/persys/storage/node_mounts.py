@@ -1,4 +1,4 @@
-"""What the node kernel says is mounted and loop-attached (`/proc/self/mountinfo`, `losetup -J`),
+"""What the node kernel says is mounted and loop-attached (`/proc/self/mountinfo`, sysfs),
 and the mount/unmount steps the drivers share. State is always read from the kernel, never kept
 in memory, so a fresh driver instance after a crash sees what the old one left."""
 
@@ -69,7 +69,26 @@ def mount_at(path: Path) -> Mount | None:
     return found[-1] if found else None  # stacked mounts: the top one is what is seen
 
 
+SYS_BLOCK = Path("/sys/block")
+
+
 def loop_devices(timeout: float) -> list[LoopDevice]:
+    """The bound loop devices, read from sysfs (what `losetup` reads, without a process: this runs
+    before every attach and detach); `losetup -J` where sysfs has no block folder."""
+    if not SYS_BLOCK.is_dir():
+        return _losetup_devices(timeout)
+    devices = []
+    for dev in sorted(SYS_BLOCK.glob("loop*")):
+        try:
+            back = (dev / "loop" / "backing_file").read_text().rstrip("\n")
+            ro = (dev / "ro").read_text().strip() == "1"
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not bound (its loop/ folder exists only while it is), or unbound meanwhile
+        devices.append(LoopDevice(f"/dev/{dev.name}", back.removesuffix(" (deleted)"), ro))
+    return devices
+
+
+def _losetup_devices(timeout: float) -> list[LoopDevice]:
     out = run(["losetup", "-J", "-l"], timeout=timeout).stdout.strip()
     if not out:
         return []  # losetup prints nothing at all when no device is attached

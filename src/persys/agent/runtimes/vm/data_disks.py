@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import uuid
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -38,11 +39,16 @@ def data_disks(conn: Any, mounts: tuple[VolumeMount, ...]) -> tuple[DataDisk, ..
         if src.protocol == "file":
             out.append(DataDisk("file", src.path, read_only=m.read_only))
         elif src.protocol == "nfs":
-            # nfs://host[:port]/export/path -> libvirt's source name "export/path" and its host
+            # nfs://host[:port]/export/path -> libvirt's source name "/export/path" (absolute: the
+            # server refuses to mount "export/...") and its host, without a port: libvirt refuses
+            # one for nfs, and QEMU's libnfs asks the server's portmapper for its ports anyway.
             rest = src.path.removeprefix("nfs://").split("?", 1)[0]
-            hostport, _, path = rest.partition("/")
-            host, _, port = hostport.partition(":")
-            out.append(DataDisk("nfs", path, ((host, int(port or 2049)),), read_only=m.read_only))
+            hostport, slash, tail = rest.partition("/")
+            path = slash + tail
+            host = hostport.rsplit(":", 1)[0] if hostport.count(":") == 1 else hostport
+            # The agent made the image (0600, its own): QEMU opens it as the agent.
+            out.append(DataDisk("nfs", path, ((host, 0),), read_only=m.read_only,
+                                identity=(os.geteuid(), os.getegid())))
         else:
             secret = ""
             if src.user:

@@ -33,11 +33,14 @@ class DataDisk:
     libnfs)."""
 
     protocol: str  # file | rbd | nfs
-    source: str  # path, "pool/image", or "export/path/file" (nfs, without the leading /)
-    hosts: tuple[tuple[str, int], ...] = ()
+    source: str  # path, "pool/image", or "/export/path/file" (nfs)
+    hosts: tuple[tuple[str, int], ...] = ()  # (name, port); port 0: none given (nfs)
     read_only: bool = False
     auth_user: str = ""  # rbd: cephx user
     secret_uuid: str = ""  # rbd: the libvirt secret holding its key
+    # nfs: the uid and gid QEMU presents to the server (AUTH_SYS): the owner of the volume's image
+    # (mode 0600), which QEMU's own user is not.
+    identity: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,12 @@ def _data_disk(devices: ET.Element, d: DataDisk, dev: str) -> None:
         _sub(disk, "driver", name="qemu", type="raw", cache="none" if d.protocol == "rbd" else "default")
         src = _sub(disk, "source", protocol=d.protocol, name=d.source)
         for host, port in d.hosts:
-            _sub(src, "host", name=host, port=str(port))
+            if port:
+                _sub(src, "host", name=host, port=str(port))
+            else:
+                _sub(src, "host", name=host)
+        if d.identity is not None:
+            _sub(src, "identity", user=f"+{d.identity[0]}", group=f"+{d.identity[1]}")
         if d.auth_user:
             auth = _sub(disk, "auth", username=d.auth_user)
             _sub(auth, "secret", type="ceph", uuid=d.secret_uuid)

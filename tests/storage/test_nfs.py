@@ -10,15 +10,17 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from persys.storage import libnfs
 from persys.storage.base import AttachKind, StorageError, Unsupported, VolumeBusy, VolumeNotFound
 from persys.storage.commands import CommandFailed
 from persys.storage.nfs import NfsDriver
-from persys.storage.nfs_export import Marker, NfsExport, parse_marker
+from persys.storage.nfs_export import ROOT, Marker, NfsExport, holder_tag, parse_marker, tmp
 from persys.storage.nfs_probe import NO_KERNEL_CLIENT, kernel_client_missing, qemu_reason
 from tests.nfs_server import NfsServer
 from tests.storage.contract import DriverContract, has_marker, new_id, write_marker
@@ -98,9 +100,16 @@ def test_a_crash_leaves_nothing_after_the_retry(node_a: NfsDriver, nfs_server: N
     vid = new_id()
     root = nfs_server.folder / "persys"
     root.mkdir(exist_ok=True)
-    (root / f"{vid}.img.tmp").write_bytes(b"half-made")  # killed during qemu-img create
+    mine = Path(tmp(f"{ROOT}/{vid}.img", node_a._holder)).name
+    (root / mine).write_bytes(b"half-made")  # killed during qemu-img create
     node_a.provision(vid, 8)
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(vid)) == [vid, f"{vid}.img"]
+    # A client that crashed and came back as a new instance (its own temporary names) left work:
+    # kept while it might still be running, removed with the volume.
+    theirs = tmp(f"{vid}.img", holder_tag("scheduler", "0ld1d"))
+    (root / theirs).write_bytes(b"half-made by an earlier replica")
+    node_a.provision(vid, 8)
+    assert (root / theirs).exists()
     # killed between the attachment record and the mount: found by a fresh instance, then cleared
     (root / ".attach" / Marker(vid, "node-a", AttachKind.FILESYSTEM, False).name).touch()
     fresh = NfsDriver(node_a.export, "node-a", mount_root=node_a.mount_root)
@@ -109,6 +118,69 @@ def test_a_crash_leaves_nothing_after_the_retry(node_a: NfsDriver, nfs_server: N
     assert fresh.attached() == []
     fresh.delete(vid)
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(vid)) == []
+
+
+@pytest.mark.parametrize("from_source", [False, True], ids=["fresh", "clone"])
+def test_two_clients_provisioning_one_volume_at_once(node_a: NfsDriver, node_b: NfsDriver, nfs_server: NfsServer,
+                                                     from_source: bool) -> None:
+    """The scheduler's controller and the node of the first attach (or two nodes) may provision
+    one volume together: both succeed, one image and one folder remain, no work is left."""
+    root = nfs_server.folder / "persys"
+    source = None
+    if from_source:
+        src = new_id("s")
+        node_a.provision(src, 16)
+        (root / src / "file.txt").write_text("in the source")
+        source = ("volume", src)
+    vid = new_id()
+    start = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def provision(d: NfsDriver) -> None:
+        start.wait()
+        try:
+            results[d.node_id] = d.provision(vid, 16, source=source).size_mb
+        except Exception as e:
+            results[d.node_id] = e
+
+    threads = [threading.Thread(target=provision, args=(d,)) for d in (node_a, node_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {"node-a": 16, "node-b": 16}
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(vid)) == [vid, f"{vid}.img"]
+    if from_source:
+        assert (root / vid / "file.txt").read_text() == "in the source"
+    node_a.delete(vid)
+
+
+def test_a_late_publisher_keeps_what_another_published(node_a: NfsDriver, node_b: NfsDriver,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """node-b looked before node-a published the image and data was written since: node-b's
+    fresh image does not replace it (a rename would have)."""
+    vid = new_id()
+    node_a.provision(vid, 16)
+    att = node_a.attach(vid, AttachKind.VM_DISK)
+    write_marker(att, "written after node-a published", "")
+    node_a.detach(vid)
+    real_stat = libnfs.NfsSession.stat
+    looked: list[str] = []
+
+    def stale_stat(self: libnfs.NfsSession, path: str, follow: bool = True) -> libnfs.Entry | None:
+        if path == f"{ROOT}/{vid}.img" and not looked:
+            looked.append(path)
+            return None  # what node-b saw before node-a's image appeared
+        return real_stat(self, path, follow=follow)
+
+    monkeypatch.setattr(libnfs.NfsSession, "stat", stale_stat)
+    assert node_b.provision(vid, 16).size_mb == 16
+    monkeypatch.undo()
+    assert looked
+    att = node_a.attach(vid, AttachKind.VM_DISK)
+    assert has_marker(att, "written after node-a published", "")
+    node_a.detach(vid)
+    node_a.delete(vid)
 
 
 def test_bigger_clone_and_snapshot_refused_under_a_writer(node_a: NfsDriver) -> None:

@@ -6,7 +6,9 @@ timeout; one context per `NfsSession` (libnfs contexts are not thread-safe)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import stat as stat_mod
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +59,8 @@ def _lib() -> Any:
         "nfs_init_context": (vp, []),
         "nfs_destroy_context": (None, [vp]),
         "nfs_set_timeout": (None, [vp, i]),
+        "nfs4_set_client_name": (None, [vp, cp]),
+        "nfs4_set_verifier": (None, [vp, cp]),
         "nfs_get_error": (cp, [vp]),
         "nfs_parse_url_dir": (ctypes.POINTER(_Url), [vp, cp]),
         "nfs_destroy_url": (None, [ctypes.POINTER(_Url)]),
@@ -75,6 +79,7 @@ def _lib() -> Any:
         "nfs_rmdir": (i, [vp, cp]),
         "nfs_unlink": (i, [vp, cp]),
         "nfs_rename": (i, [vp, cp, cp]),
+        "nfs_link": (i, [vp, cp, cp]),
         "nfs_creat": (i, [vp, cp, i, ctypes.POINTER(vp)]),
         "nfs_close": (i, [vp, vp]),
         "nfs_opendir": (i, [vp, cp, ctypes.POINTER(vp)]),
@@ -138,6 +143,16 @@ class NfsSession:
         rc = self._lib.nfs_rename(self._ctx, old.encode(), new.encode())
         if rc < 0:
             raise self._err("rename", old, rc)
+
+    def link_new(self, old: str, new: str) -> bool:
+        """Give file `old` the name `new` too, unless `new` exists: False then, and nothing
+        changed. Unlike a rename, it never replaces what another client published meanwhile."""
+        rc = self._lib.nfs_link(self._ctx, old.encode(), new.encode())
+        if rc == -EEXIST:
+            return False
+        if rc < 0:
+            raise self._err("link", new, rc)
+        return True
 
     def touch(self, path: str, mode: int = 0o600) -> None:
         """Create an empty file (an existing one is left as it is)."""
@@ -242,6 +257,12 @@ def session(url: str, timeout: float) -> Iterator[NfsSession]:
         raise StorageError("libnfs could not create a context")
     try:
         lib.nfs_set_timeout(ctx, int(timeout * 1000))
+        # An NFSv4 client identity of its own: libnfs names every context of a process alike, and
+        # two sessions at once (a node's attach beside its report, the controller beside the
+        # node in `persys dev`) then fail with NFS4ERR_STALE_CLIENTID as the server confuses them.
+        nonce = uuid.uuid4()
+        lib.nfs4_set_client_name(ctx, f"persys-{os.getpid()}-{nonce.hex[:16]}".encode())
+        lib.nfs4_set_verifier(ctx, nonce.bytes[:8])
         parsed = lib.nfs_parse_url_dir(ctx, url.encode())
         if not parsed:
             raise StorageError(f"bad NFS URL {url}: {(lib.nfs_get_error(ctx) or b'').decode(errors='replace')}")

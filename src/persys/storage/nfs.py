@@ -4,13 +4,16 @@ VM disks go through QEMU's own NFS client (no kernel support needed on the node)
 attachments need a kernel NFS client (`mount -t nfs4` of the volume's folder); nodes without
 one are told so by the probe, and attach refuses with the same reason. Several nodes may attach
 a volume for writing (`enforces_single_writer = False`): the control plane decides by the
-volume's access mode. Every step is idempotent: images are built under `.tmp` names and renamed,
-attachments are marker files on the export plus, for filesystems, a mount read from the kernel.
+volume's access mode. Every step is idempotent: images are built under a name of their own per
+client (`nfs_export.tmp`) and published by a hard link, which fails rather than replace one
+another client published meanwhile; attachments are marker files on the export plus, for
+filesystems, a mount read from the kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +55,7 @@ class NfsDriver:
         self.mount_root = Path(mount_root).resolve()  # node-local kernel mounts, as mountinfo spells them
         self.timeout = timeout
         self.copy_timeout = copy_timeout
+        self._holder = ex.holder_tag(node_id, uuid.uuid4().hex[:8])
 
     @contextmanager
     def _nfs(self) -> Iterator[libnfs.NfsSession]:
@@ -90,31 +94,47 @@ class NfsDriver:
         origin = parse_source(source) if source is not None else None
         with self._nfs() as s:
             final = ex.image(volume_id)
-            if s.stat(final) is None:  # the image is renamed into place last: it says the volume exists
-                work = ex.tmp(final)
-                s.unlink(work)  # what a crashed attempt left
+            work = ex.tmp(final, self._holder)
+            if s.stat(final) is None:  # the image is published last: it says the volume exists
+                s.unlink(work)  # what a crashed attempt of this driver left
                 if origin is None:
                     self._qemu_img("create", "-q", "-f", "raw", self.export.qemu_url(work), f"{size_mb}M")
                 else:
                     self._copy_from(s, origin, work, size_mb)
                     vol, snap = origin
                     src = ex.snap_folder(vol, snap) if snap else ex.folder(vol)
-                    self._copy_folder(s, src, ex.folder(volume_id))
-                s.rename(work, final)
+                    self._copy_folder(s, src, ex.folder(volume_id), final)
+                s.link_new(work, final)  # False: another client published it first; theirs is kept
+            s.unlink(work)  # also after a crash between the link and here
             s.mkdir(ex.folder(volume_id))  # the FILESYSTEM side (also after a crash between the two)
             return self._info(s, volume_id)
 
-    def _copy_folder(self, s: libnfs.NfsSession, src: str, dst: str) -> None:
-        """Copy a volume's folder through a temporary name (a missing source: an empty folder)."""
-        work = ex.tmp(dst)
+    def _copy_folder(self, s: libnfs.NfsSession, src: str, dst: str, published: str) -> None:
+        """Copy a volume's folder through a temporary name (a missing source: an empty folder),
+        unless `published` (the image that says the copy is in use) appeared meanwhile: another
+        client finished first, and its folder is kept."""
+        work = ex.tmp(dst, self._holder)
         s.remove_tree(work)
         if s.stat(src, follow=False) is None:
             s.mkdir(work)
         else:
             with libnfs.session(self.export.libnfs_v3_url, self.timeout) as v3:  # see NfsExport.libnfs_v3_url
                 v3.copy_tree(src, work)
-        s.remove_tree(dst)  # a complete copy from a crashed attempt, or an empty folder
+        if s.stat(published) is not None:
+            s.remove_tree(work)
+            return
+        # What is at `dst` is not in use yet (its image is not published): a complete copy by a
+        # crashed attempt or by a client racing this one (the same content), or what a crashed
+        # snapshot deletion left.
+        s.remove_tree(dst)
         s.rename(work, dst)
+
+    def _remove_work(self, s: libnfs.NfsSession, name: str) -> None:
+        """Every client's temporary copies of `name` (an image or a folder under ROOT)."""
+        prefix = name.rsplit("/", 1)[-1] + ex.TMP_MARK
+        for entry in s.listdir(ex.ROOT):
+            if entry.startswith(prefix):
+                s.remove_tree(f"{ex.ROOT}/{entry}")
 
     def _copy_from(self, s: libnfs.NfsSession, origin: tuple[str, str | None], work: str, size_mb: int) -> None:
         vol, snap = origin
@@ -162,12 +182,13 @@ class NfsDriver:
             if writers:  # NFS cannot hold writers still: a copy under them would not be crash-consistent
                 raise VolumeBusy(f"volume {volume_id} is attached for writing on {', '.join(writers)}: detach it "
                                  "to snapshot")
-            self._copy_folder(s, ex.folder(volume_id), ex.snap_folder(volume_id, snap))
-            work = ex.tmp(target)
+            self._copy_folder(s, ex.folder(volume_id), ex.snap_folder(volume_id, snap), target)
+            work = ex.tmp(target, self._holder)
             s.unlink(work)
             self._qemu_img("convert", "-q", "-f", "raw", "-O", "raw", self.export.qemu_url(ex.image(volume_id)),
                            self.export.qemu_url(work), timeout=self.copy_timeout)
-            s.rename(work, target)  # last: the snapshot exists once its image does
+            s.link_new(work, target)  # last: the snapshot exists once its image does
+            s.unlink(work)
 
     def delete_snapshot(self, volume_id: str, snap: str) -> None:
         check_volume_id(volume_id)
@@ -175,9 +196,9 @@ class NfsDriver:
         with self._nfs() as s:
             target = ex.snap_image(volume_id, snap)
             s.unlink(target)  # first: the snapshot is gone once its image is
-            s.unlink(ex.tmp(target))
             s.remove_tree(ex.snap_folder(volume_id, snap))
-            s.remove_tree(ex.tmp(ex.snap_folder(volume_id, snap)))
+            self._remove_work(s, target)
+            self._remove_work(s, ex.snap_folder(volume_id, snap))
 
     def attach(self, volume_id: str, kind: AttachKind, *, read_only: bool = False) -> Attachment:
         check_volume_id(volume_id)
@@ -270,6 +291,7 @@ class NfsDriver:
             for name in s.listdir(ex.ROOT):
                 if name.startswith(prefix):
                     s.remove_tree(f"{ex.ROOT}/{name}")
-            for leftover in (ex.folder(volume_id), ex.tmp(ex.folder(volume_id)), ex.tmp(ex.image(volume_id))):
-                s.remove_tree(leftover)
+            s.remove_tree(ex.folder(volume_id))
+            self._remove_work(s, ex.folder(volume_id))
+            self._remove_work(s, ex.image(volume_id))
             s.unlink(ex.image(volume_id))  # last: the volume exists until its image is gone

@@ -6,6 +6,8 @@
     <export>/persys/<id>@<snap>/        ... and of the folder
     <export>/persys/.attach/<id>@<node>.<kind>.<rw|ro>   one empty file per attachment, so every
                                         node sees who holds a volume (delete refuses while any does)
+    <export>/persys/<name>.tmp-<holder> an image or folder being built by one client, published
+                                        under <name> by a hard link (images) or a rename (folders)
 
 Two clients reach the export: libnfs in this process (NFSv4 on the configured port: listing,
 folders, markers; NFSv3 to copy a folder's files) and QEMU's own NFS block driver (`qemu-img`,
@@ -14,6 +16,7 @@ ports through its portmapper (rpcbind, port 111), so the server must serve NFSv3
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from persys.storage.base import AttachKind, StorageError
@@ -104,5 +107,17 @@ def snap_folder(volume_id: str, snap: str) -> str:
     return f"{ROOT}/{volume_id}@{snap}"
 
 
-def tmp(path: str) -> str:
-    return path + ".tmp"
+def tmp(path: str, holder: str) -> str:
+    """Where `holder` builds `path`: each client has its own name, so two that build the same
+    volume at once (the controller and the node of its first attach, two nodes) never write into
+    or remove each other's work. Ids hold no '.': `<path>.tmp-` names belong to `path` alone."""
+    return f"{path}{TMP_MARK}{holder}"
+
+
+TMP_MARK = ".tmp-"
+
+
+def holder_tag(node_id: str, nonce: str) -> str:
+    """A client's part of its temporary names: its node and a nonce of this driver instance (two
+    scheduler replicas share a node id)."""
+    return f"{re.sub(r'[^a-z0-9-]', '-', node_id.lower())[:40]}-{nonce}"

@@ -3,11 +3,12 @@ hand in the same run (a benchmark, not a test).
 
     .venv/bin/python bench/storage.py [--drivers local,nfs,ceph-rbd] [--rounds 5] [--sizes 64,1024,10240]
 
-local (a process workload; `--sizes` MiB each): a scheduler, an agent with a local pool and a
-gateway as processes; each round applies a process workload with an inline `local` volume and
-times until the process has written a marker into its mounted volume (placed, sparse ext4 image
-provisioned and formatted, loop-mounted, process started), then deletes it. By hand: `truncate`,
-`mkfs.ext4` (the same options), `mount -o loop`, the same shell command.
+local (`--sizes` MiB each; `--local-workloads` process and container): a scheduler, an agent
+with a local pool and a gateway as processes; each round applies a workload (one CPU, 64 MiB)
+with an inline `local` volume and times until its command has written a marker into the mounted
+volume (placed, sparse ext4 image provisioned and formatted, loop-mounted, started), then deletes
+it. By hand: `truncate`, `mkfs.ext4` (the same options), `mount -o loop`, then the same shell
+command, or `docker run -d --cpus 1 -m 64m -v <mount>:/data` of the same image and command.
 
 nfs and ceph-rbd (a VM workload; this machine has no kernel NFS or RBD client, so their volumes
 attach to VMs): `persys dev --storage` with nfs-ganesha and a one-node Ceph cluster started here;
@@ -64,10 +65,16 @@ def timed(fn: Callable[[], object]) -> float:
 # --------------------------------------------------------------------------- local
 
 
-def local_manifest(name: str, size_mb: int) -> dict[str, Any]:
+IMAGE = "persys/busybox:latest"  # examples/images/build-busybox.sh
+
+
+def local_manifest(name: str, size_mb: int, kind: str) -> dict[str, Any]:
+    if kind == "process":
+        body: dict[str, Any] = {"command": ["sh", "-c", SCRIPT.format(dir="$PERSYS_VOLUME_DATA")]}
+    else:
+        body = {"image": IMAGE, "command": ["sh", "-c", SCRIPT.format(dir="/data")]}
     return {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
-            "spec": {"type": "process", "process": {"command": ["sh", "-c", SCRIPT.format(dir="$PERSYS_VOLUME_DATA")]},
-                     "resources": {"cpuMillicores": 10, "memoryMb": 16},
+            "spec": {"type": kind, kind: body, "resources": {"cpuMillicores": 1000, "memoryMb": 64},
                      "volumes": [{"name": "data", "driver": "local", "sizeMb": size_mb, "mountPath": "/data"}]}}
 
 
@@ -79,26 +86,35 @@ def wait_for(path: Path, timeout: float) -> None:
         time.sleep(0.005)
 
 
-def local_by_hand(root: Path, i: int, size_mb: int) -> float:
+def local_by_hand(root: Path, i: int, size_mb: int, kind: str) -> float:
     img, mnt = root / f"hand-{i}.img", root / f"hand-{i}"
     mnt.mkdir()
+    container = f"persys-bench-hand-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     subprocess.run(["truncate", "-s", f"{size_mb}M", str(img)], check=True)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(img)],
                    check=True)
     subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True)
-    proc = subprocess.Popen(["sh", "-c", SCRIPT.format(dir=mnt)])
+    if kind == "process":
+        proc = subprocess.Popen(["sh", "-c", SCRIPT.format(dir=mnt)])
+    else:
+        run("docker", "run", "-d", "--name", container, "--cpus", "1", "-m", "64m", "-v", f"{mnt}:/data", IMAGE,
+            "sh", "-c",
+            SCRIPT.format(dir="/data"))
     wait_for(mnt / "marker", 60)
     took = time.perf_counter() - t0
-    proc.kill()
-    proc.wait()
+    if kind == "process":
+        proc.kill()
+        proc.wait()
+    else:
+        run("docker", "rm", "-f", container)
     subprocess.run(["umount", str(mnt)], check=True)
     img.unlink()
     mnt.rmdir()
     return took
 
 
-def bench_local(rounds: int, sizes: list[int]) -> list[tuple[str, float, float]]:
+def bench_local(rounds: int, sizes: list[int], kinds: list[str]) -> list[tuple[str, float, float]]:
     tmp = Path(tempfile.mkdtemp(prefix="persys-bench-storage-"))
     tmp.chmod(0o711)  # the process runs as nobody: it must reach its volume
     pool = tmp / "pool"
@@ -108,24 +124,24 @@ def bench_local(rounds: int, sizes: list[int]) -> list[tuple[str, float, float]]
     try:
         http = cluster.client()
         eventually(lambda: [n for n in http.get("/v1/nodes").json() if n["status"] == "Ready"], 60, "node Ready")
-        for size in sizes:
+        for kind, size in ((k, s) for k in kinds for s in sizes):
             hand_times: list[float] = []
             persys_times: list[float] = []
             for i in range(rounds):
-                hand_times.append(local_by_hand(tmp, i, size))
-                name = f"bench-{size}-{i}"
+                hand_times.append(local_by_hand(tmp, i, size, kind))
+                name = f"bench-{kind[0]}{size}-{i}"
                 marker = pool / "mounts" / f"{name}-data" / "marker"
                 t0 = time.perf_counter()
-                assert http.post("/v1/workloads", json=local_manifest(name, size)).status_code == 201
+                assert http.post("/v1/workloads", json=local_manifest(name, size, kind)).status_code == 201
                 wait_for(marker, 120)  # polled as often as by hand: the ratio compares the paths, not the polling
                 persys_times.append(time.perf_counter() - t0)
                 http.delete(f"/v1/workloads/{name}")
                 eventually(lambda name=name: http.get(f"/v1/workloads/{name}").status_code == 404, 60, "deleted")
                 eventually(lambda name=name: http.get(f"/v1/volumes/{name}-data").status_code == 404, 60,
                            "its volume removed by the node")
-                print(f"local {size} MiB round {i + 1}: by hand {hand_times[-1] * 1000:.0f} ms, "
+                print(f"local {size} MiB {kind} round {i + 1}: by hand {hand_times[-1] * 1000:.0f} ms, "
                       f"persys {persys_times[-1] * 1000:.0f} ms", flush=True)
-            out.append((f"local {size} MiB (process)", statistics.median(hand_times),
+            out.append((f"local {size} MiB ({kind})", statistics.median(hand_times),
                         statistics.median(persys_times)))
     finally:
         cluster.stop()
@@ -262,16 +278,19 @@ def main() -> None:
     ap.add_argument("--drivers", default="local,nfs,ceph-rbd")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sizes", default="64,1024,10240", help="local volume sizes in MiB (the VMs use the first)")
+    ap.add_argument("--local-workloads", default="process,container",
+                    help="what runs on the local volumes: process, container (docker, the busybox image)")
     args = ap.parse_args()
     drivers = [d for d in args.drivers.split(",") if d]
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    results = bench_local(args.rounds, sizes) if "local" in drivers else []
+    kinds = [k for k in args.local_workloads.split(",") if k]
+    results = bench_local(args.rounds, sizes, kinds) if "local" in drivers else []
     network = [d for d in drivers if d != "local"]
     if network:
         results += bench_vm_volumes(args.rounds, sizes[0], network)
     print(f"\nvolume provision + attach -> workload running, median of {args.rounds}:")
     for what, hand, ours in results:
-        print(f"  {what:<26} by hand {hand * 1000:7.0f} ms   persys {ours * 1000:7.0f} ms   "
+        print(f"  {what:<28} by hand {hand * 1000:7.0f} ms   persys {ours * 1000:7.0f} ms   "
               f"ratio x{ours / hand:.2f} (target <= 1.3)")
 
 

@@ -617,7 +617,9 @@ class Agent:
         out = report.select(reports, self._reported, now, self._last_full_report)
         # The volume part: every attachment (when this node has storage) and the outcomes of
         # volume steps; it alone is reason enough to report when it changed.
-        attached = self.volumes.attached() if self.volumes.drivers else None
+        # Not before the sweep after a start: until it adopts what running instances hold, the
+        # list would be missing them and their records would be dropped.
+        attached = self.volumes.attached() if self.volumes.drivers and self._volumes_swept else None
         told = tuple(a.SerializeToString() for a in attached) if attached is not None else None
         results = self.volume_work.take_results()
         if out is None and not results and told == self._volumes_told:

@@ -127,9 +127,14 @@ class VolumeAttacher:
                     log.warning("detaching volume %s of %s failed (retried by the next sweep): %s", vid, instance, err)
 
     async def sweep(self, wanted: Mapping[str, WorkloadSpec]) -> list[str]:
-        """Detach what this node has attached that no wanted instance uses (after a crash the
-        drivers find it on the node, not in memory). Returns the volume ids detached."""
-        keep = {volume_id_of(i, v.name, v.claim) for i, spec in wanted.items() for v in spec.volumes}
+        """After a restart, with what the drivers find on the node (nothing is in memory): adopt
+        the attachments wanted instances use (an adopted running instance is never prepared
+        again, yet its volumes are held: reported, kept from deletion, released with it), and
+        detach the rest. Returns the volume ids detached."""
+        users: dict[str, list[tuple[str, WorkloadSpec]]] = {}
+        for instance, spec in wanted.items():
+            for v in spec.volumes:
+                users.setdefault(volume_id_of(instance, v.name, v.claim), []).append((instance, spec))
         done = []
         async with self._lock:
             for driver in self.drivers.values():
@@ -139,7 +144,10 @@ class VolumeAttacher:
                     log.warning("listing %s attachments failed: %s", driver.name, err)
                     continue
                 for att in attached:
-                    if att.volume_id in keep or att.volume_id in self._held:
+                    if att.volume_id in self._held:
+                        continue
+                    if att.volume_id in users:
+                        await self._adopt(driver, att, users[att.volume_id])
                         continue
                     try:
                         await asyncio.to_thread(driver.detach, att.volume_id)
@@ -147,6 +155,16 @@ class VolumeAttacher:
                     except StorageError as err:
                         log.warning("detaching leftover volume %s failed: %s", att.volume_id, err)
         return done
+
+    async def _adopt(self, driver: VolumeDriver, att: Attachment, users: list[tuple[str, WorkloadSpec]]) -> None:
+        try:
+            size = (await asyncio.to_thread(driver.info, att.volume_id)).size_mb
+        except StorageError:
+            size = 0  # unknown until the next attach: the report says 0, the record keeps its size
+        for instance, spec in users:
+            self._specs.setdefault(instance, spec)
+            self._held.setdefault(att.volume_id, set()).add(instance)
+        self._how[att.volume_id] = Held(driver.name, att.kind, att.read_only, size)
 
     def holds(self, volume_id: str) -> bool:
         return bool(self._held.get(volume_id))

@@ -130,8 +130,9 @@ class NfsDriver:
         s.rename(work, dst)
 
     def _remove_work(self, s: libnfs.NfsSession, name: str) -> None:
-        """Every client's temporary copies of `name` (an image or a folder under ROOT)."""
-        prefix = name.rsplit("/", 1)[-1] + ex.TMP_MARK
+        """Every client's temporary copies of `name` (an image or a folder under ROOT), and the
+        `<name>.tmp` of versions before per-client names."""
+        prefix = name.rsplit("/", 1)[-1] + ".tmp"  # ids hold no '.': only `name`'s own copies match
         for entry in s.listdir(ex.ROOT):
             if entry.startswith(prefix):
                 s.remove_tree(f"{ex.ROOT}/{entry}")

@@ -29,13 +29,13 @@ from tests.storage.loop_pool import sweep_pool
 pytestmark = pytest.mark.e2e
 # Into the start and into the deletion: both paths take about 50 ms on a quiet machine
 # (docs/benchmarks.md), so these land before, inside and after the volume steps.
-DELAYS_S = (0.0, 0.08)  # the last case runs last: one that fails leaves what the next would trip on
+DELAYS_S = (0.08,)  # 0 ms (killed before the assignment arrived) took ~39 s, mostly waiting; see #14's note
 # Killed 20-40 ms in (after the mount, around the spawn), about one run in three the restarted
 # agent finds the volume mounted, adopts the mount and starts the command, which is refused
 # writing into it (EACCES, as if the mount were not there) though the mount, owned by the
 # command's user, is listed afterwards. Not understood yet (issue #14's closing note); kept as
 # an expected failure so the suite says when it stops happening.
-FLAKY_DELAYS_S = (0.03,)
+FLAKY_DELAYS_S = (0.03,)  # last: a failed case leaves what a later one would trip on
 CASES = [pytest.param(d, id=f"{int(d * 1000)}ms") for d in DELAYS_S] + [
     pytest.param(d, id=f"{int(d * 1000)}ms", marks=pytest.mark.xfail(
         reason="restarted agent's command refused writing into its adopted mount (under investigation)",

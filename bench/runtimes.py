@@ -65,16 +65,11 @@ class Dev:
     def served(self, path: str | Path) -> str:
         """`path` linked (or copied) under the node paths `persys dev` serves: a node refuses VM
         files anywhere else (the nodePaths policy)."""
+        from tests.vm_fixtures import linked_into
+
         images = self.home / "dev" / "images"
         images.mkdir(parents=True, exist_ok=True)
-        src = Path(path)
-        dest = images / src.name
-        if not dest.exists():
-            try:
-                os.link(src, dest)
-            except OSError:
-                shutil.copy2(src, dest)
-        return str(dest)
+        return str(linked_into(Path(path), images))
 
     def runtimes(self) -> set[str]:
         return set(self.http.get("/v1/nodes").json()[0]["capabilities"]["runtimes"])

@@ -333,3 +333,26 @@ if __name__ == "__main__":
     # Build (or reuse) the tiny guest and print where it is: examples/hello-vm.yaml uses it.
     g = build_test_guest()
     print(f"kernel {g.kernel}\ninitrd {g.initrd}\ndisk   {g.base_disk}")
+
+
+def linked_into(src: Path, where: Path, name: str = "") -> Path:
+    """`src` hard-linked into `where` (as `name`, else its own name), copied across file systems."""
+    dest = where / (name or src.name)
+    if not dest.exists():
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copy2(src, dest)
+    return dest
+
+
+def dev_home(prefix: str, guest: TestGuest) -> tuple[Path, dict[str, str], tuple[Path, Path, Path]]:
+    """A PERSYS_HOME for `persys dev` outside pytest's tmp dir (0700: QEMU runs as libvirt-qemu and
+    must reach the VM's files), with the guest's kernel, initrd and disk linked under the node
+    paths it serves: the home, its environment and those three paths."""
+    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix=prefix))
+    home.chmod(0o755)
+    images = home / "dev" / "images"
+    images.mkdir(parents=True)
+    kernel, initrd, disk = (linked_into(p, images) for p in (guest.kernel, guest.initrd, guest.base_disk))
+    return home, {"PERSYS_HOME": str(home)}, (kernel, initrd, disk)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import shutil
 import signal
 import tempfile
@@ -20,7 +19,7 @@ import pytest
 
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.microvm_fixtures import BOOT_MARKER, GuestImages, microvm_guest  # noqa: F401
-from tests.vm_fixtures import GUEST_READY, TestGuest, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_READY, TestGuest, linked_into, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 T = TypeVar("T")
@@ -111,10 +110,5 @@ def _placed(guest: T, where: Path) -> T:
     moved: dict[str, Path] = {}
     for field, value in vars(guest).items():
         if isinstance(value, Path) and value.is_file():
-            dest = where / f"{field}-{value.name}"
-            try:
-                os.link(value, dest)
-            except OSError:
-                shutil.copy2(value, dest)
-            moved[field] = dest
+            moved[field] = linked_into(value, where, f"{field}-{value.name}")
     return dataclasses.replace(guest, **moved)  # type: ignore[type-var]

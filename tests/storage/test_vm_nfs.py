@@ -10,17 +10,14 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.fixtures_infra import free_port
 from tests.nfs_server import NfsServer
-from tests.storage.test_vm_rbd import _linked
-from tests.vm_fixtures import GUEST_DATA, TestGuest, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-NFS-MARKER"
@@ -28,13 +25,7 @@ MARKER = b"PERSYS-NFS-MARKER"
 
 def test_a_vm_reads_what_the_host_wrote_on_its_nfs_volume(nfs_server: NfsServer,
                                                           test_guest: TestGuest) -> None:  # noqa: F811
-    # Not under pytest's tmp dir (0700): QEMU runs as libvirt-qemu and must reach the VM's files.
-    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-e2e-nfs-"))
-    home.chmod(0o755)
-    env = {"PERSYS_HOME": str(home)}
-    images = home / "dev" / "images"
-    images.mkdir(parents=True)
-    kernel, initrd, disk = (_linked(p, images) for p in (test_guest.kernel, test_guest.initrd, test_guest.base_disk))
+    home, env, (kernel, initrd, disk) = dev_home("persys-e2e-nfs-", test_guest)
     e = nfs_server.export
     storage = home / "storage.yaml"
     storage.write_text(f"nfs: {{server: {e.server}, port: {e.port}, export: {e.export}}}\n")

@@ -8,12 +8,9 @@ volume stays Pending saying so."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import tempfile
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,19 +18,10 @@ import pytest
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.fixtures_infra import free_port
-from tests.vm_fixtures import GUEST_DATA, TestGuest, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-RBD-MARKER"
-
-
-def _linked(src: Path, where: Path) -> Path:
-    dest = where / src.name
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
-    return dest
 
 
 def _write_image(ceph: CephCluster, name: str, size_mb: int, data: bytes) -> None:
@@ -79,13 +67,7 @@ def _remove_image(ceph: CephCluster, name: str) -> None:
 
 def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephCluster,
                                                           test_guest: TestGuest) -> None:  # noqa: F811
-    # Not under pytest's tmp dir (0700): QEMU runs as libvirt-qemu and must reach the VM's files.
-    home = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-e2e-rbd-"))
-    home.chmod(0o755)
-    env = {"PERSYS_HOME": str(home)}
-    images = home / "dev" / "images"
-    images.mkdir(parents=True)
-    kernel, initrd, disk = (_linked(p, images) for p in (test_guest.kernel, test_guest.initrd, test_guest.base_disk))
+    home, env, (kernel, initrd, disk) = dev_home("persys-e2e-rbd-", test_guest)
     # No keyFile: the cephx key is a secret in the cluster's secret store, which the scheduler's
     # controller reads and hands to the node (the only secret a node may ask for by itself).
     storage = home / "storage.yaml"

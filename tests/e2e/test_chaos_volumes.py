@@ -28,18 +28,12 @@ from tests.storage.loop_pool import sweep_pool
 
 pytestmark = pytest.mark.e2e
 # Into the start and into the deletion: both paths take about 50 ms on a quiet machine
-# (docs/benchmarks.md), so these land before, inside and after the volume steps.
-DELAYS_S = (0.08,)  # 0 ms (killed before the assignment arrived) took ~39 s, mostly waiting; see #14's note
-# Killed 20-40 ms in (after the mount, around the spawn), about one run in three the restarted
-# agent finds the volume mounted, adopts the mount and starts the command, which is refused
-# writing into it (EACCES, as if the mount were not there) though the mount, owned by the
-# command's user, is listed afterwards. Not understood yet (issue #14's closing note); kept as
-# an expected failure so the suite says when it stops happening.
-FLAKY_DELAYS_S = (0.03,)  # last: a failed case leaves what a later one would trip on
-CASES = [pytest.param(d, id=f"{int(d * 1000)}ms") for d in DELAYS_S] + [
-    pytest.param(d, id=f"{int(d * 1000)}ms", marks=pytest.mark.xfail(
-        reason="restarted agent's command refused writing into its adopted mount (under investigation)",
-        strict=False)) for d in FLAKY_DELAYS_S]
+# (docs/benchmarks.md), so these land inside and after the volume steps. At 30 ms the restarted
+# agent finds the volume mounted and adopts it: its pool probe once made the pool root's alone,
+# so the command (nobody) was refused writing into its mount. 0 ms (killed before the assignment
+# arrived) took ~39 s, mostly waiting; see #14's notes.
+DELAYS_S = (0.03, 0.08)
+CASES = [pytest.param(d, id=f"{int(d * 1000)}ms") for d in DELAYS_S]
 
 
 @pytest.fixture(scope="module")

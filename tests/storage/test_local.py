@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from persys.storage.ext4_images import can_grow_online
 from persys.storage.local import LocalDriver
 from persys.storage.node_mounts import loop_devices, mount_at
 from tests.storage.contract import DriverContract, has_marker, new_id, write_marker
+from tests.storage.loop_pool import sweep_pool
 
 
 @pytest.fixture
@@ -60,6 +63,28 @@ def test_layout_modes_and_probe(node_a: LocalDriver, loop_pool: Path) -> None:
     assert image.stat().st_blocks * 512 < 16 * 1024 * 1024  # sparse
     assert not (node_a.pool / ".probe").exists() and not _loops_under(loop_pool)
     node_a.delete(vid)
+
+
+def test_a_restarted_nodes_probe_keeps_a_mounted_volume_reachable() -> None:
+    """An agent restarted with a volume still mounted probes its pool and adopts the mount: the
+    workload's user (here nobody, the mount's owner) still reaches it and writes into it. The probe
+    used to make the pool root's alone (0700) until the next provision fixed it."""
+    base = Path(tempfile.mkdtemp(prefix="persys-pool-"))  # outside pytest's 0700 tmp: nobody must reach it
+    base.chmod(0o711)
+    node = LocalDriver(base / "pool", "node-a")
+    vid = new_id()
+    try:
+        node.provision(vid, 8)
+        mp = node.attach(vid, AttachKind.FILESYSTEM).mount_path
+        os.chown(mp, 65534, 65534)
+        restarted = LocalDriver(base / "pool", "node-a")
+        assert not restarted.probe().missing
+        assert restarted.attach(vid, AttachKind.FILESYSTEM).mount_path == mp  # adopted, not mounted again
+        subprocess.run(["/bin/sh", "-c", f"echo up > {mp}/starts"], user=65534, group=65534, check=True, timeout=30)
+        assert (Path(mp) / "starts").read_text() == "up\n"
+    finally:
+        sweep_pool(base)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_probe_names_an_unwritable_pool(loop_pool: Path) -> None:

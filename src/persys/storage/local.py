@@ -217,6 +217,7 @@ class LocalDriver:
             raise VolumeBusy(f"volume {volume_id} is attached as a VM disk: detach it before mounting it")
         mp = self.mounts / volume_id
         att = Attachment(volume_id, self.node_id, kind, read_only, mount_path=str(mp))
+        self._layout()  # also for a mount found in place: its workload's user must reach it
         mount = nm.mount_at(mp)
         if mount is not None:
             if mount.read_only != read_only:
@@ -225,7 +226,6 @@ class LocalDriver:
             return att
         for loop in self._loops(volume_id):  # left by a crash between loop setup and mount
             nm.free_loop(loop.name, self.timeout)
-        self._layout()
         img.ensure_dir(mp)
         opts = MOUNT_OPTS + (",ro" if read_only else "")
         try:

@@ -45,7 +45,7 @@ def _sweep(folder: Path, image: Path, timeout: float) -> None:
 def _writable_pool(pool: Path) -> str:
     """'' when the pool folder can hold volumes, else why not."""
     try:
-        img.ensure_dir(pool)
+        img.ensure_dir(pool, img.TRAVERSE_MODE)  # the driver's mode: a workload's command must reach its mount
         probe = pool / ".probe-write"
         probe.write_bytes(b"x")
         probe.unlink()

@@ -105,15 +105,19 @@ def _qemu_pids_for(wdir: Path) -> list[int]:
 
 
 async def test_probe_advertises_working_qemu(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path)
+    verdicts = tmp_path / "verdicts"
+    rt = MicroVMRuntime(tmp_path, hypervisors={"firecracker": FirecrackerHypervisor(binary="/nonexistent/firecracker"),
+                                               "qemu": QemuHypervisor(tmp_path / "cache", verdicts=verdicts)})
     probe = await rt.probe()
     assert probe.available, probe.reason
     assert "hypervisor:qemu" in probe.features
     accel = [f for f in probe.features if f.startswith("accel:")]
     assert accel in (["accel:tcg"], ["accel:kvm"])
     assert re.match(r"^(firecracker-\S+,)?qemu-\d+\.\d+", probe.version)
-    # The accelerator verdict is cached for the next agent start.
-    assert (tmp_path / "microvm-cache" / "accel.json").exists()
+    # The accelerator verdict is kept for the host's other agents and the next start.
+    assert len(list(verdicts.glob("microvm-accel-*.json"))) == 1
+    again = QemuHypervisor(tmp_path / "other-cache", verdicts=verdicts)
+    assert await again.accelerator() == await rt._hv["qemu"].accelerator()  # type: ignore[attr-defined]
 
 
 async def test_firecracker_not_advertised_where_kvm_fails_the_speed_check(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
 import select
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Literal
+
+from persys.agent.runtimes.host_verdicts import shared_verdict
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +115,27 @@ def detect_accelerator(qemu: str | None = None, *, timeout: float = KVM_DEADLINE
 
 
 def detect_accelerator_with_reason(
-    qemu: str | None = None, *, timeout: float = KVM_DEADLINE
+    qemu: str | None = None, *, timeout: float = KVM_DEADLINE, verdicts: Path | None = None
 ) -> tuple[Accelerator, str]:
+    """The verdict and why; worked out once per boot for every agent on the host (`host_verdicts`,
+    in `verdicts` when given) and kept in this process."""
     exe = qemu or shutil.which("qemu-system-x86_64") or ""
     with _domain_lock:
         if exe not in _domain_accel:
-            _domain_accel[exe] = _try_domain_kvm(exe, timeout)
+            _domain_accel[exe] = _host_domain_accel(exe, timeout, verdicts)
             log.info("VM accelerator: %s (%s)", *_domain_accel[exe])
         return _domain_accel[exe]
+
+
+def _host_domain_accel(exe: str, timeout: float, verdicts: Path | None) -> tuple[Accelerator, str]:
+    try:
+        st = os.stat(exe) if exe else None
+    except OSError:
+        st = None
+    if st is None or kvm_device_problem():
+        return _try_domain_kvm(exe, timeout)  # answers at once: nothing to share
+    key = {"v": 1, "qemu": exe, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "host": platform.release()}
+    doc = shared_verdict("domain-accel", key, lambda: dict(zip(("accel", "why"), _try_domain_kvm(exe, timeout),
+                                                                strict=True)), verdicts)
+    accel: Accelerator = "kvm" if doc.get("accel") == "kvm" else "tcg"
+    return accel, str(doc.get("why", ""))

@@ -11,8 +11,8 @@
 shows as an exited process. The base rootfs is only ever a read-only qcow2 backing file.
 
 The accelerator is KVM only if a KVM guest really runs at native speed (the shared probe in
-`runtimes/kvm.py`, on the `microvm` machine with the CPU model guests get). The verdict is cached
-per QEMU version and host kernel.
+`runtimes/kvm.py`, on the `microvm` machine with the CPU model guests get). The verdict is worked
+out once per boot, QEMU version and host kernel for every agent on the host (`host_verdicts`).
 
 Under TCG a guest's TSC is the host's TSC (QEMU's rdtsc returns host ticks), but the guest kernel
 must calibrate it against the PIT, and that fails whenever the host is busy: the kernel then marks
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import json
 import mmap
 import os
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from persys.agent.runtimes.base import Probe
+from persys.agent.runtimes.host_verdicts import shared_verdict
 from persys.agent.runtimes.kvm import KVM_DEADLINE, Accelerator, firmware_runs, kvm_device_problem, write_firmware
 from persys.agent.runtimes.microvm.hypervisor import HypervisorError, VMConfig, VMHandle, VMMetrics, VMStatus
 from persys.agent.runtimes.microvm.supervise import VMMProcesses, guest_mac, prepare_files, socket_path
@@ -45,7 +47,7 @@ from persys.model.status import WorkloadUsage
 
 QCOW2_MAGIC = b"QFI\xfb"
 
-_ACCEL_CACHE_VERSION = 3
+_ACCEL_CACHE_VERSION = 4
 _RDTSC = bytes.fromhex("0f31" "48c1e220" "4809d0" "c3")  # rdtsc; shl rdx,32; or rax,rdx; ret
 
 
@@ -190,8 +192,10 @@ class QemuHypervisor:
         accel: str | None = None,  # "kvm" or "tcg" to skip detection
         start_timeout: float = 10.0,
         qmp_timeout: float = 5.0,
+        verdicts: Path | None = None,  # the host's shared probe verdicts (default: host_verdicts.HOST_DIR)
     ) -> None:
         self._cache = Path(cache_dir)
+        self._verdicts = verdicts
         self._binary = binary
         self._qemu_img = qemu_img
         self._forced_accel = accel
@@ -231,15 +235,27 @@ class QemuHypervisor:
             self._version = m.group(1)
         return self._version
 
-    async def _firmware_runs(self, exe: str, accel: Accelerator, cpu: str | None, deadline: float) -> bool:
+    def _firmware_runs(self, exe: str, accel: Accelerator, cpu: str | None, deadline: float) -> tuple[bool, str]:
         """Boots the shared KVM probe firmware on the microvm machine (see `runtimes/kvm.py`)."""
         fw = write_firmware(self._cache / "accel-probe.bin")
-        ok, _ = await asyncio.to_thread(firmware_runs, exe, fw, machine="microvm", accel=accel, cpu=cpu,
-                                        deadline=deadline)
-        return ok
+        return firmware_runs(exe, fw, machine="microvm", accel=accel, cpu=cpu, deadline=deadline)
+
+    def _decide(self, exe: str, kvm_usable: bool) -> dict[str, Any]:
+        """The accelerator this host's microVMs get, probed (seconds on a nested host). Blocks."""
+        if kvm_usable:
+            for cpu in ("host", "max"):
+                ok, why = self._firmware_runs(exe, "kvm", cpu, KVM_DEADLINE)
+                if ok:
+                    return asdict(Accel("kvm", cpu))
+                if "did not finish" in why:
+                    break  # the guest ran, too slowly: nested KVM, whatever the CPU model
+        if not self._firmware_runs(exe, "tcg", None, 10.0)[0]:
+            raise HypervisorError("qemu cannot run a microvm guest even under TCG")
+        return asdict(Accel("tcg", "", host_tsc_khz(), kvm_rejected=kvm_usable))
 
     async def accelerator(self) -> Accel:
-        """KVM when it really works, else TCG (with the host TSC rate). Cached on disk."""
+        """KVM when it really works, else TCG (with the host TSC rate). Worked out once per boot
+        for every agent on the host (`host_verdicts`)."""
         if self._accel is not None:
             return self._accel
         if self._forced_accel == "kvm":
@@ -249,30 +265,15 @@ class QemuHypervisor:
         if exe is None:
             raise HypervisorError(f"{self._binary} not found")
         kvm_usable = not kvm_device_problem() and self._forced_accel != "tcg"
-        key = {"v": _ACCEL_CACHE_VERSION, "qemu": await self.version(), "host": platform.release(), "kvm": kvm_usable}
-        cache = self._cache / "accel.json"
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            doc = json.loads(cache.read_text())
-            if doc["key"] == key:
-                self._accel = Accel(str(doc["accel"]), str(doc["cpu"]), int(doc["tsc_khz"]), bool(doc["kvm_rejected"]))
-                return self._accel
-        choice: Accel | None = None
-        if kvm_usable:
-            for cpu in ("host", "max"):
-                if await self._firmware_runs(exe, "kvm", cpu, KVM_DEADLINE):
-                    choice = Accel("kvm", cpu)
-                    break
-        if choice is None:
-            if not await self._firmware_runs(exe, "tcg", None, 10.0):
-                raise HypervisorError("qemu cannot run a microvm guest even under TCG")
-            choice = Accel("tcg", "", await asyncio.to_thread(host_tsc_khz), kvm_rejected=kvm_usable)
-        self._cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        doc = {"key": key, **asdict(choice), "at": time.time()}
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(cache)
-        self._accel = choice
-        return choice
+        key = {"v": _ACCEL_CACHE_VERSION, "qemu": exe, "version": await self.version(), "host": platform.release(),
+               "kvm": kvm_usable}
+        doc = await asyncio.to_thread(shared_verdict, "microvm-accel", key,
+                                      functools.partial(self._decide, exe, kvm_usable), self._verdicts)
+        try:
+            self._accel = Accel(str(doc["accel"]), str(doc["cpu"]), int(doc["tsc_khz"]), bool(doc["kvm_rejected"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HypervisorError(f"unreadable accelerator verdict {doc!r}: {exc}") from exc
+        return self._accel
 
     async def probe(self) -> Probe:
         try:

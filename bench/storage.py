@@ -96,18 +96,24 @@ def wait_for(path: Path, timeout: float) -> None:
 
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
+HAND_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")  # those the process runtime uses here
+HAND_CGROUP = "persys-bench-hand"
 
 
-def process_by_hand(cgroups: list[Path], mnt: Path) -> list[str]:
+def hand_cgroups(i: int) -> dict[str, Path]:
+    return {c: CGROUP_V1 / c / HAND_CGROUP / str(i) for c in HAND_CONTROLLERS}
+
+
+def process_by_hand(cgroups: dict[str, Path], mnt: Path) -> list[str]:
     """What an operator types for the same workload as the bench's: its cgroups with the same
     limits (one CPU, 64 MiB), the volume handed to nobody, the command moved into the cgroups
     and run as nobody. The argv to spawn."""
-    for d in cgroups:
+    for d in cgroups.values():
         d.mkdir(parents=True, exist_ok=True)  # exists: cpu and cpuacct mounted together
-    (cgroups[0] / "cpu.cfs_quota_us").write_text("100000")  # the default 100 ms period: one CPU
-    (cgroups[2] / "memory.limit_in_bytes").write_text(str(64 * 1024 * 1024))
+    (cgroups["cpu"] / "cpu.cfs_quota_us").write_text("100000")  # the default 100 ms period: one CPU
+    (cgroups["memory"] / "memory.limit_in_bytes").write_text(str(64 * 1024 * 1024))
     os.chown(mnt, 65534, 65534)
-    join = "".join(f"echo $$ > {d}/cgroup.procs; " for d in cgroups)
+    join = "".join(f"echo $$ > {d}/cgroup.procs; " for d in cgroups.values())
     as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups"
     return ["sh", "-c", f"{join}exec {as_nobody} sh -c '{SCRIPT.format(dir=mnt)}'"]
 
@@ -116,7 +122,7 @@ def local_by_hand(root: Path, i: int, size_mb: int, kind: str) -> float:
     img, mnt = root / f"hand-{i}.img", root / f"hand-{i}"
     mnt.mkdir()
     container = f"persys-bench-hand-{uuid.uuid4().hex[:8]}"
-    cgroups = [CGROUP_V1 / c / "persys-bench-hand" / str(i) for c in ("cpu", "cpuacct", "memory", "pids")]
+    cgroups = hand_cgroups(i)
     t0 = time.perf_counter()
     subprocess.run(["truncate", "-s", f"{size_mb}M", str(img)], check=True)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(img)],
@@ -133,7 +139,7 @@ def local_by_hand(root: Path, i: int, size_mb: int, kind: str) -> float:
     if kind == "process":
         proc.kill()
         proc.wait()
-        for d in cgroups:
+        for d in cgroups.values():
             with contextlib.suppress(FileNotFoundError):
                 d.rmdir()
     else:
@@ -175,9 +181,9 @@ def bench_local(rounds: int, sizes: list[int], kinds: list[str]) -> list[tuple[s
                         statistics.median(persys_times)))
     finally:
         cluster.stop()
-        for c in ("cpu", "cpuacct", "memory", "pids"):
+        for c in HAND_CONTROLLERS:
             with contextlib.suppress(FileNotFoundError):
-                (CGROUP_V1 / c / "persys-bench-hand").rmdir()
+                (CGROUP_V1 / c / HAND_CGROUP).rmdir()
         sweep_pool(pool)
         shutil.rmtree(tmp, ignore_errors=True)
     return out

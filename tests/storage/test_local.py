@@ -17,7 +17,7 @@ import pytest
 from persys.storage.base import AttachKind, StorageError, Unsupported, VolumeBusy, VolumeNotFound
 from persys.storage.ext4_images import can_grow_online
 from persys.storage.local import LocalDriver
-from persys.storage.node_mounts import loop_devices, mount_at
+from persys.storage.node_mounts import loop_devices, mount_at, mounts_under
 from tests.storage.contract import DriverContract, has_marker, new_id, write_marker
 from tests.storage.loop_pool import sweep_pool
 
@@ -79,7 +79,8 @@ def test_a_restarted_nodes_probe_keeps_a_mounted_volume_reachable() -> None:
         os.chown(mp, 65534, 65534)
         restarted = LocalDriver(base / "pool", "node-a")
         assert not restarted.probe().missing
-        assert restarted.attach(vid, AttachKind.FILESYSTEM).mount_path == mp  # adopted, not mounted again
+        assert restarted.attach(vid, AttachKind.FILESYSTEM).mount_path == mp
+        assert [m.mount_point for m in mounts_under(restarted.mounts)] == [mp]  # adopted, not mounted again
         subprocess.run(["/bin/sh", "-c", f"echo up > {mp}/starts"], user=65534, group=65534, check=True, timeout=30)
         assert (Path(mp) / "starts").read_text() == "up\n"
     finally:

@@ -106,8 +106,9 @@ def _qemu_pids_for(wdir: Path) -> list[int]:
 
 async def test_probe_advertises_working_qemu(tmp_path: Path) -> None:
     verdicts = tmp_path / "verdicts"
+    qemu = QemuHypervisor(tmp_path / "cache", verdicts=verdicts)
     rt = MicroVMRuntime(tmp_path, hypervisors={"firecracker": FirecrackerHypervisor(binary="/nonexistent/firecracker"),
-                                               "qemu": QemuHypervisor(tmp_path / "cache", verdicts=verdicts)})
+                                               "qemu": qemu})
     probe = await rt.probe()
     assert probe.available, probe.reason
     assert "hypervisor:qemu" in probe.features
@@ -117,7 +118,7 @@ async def test_probe_advertises_working_qemu(tmp_path: Path) -> None:
     # The accelerator verdict is kept for the host's other agents and the next start.
     assert len(list(verdicts.glob("microvm-accel-*.json"))) == 1
     again = QemuHypervisor(tmp_path / "other-cache", verdicts=verdicts)
-    assert await again.accelerator() == await rt._hv["qemu"].accelerator()  # type: ignore[attr-defined]
+    assert await again.accelerator() == await qemu.accelerator()
 
 
 async def test_firecracker_not_advertised_where_kvm_fails_the_speed_check(tmp_path: Path) -> None:

@@ -134,8 +134,12 @@ def _host_domain_accel(exe: str, timeout: float, verdicts: Path | None) -> tuple
         st = None
     if st is None or kvm_device_problem():
         return _try_domain_kvm(exe, timeout)  # answers at once: nothing to share
+
+    def probe() -> dict[str, str]:
+        accel, why = _try_domain_kvm(exe, timeout)
+        return {"accel": accel, "why": why}
+
     key = {"v": 1, "qemu": exe, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "host": platform.release()}
-    doc = shared_verdict("domain-accel", key, lambda: dict(zip(("accel", "why"), _try_domain_kvm(exe, timeout),
-                                                                strict=True)), verdicts)
+    doc = shared_verdict("domain-accel", key, probe, verdicts)
     accel: Accelerator = "kvm" if doc.get("accel") == "kvm" else "tcg"
     return accel, str(doc.get("why", ""))

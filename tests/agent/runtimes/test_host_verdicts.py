@@ -4,7 +4,11 @@ re-probed for another key or an unreadable file, and still answered where nothin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from pathlib import Path
 
 from persys.agent.runtimes.host_verdicts import shared_verdict
@@ -78,3 +82,29 @@ def test_a_folder_nobody_can_write_still_answers(tmp_path: Path) -> None:
     for _ in range(2):
         assert shared_verdict("accel", KEY, probe, blocker / "verdicts") == {"accel": "tcg"}
     assert probe.calls == 2  # nothing kept, nothing broken
+
+
+def test_a_prober_killed_holding_the_lock_does_not_block_the_next(tmp_path: Path) -> None:
+    """An agent SIGKILLed in the middle of its probe (the lock held, nothing kept): the kernel
+    drops its lock, and the next agent probes and keeps the verdict."""
+    started = tmp_path / "probing"
+    script = textwrap.dedent(f"""
+        import pathlib, time
+        from persys.agent.runtimes.host_verdicts import shared_verdict
+        def probe():
+            pathlib.Path({str(started)!r}).touch()
+            time.sleep(600)  # the probe guest that never answers
+        shared_verdict("accel", {KEY!r}, probe, pathlib.Path({str(tmp_path / "verdicts")!r}))
+    """)
+    agent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert agent.poll() is None and time.monotonic() < deadline, "the first agent never probed"
+            threading.Event().wait(0.01)
+    finally:
+        agent.kill()
+        agent.wait(30)
+    probe = Probe("kvm")
+    assert shared_verdict("accel", KEY, probe, tmp_path / "verdicts") == {"accel": "kvm"} and probe.calls == 1
+    assert shared_verdict("accel", KEY, Probe(), tmp_path / "verdicts") == {"accel": "kvm"}

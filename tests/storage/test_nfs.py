@@ -183,6 +183,36 @@ def test_a_late_publisher_keeps_what_another_published(node_a: NfsDriver, node_b
     node_a.delete(vid)
 
 
+def test_a_racing_clients_folder_copy_lands_between_clear_and_rename(node_a: NfsDriver, node_b: NfsDriver,
+                                                                    nfs_server: NfsServer,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cloning a volume copies its folder: node-a clears the target, node-b publishes its whole
+    copy there, then node-a's rename meets a folder that is not empty (NFS4ERR_NOTEMPTY, seen in
+    CI). node-a keeps node-b's copy and leaves no temporary one behind."""
+    src = new_id("s")
+    node_a.provision(src, 16)
+    root = nfs_server.folder / "persys"
+    (root / src / "file.txt").write_text("in the source")
+    vid = new_id()
+    real_remove = libnfs.NfsSession.remove_tree
+    raced: list[int] = []
+
+    def remove_then_race(self: libnfs.NfsSession, path: str) -> None:
+        real_remove(self, path)
+        if path == f"{ROOT}/{vid}" and not raced:
+            raced.append(1)
+            node_b.provision(vid, 16, source=("volume", src))  # the whole race, in between
+
+    monkeypatch.setattr(libnfs.NfsSession, "remove_tree", remove_then_race)
+    assert node_a.provision(vid, 16, source=("volume", src)).size_mb == 16
+    monkeypatch.undo()
+    assert raced
+    assert (root / vid / "file.txt").read_text() == "in the source"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(vid)) == [vid, f"{vid}.img"]
+    node_a.delete(vid)
+    node_a.delete(src)
+
+
 def test_bigger_clone_and_snapshot_refused_under_a_writer(node_a: NfsDriver) -> None:
     vid, clone = new_id(), new_id("c")
     node_a.provision(vid, 16)

@@ -19,6 +19,7 @@ from persys.storage.base import StorageError, StorageUnavailable
 
 ENOENT = 2
 EEXIST = 17
+ENOTEMPTY = 39
 O_RDONLY = 0
 COPY_CHUNK = 1024 * 1024
 
@@ -139,10 +140,15 @@ class NfsSession:
         if rc < 0 and rc != -ENOENT:
             raise self._err("rmdir", path, rc)
 
-    def rename(self, old: str, new: str) -> None:
+    def rename_new(self, old: str, new: str) -> bool:
+        """Rename `old` to `new` (replacing a file or an empty folder), unless `new` is a folder
+        with something in it: False then, and nothing changed."""
         rc = self._lib.nfs_rename(self._ctx, old.encode(), new.encode())
+        if rc in (-ENOTEMPTY, -EEXIST):
+            return False
         if rc < 0:
             raise self._err("rename", old, rc)
+        return True
 
     def link_new(self, old: str, new: str) -> bool:
         """Give file `old` the name `new` too, unless `new` exists: False then, and nothing

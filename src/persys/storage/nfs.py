@@ -127,7 +127,10 @@ class NfsDriver:
         # crashed attempt or by a client racing this one (the same content), or what a crashed
         # snapshot deletion left.
         s.remove_tree(dst)
-        s.rename(work, dst)
+        if not s.rename_new(work, dst):
+            # A racing client renamed its complete copy there since: only whole copies are ever
+            # renamed to `dst`, so theirs is as good as ours.
+            s.remove_tree(work)
 
     def _remove_work(self, s: libnfs.NfsSession, name: str) -> None:
         """Every client's temporary copies of `name` (an image or a folder under ROOT), and the

@@ -95,6 +95,60 @@ class CephCluster:
     def log_tail(self, daemon: str, chars: int = 3000) -> str:
         return _tail(self.folder / "log", daemon, chars)
 
+    # -- what tests check in Ceph itself (admin, librbd) -----------------------------------------
+
+    @contextlib.contextmanager
+    def pool_io(self) -> Iterator[Any]:
+        """An admin `rados.Ioctx` on the test pool."""
+        cluster = self.admin()
+        try:
+            with cluster.open_ioctx(self.pool) as io:
+                yield io
+        finally:
+            cluster.shutdown()
+
+    def images(self) -> list[str]:
+        import rbd
+
+        with self.pool_io() as io:
+            return list(rbd.RBD().list(io))
+
+    def write_image(self, name: str, size_mb: int, data: bytes) -> None:
+        """A new image holding `data` at offset 0 (what an operator put there before Persys)."""
+        import rbd
+
+        with self.pool_io() as io:
+            rbd.RBD().create(io, name, size_mb * 1024 * 1024)
+            with rbd.Image(io, name) as img:
+                img.write(data, 0)
+
+    def holders(self, name: str) -> tuple[list[str], list[str]]:
+        """An image's lock cookies (the node ids holding it for writing) and its watchers'
+        addresses (the clients that have it open: QEMU)."""
+        import rbd
+
+        with self.pool_io() as io, rbd.Image(io, name, read_only=True) as img:
+            lockers = (img.list_lockers() or {}).get("lockers", [])
+            return [cookie for _client, cookie, _addr in lockers], [str(w["addr"]) for w in img.watchers_list()]
+
+    def blocklist(self) -> list[str]:
+        """The addresses the OSDs refuse ("127.0.0.1:0/3051", without v1:/v2: prefixes)."""
+        return [str(e["addr"]) for e in self.mon_command({"prefix": "osd blocklist ls"}) or []]
+
+    def remove_image(self, name: str) -> None:
+        """Remove an image whatever holds it (a lock left by a failed run would keep it); gone
+        already: nothing to do."""
+        import rbd
+
+        with self.pool_io() as io:
+            try:
+                with rbd.Image(io, name) as img:
+                    for client, cookie, _addr in (img.list_lockers() or {}).get("lockers", []):
+                        img.break_lock(client, cookie)
+                rbd.RBD().remove(io, name)
+            except rbd.ImageNotFound:
+                pass
+
 
 def cephx_key() -> str:
     """A new cephx secret, as ceph-authtool --gen-key makes it: type AES, creation time, 16 bytes."""

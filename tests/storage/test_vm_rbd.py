@@ -24,47 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-RBD-MARKER"
 
 
-def _write_image(ceph: CephCluster, name: str, size_mb: int, data: bytes) -> None:
-    import rbd
-
-    cluster = ceph.admin()
-    try:
-        with cluster.open_ioctx(ceph.pool) as io:
-            rbd.RBD().create(io, name, size_mb * 1024 * 1024)
-            with rbd.Image(io, name) as img:
-                img.write(data, 0)
-    finally:
-        cluster.shutdown()
-
-
-def _images(ceph: CephCluster) -> list[str]:
-    import rbd
-
-    cluster = ceph.admin()
-    try:
-        with cluster.open_ioctx(ceph.pool) as io:
-            return list(rbd.RBD().list(io))
-    finally:
-        cluster.shutdown()
-
-
-def _remove_image(ceph: CephCluster, name: str) -> None:
-    import rbd
-
-    cluster = ceph.admin()
-    try:
-        with cluster.open_ioctx(ceph.pool) as io:
-            with rbd.Image(io, name) as img:  # a lock left by a failed run would keep the image
-                lockers = img.list_lockers()
-                for client, cookie, _addr in (lockers or {}).get("lockers", []):
-                    img.break_lock(client, cookie)
-            rbd.RBD().remove(io, name)
-    except rbd.ImageNotFound:
-        pass
-    finally:
-        cluster.shutdown()
-
-
 def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephCluster,
                                                           test_guest: TestGuest) -> None:  # noqa: F811
     home, env, (kernel, initrd, disk) = dev_home("persys-e2e-rbd-", test_guest)
@@ -76,7 +35,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
         f"ceph-rbd: {{monitors: ['{ceph_cluster.mon_host}:{ceph_cluster.mon_port}'], pool: {ceph_cluster.pool}, "
         f"user: {ceph_cluster.node_user}, secretName: ceph-node}}\n")
     vol = f"vmdata-{uuid.uuid4().hex[:6]}"
-    _write_image(ceph_cluster, vol, 64, MARKER)
+    ceph_cluster.write_image(vol, 64, MARKER)
     dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "rbd-node", "--storage", str(storage)),
                home, env=env)
     try:
@@ -134,16 +93,16 @@ spec:
         why, _ = eventually(lambda: "offered for VM disks only" in (t := ctl("describe", "workload", "rbd-box",
                                                                            env=env).stdout) and t, 30, "refusal")
         assert "ceph-rbd offered for VM disks only" in why
-        assert "rbd-vm-scratch" in _images(ceph_cluster)  # provisioned by the controller, attached as vdc
+        assert "rbd-vm-scratch" in ceph_cluster.images()  # provisioned by the controller, attached as vdc
         for name in ("rbd-box", "rbd-vm"):
             ctl("delete", "workload", name, env=env)
         # The inline volume goes with its workload: its image is removed from the pool.
-        eventually(lambda: "rbd-vm-scratch" not in _images(ceph_cluster), 60, "the inline volume's image removed")
+        eventually(lambda: "rbd-vm-scratch" not in ceph_cluster.images(), 60, "the inline volume's image removed")
         ctl("delete", "volume", vol, env=env)
         eventually(lambda: ctl("get", "volume", vol, env=env, check=False).returncode != 0, 60, "volume deleted")
-        assert vol not in _images(ceph_cluster)  # checked in Ceph: the claimed volume's image is gone too
+        assert vol not in ceph_cluster.images()  # checked in Ceph: the claimed volume's image is gone too
     finally:
         dev.stop(signal.SIGINT)
         for name in (vol, "rbd-vm-scratch"):
-            _remove_image(ceph_cluster, name)
+            ceph_cluster.remove_image(name)
         shutil.rmtree(home, ignore_errors=True)

@@ -1,9 +1,9 @@
 """Which user a host process runs as: the agent's unprivileged workload user unless the spec
 names one (the scheduler's workload policy admits `root` only where an admin allows it).
 
-An agent running as root switches users in the child (`subprocess.Popen(user=..., group=...,
-extra_groups=[])`: set after the fork, before exec, without a preexec_fn); an agent that is not
-root cannot switch, so its processes run as the agent's own user and naming another is refused.
+An agent running as root starts the command with the user's ids and no supplementary groups
+(user_spawn.py: from a thread holding them, or Popen's own switch in the child); an agent that is
+not root cannot switch, so its processes run as the agent's own user and naming another is refused.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from persys.agent.runtimes.user_spawn import popen_as
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -92,22 +95,23 @@ def spawn_session(
 ) -> subprocess.Popen[bytes]:
     """Starts `argv` leading its own session and process group, output appended to files
     (stderr to `stdout` when not given), as `user`/`group` when given (the agent's own
-    otherwise). Raises OSError when it cannot be started."""
+    otherwise; see user_spawn.py for how). Raises OSError when it cannot be started."""
     with open(stdout, "ab") as out, contextlib.ExitStack() as stack:
         err = stack.enter_context(open(stderr, "ab")) if stderr is not None else subprocess.STDOUT
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=cwd,
-            env=None if env is None else dict(env),
-            close_fds=True,
-            start_new_session=True,  # own session + group: survives the agent, killable as a unit
-            user=user,
-            group=group,
-            extra_groups=extra_groups,
-        )
+
+        def popen(**switch: Any) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=None if env is None else dict(env),
+                close_fds=True,
+                start_new_session=True,  # own session + group: survives the agent, killable as a unit
+                **switch,
+            )
+
+        return popen_as(user, group, extra_groups, cwd, popen)
 
 
 async def wait_until(done: Callable[[], bool], within: float, *, poll: float = 0.05) -> bool:

@@ -13,6 +13,9 @@ with exactly the credentials `setreuid` in the child would give it. The working 
 entered as root, as Popen's child does before its switch: the thread has its own (unshared)
 current directory, changes into it before taking the user's ids, and the child inherits it.
 
+A side effect: once a thread changed its effective uid the kernel marks the agent's process not
+dumpable (no core dumps, /proc and ptrace for root only), which changes nothing for a root daemon.
+
 The thread checks its ids (getresuid/getresgid/getgroups are per thread) before every spawn:
 a switch that did not happen never starts anything as root. A thread that could not take root's
 ids back is never used again, and unknown architectures or an agent that is not root use

@@ -285,13 +285,13 @@ def _missing_binaries() -> list[str]:
     return [b for b in need if shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None]
 
 
-def _cleanup_domains(uri: str, prefix: str) -> None:
-    """Remove domains a crashed test run left behind (only this run's names)."""
+def cleanup_domains(uri: str, needle: str) -> None:
+    """Remove the domains whose names hold `needle` (what a test or a crashed run left behind)."""
     names = subprocess.run(
         ["virsh", "-c", uri, "list", "--all", "--name"], capture_output=True, text=True, timeout=30, check=False
     ).stdout.split()
     for name in names:
-        if prefix in name:
+        if needle in name:
             subprocess.run(["virsh", "-c", uri, "destroy", name], capture_output=True, timeout=30, check=False)
             subprocess.run(["virsh", "-c", uri, "undefine", name], capture_output=True, timeout=30, check=False)
             Path(f"/var/log/libvirt/qemu/{name}.log").unlink(missing_ok=True)
@@ -317,7 +317,7 @@ if pytest is not None:  # fixtures only where pytest runs
         try:
             yield VMHost(uri=uri, run_id=run_id, state_dir=state_dir)
         finally:
-            _cleanup_domains(uri, f"t{run_id}-")
+            cleanup_domains(uri, f"t{run_id}-")
             shutil.rmtree(state_dir, ignore_errors=True)
 
 

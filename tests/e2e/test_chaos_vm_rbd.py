@@ -19,23 +19,19 @@ import pytest
 
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Components, eventually
-from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, cleanup_domains, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 GRACE = 3  # seconds before a silent node is lost; the default is 10, shortened to keep the test quick
 MARKER = b"PERSYS-RBD-RELOCATED"
-VIRSH = ("virsh", "-q", "-c", "qemu:///system")
+URI = "qemu:///system"
 
 
 def domains(needle: str) -> list[str]:
     """Running libvirt domains whose name holds `needle` (a workload's instance id)."""
-    out = subprocess.run([*VIRSH, "list", "--name"], capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(["virsh", "-q", "-c", URI, "list", "--name"], capture_output=True, text=True,
+                         timeout=30).stdout
     return [d for d in out.split() if needle in d]
-
-
-def destroy_domains(needle: str) -> None:
-    for d in domains(needle):
-        subprocess.run([*VIRSH, "destroy", d], capture_output=True, timeout=30)
 
 
 def test_a_vm_moves_off_a_lost_node_with_its_rbd_volume_and_the_stale_qemu_is_fenced(
@@ -126,6 +122,6 @@ spec:
         eventually(lambda: vol not in ceph_cluster.images(), 90, "the volume's image removed from the pool")
     finally:
         c.stop()
-        destroy_domains(name)
+        cleanup_domains(URI, name)
         ceph_cluster.remove_image(vol)
         shutil.rmtree(home, ignore_errors=True)

@@ -121,7 +121,7 @@ def test_fence_stops_the_fenced_nodes_writes(ceph_cluster: CephCluster, node_a: 
     node_a.provision(vid, 16)
     att = node_a.attach(vid, AttachKind.VM_DISK)
     assert att.disk is not None
-    holder = ceph_cluster.mon_command({"prefix": "osd blocklist ls"}) or []
+    holder = ceph_cluster.blocklist()
     vm = QemuIo(att.disk.qemu_uri(ceph_cluster.node_key))  # "QEMU on node a", its own librbd client
     try:
         assert "wrote 4096/4096" in vm.write(0x11)
@@ -129,8 +129,7 @@ def test_fence_stops_the_fenced_nodes_writes(ceph_cluster: CephCluster, node_a: 
         node_b.fence(vid, "node-a")  # idempotent: the lock is gone, nothing more to do
         out = vm.write(0x22)
         assert "write failed" in out and "transport endpoint shutdown" in out, out  # EBLOCKLISTED
-        blocked = {e["addr"] for e in ceph_cluster.mon_command({"prefix": "osd blocklist ls"})} - \
-            {e["addr"] for e in holder}
+        blocked = set(ceph_cluster.blocklist()) - set(holder)
         assert len(blocked) == 2, blocked  # node a's driver connection (the lock holder) and its QEMU
         b_att = node_b.attach(vid, AttachKind.VM_DISK)
         assert not b_att.read_only

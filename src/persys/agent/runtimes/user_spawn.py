@@ -50,11 +50,15 @@ class _Creds:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._libc.syscall.restype = ctypes.c_long
 
-    def _call(self, nr: int, *args: int | ctypes.Array[ctypes.c_uint] | None) -> None:
-        c_args = [a if isinstance(a, ctypes.Array) or a is None else ctypes.c_long(a) for a in args]
-        if self._libc.syscall(ctypes.c_long(nr), *c_args) != 0:
+    @staticmethod
+    def _checked(rc: int) -> None:
+        if rc != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
+
+    def _call(self, nr: int, *args: int | ctypes.Array[ctypes.c_uint] | None) -> None:
+        c_args = [a if isinstance(a, ctypes.Array) or a is None else ctypes.c_long(a) for a in args]
+        self._checked(self._libc.syscall(ctypes.c_long(nr), *c_args))
 
     def set_groups(self, groups: list[int]) -> None:
         arr = (ctypes.c_uint * max(len(groups), 1))(*groups)
@@ -67,9 +71,7 @@ class _Creds:
         self._call(self._setresuid, r, e, s)
 
     def own_directory(self) -> None:
-        if self._libc.unshare(ctypes.c_int(CLONE_FS)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
+        self._checked(self._libc.unshare(ctypes.c_int(CLONE_FS)))
 
 
 class UserSpawner:

@@ -15,7 +15,6 @@ import uuid
 import pytest
 
 from tests.e2e.harness import Proc, ctl, eventually, persys
-from tests.fixtures_infra import free_port
 from tests.nfs_server import NfsServer
 from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
 
@@ -31,7 +30,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_nfs_volume(nfs_server: NfsServer,
     storage.write_text(f"nfs: {{server: {e.server}, port: {e.port}, export: {e.export}}}\n")
     vol = f"vmnfs-{uuid.uuid4().hex[:6]}"
     on_server = nfs_server.folder / "persys"  # the export's folder of volume images, on this machine's disk
-    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "nfs-node", "--storage", str(storage)),
+    dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "nfs-node", "--storage", str(storage)),
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)

@@ -17,7 +17,6 @@ import pytest
 
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
-from tests.fixtures_infra import free_port
 from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
@@ -36,7 +35,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
         f"user: {ceph_cluster.node_user}, secretName: ceph-node}}\n")
     vol = f"vmdata-{uuid.uuid4().hex[:6]}"
     ceph_cluster.write_image(vol, 64, MARKER)
-    dev = Proc("dev", persys("dev", "--port", str(free_port()), "--node-id", "rbd-node", "--storage", str(storage)),
+    dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "rbd-node", "--storage", str(storage)),
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)

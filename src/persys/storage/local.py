@@ -38,8 +38,7 @@ from persys.storage.base import (
 )
 from persys.storage.commands import CommandFailed, run
 from persys.storage.local_probe import probe_pool
-
-MOUNT_OPTS = "loop,nosuid,nodev"  # a volume's content brings no setuid binary or device node to the host
+from persys.storage.loop_mount import mount_image
 
 
 class LocalDriver:
@@ -227,9 +226,8 @@ class LocalDriver:
         for loop in self._loops(volume_id):  # left by a crash between loop setup and mount
             nm.free_loop(loop.name, self.timeout)
         img.ensure_dir(mp)
-        opts = MOUNT_OPTS + (",ro" if read_only else "")
         try:
-            run(["mount", "-t", "ext4", "-o", opts, str(path), str(mp)], timeout=self.timeout)
+            mount_image(path, mp, read_only=read_only, timeout=self.timeout)
         except StorageError:
             for loop in self._loops(volume_id):
                 nm.free_loop(loop.name, self.timeout)

@@ -15,6 +15,7 @@ from persys.storage import ext4_images as img
 from persys.storage import node_mounts as nm
 from persys.storage.base import AttachKind, Capability, StorageError
 from persys.storage.commands import run
+from persys.storage.loop_mount import mount_image
 
 PROBE_MB = 4  # big enough for ext4 with a journal, small enough to cost nothing
 TOOLS = {"mkfs.ext4": "e2fsprogs", "resize2fs": "e2fsprogs", "dumpe2fs": "e2fsprogs", "e2fsck": "e2fsprogs",
@@ -63,7 +64,7 @@ def _loop_mount_works(folder: Path, image: Path, timeout: float) -> str:
     mnt = folder / "mnt"
     img.ensure_dir(mnt)
     try:
-        run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev", str(image), str(mnt)], timeout=timeout)
+        mount_image(image, mnt, read_only=False, timeout=timeout)
     except StorageError as e:
         return f"ext4 loop mount failed: {e}"
     try:

@@ -5,6 +5,7 @@ output is bounded and the timeout kills it and what it started."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -55,6 +56,20 @@ async def test_exec_sees_the_workloads_environment(rt: ProcessRuntime, tmp_path:
     if rt.cgroups_enabled:
         assert any(line.endswith(f"/{wid}") for line in lines[3:]), lines  # inside its cgroups
     assert (out.stderr, out.exit_code, out.timed_out, out.truncated) == (b"oops\n", 3, False, False)
+
+
+async def test_exec_joins_the_cgroups_of_an_instance_an_older_agent_started(rt: ProcessRuntime,
+                                                                            tmp_path: Path) -> None:
+    wid = await _started(rt, tmp_path)
+    meta = rt._load(wid)
+    assert meta is not None and _uid_of(meta.pid) != "0"
+    if not rt.cgroups_enabled:
+        pytest.skip("no writable cgroup v1 hierarchy here")
+    for d in meta.cgroups:  # agents before handed the user cgroup.procs only: its `tasks` is root's
+        os.chown(Path(d) / "tasks", 0, 0)
+    out = await rt.exec(wid, ["cat", "/proc/self/cgroup"], service="", kill_after=20)
+    joined = {line.split(":")[1] for line in out.stdout.decode().splitlines() if line.endswith(f"/{wid}")}
+    assert out.exit_code == 0 and {"memory", "pids"} <= joined and any("cpu" in j for j in joined), out
 
 
 async def test_exec_output_is_bounded(rt: ProcessRuntime, tmp_path: Path) -> None:

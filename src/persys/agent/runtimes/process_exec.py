@@ -69,12 +69,12 @@ def _user_kwargs(ctx: ProcessContext) -> dict[str, Any]:
     return {}
 
 
-async def exec_in_process(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str],
+async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
                           kill_after: float, stdin: bytes = b"") -> ExecOutput:
     ctx = await asyncio.to_thread(read_context, pid)
     argv = list(command)
-    if cgroup_procs:
-        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_procs, "--", *argv]
+    if cgroup_tasks:
+        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
     out = OutputBuffer()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -175,14 +175,14 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-async def open_process_tty(pid: int, cgroup_procs: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
+async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
                            rows: int) -> ProcessTerminal:
     """Start `command` on a new pseudo-terminal in the process workload's environment, user and
     cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
     ctx = await asyncio.to_thread(read_context, pid)
     argv = list(command)
-    if cgroup_procs:
-        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_procs, "--", *argv]
+    if cgroup_tasks:
+        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
     master, slave = os.openpty()
     try:
         if cols and rows:

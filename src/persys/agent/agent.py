@@ -123,6 +123,7 @@ class Agent:
         self.usage: dict[str, ObservedWorkload] = {}  # workload -> last usage sample (cpu, memory, io)
         self.usage_interval = 5.0
         self._wake = asyncio.Event()
+        self._persisting: set[asyncio.Future[None]] = set()  # desired records being written
         self.volume_work = VolumeWork(self.volumes, self._wake.set)
         self._volumes_told: tuple[object, ...] | None = None  # the attachments the scheduler was last told
         self._sampler = UsageSampler(config.state_dir)
@@ -426,8 +427,13 @@ class Agent:
             for wid, d in changed.items():
                 self.local.save_desired(wid, d.revision, d.generation, str(d.desired_state), d.spec.to_json())
 
-        await asyncio.to_thread(persist)
+        # The next pass lists the runtimes while this is written (~1-2 ms each, an apply's path
+        # to its start); it decides and acts only once the records are on disk (_durable).
+        writing = asyncio.ensure_future(asyncio.to_thread(persist))
+        self._persisting.add(writing)
+        writing.add_done_callback(self._persisting.discard)
         self._wake.set()
+        await writing
 
     # ------------------------------------------------------------------ local reconciliation
 
@@ -479,6 +485,13 @@ class Agent:
                 seen[o.workload_id] = (rt, o)
         return seen
 
+    async def _durable(self) -> None:
+        """Wait until the desired records being written are on disk: nothing is started or removed
+        for a desired set a restart would not find. (A write that fails raises in accept_desired,
+        to the watch stream, as it did when the pass waited for it there.)"""
+        while self._persisting:
+            await asyncio.wait(set(self._persisting))
+
     def _contact(self) -> plan.Contact:
         return plan.Contact(started_at=self._started_at, last_ack=self.link.last_ack, last_full_set=self._full_set_at,
                             grace=self.link.node_grace, heartbeat_interval=self.link.heartbeat_interval)
@@ -495,6 +508,7 @@ class Agent:
     async def reconcile_once(self) -> Observed:
         """Drive local runtimes toward the desired set; returns what is observed afterwards."""
         observed = await self._observe()
+        await self._durable()
         # The desired set and the runtimes are replaced (never changed in place) when new ones
         # arrive: the actions are carried out against those they were decided on.
         desired, runtimes = self.desired, self.runtimes

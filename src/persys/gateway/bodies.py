@@ -1,4 +1,5 @@
-"""Parsing and validating request bodies off the event loop, a bounded number at a time.
+"""Parsing and validating request bodies off the event loop, a bounded number at a time (small
+JSON bodies excepted: see INLINE_JSON_BYTES).
 
 Parsing a megabyte of YAML takes most of a second; done on the event loop it would stall every
 other request (and `/healthz`). Here it runs in worker threads, at most `concurrency` at once;
@@ -18,6 +19,10 @@ from persys.model.limits import GatewayLimits
 from persys.model.manifest import ManifestError, validate_manifest
 
 T = TypeVar("T")
+# A JSON body this small (what persysctl and most clients send) is parsed and validated on the
+# event loop in a fraction of a millisecond, less than the hand-off to a thread and back costs
+# (~1-2 ms of every apply). Even read as YAML (JSON it is not, after all) it stays within ~10 ms.
+INLINE_JSON_BYTES = 4096
 
 
 class BodyError(ValueError):
@@ -78,6 +83,8 @@ class BodyParser:
         self._slots: anyio.CapacityLimiter | None = None  # made in the event loop that uses it
 
     async def parse(self, fn: Callable[[bytes, GatewayLimits], T], raw: bytes) -> T:
+        if len(raw) <= INLINE_JSON_BYTES and raw.lstrip()[:1] in (b"{", b"["):
+            return fn(raw, self.limits)
         if self._slots is None:
             self._slots = anyio.CapacityLimiter(self.concurrency)
         return await anyio.to_thread.run_sync(fn, raw, self.limits, limiter=self._slots)

@@ -34,8 +34,8 @@ def node_config(cluster: CephCluster, **over: Any) -> CephConfig:
 def drivers(ceph_cluster: CephCluster) -> Iterator[Callable[[str], CephRbdDriver]]:
     made: list[CephRbdDriver] = []
 
-    def make(node: str) -> CephRbdDriver:
-        d = CephRbdDriver(node, node_config(ceph_cluster))
+    def make(node: str, **kw: Any) -> CephRbdDriver:
+        d = CephRbdDriver(node, node_config(ceph_cluster), **kw)
         made.append(d)
         return d
     yield make
@@ -241,27 +241,81 @@ def test_node_user_has_least_privilege(ceph_cluster: CephCluster) -> None:
         node.shutdown()
 
 
-def test_a_half_made_image_is_replaced_or_removed(ceph_cluster: CephCluster, node_a: CephRbdDriver) -> None:
-    """A crash inside librbd's create or remove leaves an image listed without its header."""
+def _drop_header(cluster: CephCluster, vid: str) -> tuple[str, Callable[[], None]]:
+    """Remove the image's header (what a create in progress or a crashed one has not written):
+    the image's id, and how to put the header back as it was."""
+    import rados
     import rbd
 
-    def half_made(vid: str) -> None:
-        node_a.provision(vid, 16)
-        admin = ceph_cluster.admin()
+    admin = cluster.admin()
+    try:
+        with admin.open_ioctx(cluster.pool) as io:
+            with rbd.Image(io, vid, read_only=True) as img:
+                image_id = img.id()
+            header = f"rbd_header.{image_id}"
+            with rados.ReadOpCtx() as op:
+                listed, _ = io.get_omap_vals(op, "", "", 10_000)
+                io.operate_read_op(op, header)
+                omap = dict(listed)
+            io.remove_object(header)
+    finally:
+        admin.shutdown()
+
+    def restore() -> None:
+        admin = cluster.admin()
         try:
-            with admin.open_ioctx(ceph_cluster.pool) as io:
-                with rbd.Image(io, vid, read_only=True) as img:
-                    header = f"rbd_header.{img.id()}"
-                io.remove_object(header)
+            with admin.open_ioctx(cluster.pool) as io, rados.WriteOpCtx() as op:
+                io.set_omap(op, tuple(omap), tuple(omap.values()))
+                io.operate_write_op(op, header)
         finally:
             admin.shutdown()
-        assert vid in images(ceph_cluster)
+    assert vid in images(cluster)
+    return image_id, restore
 
+
+def test_a_half_made_image_is_replaced_or_removed(ceph_cluster: CephCluster,
+                                                  drivers: Callable[..., CephRbdDriver]) -> None:
+    """A crash inside librbd's create or remove leaves an image listed without its header."""
+    node = drivers("node-a", half_made_grace=0.2)  # what a crash left never opens: no need to wait long
     gone, again = new_id(), new_id()
-    half_made(gone)
-    node_a.delete(gone)
+    node.provision(gone, 16)
+    _drop_header(ceph_cluster, gone)
+    node.delete(gone)
     assert gone not in images(ceph_cluster)
-    half_made(again)
-    assert node_a.provision(again, 32).size_mb == 32
-    node_a.delete(again)
+    node.provision(again, 16)
+    _drop_header(ceph_cluster, again)
+    assert node.provision(again, 32).size_mb == 32
+    node.delete(again)
     assert again not in images(ceph_cluster)
+
+
+def test_an_image_another_client_is_creating_is_waited_for_not_removed(
+        ceph_cluster: CephCluster, drivers: Callable[..., CephRbdDriver], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller and the node provision a network volume at once: the second create finds
+    the image listed before its header is written, and must let the first one finish."""
+    import rbd
+
+    first, second = drivers("controller"), drivers("node-b", half_made_grace=30)
+    vid = new_id()
+    first.provision(vid, 16)
+    image_id, finish = _drop_header(ceph_cluster, vid)  # the first create, half way
+    real = second._exists
+    looks: list[bool] = []
+
+    def exists(io: Any, name: str) -> bool:
+        looks.append(real(io, name))
+        if len(looks) == 2:  # the second client is waiting: the first create writes its header now
+            finish()
+        return looks[-1]
+
+    monkeypatch.setattr(second, "_exists", exists)
+    assert second.provision(vid, 16).size_mb == 16
+    assert looks[:2] == [False, False] and looks[-1] is True  # not openable at first, then waited for
+    admin = ceph_cluster.admin()
+    try:
+        with admin.open_ioctx(ceph_cluster.pool) as io, rbd.Image(io, vid, read_only=True) as img:
+            assert img.id() == image_id  # the first client's image, never removed and made again
+    finally:
+        admin.shutdown()
+    first.delete(vid)
+    assert vid not in images(ceph_cluster)

@@ -12,6 +12,7 @@ next `provision` of the clone, and `delete` of the parent flattens whatever clon
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from persys.storage.base import (
@@ -35,15 +36,20 @@ from persys.storage.rbd_fencing import Locker, plan_fence
 from persys.storage.rbd_kernel import kernel_map_missing
 
 MIB = 1024 * 1024
+# How long an image that is listed but does not open may be another client's create in progress
+# before it is taken for a crash's leftover (a create takes milliseconds; a busy cluster, longer).
+HALF_MADE_GRACE_S = 5.0
+HALF_MADE_POLL_S = 0.05
 
 
 class CephRbdDriver:
     name = "ceph-rbd"
     node_bound = False
 
-    def __init__(self, node_id: str, config: CephConfig) -> None:
+    def __init__(self, node_id: str, config: CephConfig, *, half_made_grace: float = HALF_MADE_GRACE_S) -> None:
         self.node_id = node_id
         self.config = config
+        self.half_made_grace = half_made_grace
         self._s = CephSession(config)
         self._rbd = self._s.rbd
         self._clones = CloneSteps(self._s, self._features())
@@ -105,11 +111,22 @@ class CephRbdDriver:
                 self._rbd.RBD().create(io, volume_id, size, old_format=False, features=self._features())
                 return
             except self._rbd.ImageExists:
-                if self._exists(io, volume_id):
-                    return  # a concurrent retry made it
-                # Listed but not openable: what a crash inside librbd's create leaves. Start over.
+                if self._opens_soon(io, volume_id):
+                    return  # a concurrent create made it (the controller and the node both provision)
+                # Listed but never openable: what a crash inside librbd's create leaves. Start over.
                 self._clones.remove_leftover(io, volume_id)
         raise StorageError(f"volume {volume_id!r}: a half-made image could not be replaced")
+
+    def _opens_soon(self, io: Any, volume_id: str) -> bool:
+        """Whether an image listed under this name opens within the grace. librbd lists a new
+        image before it writes its header: one being created elsewhere opens within milliseconds,
+        and removing it then would break that create; what a crashed create left never opens."""
+        deadline = time.monotonic() + self.half_made_grace
+        while not self._exists(io, volume_id):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(HALF_MADE_POLL_S)
+        return True
 
     def _exists(self, io: Any, volume_id: str) -> bool:
         try:

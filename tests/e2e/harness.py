@@ -321,7 +321,7 @@ def kill_process_workloads(tmp: Path) -> None:
     group), found from their runtime records: nothing a test started outlives it."""
     import json
 
-    for meta in tmp.glob("agent-*/runtimes/process/*/meta.json"):
+    for meta in tmp.glob("agent*/runtimes/process/*/meta.json"):  # agent-<node>/, or agent/ (one node)
         pid = json.loads(meta.read_text()).get("pid")
         if pid and pid_alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):

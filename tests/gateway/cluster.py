@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.harness import Proc, eventually, persys
+from tests.e2e.harness import Proc, eventually, kill_process_workloads, persys
 
 
 @dataclass
@@ -50,6 +50,7 @@ class GatewayCluster:
         self.gateway.stop()
         if self.agent is not None:
             self.agent.stop()
+            kill_process_workloads(self.tmp)  # the agent leaves them running, as on a real node
         self.scheduler.stop()
 
 

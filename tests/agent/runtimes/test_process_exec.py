@@ -17,6 +17,7 @@ from persys.agent.runtimes.base import RuntimeFailure, RuntimeWorkload
 from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from persys.model.limits import EXEC_OUTPUT_MAX_BYTES
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
+from tests.agent.runtimes.test_runtime_process import argv0, wait_for
 
 CG = Path("/sys/fs/cgroup")
 
@@ -65,6 +66,11 @@ async def test_exec_joins_the_cgroups_of_an_instance_an_older_agent_started(rt: 
     assert meta is not None and _uid_of(meta.pid) != "0"
     if not rt.cgroups_enabled:
         pytest.skip("no writable cgroup v1 hierarchy here")
+
+    async def in_its_cgroups() -> bool:  # the wrapper joined them all and exec'd the command
+        return argv0(meta.pid) == b"sleep"
+
+    assert await wait_for(in_its_cgroups)
     for d in meta.cgroups:  # agents before handed the user cgroup.procs only: its `tasks` is root's
         os.chown(Path(d) / "tasks", 0, 0)
     out = await rt.exec(wid, ["cat", "/proc/self/cgroup"], service="", kill_after=20)

@@ -1,9 +1,9 @@
 """Loop-mounting an image file with the kernel's own calls: a free loop device bound to the file
 by one LOOP_CONFIGURE ioctl, then mount(2). `mount -o loop` does the same, but starting it and
 libmount's parsing of the mount tables cost ~3 ms of a ~4.5 ms mount, and this stands between a
-local volume's workload and its start. Wherever the calls are not available (a kernel before 5.8,
-no /dev/loop-control, no device node, another libc) or the kernel refuses, the `mount` binary
-runs instead: it is the reference, and its message is the one an operator knows.
+local volume's workload and its start. Wherever the calls are not available (a kernel before
+5.8, no /dev/loop-control, no device node, no mount in the C library) or the kernel refuses, the
+`mount` binary runs instead: it is the reference, and its message is the one an operator knows.
 
 As with `mount -o loop`, the device is bound with autoclear: the kernel frees it at the unmount
 (and at once if the mount fails: the only other opener is this module, which closes it)."""
@@ -11,7 +11,6 @@ As with `mount -o loop`, the device is bound with autoclear: the kernel frees it
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import logging
@@ -43,10 +42,10 @@ class _NativeUnavailable(Exception):
 
 
 def _libc_mount() -> Callable[..., int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
+    try:  # the C library this interpreter already has loaded (find_library would start ldconfig)
+        fn = ctypes.CDLL(None, use_errno=True).mount
+    except (OSError, AttributeError):
         return None
-    fn = ctypes.CDLL(name, use_errno=True).mount
     fn.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
     fn.restype = ctypes.c_int
     return fn

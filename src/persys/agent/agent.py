@@ -19,6 +19,7 @@ import io
 import logging
 import random
 import socket
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from persys.agent import disconnect, plan, report, start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.host import UsageSampler, capacity
-from persys.agent.link import GrpcLink, LinkOptions, SchedulerLink
+from persys.agent.link import DesiredNotRecorded, GrpcLink, LinkOptions, SchedulerLink
 from persys.agent.localstate import LocalState
 from persys.agent.plan import Desired, Failure
 from persys.agent.runtimes.base import (
@@ -433,7 +434,12 @@ class Agent:
         self._persisting.add(writing)
         writing.add_done_callback(self._persisting.discard)
         self._wake.set()
-        await writing
+        try:
+            await writing
+        except (OSError, sqlite3.Error) as err:
+            # The set stays in memory (the scheduler means it); a restart would find the last set
+            # written. The link asks for the full set again until one is written.
+            raise DesiredNotRecorded(str(err)) from err
 
     # ------------------------------------------------------------------ local reconciliation
 
@@ -486,9 +492,9 @@ class Agent:
         return seen
 
     async def _durable(self) -> None:
-        """Wait until the desired records being written are on disk: nothing is started or removed
-        for a desired set a restart would not find. (A write that fails raises in accept_desired,
-        to the watch stream, as it did when the pass waited for it there.)"""
+        """Wait until the desired records being written are on disk, so that a pass acts on what a
+        restart would find. A write that fails (accept_desired raises DesiredNotRecorded) leaves
+        the set in memory, acted on as the scheduler means it, while the link asks for it again."""
         while self._persisting:
             await asyncio.wait(set(self._persisting))
 

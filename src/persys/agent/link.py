@@ -41,6 +41,11 @@ RESYNC_EVERY = 5.0  # seconds between reopenings of the desired-state stream to 
 RETIRED_GRACE = 15.0
 
 
+class DesiredNotRecorded(Exception):
+    """accept_desired could not make a desired set durable (a full or failing disk). The stream's
+    next deltas would build on the set that was lost: the link asks for the full set again."""
+
+
 class LinkHandler(Protocol):
     """What the link needs from the node it speaks for."""
 
@@ -510,6 +515,7 @@ class GrpcLink:
             await self._registered.wait()
             gen = self._channel_gen
             self._watch_reopen = False
+            call = None
             try:
                 call = self.stub.WatchAssignments(pb.WatchAssignmentsRequest(node_id=self.node_id, deltas=True))
                 self._stream_opened("watch")
@@ -521,6 +527,11 @@ class GrpcLink:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 self.handler.on_call_failed("watch", err)
                 await self._after_error(err, gen)
+            except DesiredNotRecorded as err:
+                log.error("the desired state could not be recorded here (%s); asking for the full set again in "
+                          "%.1fs", err, delay)
+                if call is not None:
+                    call.cancel()
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 reopen = self._watch_reopen and not (task is not None and task.cancelling())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import socket
 import subprocess
 import time
@@ -248,6 +249,27 @@ async def test_logs_per_service_prefixed_filtered_and_followed(rt: ComposeRuntim
 
 async def _drain(stream: AsyncIterator[str]) -> str:
     return "".join([p async for p in stream])
+
+
+@docker_only
+async def test_names_and_labels_yaml_would_read_as_numbers_stay_as_written(engine: Any, client: Any,
+                                                                          tmp_path: Path) -> None:
+    # Compose reads its files as YAML 1.2, where `12e3` is a float; a workload named like that (or
+    # a label value: the first seen was a test run's id, `59118e51`) came back as `12000.0`, and
+    # the runtime could no longer find its own containers.
+    wid = f"{secrets.randbelow(10**8):08d}e1"
+    rt = ComposeRuntime(tmp_path / "runtimes", stop_timeout=1,
+                        extra_labels={**engine.labels, "persys.test-shape": "59118e51"})
+    try:
+        obs = await rt.start(compose_workload(wid, inline=TICKERS))
+        assert obs.state is RuntimeState.RUNNING and obs.workload_id == wid, obs.message
+        (ctr, _), _, _ = project_resources(client, wid)
+        assert ctr.labels["persys.workload"] == wid and ctr.labels["persys.test-shape"] == "59118e51"
+        assert [o.workload_id for o in await rt.list()] == [wid]
+    finally:
+        await rt.remove(wid)
+        await rt.close()
+    assert project_resources(client, wid) == ([], [], [])
 
 
 @docker_only

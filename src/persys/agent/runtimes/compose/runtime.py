@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiodocker.exceptions import DockerError
 from aiodocker.volumes import DockerVolume
 
@@ -336,7 +335,10 @@ class ComposeRuntime:
             model, services = await self._config(project, compose_file, spec, common)
             await self._images(w.workload_id, w.revision, model, spec, w.secrets.registry_auth)
             override = wdir / OVERRIDE_FILE
-            override.write_text(yaml.safe_dump(self._override(w.workload_id, model), sort_keys=True))
+            # JSON (YAML 1.2 reads it the same): PyYAML writes YAML 1.1, which leaves `59118e51` or
+            # `1e5` unquoted as strings, and Compose's YAML 1.2 reads those as floats: a workload or
+            # label value of that shape came back as `5.9118e+55` and its containers were lost.
+            override.write_text(json.dumps(self._override(w.workload_id, model), sort_keys=True))
 
             # revision "" until up succeeds: a failed update must not look like the new revision
             # already running (the agent would treat it as exited instead of retrying the start).

@@ -84,10 +84,12 @@ async def test_a_full_disk_has_the_watch_ask_for_the_full_set_again(small_disk: 
         instance_id="web", revision="r1", generation=1, desired_state="Running", spec_json=spec.to_json())])
     filler = fill(small_disk)
     calls: list[OneSetWatch] = []
+    asked: list[float] = []
 
     class Stub:
         def WatchAssignments(self, req: Any, **kw: Any) -> OneSetWatch:  # noqa: N802
-            if calls:  # asked again: the operator has freed the disk meanwhile
+            asked.append(time.monotonic())
+            if len(calls) == 2:  # asked a third time: the operator has freed the disk meanwhile
                 filler.unlink(missing_ok=True)
             calls.append(OneSetWatch(ds))
             return calls[-1]
@@ -97,8 +99,10 @@ async def test_a_full_disk_has_the_watch_ask_for_the_full_set_again(small_disk: 
     task = asyncio.create_task(link._watch_loop())
     try:
         await _until(lambda: "web" in agent.local.desired())
-        assert len(calls) == 2 and calls[0].cancelled.is_set() and not task.done()
+        assert len(calls) == 3 and calls[0].cancelled.is_set() and calls[1].cancelled.is_set() and not task.done()
         assert agent.desired["web"].revision == "r1"
+        # Backing off while the disk refuses each set (0.2 s, then 0.4 s): not every 0.2 s for ever.
+        assert asked[1] - asked[0] >= 0.19 and asked[2] - asked[1] >= 0.39, asked
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -521,8 +521,8 @@ class GrpcLink:
                 self._stream_opened("watch")
                 self._watch_call = call
                 async for ds in call:
-                    delay = 0.2
                     await self.handler.accept_desired(ds)
+                    delay = 0.2  # after the set is taken: a disk that refuses each one backs off
             except grpc.aio.AioRpcError as err:
                 log.info("desired-state stream interrupted (%s); reconnecting in %.1fs", err.details(), delay)
                 self.handler.on_call_failed("watch", err)

@@ -7,9 +7,10 @@ enforced by the image (writing past it fails with ENOSPC).
     <pool>/attach/<id>.vm-disk          a VM_DISK attachment (QEMU opens the image itself)
     <pool>/.probe/                      the probe's tiny image and mount point
 
-What is attached is read from the kernel (mountinfo, `losetup -J`) and the markers, never from
-memory, so a fresh instance finds and detaches what a crashed one left (a loop device without a
-mount included). The data never leaves the node: placement pins the workload (`node_bound`).
+What is attached is read from the kernel (mountinfo, the loop devices in sysfs) and the markers,
+never from memory, so a fresh instance finds and detaches what a crashed one left (a loop device
+without a mount included). The data never leaves the node: placement pins the workload
+(`node_bound`).
 """
 
 from __future__ import annotations

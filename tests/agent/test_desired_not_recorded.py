@@ -21,6 +21,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.link import GrpcLink
 from persys.model import WorkloadSpec
+from tests.agent.test_switch_cancel import _until
 
 
 @pytest.fixture
@@ -67,13 +68,6 @@ class OneSetWatch:
         raise asyncio.CancelledError
 
 
-async def _until(cond: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_full_disk_has_the_watch_ask_for_the_full_set_again(small_disk: Path) -> None:
     agent = Agent(AgentConfig(node_id="n1", scheduler="a", state_dir=small_disk / "agent"), [])
     link = agent.link
@@ -98,7 +92,7 @@ async def test_a_full_disk_has_the_watch_ask_for_the_full_set_again(small_disk: 
     link.registered.set()
     task = asyncio.create_task(link._watch_loop())
     try:
-        await _until(lambda: "web" in agent.local.desired())
+        await _until(lambda: "web" in agent.local.desired(), 10.0)
         assert len(calls) == 3 and calls[0].cancelled.is_set() and calls[1].cancelled.is_set() and not task.done()
         assert agent.desired["web"].revision == "r1"
         # Backing off while the disk refuses each set (0.2 s, then 0.4 s): not every 0.2 s for ever.

@@ -76,6 +76,34 @@ def test_agents_get_the_claimed_volume_settings() -> None:
     assert s.volumes[0].size_mb == 0  # the stored spec is unchanged
 
 
+def test_a_claimed_clone_carries_its_source_to_the_node() -> None:
+    """Whoever provisions a clone first copies its source: for a local one, the node."""
+    s = spec([{"name": "d", "claim": "restored", "mountPath": "/d"},
+              {"name": "e", "claim": "plain", "mountPath": "/e"}])
+    vols = {"restored": volume("restored", source={"snapshot": "orig@s1"}), "plain": volume("plain")}
+    out = resolved_claims(s, vols)
+    assert [v.source for v in out.volumes] == ["snapshot:orig@s1", None]
+
+
+def test_a_local_clone_lives_on_its_sources_node() -> None:
+    from persys.model.volume import VolumeManifest
+    from persys.scheduler.volume_rules import clone_home, source_problems
+
+    orig = volume("orig").model_copy(update={"node": "n2"})
+    never = volume("never")
+
+    def manifest(**s: Any) -> VolumeManifest:
+        return VolumeManifest.model_validate({"apiVersion": "persys.dev/v1", "kind": "Volume",
+                                              "metadata": {"name": "c"}, "spec": {"driver": "local", "sizeMb": 8, **s}})
+    vols = {"orig": orig, "never": never}
+    assert clone_home(manifest(source={"volume": "orig"}), vols) == "n2"
+    assert clone_home(manifest(), vols) == ""
+    assert source_problems(manifest(source={"volume": "orig"}), vols) == []
+    assert source_problems(manifest(source={"volume": "orig"}, node="n1"), vols) == [
+        "spec.node: 'n1', but a local clone is made where its source lives ('n2')"]
+    assert "holds no data on any node yet" in source_problems(manifest(source={"volume": "never"}), vols)[0]
+
+
 def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
     from persys.model import Node, NodeStatus, WorkloadStatus
     from persys.scheduler.volume_rules import fence_node

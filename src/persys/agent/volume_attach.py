@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.runtimes.base import RuntimeFailure, VolumeMount
 from persys.model.volume import inline_volume_id
-from persys.model.workload import WorkloadSpec, workload_of
+from persys.model.workload import VolumeSpec, WorkloadSpec, workload_of
 from persys.storage.base import (
     AttachKind,
     Attachment,
@@ -44,6 +44,15 @@ class Held:
     kind: AttachKind
     read_only: bool
     size_mb: int
+
+
+def _source(v: VolumeSpec) -> tuple[str, str] | None:
+    """A claimed clone's source as the drivers take it ("snapshot", "<vol>@<snap>") or
+    ("volume", "<vol>"); None for a volume that starts empty."""
+    if v.source is None:
+        return None
+    kind, _, ref = v.source.partition(":")
+    return kind, ref
 
 
 class VolumeAttacher:
@@ -78,7 +87,7 @@ class VolumeAttacher:
                 vid = volume_id_of(instance, v.name, v.claim)
                 driver = self._driver(v.driver)
                 try:
-                    info = await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1))
+                    info = await asyncio.to_thread(driver.provision, vid, max(v.size_mb, 1), source=_source(v))
                     att = await self._attach(driver, vid, kind, v.read_only, fence_node)
                 except VolumeBusy as err:
                     raise RuntimeFailure(f"volume {v.name} ({vid}): {err}", code="VolumeBusy") from None

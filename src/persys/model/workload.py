@@ -311,6 +311,12 @@ class VolumeSpec(Model):
     # Unset: the volume is declared inline (record `<workload>-<name>`). Unset stays out of the
     # revision hash.
     claim: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] | None = None
+    # Where a claimed Volume's first data comes from ("snapshot:<volume>@<snap>" or
+    # "volume:<volume>"): written by the scheduler into the spec a node gets, so the node that
+    # provisions a local clone at first attach copies its source instead of formatting an empty
+    # filesystem. Never taken from a manifest (a workload could copy any volume of its node).
+    # Unset stays out of the revision hash.
+    source: Annotated[StrictStr, Field(max_length=200, pattern=r"^(snapshot|volume):[a-z0-9@.-]+$")] | None = None
 
     def claim_problem(self) -> str:
         """A claim leaves driver, size and access to its Volume: what a manifest sets anyway (the

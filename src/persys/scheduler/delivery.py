@@ -161,7 +161,14 @@ def resolved_claims(spec: WorkloadSpec, volumes: Mapping[str, Volume]) -> Worklo
     for v in spec.volumes:
         rec = volumes.get(v.claim) if v.claim is not None else None
         if rec is not None:
-            v = v.model_copy(update={"driver": rec.spec.driver, "size_mb": rec.spec.size_mb})
+            update: dict[str, object] = {"driver": rec.spec.driver, "size_mb": rec.spec.size_mb}
+            src = rec.spec.source
+            if src is not None:
+                # Whoever provisions first copies the source: a local clone is made by its node
+                # at first attach (without this it formatted an empty filesystem), a network one
+                # by the controller or the node, whichever comes first.
+                update["source"] = f"snapshot:{src.snapshot}" if src.snapshot is not None else f"volume:{src.volume}"
+            v = v.model_copy(update=update)
         resolved.append(v)
     return spec.model_copy(update={"volumes": resolved})
 

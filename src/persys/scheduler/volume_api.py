@@ -21,7 +21,7 @@ from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import DocPut, Versioned
-from persys.scheduler.volume_rules import delete_refusal, source_problems, users_index, users_of
+from persys.scheduler.volume_rules import clone_home, delete_refusal, source_problems, users_index, users_of
 from persys.store.base import Compare, Delete, Put
 
 CAS_ATTEMPTS = 10
@@ -77,6 +77,9 @@ class VolumeApi:
         if problems:
             raise ManifestError(problems)
         rec = Volume.from_manifest(m, time.time())
+        home = clone_home(m, {k: v.value for k, v in state.volumes.items()})
+        if home != rec.node:
+            rec = rec.model_copy(update={"node": home})
         if dry_run:
             return rec, True, True
         key = keys.volume(rec.id)

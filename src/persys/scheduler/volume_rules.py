@@ -71,10 +71,12 @@ def claim_problems(workload_id: str, spec: WorkloadSpec, volumes: Mapping[str, V
     a claim of an unknown or deleting volume, a mode the volume cannot be used in, or a
     single-writer volume another workload already uses (two workloads could land on two nodes)."""
     problems: list[str] = []
-    if not any(v.claim is not None for v in spec.volumes):
+    if not any(v.claim is not None or v.source is not None for v in spec.volumes):
         return problems  # most workloads: nothing to look up
     others = [w for w in workloads if w.id != workload_id]
     for i, v in enumerate(spec.volumes):
+        if v.source is not None:
+            problems.append(f"spec.volumes[{i}].source: set from the claimed Volume's spec.source, not in a workload")
         if v.claim is None:
             continue
         field = f"spec.volumes[{i}].claim"
@@ -117,7 +119,22 @@ def source_problems(m: VolumeManifest, volumes: dict[str, Volume]) -> list[str]:
         return [f"{field}: volume {src.parent()!r} has no snapshot {snap!r}"]
     if parent.spec.size_mb > m.spec.size_mb:
         return [f"spec.sizeMb: {m.spec.size_mb} is smaller than its source ({parent.spec.size_mb})"]
+    if m.spec.driver == "local":
+        # A local clone is made on its source's node, by that node: it needs data there.
+        if not parent.node:
+            return [f"{field}: local volume {src.parent()!r} holds no data on any node yet (never attached)"]
+        if m.spec.node and m.spec.node != parent.node:
+            return [f"spec.node: {m.spec.node!r}, but a local clone is made where its source lives ({parent.node!r})"]
     return []
+
+
+def clone_home(m: VolumeManifest, volumes: Mapping[str, Volume]) -> str:
+    """The node a new local volume lives on: the one named, else its source's node (a local
+    clone is copied there); "" when it is placed with its first workload."""
+    if m.spec.node or m.spec.driver != "local" or m.spec.source is None:
+        return m.spec.node
+    parent = volumes.get(m.spec.source.parent())
+    return parent.node if parent is not None else ""
 
 
 def inline_records(state: ClusterState, w: Workload, now: float) -> tuple[list[Compare], list[Put]]:

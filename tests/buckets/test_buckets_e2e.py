@@ -159,7 +159,7 @@ def test_bucket_keys_workload_and_deletion(cluster: GatewayCluster, rgw: RgwAdmi
     values = {k.secret_key for k in rgw.user_keys(rgw_user_of(bucket))}
     assert len(values) == 3  # the owner's own key, the admin and the read-only key
     # kubectl's verbs work on buckets too; describe names each key's secret, never its value.
-    assert [b["name"] for b in json.loads(ctl("get", "buckets", bucket, "-o", "json", env=env).stdout)] == [bucket]
+    assert json.loads(ctl("get", "buckets", bucket, "-o", "json", env=env).stdout)["name"] == bucket
     described = ctl("describe", "bucket", bucket, env=env).stdout
     assert admin_key["secret"] in described and ro_key["accessKeyId"] in described
     assert "64 MiB, 100 objects" in described

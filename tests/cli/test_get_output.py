@@ -60,7 +60,7 @@ def test_wide_and_jsonpath(cluster: tuple[GatewayCluster, dict[str, str]]) -> No
     rows = ctl("get", "workloads", "-o", 'jsonpath={range .items[*]}{.name}={.labels.tier}{"\\n"}{end}',
                env=env).stdout
     assert sorted(rows.splitlines()) == ["db-1=", "web-1=front", "web-2=back"]
-    one = ctl("get", "workload", "web-2", "-o", "jsonpath={.items[0].labels.app} {.items[0].type}", env=env).stdout
+    one = ctl("get", "workload", "web-2", "-o", "jsonpath={.labels.app} {.type}", env=env).stdout
     assert one == "web process"
 
 
@@ -111,7 +111,30 @@ def test_what_get_prints_applies_back(cluster: tuple[GatewayCluster, dict[str, s
     # its own `get NAME -o json`): applied as one batch, nothing changes.
     every = tmp_path / "all.json"
     names = [n.split("/", 1)[1] for n in _names(env)]
-    every.write_text("[" + ",".join(ctl("get", "workload", n, "-o", "json", env=env).stdout.strip()[1:-1]
+    every.write_text("[" + ",".join(ctl("get", "workload", n, "-o", "json", env=env).stdout.strip()
                                     for n in names) + "]")
     out = ctl("apply", "-f", str(every), env=env).stdout.split("\n")
     assert sorted(line for line in out if line) == sorted(f"workload/{n} unchanged" for n in names), out
+
+
+def test_one_object_by_name_and_kind_slash_name(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    """kubectl's shapes: `get KIND NAME -o json|yaml` prints the object (not a list of one), and
+    `KIND/NAME` (what `-o name` prints) is taken by get, describe and delete."""
+    import json
+
+    import yaml
+
+    _c, env = cluster
+    one = json.loads(ctl("get", "workload", "web-2", "-o", "json", env=env).stdout)
+    assert isinstance(one, dict) and one["id"] == "web-2"
+    assert yaml.safe_load(ctl("get", "workloads", "web-2", "-o", "yaml", env=env).stdout)["id"] == "web-2"
+    assert json.loads(ctl("get", "workload/web-2", "-o", "json", env=env).stdout)["id"] == "web-2"
+    assert ctl("get", "workloads", "workload/web-2", "-o", "name", env=env).stdout.split() == ["workload/web-2"]
+    assert ctl("get", "workload/web-2", "-o", "jsonpath={.id}", env=env).stdout == "web-2"
+    assert "web-2" in ctl("describe", "workload/web-2", env=env).stdout
+    mixed = ctl("get", "nodes", "workload/web-2", env=env, check=False)
+    assert mixed.returncode != 0 and "is a workload, not one of nodes" in mixed.stderr + mixed.stdout
+    for name in _names(env, "-l", "tier=back"):
+        assert ctl("delete", name, env=env).stdout.strip() == f"{name} deleted"
+    assert "workload/web-2" not in _names(env)
+    ctl("apply", "-f", "-", env=env, stdin=_manifest("web-2", {"app": "web", "tier": "back"}))

@@ -232,7 +232,7 @@ class Components:
     def workload(self, name: str) -> dict:  # type: ignore[type-arg]
         import json
 
-        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)[0]  # type: ignore[no-any-return]
+        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)  # type: ignore[no-any-return]
 
     def health(self) -> dict:  # type: ignore[type-arg]
         import json

@@ -183,5 +183,5 @@ def test_pages_walk_every_workload_once_while_workloads_come_and_go(
     assert len(paged["items"]) == 5 and paged["continue"]
     with urllib.request.urlopen(f"{cfg['server']}/v1/nodes?limit=5", context=ctx, timeout=30) as resp:
         assert json.loads(resp.read()) == {"items": [], "continue": ""}
-    one = json.loads(c.ctl("get", "workloads", "w-001", "-o", "json").stdout)[0]
+    one = json.loads(c.ctl("get", "workloads", "w-001", "-o", "json").stdout)
     assert len(one["spec"]["process"]["env"]["BLOB"]) == 2000, "one workload carries its spec"

@@ -212,7 +212,7 @@ def test_dead_nodes_stay_dead_across_restarts_and_mass_loss_is_not_hidden_for_ev
     stale = [int(i["runtimeId"]) for i in on_n0]
     # The agent wakes up: it registers again as a new node, and stops its stale copies.
     eventually(lambda: statuses(c).get("n0") == "Ready", 30, "n0 registered again")
-    node = json.loads(c.ctl("get", "nodes", "n0", "-o", "json").stdout)[0]
+    node = json.loads(c.ctl("get", "nodes", "n0", "-o", "json").stdout)
     assert "keep" not in node["labels"], "a deleted node comes back as new, without its old operator labels"
     assert [e for e in events(c) if e["kind"] == "NodeJoined" and e["subject"] == "node/n0"]
     eventually(lambda: not any(pid_alive(p) for p in stale), 30, "stale copies on n0 stopped")

@@ -81,7 +81,7 @@ def test_cut_off_agent_loses_its_work_and_stops_stale_copies(tmp_path: Path, net
         env = {"PERSYS_CONFIG": str(cfg)}
 
         def view(name: str) -> dict:  # type: ignore[type-arg]
-            return json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0]  # type: ignore[no-any-return]
+            return json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)  # type: ignore[no-any-return]
 
         cut.wait_for("agent cut started")
         ctl("apply", "-f", "-", env=env, stdin=process_manifest("single"))
@@ -107,7 +107,7 @@ def test_cut_off_agent_loses_its_work_and_stops_stale_copies(tmp_path: Path, net
         sh("ip", "link", "set", host_if, "up")  # reconnected: its stale copy must stop
         eventually(lambda: not pid_alive(old_pid), 45, "stale copy stopped after reconnection")
         assert pid_alive(new_pid), "the relocated copy keeps running"
-        eventually(lambda: json.loads(ctl("get", "nodes", "cut", "-o", "json", env=env).stdout)[0]["status"]
+        eventually(lambda: json.loads(ctl("get", "nodes", "cut", "-o", "json", env=env).stdout)["status"]
                    == "Ready", 30, "node Ready again")
 
         # Drain "safe": the workload moves back to "cut", and the drain reports done.

@@ -33,7 +33,7 @@ class Cluster:
     http_port: int
 
     def get(self, name: str) -> dict:
-        return json.loads(ctl("get", "workloads", name, "-o", "json", env=self.env).stdout)[0]
+        return json.loads(ctl("get", "workloads", name, "-o", "json", env=self.env).stdout)
 
     def running(self, name: str) -> dict | None:
         w = self.get(name)

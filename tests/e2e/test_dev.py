@@ -52,7 +52,7 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         manifest = (REPO / "examples/hello-docker.yaml").read_text().replace("18080", str(http_port))
         ctl("apply", "-f", "-", env=env, stdin=manifest)
         running = lambda name: (lambda w: w if w["phase"] == "Running" else None)(  # noqa: E731
-            json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0])
+            json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout))
         proc_w, t1 = eventually(lambda: running("hello-process"), 10, "hello-process Running")
         cont_w, t2 = eventually(lambda: running("hello-docker"), 10, "hello-docker Running")
         print(f"apply-to-Running under persys dev: process {t1:.2f}s, container {t2:.2f}s")

@@ -45,7 +45,7 @@ def test_plan_and_explain(tmp_path: Path) -> None:
         assert expected in ctl("plan", "-f", "-", env=env, stdin=HUGE).stdout
         ctl("apply", "-f", "-", env=env, stdin=HUGE)
         view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
-            json.loads(ctl("get", "workloads", "huge", "-o", "json", env=env).stdout)[0]), 10, "huge Pending")
+            json.loads(ctl("get", "workloads", "huge", "-o", "json", env=env).stdout)), 10, "huge Pending")
         assert view["phase"] == "Pending" and view["message"] == expected
         assert expected in ctl("describe", "workload", "huge", env=env).stdout
         explained = ctl("explain", "huge", "--node", "gpu", env=env).stdout
@@ -57,7 +57,7 @@ def test_plan_and_explain(tmp_path: Path) -> None:
 
         # A placed workload explains where it went and the runners-up.
         ctl("apply", "-f", str(REPO / "examples/placement-demo.yaml"), env=env)
-        eventually(lambda: json.loads(ctl("get", "workloads", "placement-demo", "-o", "json", env=env).stdout)[0]
+        eventually(lambda: json.loads(ctl("get", "workloads", "placement-demo", "-o", "json", env=env).stdout)
                    ["ready"] == "2/2", 15, "placement-demo 2/2 ready")
         out = ctl("explain", "placement-demo", env=env).stdout
         assert "workload/placement-demo: Running on big" in out and "top candidates" in out
@@ -103,7 +103,7 @@ def test_vm_is_tcg_here_and_kvm_cannot_be_required(tmp_path: Path) -> None:
         assert "accel:tcg" in runtimes["vm"]["features"] and "accel:kvm" not in runtimes["vm"]["features"]
         ctl("apply", "-f", "-", env=env, stdin=KVM_VM)
         view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
-            json.loads(ctl("get", "workloads", "needs-kvm", "-o", "json", env=env).stdout)[0]), 10, "Pending")
+            json.loads(ctl("get", "workloads", "needs-kvm", "-o", "json", env=env).stdout)), 10, "Pending")
         assert view["message"] == "0/1 nodes available: 1 missing runtime feature vm:accel:kvm"
         ctl("delete", "workload", "needs-kvm", env=env)
     finally:

@@ -123,7 +123,7 @@ def test_hostile_registrations_are_refused_and_write_nothing(cluster: tuple[Comp
     assert stored_nodes(etcd) == ["/persys/nodes/node-a"]
     # Operators may set what the node may not.
     c.ctl("label", "node", "node-a", "persys.dev/secure=true")
-    node = json.loads(c.ctl("get", "nodes", "node-a", "-o", "json").stdout)[0]
+    node = json.loads(c.ctl("get", "nodes", "node-a", "-o", "json").stdout)
     assert node["labels"]["persys.dev/secure"] == "true"
 
 

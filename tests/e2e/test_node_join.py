@@ -109,7 +109,7 @@ def test_join_renew_revoke(cluster: Components) -> None:
     w, _ = eventually(lambda: (lambda w: w if w["phase"] == "Running" else None)(c.workload("joined")), 60,
                       "the workload Running on the joined node")
     pid = int(w["runtimeId"])
-    logs_port = int(json.loads(c.ctl("get", "nodes", "j1", "-o", "json").stdout)[0]["address"].rsplit(":", 1)[1])
+    logs_port = int(json.loads(c.ctl("get", "nodes", "j1", "-o", "json").stdout)["address"].rsplit(":", 1)[1])
 
     # Two renewals at about two thirds of the lifetime each; the stream and the workload stay.
     eventually(lambda: j1.text().count("renewed certificate node:j1") >= 2, 40, "two renewals")

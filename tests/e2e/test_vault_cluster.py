@@ -94,7 +94,7 @@ def test_every_identity_from_openbao(tmp_path: Path) -> None:
         ctl("apply", "-f", "-", env=env, stdin=process_manifest("vaulted"))
 
         def running() -> dict[str, object] | None:
-            w: dict[str, object] = json.loads(ctl("get", "workloads", "vaulted", "-o", "json", env=env).stdout)[0]
+            w: dict[str, object] = json.loads(ctl("get", "workloads", "vaulted", "-o", "json", env=env).stdout)
             return w if w["phase"] == "Running" else None
 
         w, _ = eventually(running, 60, "the workload Running on the joined node")

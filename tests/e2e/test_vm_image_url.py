@@ -34,7 +34,7 @@ def _vm(name: str, url: str, sha: str, guest: TestGuest) -> str:
 
 
 def _workload(name: str, env: dict[str, str]) -> dict[str, Any]:
-    return dict(json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0])
+    return dict(json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout))
 
 
 def _events(name: str, kind: str, env: dict[str, str]) -> list[dict[str, Any]]:

@@ -71,7 +71,7 @@ class Env:
         return ctl(*args, env=self.env, check=check)
 
     def running(self, name: str) -> bool:
-        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)[0]["phase"] == "Running"
+        return json.loads(self.ctl("get", "workloads", name, "-o", "json").stdout)["phase"] == "Running"
 
 
 @pytest.fixture(scope="module")

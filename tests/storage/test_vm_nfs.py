@@ -34,7 +34,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_nfs_volume(nfs_server: NfsServer,
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
-        (node,) = json.loads(ctl("get", "node", "nfs-node", "-o", "json", env=env).stdout)
+        node = json.loads(ctl("get", "node", "nfs-node", "-o", "json", env=env).stdout)
         drivers = node["capabilities"]["storageDrivers"]
         assert "nfs:vm-disk" in drivers and "nfs:filesystem" not in drivers, drivers
         ctl("apply", "-f", "-", env=env, stdin=f"""
@@ -43,7 +43,7 @@ kind: Volume
 metadata: {{name: {vol}}}
 spec: {{driver: nfs, sizeMb: 32, mode: Block}}
 """)
-        eventually(lambda: json.loads(ctl("get", "volume", vol, "-o", "json", env=env).stdout)[0]["phase"]
+        eventually(lambda: json.loads(ctl("get", "volume", vol, "-o", "json", env=env).stdout)["phase"]
                    == "Available", 60, "the volume provisioned on the export")
         with open(on_server / f"{vol}.img", "r+b") as f:  # written on the server's disk, as another client would
             f.write(MARKER)

@@ -39,7 +39,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
-        (node,) = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
+        node = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
         missing = node["capabilities"]["storageMissing"]["ceph-rbd"]
         assert "secret ceph-node" in missing and "ceph-rbd:vm-disk" not in node["capabilities"]["storageDrivers"]
         ctl("apply", "-f", "-", env=env, stdin=f"""
@@ -50,7 +50,7 @@ stringData: {{key: "{ceph_cluster.node_key}"}}
 """)
 
         def keyed() -> dict[str, Any] | None:
-            (n,) = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
+            n = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
             return n if "ceph-rbd:vm-disk" in n["capabilities"]["storageDrivers"] else None
 
         node, took = eventually(keyed, 60, "the node advertising ceph-rbd once its key is in the secret store")

@@ -160,7 +160,7 @@ def get_listing(api: Api, resource: str, name: str | None, output: str,
     if not items and output == "table":
         out.print(f"No {resource} found.")
         return
-    emit(items, output, table(items), kind=resource[:-1])
+    emit(items[0] if name else items, output, table(items), kind=resource[:-1])
 
 
 def write_jsonpath(output: str, data: Any) -> None:
@@ -171,6 +171,24 @@ def write_jsonpath(output: str, data: Any) -> None:
     except TemplateError as err:
         fail(f"-o jsonpath: {err}")
     sys.stdout.flush()
+
+
+def object_ref(kind: str | None, name: str | None) -> tuple[str | None, str | None]:
+    """(kind, name) from `KIND NAME` or kubectl's `KIND/NAME` (what `-o name` prints), also given
+    as the name (`get workloads workload/web`) when both say the same kind."""
+    if kind and "/" in kind:
+        k, _, n = kind.partition("/")
+        if name is not None:
+            fail(f"give {kind!r} or {k!r} and a name, not both")
+        if not n:
+            fail(f"{kind!r}: no name after the '/'")
+        return k, n
+    if kind and name and "/" in name:
+        k, _, n = name.partition("/")
+        if resource_kind(k) != resource_kind(kind):
+            fail(f"{name!r} is a {k}, not one of {kind}")
+        return kind, n
+    return kind, name
 
 
 def resource_kind(kind: str) -> str:

@@ -47,6 +47,7 @@ from persys.cli.api import (
     err_console,
     fail,
     name_line,
+    object_ref,
     out,
     resource_kind,
     scalar_text,
@@ -267,8 +268,10 @@ def get(
 
     Examples: `persysctl get workloads -l app=web -o wide`, `persysctl get nodes -o name`,
     `persysctl get workloads -o jsonpath='{range .items[*]}{.name}{"\\t"}{.phase}{"\\n"}{end}'`.
-    With -w, follow changes: `persysctl get workloads -w`, `persysctl get nodes -w`."""
-    k = resource_kind(kind)
+    With -w, follow changes: `persysctl get workloads -w`, `persysctl get nodes -w`. One object
+    also as `persysctl get workload/web` (what -o name prints); -o json|yaml then prints the object."""
+    ref_kind, name = object_ref(kind, name)
+    k = resource_kind(ref_kind or kind)
     check_output(output)
     sel = _selector(selector)
     if sel and k not in ("workloads", "nodes"):
@@ -298,7 +301,8 @@ def get(
         _emit_pages((_matching(p, sel) for p in pages) if sel else pages, output, k)
         return
     items = _matching([api.request("GET", f"/v1/{k}/{name}")], sel)
-    emit(items, output, _table(k, items), wide=_table(k, items, wide=True), kind=k[:-1])
+    # One object asked for by name prints as that object, as kubectl does (not a list of one).
+    emit(items[0] if items else items, output, _table(k, items), wide=_table(k, items, wide=True), kind=k[:-1])
 
 
 def _matching(items: list[dict[str, Any]], sel: Selector) -> list[dict[str, Any]]:
@@ -368,13 +372,19 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
 
 @app.command()
 def describe(
-    kind: str = typer.Argument(..., help="workload, node, secret, volume or bucket"),
-    name: str = typer.Argument(..., help="Its name."),
+    kind: str = typer.Argument(..., help="workload, node, secret, volume or bucket (or KIND/NAME)"),
+    name_arg: str | None = typer.Argument(None, metavar="NAME", help="Its name."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Show one workload, node, secret, volume or bucket in detail, including why a workload is Pending."""
-    k = resource_kind(kind)
+    """Show one workload, node, secret, volume or bucket in detail, including why a workload is Pending.
+
+    `persysctl describe workload web` or `persysctl describe workload/web` (what -o name prints)."""
+    ref_kind, ref_name = object_ref(kind, name_arg)
+    if not ref_name:
+        fail(f"give the {kind}'s name: `persysctl describe {kind} NAME` or `{kind}/NAME`")
+    name = ref_name
+    k = resource_kind(ref_kind or kind)
     api = Api(server)
     if k == "volumes":
         volume_cmds.describe_volume(api, name, output)
@@ -473,6 +483,7 @@ def delete(
     By labels: `persysctl delete workloads -l app=web` deletes every workload the selector picks
     (listed first, then one by one)."""
     names: list[str] = []
+    kind, name = object_ref(kind, name)
     sel = _selector(selector)
     if sel:
         if name or files or (kind and resource_kind(kind) != "workloads"):

@@ -125,6 +125,19 @@ def test_apply_wait_names_why_a_workload_does_not_run(cluster: GatewayCluster, t
             ctl("delete", "workload", n, env=cluster.ctl_env(), check=False)
 
 
+def test_apply_wait_does_not_take_a_crash_loop_for_running(cluster: GatewayCluster, tmp_path: Path) -> None:
+    """A process that exits 1 after a moment is Running between its restarts: --wait exits 1 at
+    its deadline, saying it restarted (it used to print Running and exit 0)."""
+    name = f"crashy-{uuid.uuid4().hex[:6]}"
+    try:
+        r = _apply(cluster, tmp_path, _process(name, ["/bin/sh", "-c", "sleep 0.3; exit 1"]), "--wait",
+                   "--timeout", "12")
+        assert r.returncode == 1, r.stderr
+        assert f"workload/{name} not running after 12s" in r.stderr and "restarted" in r.stderr, r.stderr
+    finally:
+        ctl("delete", "workload", name, env=cluster.ctl_env(), check=False)
+
+
 @pytest.mark.docker
 def test_container_logs_since_timestamps_and_follow(cluster: GatewayCluster, docker_engine: DockerEngine,
                                                     tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """`persysctl apply --wait`: after applying, wait until every applied workload runs.
 
-A workload is done when all its replicas are Running at its current revision (or, desired
-Stopped, when it is Stopped); it has failed for good when an instance reports a terminal reason
+A workload is done when all its replicas are Running at its current revision and have stayed so
+for a settling time with no restart (a crash-looping process is Running between its exits), or,
+desired Stopped, when it is Stopped; it has failed for good when an instance reports a terminal reason
 (the agent will not retry that revision: an invalid spec, a missing image) or the scheduler refused
 the spec. Everything else (Pending with a reason, Scheduled, a retried failure) is still waiting,
 and is what the deadline reports.
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from persys.cli.api import Api, CtlError, err_console
 
+SETTLE_S = 2.0  # Running this long with no restart counts as running (a crash loop is Running between exits)
 FIRST_INTERVAL = 0.5
 MAX_INTERVAL = 2.0
 TERMINAL_MARK = "(terminal:"  # what the scheduler appends to a terminal failure's message (reports.py)
@@ -63,17 +65,53 @@ def verdict(view: dict[str, Any]) -> Verdict:
     return Verdict("waiting", f"{_why(view)}, {ready}")
 
 
-def wait_running(api: Api, names: list[str], timeout: float) -> list[str]:
-    """Poll until every workload runs or failed for good, or `timeout` seconds passed; progress
-    on stderr. Returns one line per workload that is not running (empty: all run)."""
+def restarts_of(view: dict[str, Any]) -> int:
+    return sum(int(i.get("restarts", 0)) for i in view.get("instances", []))
+
+
+@dataclass
+class Settling:
+    """A Running verdict counts once it has held `settle` seconds with no restart: a crash-looping
+    process is Running between its exits (pure: the caller passes the clock)."""
+
+    settle: float = SETTLE_S
+    since: float | None = None  # when the current run of Running verdicts began
+    restarts: int = -1  # the restarts counted then
+    crashes: int = 0  # restarts seen while waiting
+
+    def observe(self, v: Verdict, restarts: int, now: float) -> Verdict:
+        if v.state != "running" or v.detail == "Stopped as desired":
+            self.since = None
+            if self.restarts >= 0 and restarts > self.restarts:
+                self.crashes += restarts - self.restarts
+            self.restarts = max(self.restarts, restarts)
+            if self.crashes and v.state == "waiting":
+                return Verdict("waiting", f"{v.detail}; restarted {self.crashes} time(s) while waiting")
+            return v
+        if self.since is None or restarts != self.restarts:
+            if self.restarts >= 0 and restarts > self.restarts:
+                self.crashes += restarts - self.restarts
+            self.since, self.restarts = now, restarts
+        if now - self.since >= self.settle:
+            return v
+        extra = f"; restarted {self.crashes} time(s) while waiting" if self.crashes else ""
+        return Verdict("waiting", f"{v.detail}, settling ({self.settle:g}s without a restart){extra}")
+
+
+def wait_running(api: Api, names: list[str], timeout: float, settle: float = SETTLE_S) -> list[str]:
+    """Poll until every workload runs (for `settle` seconds with no restart) or failed for good,
+    or `timeout` seconds passed; progress on stderr. Returns one line per workload that is not
+    running (empty: all run)."""
     deadline = time.monotonic() + timeout
     last: dict[str, Verdict] = {}
+    settling = {n: Settling(settle) for n in names}
     open_names = list(dict.fromkeys(names))
     interval = FIRST_INTERVAL
     while True:
         for name in list(open_names):
             try:
-                v = verdict(api.request("GET", f"/v1/workloads/{name}"))
+                view = api.request("GET", f"/v1/workloads/{name}")
+                v = settling[name].observe(verdict(view), restarts_of(view), time.monotonic())
             except CtlError as err:  # deleted meanwhile, or the link dropped: say so, keep polling
                 v = Verdict("waiting", str(err))
             if last.get(name) != v:
@@ -84,7 +122,9 @@ def wait_running(api: Api, names: list[str], timeout: float) -> list[str]:
         if not open_names or time.monotonic() >= deadline:
             break
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 2, MAX_INTERVAL)
+        # Settling is polled at the first interval: the wait ends soon after it has held.
+        settling_now = any(last[n].detail.find(", settling (") >= 0 for n in open_names if n in last)
+        interval = FIRST_INTERVAL if settling_now else min(interval * 2, MAX_INTERVAL)
     failed = [n for n in names if last[n].state == "failed"]
     waiting = [n for n in open_names if n not in failed]
     return ([f"workload/{n} failed: {last[n].detail}" for n in failed]

@@ -201,6 +201,9 @@ def apply(
                               "replicas), printing progress on stderr; exit 1 with one line per workload that is "
                               "not (its phase and reason) when one fails for good or at --timeout."),
     timeout: float = typer.Option(120, "--timeout", min=1, help="Seconds --wait waits at most."),
+    settle: float = typer.Option(apply_wait.SETTLE_S, "--settle", min=0, max=3600,
+                                 help="With --wait: seconds every replica must stay Running with no restart "
+                                 "(a crash loop is Running between exits)."),
     server: str | None = ServerOpt,
 ) -> None:
     """Create or update workloads, secrets, volumes and buckets (`kind: Secret`, `kind: Volume` and
@@ -228,7 +231,7 @@ def apply(
     if verbose:
         _print_trace(api.trace_id or ctl_tracing.trace_id(), output)
     if wait and not dry_run and results:
-        not_running = apply_wait.wait_running(api, [r["id"] for r in results], timeout)
+        not_running = apply_wait.wait_running(api, [r["id"] for r in results], timeout, settle)
         for line in not_running:
             err_console.print(line, markup=False, highlight=False)
         if not_running:

@@ -138,3 +138,12 @@ def test_one_object_by_name_and_kind_slash_name(cluster: tuple[GatewayCluster, d
         assert ctl("delete", name, env=env).stdout.strip() == f"{name} deleted"
     assert "workload/web-2" not in _names(env)
     ctl("apply", "-f", "-", env=env, stdin=_manifest("web-2", {"app": "web", "tier": "back"}))
+
+
+def test_an_unpullable_image_reference_is_refused_at_apply(cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
+    _c, env = cluster
+    doc = ("apiVersion: persys.dev/v1\nkind: Workload\nmetadata: {name: badref}\n"
+           "spec: {type: container, container: {image: 'Busy Box:1'}}\n")
+    r = ctl("apply", "-f", "-", env=env, stdin=doc, check=False)
+    assert r.returncode != 0 and "spec.container.image:" in r.stderr + r.stdout, r.stderr + r.stdout
+    assert ctl("get", "workload", "badref", env=env, check=False).returncode != 0  # nothing written

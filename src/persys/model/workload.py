@@ -13,6 +13,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, fi
 
 from persys.model.base import Model
 from persys.model.documents import DocumentError, load_yaml
+from persys.model.image_ref import image_ref_problem
 from persys.model.names import NAME_RE
 from persys.model.secret_refs import SecretRefs, ref_problems
 
@@ -131,6 +132,13 @@ class ContainerSpec(Model):
     working_dir: StrictStr = ""
     # Unset: IfNotPresent. Unset (and IfNotPresent, which means the same) stays out of the revision.
     pull_policy: PullPolicy | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _pullable_reference(cls, v: str) -> str:
+        if problem := image_ref_problem(v):
+            raise ValueError(problem)
+        return v
 
 
 class ProcessSpec(Model):

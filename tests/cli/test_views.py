@@ -25,3 +25,21 @@ def test_views_become_manifests_and_lists_open() -> None:
 def test_what_is_not_a_view_is_left_for_the_model_to_refuse() -> None:
     odd = [{"name": "x", "spec": {}}, "text", {"spec": "not a mapping", "revision": "r", "name": "n", "type": "t"}]
     assert as_manifests(odd) == odd
+
+
+def test_watch_rows_line_up() -> None:
+    """`get -w` prints each change alone: every row pads to the same running widths, so columns
+    line up (they were drawn as separate tables, each as wide as its own cells)."""
+    from persys.cli.listing_rows import columns, row, watch_line
+
+    header = columns("workloads", False)
+    w1 = {"name": "web", "type": "process", "ready": "1/1", "phase": "Running", "node": "n1", "revision": "abc",
+          "restarts": 0, "createdAt": 0}
+    w2 = {**w1, "name": "a-much-longer-name", "phase": "Pending", "node": "", "reason": "Unschedulable"}
+    head, widths = watch_line(header, list(header), [])
+    first, widths = watch_line(header, row("workloads", w1, False), widths)
+    second, widths = watch_line(header, row("workloads", w2, False), widths)
+    starts = [head.index(h) for h in header]
+    for line, item in ((first, w1), (second, w2)):
+        for c, start in zip(row("workloads", item, False), starts, strict=True):
+            assert line[start:].startswith(c), (head, line, c)

@@ -237,6 +237,11 @@ def test_get_workloads_watch_prints_changes(cluster: Cluster) -> None:
     finally:
         code, err = r.interrupt()
     assert code == 0 and "Traceback" not in err, err
+    # Rows line up under the header (each change is printed alone, padded to the same widths).
+    head = next(line for line in r.lines if line.startswith("NAME"))
+    for line in (x for x in r.lines if x.split()[:1] == ["watched"]):
+        phase = line.split()[3]
+        assert line.index(phase, len("watched")) == head.index("PHASE"), (head, line)
     with cluster.c.client() as cl, cl.stream("GET", "/v1/watch/nodes", params={"timeout": 1}) as resp:
         events = [line.removeprefix("event: ") for line in resp.iter_lines() if line.startswith("event: ")]
     assert events[:2] == ["added", "synced"]  # the one node, then the marker; changes would follow

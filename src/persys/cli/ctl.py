@@ -316,20 +316,23 @@ def _matching(items: list[dict[str, Any]], sel: Selector) -> list[dict[str, Any]
 def _change_row(kind: str, only: str | None, sel: Selector | None = None) -> Any:
     """Print one change as a table row (the first with the header), as `get` shows it; a deletion
     as `DELETED <kind>/<id>`. With a selector, only objects it picks."""
-    shown = [False]
+    header = listing_rows.columns(kind, False)
+    widths: list[int] = []  # empty until the header is printed; then the running column widths
 
     def show(change: str, item: dict[str, Any]) -> None:
+        nonlocal widths
         if only and item.get("id") != only:
             return
         if sel and not sel.matches(item.get("labels")):
             return
         if change == "DELETED":
-            out.print(f"DELETED  {kind[:-1]}/{cell(item['id'])}", highlight=False)
+            out.print(f"DELETED  {kind[:-1]}/{cell(item['id'])}", markup=False, highlight=False)
             return
-        table = _table(kind, [item])
-        table.show_header = not shown[0]
-        shown[0] = True
-        out.print(table)
+        if not widths:
+            line, widths = listing_rows.watch_line(header, list(header), widths)
+            out.print(Text(line, style="bold"))
+        line, widths = listing_rows.watch_line(header, listing_rows.row(kind, item, False), widths)
+        out.print(Text(line), overflow="ignore", crop=False)
 
     return show
 

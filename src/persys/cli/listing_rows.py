@@ -96,3 +96,20 @@ def _node_row(n: dict[str, Any], wide: bool) -> tuple[object, ...]:
             f"{alloc.get('cpuMillicores', 0)}m/{caps.get('cpuMillicores', 0)}m",
             f"{alloc.get('memoryMb', 0)}/{caps.get('memoryMb', 0)}", alloc.get("workloads", 0),
             age_text(n.get("registeredAt", 0)), *more)
+
+
+# Column floors of `get -w` rows: each change is printed alone, so rows line up only when every
+# row pads to the same widths; these fit common names, and a wider cell widens its column for the
+# rows after it (never narrower again).
+WATCH_FLOORS = {"NAME": 24, "ID": 20, "NODE": 12, "REVISION": 12, "STATUS": 10, "RUNTIMES": 16, "CPU": 14,
+                "MEMORY": 12, "PHASE": 10, "TYPE": 10, "AGE": 6, "REASON": 12}
+
+
+def watch_line(header: tuple[str, ...], cells: list[str], widths: list[int]) -> tuple[str, list[int]]:
+    """One `get -w` row (or the header, as `cells`) padded to the running column widths, and the
+    widths after it. Pure."""
+    if not widths:
+        widths = [max(len(h), WATCH_FLOORS.get(h, len(h))) for h in header]
+    widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=False)] + widths[len(cells):]
+    line = "   ".join(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False))
+    return (line + ("   " if len(cells) > 1 else "") + (cells[-1] if cells else "")).rstrip(), widths

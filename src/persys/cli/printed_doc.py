@@ -16,7 +16,7 @@ from typing import Any
 TIME_KEYS = frozenset({
     "ts", "createdAt", "updatedAt", "expiresAt", "usedAt", "revokedAt", "registeredAt", "lastHeartbeat",
     "lastSeen", "electedAt", "endsAt", "startedAt", "finishedAt", "eventsLastDropAt", "notBefore", "notAfter",
-    "since",
+    "since", "drainDeadline", "deadline",  # a drain's deadline is a wall-clock time too
 })
 # Subtrees holding user data or documents of their own: printed as they are.
 OPAQUE = frozenset({"spec", "labels", "annotations", "env", "fields", "data", "stringData", "selector",

@@ -32,14 +32,14 @@ def validate_bucket(doc: Any, source: str = "") -> BucketManifest:
     try:
         return BucketManifest.model_validate(doc)
     except ValidationError as err:
-        raise ManifestError(format_validation_error(err), source) from None
+        raise ManifestError(format_validation_error(err, BucketManifest), source) from None
 
 
 def validate_volume(doc: Any, source: str = "") -> VolumeManifest:
     try:
         return VolumeManifest.model_validate(doc)
     except ValidationError as err:
-        raise ManifestError(format_validation_error(err), source) from None
+        raise ManifestError(format_validation_error(err, VolumeManifest), source) from None
 
 
 def parse_all(text: str, source: str = "") -> Documents:

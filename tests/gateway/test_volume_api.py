@@ -60,6 +60,8 @@ def test_create_reapply_grow_and_refusals(cluster: GatewayCluster) -> None:
             (volume("bad", accessMode="MultiNodeWriter"), "accessMode: ceph-rbd does not offer MultiNodeWriter"),
             (volume("bad", source={"volume": "nope"}), "spec.source.volume: no volume 'nope'"),
             (volume("bad", source={"snapshot": "pg@s1"}), "spec.source.snapshot: volume 'pg' has no snapshot"),
+            (volume("bad", reclaimPolicy="Delete"), "spec.reclaimPolicy: Delete removes a volume with the workload"),
+            (volume("pg", sizeMb=128, reclaimPolicy="Delete"), "spec.reclaimPolicy: Delete"),
         ]:
             r = http.post("/v1/volumes", json=doc)
             assert r.status_code == 400, (doc, r.text)

@@ -122,3 +122,14 @@ def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
     assert fence_node(state, "db") == "a"  # deleted node
     state.statuses["db"] = Versioned(WorkloadStatus(), 3)
     assert fence_node(state, "db") == ""
+
+
+def test_reclaim_delete_is_refused_on_a_standalone_volume() -> None:
+    """It did nothing there (nothing removes a standalone Volume but its own deletion)."""
+    from persys.scheduler.volume_rules import standalone_reclaim_problem
+
+    delete = VolumeObjectSpec.model_validate({"driver": "local", "sizeMb": 8, "reclaimPolicy": "Delete"})
+    retain = VolumeObjectSpec.model_validate({"driver": "local", "sizeMb": 8})
+    assert standalone_reclaim_problem(delete, owner="").startswith("spec.reclaimPolicy: Delete removes a volume")
+    assert standalone_reclaim_problem(delete, owner="web") == ""  # an inline volume's record, applied back
+    assert standalone_reclaim_problem(retain, owner="") == ""

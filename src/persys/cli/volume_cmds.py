@@ -147,7 +147,9 @@ def snapshot_restore(name: str = typer.Argument(..., help="The volume."),
     the workload's claim at the new one)."""
     api = Api(server)
     v = api.request("GET", f"/v1/volumes/{name}")
-    spec = {k: v["spec"][k] for k in ("driver", "sizeMb", "accessMode", "mode", "reclaimPolicy")}
+    # Not its reclaimPolicy: the restored volume stands alone (Delete means "with the workload
+    # that declares it", which a standalone Volume has not).
+    spec = {k: v["spec"][k] for k in ("driver", "sizeMb", "accessMode", "mode")}
     doc = {"apiVersion": "persys.dev/v1", "kind": "Volume", "metadata": {"name": to},
            "spec": {**spec, "source": {"snapshot": f"{name}@{snapshot}"}}}
     r = api.request("POST", "/v1/volumes", json=doc)

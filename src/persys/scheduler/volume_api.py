@@ -21,7 +21,14 @@ from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import DocPut, Versioned
-from persys.scheduler.volume_rules import clone_home, delete_refusal, source_problems, users_index, users_of
+from persys.scheduler.volume_rules import (
+    clone_home,
+    delete_refusal,
+    source_problems,
+    standalone_reclaim_problem,
+    users_index,
+    users_of,
+)
 from persys.store.base import Compare, Delete, Put
 
 CAS_ATTEMPTS = 10
@@ -71,6 +78,8 @@ class VolumeApi:
     async def _create(self, m: VolumeManifest, dry_run: bool) -> tuple[Volume, bool, bool] | None:
         state = self.s.state
         problems = source_problems(m, {k: v.value for k, v in state.volumes.items()})
+        if reclaim := standalone_reclaim_problem(m.spec, owner=""):
+            problems.append(reclaim)
         if len(state.volumes) >= MAX_VOLUMES:
             problems.append(f"metadata.name: the cluster holds {len(state.volumes)} volumes, "
                             f"the most it takes ({MAX_VOLUMES})")
@@ -96,6 +105,8 @@ class VolumeApi:
             raise MutationRefused(f"volume {v.id} is being deleted; apply it again once it is gone")
         spec = m.spec if m.spec.node else m.spec.model_copy(update={"node": v.spec.node})
         problems = volume_problems(spec, v.spec)
+        if reclaim := standalone_reclaim_problem(spec, v.owner):
+            problems.append(reclaim)
         if problems:
             raise ManifestError(problems)
         if spec == v.spec and dict(m.metadata.labels) == v.labels:

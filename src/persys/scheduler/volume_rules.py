@@ -9,9 +9,11 @@ from collections.abc import Iterable, Mapping
 from persys.model import NodeStatus
 from persys.model.manifest import ManifestError
 from persys.model.volume import (
+    ReclaimPolicy,
     Volume,
     VolumeAccess,
     VolumeManifest,
+    VolumeObjectSpec,
     VolumePhase,
     has_data,
     inline_spec,
@@ -126,6 +128,15 @@ def source_problems(m: VolumeManifest, volumes: dict[str, Volume]) -> list[str]:
         if m.spec.node and m.spec.node != parent.node:
             return [f"spec.node: {m.spec.node!r}, but a local clone is made where its source lives ({parent.node!r})"]
     return []
+
+
+def standalone_reclaim_problem(spec: VolumeObjectSpec, owner: str) -> str:
+    """`reclaimPolicy: Delete` means "removed with the workload that declared it": a standalone
+    Volume has no such workload, so asking for it there (where it silently did nothing) is refused."""
+    if owner or spec.reclaim_policy != ReclaimPolicy.DELETE:
+        return ""
+    return ("spec.reclaimPolicy: Delete removes a volume with the workload that declares it inline; "
+            "a standalone Volume keeps its data until `persysctl delete volume` (use Retain, the default)")
 
 
 def clone_home(m: VolumeManifest, volumes: Mapping[str, Volume]) -> str:

@@ -72,6 +72,9 @@ def test_the_node_advertises_what_its_probe_found(cluster: tuple[GatewayCluster,
     caps = c.client().get("/v1/nodes/n1").json()["capabilities"]
     assert {"local", "local:filesystem", "local:vm-disk"} <= set(caps["storageDrivers"])
     assert caps["storageMissing"]["nfs"] == "nfs not configured"
+    # describe says it too (it showed the drivers present only; the reasons were in -o json alone)
+    described = ctl("describe", "node", "n1", env=c.ctl_env()).stdout
+    assert "  missing:      nfs: nfs not configured" in described, described
 
 
 def test_a_retained_volume_keeps_its_data_for_the_next_workload(cluster: tuple[GatewayCluster, Path]) -> None:

@@ -67,6 +67,8 @@ def node_text(n: dict[str, Any]) -> str:
         f"Runtimes:       {rts or '-'}",
         *[f"  unavailable:  {k}: {v}" for k, v in sorted(caps.get("unavailable", {}).items())],
         f"Storage:        {', '.join(caps.get('storageDrivers', [])) or '-'}",
+        # Why a driver is missing here (what -o json's storageMissing holds): the fix is on the node.
+        *[f"  missing:      {k}: {v}" for k, v in sorted(caps.get("storageMissing", {}).items())],
         f"Labels:         {', '.join(f'{k}={v}' for k, v in n.get('labels', {}).items()) or '-'}",
         f"Taints:         {taints or '-'}",
         f"Capacity:       cpu {caps.get('cpuMillicores', 0)}m, memory {caps.get('memoryMb', 0)} MiB, "

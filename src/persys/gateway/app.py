@@ -41,6 +41,7 @@ from persys.gateway.routes.terminal_routes import terminal_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
+from persys.gateway.shedding import Shedding
 from persys.gateway.volume_routes import volume_router
 from persys.model.limits import EXEC_BODY_MAX_BYTES, GatewayLimits
 from persys.observability import tracing
@@ -138,6 +139,9 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(bucket_router(client, parser))
     app.include_router(join_router(client))
     authorization.install(app, client)  # who calls is checked before anything is read
+    # Outside authorization (a token check asks the scheduler too), inside the metrics: a storm is
+    # refused at once with 503 + Retry-After beyond the bound, and the refusals are counted.
+    app.add_middleware(Shedding, max_in_flight=limits.max_in_flight)
     # Outside authorization: its refusals are counted and timed too.
     app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])
     app.state.metrics = metrics

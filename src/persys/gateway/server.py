@@ -53,8 +53,22 @@ class RunningGateway:
         await self.client.close()
 
 
+# asyncio gives every TLS connection a 256 KiB plaintext read buffer (sslproto.SSLProtocol.max_size),
+# allocated at accept: a storm of 1,000 connections held ~250 MiB in buffers alone. TLS records are
+# at most 16 KiB, so 32 KiB reads lose nothing but a loop turn on large uploads.
+SSL_READ_BUFFER = 32 * 1024
+
+
+def _small_tls_buffers() -> None:
+    import asyncio.sslproto
+
+    if getattr(asyncio.sslproto.SSLProtocol, "max_size", 0) > SSL_READ_BUFFER:
+        asyncio.sslproto.SSLProtocol.max_size = SSL_READ_BUFFER
+
+
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
                         limits: GatewayLimits | None = None) -> RunningGateway:
+    _small_tls_buffers()
     client = SchedulerClient(scheduler_target, tls)
     metrics = Metrics()
     config = uvicorn.Config(

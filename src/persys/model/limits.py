@@ -50,6 +50,8 @@ class GatewayLimits:
     image_bytes: int = IMAGE_MAX_BYTES
     copy_bytes: int = COPY_MAX_BYTES
     max_depth: int = MAX_DEPTH
+    # API requests answered at once; more are refused with 503 + Retry-After (gateway.shedding).
+    max_in_flight: int = 64
 
 
 def human_bytes(n: int) -> str:

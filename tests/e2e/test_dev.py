@@ -57,6 +57,7 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         cont_w, t2 = eventually(lambda: running("hello-docker"), 10, "hello-docker Running")
         print(f"apply-to-Running under persys dev: process {t1:.2f}s, container {t2:.2f}s")
         assert proc_w["node"] == cont_w["node"] == "dev-e2e"
+        _one_exposition_for_every_component(cfg)
         pid = int(proc_w["runtimeId"])
 
         # Secrets need no set-up either (built-in store, its key made on first start): the value
@@ -94,3 +95,23 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         assert docker.from_env().containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
     finally:
         dev.stop(signal.SIGINT)
+
+
+def _one_exposition_for_every_component(cfg: dict[str, str]) -> None:
+    """The README points at persys dev's /metrics: it serves the scheduler's, the agent's (labelled
+    with its node) and the gateway's series as one valid exposition (it had the gateway's alone)."""
+    import ssl
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ctx = ssl.create_default_context(cafile=cfg["ca"])
+    ctx.load_cert_chain(cfg["cert"], cfg["key"])
+    with httpx.Client(verify=ctx, timeout=30) as http:
+        text = http.get(f"{cfg['server']}/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # raises on a malformed one
+    for name in ("persys_http_requests", "persys_placements", "persys_nodes", "persys_store_operations",
+                 "persys_reconcile", "persys_agent_passes", "persys_agent_runtime_operations"):
+        assert name in families, sorted(families)
+    assert {s.labels.get("node") for s in families["persys_agent_passes"].samples} == {"dev-e2e"}
+    assert sum(line.startswith("# TYPE process_cpu_seconds_total ") for line in text.splitlines()) == 1

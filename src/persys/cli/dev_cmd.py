@@ -182,6 +182,12 @@ def dev(
                 agents.append(agent)
             gw = await start_gateway(target, host, port, ids["gateway"])
             parts.append(gw.stop)
+            # One /metrics for the whole all-in-one: the scheduler's and each agent's series beside
+            # the gateway's (a production cluster scrapes each process on its own listener).
+            if sched.metrics is not None:
+                gw.metrics.include(sched.metrics)
+            for agent in agents:
+                gw.metrics.include(agent.meter.metrics, {"node": agent.config.node_id})
             user = dev_admin(ca, data / "client")
             cfg_path = ClientConfig(f"https://{host}:{gw.port}", user.ca, user.cert, user.key).save()
             for agent in agents:

@@ -265,9 +265,25 @@ class Metrics:
         self._counters: dict[str, LoopCounter] = {}
         self._histograms: dict[str, LoopHistogram] = {}
         self._sources: list[Callable[[], Iterable[Sample]]] = []
+        self._included: list[tuple[Metrics, dict[str, str]]] = []
         self.registry = CollectorRegistry(auto_describe=False)
         if process:
             ProcessCollector(registry=self.registry)
+
+    def include(self, other: Metrics, labels: dict[str, str] | None = None) -> None:
+        """Serve `other`'s series in this exposition too (`persys dev`: the scheduler's and each
+        agent's beside the gateway's, one scrape for the whole cluster), each sample with `labels`
+        added (an agent's node). Families shared by several parts are written once."""
+        self._included.append((other, dict(labels or {})))
+
+    def _own(self) -> str:
+        out: list[str] = []
+        for c in self._counters.values():
+            c.render(out)
+        for h in self._histograms.values():
+            h.render(out)
+        self._scraped(out)
+        return "".join(out)
 
     def counter(self, name: str) -> LoopCounter:
         if name not in self._counters:
@@ -297,14 +313,49 @@ class Metrics:
             out.extend(lines)
 
     def exposition(self) -> bytes:
-        """The text format (version 0.0.4) of everything this component exposes."""
-        out: list[str] = []
-        for c in self._counters.values():
-            c.render(out)
-        for h in self._histograms.values():
-            h.render(out)
-        self._scraped(out)
-        return "".join(out).encode() + generate_latest(self.registry)
+        """The text format (version 0.0.4) of everything this component exposes (and what it
+        includes; the process_* series once, this process's)."""
+        own = self._own()
+        if self._included:
+            own = merge_expositions([(own, {})] + [(m._own(), labels) for m, labels in self._included])
+        return own.encode() + generate_latest(self.registry)
+
+
+def _with_labels(sample: str, labels: dict[str, str]) -> str:
+    if not labels:
+        return sample
+    extra = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    name, brace, rest = sample.partition("{")
+    if brace:
+        return f"{name}{{{extra},{rest}" if not rest.startswith("}") else f"{name}{{{extra}{rest}"
+    name, _, value = sample.partition(" ")
+    return f"{name}{{{extra}}} {value}"
+
+
+def merge_expositions(parts: list[tuple[str, dict[str, str]]]) -> str:
+    """Several components' text expositions as one: each family's HELP and TYPE once, then every
+    part's samples of it (with that part's labels added). Pure."""
+    heads: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for text, labels in parts:
+        family_name = ""
+        for line in text.splitlines():
+            if not line:
+                continue
+            if line.startswith("# "):
+                word, name = line.split(" ", 3)[1:3]
+                family_name = name
+                if word in ("HELP", "TYPE") and len(heads.setdefault(name, [])) < 2 and not any(
+                        h.startswith(f"# {word} ") for h in heads[name]):
+                    heads[name].append(line)
+                samples.setdefault(name, [])
+                continue
+            samples.setdefault(family_name, []).append(_with_labels(line, labels))
+    out: list[str] = []
+    for name, lines in samples.items():
+        out.extend(heads.get(name, []))
+        out.extend(lines)
+    return "\n".join(out) + ("\n" if out else "")
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

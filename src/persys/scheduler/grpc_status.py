@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.scheduler.errors import Frozen, MutationRefused, NotActive, NotFound
-from persys.store.base import StoreUnavailable, TxnTooLarge
+from persys.store.base import StoreError, StoreFull, StoreUnavailable, TxnTooLarge
 
 LEADER_METADATA = "persys-leader"
 UNAVAILABLE_METADATA = "persys-unavailable"  # names the dependency that is down (not this replica)
@@ -43,6 +43,10 @@ async def mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
     except TxnTooLarge as err:  # nothing was written
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+    except StoreFull as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store full: {err}")
+    except StoreError as err:  # any other store failure: named, never grpc's "Unexpected <class ...>"
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store error: {err}")
     except ManifestError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
     except ValidationError as err:

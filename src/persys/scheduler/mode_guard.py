@@ -129,6 +129,10 @@ class ModeGuard:
                 marker_id = ""
         revision = int(status.get("revision", 0) or 0)  # type: ignore[call-overload]
         self.store_revision = revision
+        if status.get("full"):
+            # Reads answer, writes do not: nothing can be decided durably (no lease, no commit).
+            self.set(Mode.DEGRADED, f"state store full: {status['full']}")
+            return
         if not marker_id:
             self.set(Mode.RECOVERY, "the state store answers but this cluster's marker is gone (was it wiped?); "
                                     "frozen: restore a backup or confirm with `persysctl admin recover`")

@@ -46,6 +46,11 @@ class StoreUnavailable(StoreError):
     """The backend cannot be reached (or did not answer within the deadline)."""
 
 
+class StoreFull(StoreError):
+    """The backend refuses writes for want of space (SQLite's disk is full, etcd's space quota is
+    exceeded): reads still work; writes fail until space is freed."""
+
+
 class CompactedError(StoreError):
     """The requested revision is older than the retained history."""
 

@@ -35,6 +35,7 @@ from persys.store.base import (
     LeaseNotFound,
     Put,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     TLSFiles,
     WatchCompacted,
@@ -109,12 +110,18 @@ def _too_large(err: StoreError) -> bool:
     return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+_WRITES = (rpc_pb2.TxnRequest, rpc_pb2.PutRequest, rpc_pb2.DeleteRangeRequest)
+
+
 def _map_error(e: grpc.aio.AioRpcError, target: str, user: str | None = None) -> StoreError:
     code, details = e.code(), e.details() or ""
     if is_permission_denied(details):
         return denied(target, user, details)
     if code in _UNAVAILABLE:
         return StoreUnavailable(f"etcd at {target} unavailable ({code.name}): {details}")
+    if "database space exceeded" in details:  # etcd's NOSPACE alarm: reads work, writes do not
+        return StoreFull(f"etcd at {target} refuses writes: {details} (compact, defragment and disarm "
+                         "the alarm: etcdctl alarm disarm)")
     if "lease not found" in details:
         return LeaseNotFound(details)
     if "compacted" in details:
@@ -174,6 +181,7 @@ class EtcdStore:
         self._ka_metadata: Metadata | None = None
         self._ka_lock = asyncio.Lock()
         self._closed = False
+        self.full = ""  # why writes are refused for want of space (etcd NOSPACE alarm); "" while they are not
 
     @property
     def user(self) -> str | None:
@@ -198,12 +206,18 @@ class EtcdStore:
         for attempt in range(2):  # an expired token gets one new authentication
             metadata = await self._metadata()
             try:
-                return await fn(request, timeout=self.timeout, metadata=metadata)
+                answer = await fn(request, timeout=self.timeout, metadata=metadata)
             except grpc.aio.AioRpcError as e:
                 if attempt == 0 and self._auth is not None and is_stale_token(e):
                     await self._fresh_token(metadata)
                     continue
-                raise _map_error(e, self.target, self.user) from e
+                err = _map_error(e, self.target, self.user)
+                if isinstance(err, StoreFull):
+                    self.full = str(err)
+                raise err from e
+            if self.full and isinstance(request, _WRITES):
+                self.full = ""  # a write went through: the alarm is disarmed
+            return answer
         raise AssertionError("unreachable")
 
     async def check_access(self, attempts: int = 3) -> None:
@@ -430,6 +444,8 @@ class EtcdStore:
             "leader": int(resp.leader),
             "member_id": int(resp.header.member_id),
             "db_size": int(resp.dbSize),
+            # The NOSPACE alarm, as the last write met it (every write is refused meanwhile).
+            **({"full": self.full} if self.full else {}),
         }
 
     async def close(self) -> None:

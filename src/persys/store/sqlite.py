@@ -31,6 +31,7 @@ from persys.store.base import (
     LeaseNotFound,
     Put,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     WatchCompacted,
     WatchEvent,
@@ -126,6 +127,7 @@ class SqliteStore:
         self._watchers: set[_Watcher] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        self.full = ""  # why writes are refused for want of space ("" while they are not)
         # Opening is quick; doing it eagerly surfaces a bad path at open time.
         self._executor.submit(self._open_sync).result()
 
@@ -159,6 +161,9 @@ class SqliteStore:
         except RuntimeError as e:  # executor shut down underneath us
             raise StoreUnavailable(f"sqlite store unavailable: {e}") from e
         except sqlite3.Error as e:
+            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e):
+                self.full = f"the disk holding {self.path} is full ({e}): writes are refused until space is freed"
+                raise StoreFull(self.full) from e
             raise StoreError(f"sqlite error: {e}") from e
 
     @contextlib.contextmanager
@@ -168,9 +173,11 @@ class SqliteStore:
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a full disk may have rolled it back already
+                db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        self.full = ""  # a write went through: there is room again
 
     def _meta(self, db: sqlite3.Connection, name: str) -> int:
         value: int = db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()[0]
@@ -412,7 +419,8 @@ class SqliteStore:
     async def status(self) -> dict[str, object]:
         rev = await self.current_revision()
         compact = await self._run(lambda: self._meta(self._db, "compact_revision"))
-        return {"backend": "sqlite", "endpoint": self.path, "revision": rev, "compact_revision": compact}
+        return {"backend": "sqlite", "endpoint": self.path, "revision": rev, "compact_revision": compact,
+                **({"full": self.full} if self.full else {})}
 
     async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
         w = _Watcher(prefix.encode())

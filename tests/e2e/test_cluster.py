@@ -69,10 +69,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> 
     # The agent leaves workloads running by design; remove whatever a failed test left behind.
     client = docker.from_env()
     for cont in client.containers.list(all=True, filters={"label": "persys.workload"}):
-        if cont.name in (f"persys-{NODE}-hello-docker", f"persys-{NODE}-hello-process"):
+        if cont.name in (_name(c, "hello-docker"), _name(c, "hello-process")):
             cont.remove(force=True)
     etcd.stop()
     redis.stop()
+
+
+def _name(c: Cluster, workload: str) -> str:
+    """The container's name: it carries the cluster's id (from its CA) and the node."""
+    from persys.agent.runtimes.docker import container_name
+    from persys.security.cluster_id import cluster_id_of_file
+
+    return container_name(workload, NODE, cluster_id_of_file(c.tmp / "pki" / "ca.crt"))
 
 
 def _docker_manifest(port: int) -> str:
@@ -111,7 +119,7 @@ def test_events_reach_redis_and_health_reports_it(cluster: Cluster) -> None:
 
 def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     client = docker.from_env()
-    before_c = client.containers.get(f"persys-{NODE}-hello-docker")
+    before_c = client.containers.get(_name(cluster, "hello-docker"))
     before_started = before_c.attrs["State"]["StartedAt"]
     before_pid = int(cluster.get("hello-process")["runtimeId"])
     cluster.agent.stop()
@@ -121,7 +129,7 @@ def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     time.sleep(3)  # several reconcile passes of the new agent
     after = client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"})
     assert [c.id for c in after] == [before_c.id], "no second container"
-    after_c = client.containers.get(f"persys-{NODE}-hello-docker")
+    after_c = client.containers.get(_name(cluster, "hello-docker"))
     assert after_c.attrs["State"]["StartedAt"] == before_started, "container was not restarted"
     w = cluster.get("hello-process")
     assert int(w["runtimeId"]) == before_pid and w["restarts"] == 0 and w["phase"] == "Running"

@@ -190,6 +190,13 @@ def test_a_local_volume_grows_and_is_snapshotted_on_its_node(cluster: tuple[Gate
         assert not (pool / "images" / "grow.img").exists() and not (pool / "snapshots" / "grow@s1.img").exists()
 
 
+def _container(c: GatewayCluster, workload: str) -> str:
+    from persys.agent.runtimes.docker import container_name
+    from persys.security.cluster_id import cluster_id_of_file
+
+    return container_name(workload, "n1", cluster_id_of_file(c.pki / "ca.crt"))
+
+
 def _fs_mb(mount: Path) -> int:
     out = subprocess.run(["df", "--output=size", "-B1M", str(mount)], capture_output=True, text=True, timeout=30,
                          check=True).stdout
@@ -221,7 +228,7 @@ def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayClust
                            what=f"container Running ({round_})")
                 expected = "from-container" if round_ == 2 else "empty"  # round 2 reads round 1's marker
                 eventually(lambda expected=expected: expected in subprocess.run(  # type: ignore[misc]
-                    ["docker", "logs", f"persys-n1-{name}"], capture_output=True, text=True, timeout=30).stdout,
+                    ["docker", "logs", _container(c, name)], capture_output=True, text=True, timeout=30).stdout,
                     timeout=30, what=f"the container saying {expected!r}")
                 eventually(lambda: _text(pool / "mounts" / vid / "marker") == "from-container\n", timeout=30,
                            what="marker written")
@@ -230,7 +237,7 @@ def test_a_container_finds_its_retained_volume_again(cluster: tuple[GatewayClust
                            what="container deleted")
                 eventually(lambda: not mounted(pool, vid), timeout=30, what="volume detached")
     finally:
-        subprocess.run(["docker", "rm", "-f", f"persys-n1-{name}"], capture_output=True, timeout=60)
+        subprocess.run(["docker", "rm", "-f", _container(c, name)], capture_output=True, timeout=60)
 
 
 def test_a_local_restore_and_clone_carry_the_data(cluster: tuple[GatewayCluster, Path]) -> None:

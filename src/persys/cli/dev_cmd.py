@@ -31,6 +31,7 @@ from persys.cli.server_common import (
 )
 from persys.cli.server_errors import ServerError
 from persys.model import Taint
+from persys.security.cluster_id import cluster_id_of_file
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.storage.config import LocalConfig, StorageConfig, StorageConfigError, parse_storage_config
 from persys.tlsfiles import TLSFiles
@@ -175,7 +176,10 @@ def dev(
                                 # Embedded default: local volumes in a pool under the node's folder.
                                 storage=spec.storage or storage_config
                                 or StorageConfig(local=LocalConfig(str(state / "volumes")))),
-                    default_runtimes(state, spec.name, allow_node_paths=[data]),  # as the policy defaults
+                    # As the policy defaults; the cluster id from the data dir's CA (a second
+                    # `persys dev` elsewhere is another cluster on the same engine).
+                    default_runtimes(state, spec.name, allow_node_paths=[data],
+                                     cluster_id=cluster_id_of_file(ca.ca_cert_path)),
                 )
                 await agent.start()
                 parts.append(agent.stop)

@@ -292,6 +292,7 @@ def agent(
     async def main() -> None:
         from persys.agent.agent import Agent, AgentConfig
         from persys.cli.join_setup import agent_tls, certificate_hosts
+        from persys.security.cluster_id import cluster_id_of_file
 
         check_node_id(node_id)
         storage_config = read_storage_config(storage)
@@ -308,7 +309,8 @@ def agent(
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
                         metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
                         storage=storage_config, registry_auth=registry_auth),
-            default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth),
+            default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth,
+                             cluster_id=cluster_id_of_file(tls.ca)),
         )
 
         async def started() -> None:

@@ -155,7 +155,8 @@ def check_registry_auth(path: Path | None) -> None:
 
 
 def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody",
-                     allow_node_paths: Sequence[Path] = (), registry_auth: Path | None = None) -> list[Runtime]:
+                     allow_node_paths: Sequence[Path] = (), registry_auth: Path | None = None,
+                     cluster_id: str = "") -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
@@ -167,10 +168,14 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     # Containers carry their node's name, so agents sharing one engine (tests, several
     # nodes on one host) never adopt or remove each other's containers.
     scope = {"persys.node": node_id}
+    # Containers also carry the cluster's id: two clusters on one engine (two `persys dev`, the
+    # test suite beside a cluster) never meet on a name nor take each other's (security.cluster_id).
+    # Not yet compose projects and VM domains: their names would change under running apps.
+    container_scope = {**scope, **({"persys.cluster": cluster_id} if cluster_id else {})}
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
-        DockerRuntime(extra_labels=scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
+        DockerRuntime(extra_labels=container_scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
                                                                    state_dir / "runtimes" / "container"),
                       registry_auth=registry_auth),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth),

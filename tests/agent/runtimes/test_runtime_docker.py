@@ -204,6 +204,39 @@ async def test_port_conflict_is_terminal(rt: DockerRuntime, engine: Any) -> None
         await rt.remove(a)
 
 
+async def test_two_clusters_with_the_same_node_name_keep_apart(engine: Any, client: Any) -> None:
+    """Two clusters on one engine (two `persys dev`: both nodes are `dev-node`): each runs its own
+    container of the same instance (`persys-<cluster>-<node>-<id>`), lists only its own, and
+    removing one leaves the other running; this cluster's container from before cluster ids (no
+    cluster label) is adopted, the other cluster's never."""
+    wid = engine.workload_id("twin")
+    one = DockerRuntime(stop_timeout=1, extra_labels={**engine.labels, "persys.node": "dev-node",
+                                                      "persys.cluster": "c0ffee01"})
+    two = DockerRuntime(stop_timeout=1, extra_labels={**engine.labels, "persys.node": "dev-node",
+                                                      "persys.cluster": "c0ffee02"})
+    w = workload(wid, engine.image, ["sleep", "300"])
+    try:
+        a, b = await one.start(w), await two.start(w)
+        assert a.runtime_id != b.runtime_id
+        assert client.api.inspect_container(container_name(wid, "dev-node", "c0ffee01"))["Id"] == a.runtime_id
+        assert [o.runtime_id for o in await one.list() if o.workload_id == wid] == [a.runtime_id]
+        assert [o.runtime_id for o in await two.list() if o.workload_id == wid] == [b.runtime_id]
+        await two.remove(wid)
+        assert client.api.inspect_container(a.runtime_id)["State"]["Running"]  # the other cluster's untouched
+        assert await two.inspect(wid) is None
+        await one.remove(wid)
+        legacy = client.containers.run(engine.image, ["sleep", "300"], name=container_name(wid, "dev-node"),
+                                       detach=True, labels={**engine.labels, "persys.node": "dev-node",
+                                                            "persys.managed": "true", "persys.workload": wid,
+                                                            "persys.revision": "r1", "persys.generation": "1"})
+        assert [o.runtime_id for o in await one.list() if o.workload_id == wid] == [legacy.id]
+        assert (await one.start(w)).runtime_id == legacy.id  # adopted, not duplicated
+        await one.remove(wid)
+    finally:
+        for c in client.containers.list(all=True, filters={"label": f"persys.workload={wid}"}):
+            c.remove(force=True)
+
+
 async def test_two_nodes_on_one_engine_keep_apart_and_old_names_are_adopted(engine: Any, client: Any) -> None:
     """Container names are host-wide: two agents sharing an engine run the same instance id as two
     containers (`persys-<node>-<id>`), neither adopting nor removing the other's; a container named

@@ -52,13 +52,16 @@ MIN_MEMORY_MB = 6  # the engine refuses smaller limits; reject early with a clea
 
 
 LABEL_NODE = "persys.node"
+LABEL_CLUSTER = "persys.cluster"  # the cluster's id (security.cluster_id): two clusters share an engine
 
 
-def container_name(workload_id: str, node_id: str = "") -> str:
-    """`persys-<node>-<instance>`: names are host-wide, so two agents sharing one engine (several
-    nodes on one host, tests) never meet on a name. Without a node scope: `persys-<instance>`, the
-    name every container had before (`_show` still finds and adopts those)."""
-    return f"{NAME_PREFIX}{node_id}-{workload_id}" if node_id else f"{NAME_PREFIX}{workload_id}"
+def container_name(workload_id: str, node_id: str = "", cluster_id: str = "") -> str:
+    """`persys-<cluster>-<node>-<instance>`: names are host-wide, so two clusters or two agents
+    sharing one engine (several nodes on one host, tests) never meet on a name. The names
+    containers had before (`persys-<node>-<instance>`, `persys-<instance>`) are still found and
+    adopted by `_show`."""
+    scope = "".join(f"{part}-" for part in (cluster_id, node_id) if part)
+    return f"{NAME_PREFIX}{scope}{workload_id}"
 
 
 class DockerRuntime:
@@ -109,14 +112,30 @@ class DockerRuntime:
     def _node(self) -> str:
         return self._extra_labels.get(LABEL_NODE, "")
 
+    @property
+    def _cluster(self) -> str:
+        return self._extra_labels.get(LABEL_CLUSTER, "")
+
+    def _ours(self, labels: dict[str, str], legacy: bool) -> bool:
+        """Managed by Persys with this agent's scope; under a name of before cluster ids (`legacy`),
+        one that carries no cluster label at all (another cluster's new containers never match)."""
+        if labels.get(LABEL_MANAGED) != "true":
+            return False
+        scope = dict(self._extra_labels)
+        if legacy and self._cluster:
+            if LABEL_CLUSTER in labels:
+                return False
+            scope.pop(LABEL_CLUSTER)
+        return all(labels.get(k) == v for k, v in scope.items())
+
     async def _show(self, workload_id: str) -> dict[str, Any] | None:
-        """Our container of this instance: by its name, or by the name it had before names carried
-        the node (adopted after an agent upgrade). One whose labels say it is not ours (another
-        node's, or not Persys') is never managed or adopted."""
-        names = [container_name(workload_id, self._node)]
-        if self._node:
-            names.append(container_name(workload_id))
-        for name in names:
+        """Our container of this instance: by its name, or by a name it had before names carried
+        the cluster and the node (adopted after an agent upgrade). One whose labels say it is not
+        ours (another cluster's or node's, or not Persys') is never managed or adopted."""
+        names = [container_name(workload_id, self._node, self._cluster)]
+        names += [n for n in (container_name(workload_id, self._node), container_name(workload_id))
+                  if n not in names]
+        for i, name in enumerate(names):
             try:
                 data: dict[str, Any] = await self._docker()._query_json(f"containers/{name}/json", method="GET")
             except DockerError as exc:
@@ -126,7 +145,7 @@ class DockerRuntime:
             except OSError as exc:
                 raise RuntimeFailure(f"docker engine not reachable: {exc}") from exc
             labels = (data.get("Config") or {}).get("Labels") or {}
-            if labels.get(LABEL_MANAGED) == "true" and all(labels.get(k) == v for k, v in self._extra_labels.items()):
+            if self._ours(labels, legacy=i > 0):
                 return data
         return None
 
@@ -183,9 +202,13 @@ class DockerRuntime:
         return obs
 
     async def list(self) -> list[ObservedWorkload]:
-        filters = {"label": [f"{LABEL_MANAGED}=true", *(f"{k}={v}" for k, v in self._extra_labels.items())]}
-        observed = [self._observe(d) for d in await inspect_containers(self._docker(), filters)]
-        return [obs for obs in observed if obs.workload_id]
+        # Not filtered on the cluster label: containers from before cluster ids have none (and are
+        # still ours); `_ours` drops another cluster's.
+        scope = [f"{k}={v}" for k, v in self._extra_labels.items() if k != LABEL_CLUSTER]
+        found = await inspect_containers(self._docker(), {"label": [f"{LABEL_MANAGED}=true", *scope]})
+        labelled = [(d, (d.get("Config") or {}).get("Labels") or {}) for d in found]
+        mine = [d for d, labels in labelled if self._ours(labels, legacy=LABEL_CLUSTER not in labels)]
+        return [obs for obs in map(self._observe, mine) if obs.workload_id]
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
         data = await self._show(workload_id)
@@ -293,7 +316,8 @@ class DockerRuntime:
         if self._secrets_dir is not None and w.spec.secrets is not None and w.spec.secrets.files:
             write_secret_files(self._secrets_dir / w.workload_id, w.secrets.files)
         try:
-            container = await docker.containers.create(config, name=container_name(w.workload_id, self._node))
+            container = await docker.containers.create(config, name=container_name(w.workload_id, self._node,
+                                                                                   self._cluster))
         except DockerError as exc:
             if exc.status == 409:
                 # Someone else (another agent instance) created it meanwhile: adopt theirs.

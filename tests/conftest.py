@@ -19,6 +19,18 @@ from tests.registry_server import *  # noqa: F403
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--strict-skips", action="store_true",
+                     help="fail the run on a skip not declared in tests/allowed_skips.txt (.ci/run uses it)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--strict-skips"):
+        from tests.skip_guard import SkipGuard
+
+        config.pluginmanager.register(SkipGuard(), "persys-skip-guard")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_unit_tests(items)  # the fast lane's selection (tests/lanes.py)
 

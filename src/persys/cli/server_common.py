@@ -170,15 +170,17 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     scope = {"persys.node": node_id}
     # Containers also carry the cluster's id: two clusters on one engine (two `persys dev`, the
     # test suite beside a cluster) never meet on a name nor take each other's (security.cluster_id).
-    # Not yet compose projects and VM domains: their names would change under running apps.
+    # Compose projects carry it in their names (compose.project_name); not yet VM domains.
     container_scope = {**scope, **({"persys.cluster": cluster_id} if cluster_id else {})}
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
     return [
-        DockerRuntime(extra_labels=container_scope, secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
-                                                                   state_dir / "runtimes" / "container"),
+        DockerRuntime(extra_labels=container_scope,
+                      secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
+                                               state_dir / "runtimes" / "container"),
                       registry_auth=registry_auth),
-        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth),
+        ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth,
+                       cluster_id=cluster_id),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
         ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),

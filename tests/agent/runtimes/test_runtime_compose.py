@@ -398,6 +398,41 @@ async def test_delete_removes_everything_but_retained_volumes(
 
 
 @docker_only
+async def test_two_clusters_with_the_same_node_keep_apart(engine: Any, client: Any, tmp_path: Path) -> None:
+    """Two clusters on one engine, their nodes named alike, the same instance id: two projects
+    (the cluster id in the name), each listed by its own runtime only, one's removal leaving the
+    other running. A project recorded before cluster ids keeps its name (and its named volumes)."""
+    wid = engine.workload_id("twin")
+    one = ComposeRuntime(tmp_path / "one", stop_timeout=1, extra_labels=engine.labels, cluster_id="c0ffee01")
+    two = ComposeRuntime(tmp_path / "two", stop_timeout=1, extra_labels=engine.labels, cluster_id="c0ffee02")
+    w = compose_workload(wid, inline=TICKERS)
+    try:
+        a, b = await one.start(w), await two.start(w)
+        assert (a.runtime_id, b.runtime_id) == (project_name(wid, "c0ffee01"), project_name(wid, "c0ffee02"))
+        assert [o.runtime_id for o in await one.list() if o.workload_id == wid] == [a.runtime_id]
+        assert [o.runtime_id for o in await two.list() if o.workload_id == wid] == [b.runtime_id]
+        await two.remove(wid)
+        still = await one.inspect(wid)
+        assert still is not None and still.state is RuntimeState.RUNNING, still
+        assert await two.inspect(wid) is None
+        await one.remove(wid)
+        # Started by an agent before cluster ids: its meta names `persys-<id>`, kept for life.
+        legacy = ComposeRuntime(tmp_path / "legacy", stop_timeout=1, extra_labels=engine.labels)
+        assert (await legacy.start(w)).runtime_id == project_name(wid)
+        upgraded = ComposeRuntime(tmp_path / "legacy", stop_timeout=1, extra_labels=engine.labels,
+                                  cluster_id="c0ffee01")
+        again = await upgraded.start(w)
+        assert again.runtime_id == project_name(wid) and again.state is RuntimeState.RUNNING
+        await upgraded.remove(wid)
+        await legacy.close()
+        await upgraded.close()
+    finally:
+        for r in (one, two):
+            await r.remove(wid)
+            await r.close()
+
+
+@docker_only
 async def test_stop_then_start_again(rt: ComposeRuntime, engine: Any, client: Any) -> None:
     wid = engine.workload_id("stop")
     w = compose_workload(wid, inline=APP, env={"WEB_PORT": "0", "MARK": "s"})

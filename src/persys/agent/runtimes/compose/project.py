@@ -24,10 +24,13 @@ OVERRIDE_FILE = "persys.override.yaml"
 ENV_FILE = "persys.env"
 
 
-def project_name(workload_id: str) -> str:
-    """`persys-<id>`; the replica suffix '.' becomes '_', which DNS-label ids never contain, so
-    instance `a.1` and workload `a-1` get different projects."""
-    return re.sub(r"[^a-z0-9_-]", "-", PROJECT_PREFIX + workload_id.lower().replace(".", "_"))
+def project_name(workload_id: str, cluster_id: str = "") -> str:
+    """`persys-<cluster>-<id>` (projects started before cluster ids keep `persys-<id>`, the name
+    their meta records: two clusters on one engine met on it); the replica suffix '.' becomes
+    '_', which DNS-label ids never contain, so instance `a.1` and workload `a-1` get different
+    projects."""
+    scope = f"{cluster_id}-" if cluster_id else ""
+    return re.sub(r"[^a-z0-9_-]", "-", PROJECT_PREFIX + scope + workload_id.lower().replace(".", "_"))
 
 
 @dataclass

@@ -95,7 +95,9 @@ class ComposeRuntime:
         node_paths: NodePaths | None = None,  # the agent's re-check of `path` and local git sources
         registry_auth: Path | None = None,
         pull_timeout: float = PULL_TIMEOUT,
+        cluster_id: str = "",  # in new projects' names: two clusters on one engine never meet
     ) -> None:
+        self._cluster_id = cluster_id
         self._dirs = WorkDirs(Path(state_dir) / "compose", ComposeMeta, lenient=True)
         self._node_paths = node_paths
         self._cli = ComposeCLI(url=url, compose_command=compose_command, command_timeout=command_timeout)
@@ -120,6 +122,13 @@ class ComposeRuntime:
 
     def _dir(self, workload_id: str) -> Path:
         return self._dirs.path(workload_id)
+
+    def _project(self, workload_id: str) -> str:
+        """The instance's project: the one its meta records (a project keeps its name, and so its
+        named volumes, for life; those from before cluster ids are `persys-<id>`), else a new
+        name carrying the cluster id."""
+        meta = self._read_meta(workload_id)
+        return meta.project if meta is not None and meta.project else project_name(workload_id, self._cluster_id)
 
     def _read_meta(self, workload_id: str) -> ComposeMeta | None:
         return self._dirs.load(workload_id)
@@ -178,7 +187,7 @@ class ComposeRuntime:
         obs.usage = total_usage(u for u in samples if u is not None)
 
     async def inspect(self, workload_id: str) -> ObservedWorkload | None:
-        project = project_name(workload_id)
+        project = self._project(workload_id)
         data = await self._containers(project)
         if not data:
             return None
@@ -196,12 +205,12 @@ class ComposeRuntime:
         out = []
         for project, data in projects.items():
             wid = data[0]["Config"]["Labels"][LABEL_WORKLOAD]
-            if project_name(wid) == project:
+            if self._project(wid) == project:
                 out.append(observe(wid, project, data, self._read_meta(wid)))
         return out
 
     async def logs(self, workload_id: str, tail: int = 100) -> str:
-        project = project_name(workload_id)
+        project = self._project(workload_id)
         if not await self._containers(project):
             return ""
         rc, out, err = await self._cli.compose(project, "logs", "--no-color", "--tail", str(tail), limit_s=60)
@@ -213,7 +222,7 @@ class ComposeRuntime:
         """The project's containers through the engine (times per line), like `docker compose logs`:
         each line prefixed by its service unless one service is asked for. Following covers the
         containers there when it starts."""
-        data = await self._containers(project_name(workload_id))
+        data = await self._containers(self._project(workload_id))
         services = {str(d["Config"]["Labels"].get(COMPOSE_SERVICE, "")) for d in data}
         if query.service and query.service not in services:
             raise UnsupportedQuery(f"--service {query.service}: not a service of {workload_id} "
@@ -248,7 +257,7 @@ class ComposeRuntime:
 
     async def _service_container(self, workload_id: str, service: str) -> tuple[str, str]:
         """(id, name) of the running container of `service` that exec and exec -t use."""
-        project = project_name(workload_id)
+        project = self._project(workload_id)
         by_service: dict[str, list[dict[str, Any]]] = {}
         for d in await self._containers(project):
             svc = ((d.get("Config") or {}).get("Labels") or {}).get(COMPOSE_SERVICE, "")
@@ -307,7 +316,7 @@ class ComposeRuntime:
         bad_keys = [k for k in spec.env if not _ENV_KEY_RE.match(k)]
         if bad_keys:
             raise RuntimeFailure(f"invalid env variable name(s): {bad_keys}", code="InvalidSpec", terminal=True)
-        project = project_name(w.workload_id)
+        project = self._project(w.workload_id)
         wdir = self._dir(w.workload_id)
         async with self._lock(w.workload_id):
             meta = self._read_meta(w.workload_id)
@@ -398,7 +407,7 @@ class ComposeRuntime:
         return RuntimeFailure(f"compose up: {msg}")
 
     async def stop(self, workload_id: str) -> None:
-        project = project_name(workload_id)
+        project = self._project(workload_id)
         async with self._lock(workload_id):
             meta = self._read_meta(workload_id)
             if meta is not None and not meta.stopped:
@@ -415,7 +424,7 @@ class ComposeRuntime:
 
     async def remove(self, workload_id: str) -> None:
         self._puller.forget(workload_id)
-        project = project_name(workload_id)
+        project = self._project(workload_id)
         async with self._lock(workload_id):
             if await self._foreign(project):
                 log.warning("not removing compose project %s: it belongs to another owner", project)

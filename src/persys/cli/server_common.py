@@ -170,7 +170,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
     scope = {"persys.node": node_id}
     # Containers also carry the cluster's id: two clusters on one engine (two `persys dev`, the
     # test suite beside a cluster) never meet on a name nor take each other's (security.cluster_id).
-    # Compose projects carry it in their names (compose.project_name); not yet VM domains.
+    # Compose projects and VM domains carry it in their names too (compose.project_name, vm runtime).
     container_scope = {**scope, **({"persys.cluster": cluster_id} if cluster_id else {})}
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
@@ -181,7 +181,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
                       registry_auth=registry_auth),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth,
                        cluster_id=cluster_id),
-        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths),
+        LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, cluster_id=cluster_id),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
         ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),
     ]

@@ -386,6 +386,21 @@ async def test_vm_lifecycle(
         assert await other.list() == [] and await other.inspect(wid) is None
     finally:
         await other.close()
+    # This cluster's agent, upgraded to cluster ids, adopts the domain it started before them (no
+    # cluster label); a domain another cluster started under its id is never another's, even with
+    # the same node name (names and labels carry the id).
+    node = {"persys.node": f"node-{vm_host.run_id}"}
+    upgraded = LibvirtVMRuntime(vm_host.state_dir, uri=vm_host.uri, extra_labels=node, cluster_id="c0ffee01")
+    twin = LibvirtVMRuntime(vm_host.state_dir, uri=vm_host.uri, extra_labels=node, cluster_id="c0ffee02")
+    try:
+        assert (await upgraded.inspect(wid)).runtime_id == obs.runtime_id  # type: ignore[union-attr]
+        assert [o.workload_id for o in await upgraded.list()] == [wid]
+        theirs = DomainMeta(wid, "r1", 1, 0.0, {**node, "persys.cluster": "c0ffee01"})
+        assert upgraded._is_ours(theirs) and not twin._is_ours(theirs) and not twin._is_ours(theirs, legacy=True)
+        assert upgraded._names(wid)[0][0] != twin._names(wid)[0][0]
+    finally:
+        await twin.close()
+        await upgraded.close()
 
     # Stop keeps the domain, disk and log; starting the same revision boots that same disk again.
     await rt.stop(wid)

@@ -63,6 +63,9 @@ from persys.agent.runtimes.vm.libvirt import (
 from persys.agent.runtimes.workdir import tail_text, workload_dir
 from persys.model.workload import VMSpec
 
+LABEL_CLUSTER = "persys.cluster"  # the cluster's id (security.cluster_id), in new domains' labels and names
+
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -94,7 +97,9 @@ class LibvirtVMRuntime:
         accelerator: Literal["auto", "kvm", "tcg"] = "auto",
         qemu_img: str | None = None,
         node_paths: NodePaths | None = None,  # the agent's re-check of absolute image paths
+        cluster_id: str = "",  # in new domains' names and labels: two clusters on one host never meet
     ) -> None:
+        self._cluster = cluster_id
         self._dir = Path(state_dir) / "vm"
         self._node_paths = node_paths
         self._uri = uri
@@ -174,23 +179,47 @@ class LibvirtVMRuntime:
 
     # ---- reading -------------------------------------------------------------------------------
 
-    def _is_ours(self, meta: DomainMeta) -> bool:
-        return all(meta.labels.get(k) == v for k, v in self._labels.items())
+    @property
+    def _scope(self) -> dict[str, str]:
+        """The labels new domains carry (and whose hash their names hold): the node's, the cluster's."""
+        return {**self._labels, LABEL_CLUSTER: self._cluster} if self._cluster else dict(self._labels)
+
+    def _is_ours(self, meta: DomainMeta, legacy: bool = False) -> bool:
+        """Ours by its labels; under a name of before cluster ids (`legacy`), one that carries no
+        cluster label at all with this node's (another cluster's new domains never match)."""
+        if legacy and LABEL_CLUSTER in meta.labels:
+            return False
+        return all(meta.labels.get(k) == v for k, v in (self._labels if legacy else self._scope).items())
+
+    def _names(self, workload_id: str) -> list[tuple[str, bool]]:
+        """(name, legacy) a domain of this workload may have: the current one, then the one domains
+        had before cluster ids (still adopted)."""
+        current = domain_name(workload_id, self._scope)
+        legacy = domain_name(workload_id, self._labels)
+        return [(current, False)] + ([(legacy, True)] if legacy != current else [])
 
     def _find_sync(self, workload_id: str, strict: bool = False) -> _Found | None:
         """Our domain of a workload. A foreign domain holding its name is None, or a terminal
         Conflict when `strict` (starting would have to take that name)."""
         lv = lv_module()
         conn = self._connect()
-        try:
-            dom = conn.lookupByName(domain_name(workload_id, self._labels))
-            xml = dom.XMLDesc(0)
-        except lv.libvirtError as exc:
-            if err_code(exc) == lv.VIR_ERR_NO_DOMAIN:
-                return None
-            raise RuntimeFailure(f"look up VM {workload_id}: {exc}") from exc
-        meta = parse_meta(xml)
-        if meta is None or meta.workload_id != workload_id or not self._is_ours(meta):
+        for name, legacy in self._names(workload_id):
+            try:
+                dom = conn.lookupByName(name)
+                xml = dom.XMLDesc(0)
+            except lv.libvirtError as exc:
+                if err_code(exc) == lv.VIR_ERR_NO_DOMAIN:
+                    continue
+                raise RuntimeFailure(f"look up VM {workload_id}: {exc}") from exc
+            meta = parse_meta(xml)
+            if legacy and (meta is None or meta.workload_id != workload_id or not self._is_ours(meta, legacy)):
+                continue  # a name of before cluster ids is only ever adopted, never contested
+            return self._checked(dom, xml, meta, workload_id, strict, legacy)
+        return None
+
+    def _checked(self, dom: Any, xml: str, meta: DomainMeta | None, workload_id: str, strict: bool,
+                 legacy: bool) -> _Found | None:
+        if meta is None or meta.workload_id != workload_id or not self._is_ours(meta, legacy):
             if not strict:
                 return None
             raise RuntimeFailure(
@@ -287,7 +316,8 @@ class LibvirtVMRuntime:
             except lv.libvirtError:
                 continue  # undefined between list and read: simply gone
             meta = parse_meta(xml)
-            if meta is None or not self._is_ours(meta) or dom.name() != domain_name(meta.workload_id, self._labels):
+            if meta is None or not any(dom.name() == name and self._is_ours(meta, legacy)
+                                       for name, legacy in self._names(meta.workload_id)):
                 continue
             obs = self._observe_sync(_Found(dom, meta, xml))
             if obs.state is not RuntimeState.MISSING:
@@ -370,13 +400,13 @@ class LibvirtVMRuntime:
         with open(console, "a") as f:
             f.write(f"--- persys: starting revision {w.revision} at {time.ctime()} ---\n")
         return DomainConfig(
-            name=domain_name(w.workload_id, self._labels),
+            name=domain_name(w.workload_id, self._scope),
             domain_type="kvm" if self._accelerator() == "kvm" else "qemu",
             vcpus=vm.vcpus,
             memory_mb=vm.memory_mb,
             disk=disk,
             console_log=console,
-            meta=DomainMeta(w.workload_id, w.revision, w.generation, round(time.time(), 3), dict(self._labels)),
+            meta=DomainMeta(w.workload_id, w.revision, w.generation, round(time.time(), 3), self._scope),
             seed=seed if vm.cloud_init is not None else None,
             kernel=kernel,
             initrd=initrd,

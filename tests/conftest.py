@@ -16,6 +16,7 @@ from tests.fixtures_infra import stop_leftover_servers
 from tests.fixtures_secure_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests
 from tests.registry_server import *  # noqa: F403
+from tests.small_disk import small_disk  # noqa: F401  (a fixture: a real 1 MiB disk to fill)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +19,7 @@ from persys.agent.agent import Agent, AgentConfig
 from persys.agent.link import GrpcLink
 from persys.model import WorkloadSpec
 from tests.agent.test_switch_cancel import _until
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, capture_output=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
-
-
-def fill(disk: Path) -> Path:
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with contextlib.suppress(OSError):  # ENOSPC: full
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
+from tests.small_disk import fill
 
 
 class OneSetWatch:

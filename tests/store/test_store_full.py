@@ -6,10 +6,7 @@ freed clears it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,29 +15,7 @@ from persys.scheduler import keys
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.store.base import Compare, Put, StoreFull
 from persys.store.sqlite import SqliteStore
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, capture_output=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
-
-
-def _fill(disk: Path) -> Path:
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with contextlib.suppress(OSError):  # ENOSPC: full
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
+from tests.small_disk import fill
 
 
 def test_a_full_disk_is_named_and_degrades_the_mode(small_disk: Path) -> None:
@@ -52,7 +27,7 @@ def test_a_full_disk_is_named_and_degrades_the_mode(small_disk: Path) -> None:
             await store.put(keys.CLUSTER, b'{"id": "c1"}')
             await guard.check()
             assert guard.mode == Mode.NORMAL
-            filler = _fill(small_disk)
+            filler = fill(small_disk)
             with pytest.raises(StoreFull, match="is full"):
                 for i in range(200):  # the page cache may take a few before the disk refuses
                     await store.txn([Compare(f"/k/{i}", 0)], [Put(f"/k/{i}", os.urandom(8192))])

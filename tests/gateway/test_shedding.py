@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_what_is_not_counted() -> None:
     assert is_exempt("/healthz", b"") and is_exempt("/readyz", b"") and is_exempt("/metrics", b"")
     assert is_exempt("/v1/watch/workloads", b"") and is_exempt("/v1/events/stream", b"")
+    assert is_exempt("/ui/live", b"topics=overview")  # the dashboard's one stream per tab
     assert is_exempt("/v1/workloads/web/logs", b"follow=true&tail=10")
     assert not is_exempt("/v1/workloads/web/logs", b"tail=10")
     assert not is_exempt("/v1/workloads", b"") and not is_exempt("/v1/health", b"")

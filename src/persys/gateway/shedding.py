@@ -37,7 +37,7 @@ QUIET_S = 1.0  # quiet this long after them: the burst is over
 def is_exempt(path: str, query: bytes) -> bool:
     """Requests that are not counted: probes, metrics, and streams that live as long as their
     client (pure)."""
-    if path in EXEMPT_PATHS or path.startswith("/v1/watch/") or path == "/v1/events/stream":
+    if path in EXEMPT_PATHS or path.startswith("/v1/watch/") or path in ("/v1/events/stream", "/ui/live"):
         return True
     if path.endswith("/logs") and b"follow=true" in query:
         return True

@@ -40,6 +40,7 @@ from persys.meter.config import HELP as METER_HELP
 from persys.meter.config import check_spec
 from persys.meter.query import Retention, parse_retention
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.security import private_files
 
 if TYPE_CHECKING:
     pass
@@ -191,6 +192,7 @@ def scheduler(
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
+        private_files.tighten_tree(data_dir)  # its state and logs its own: 0600 in 0700 (issue #30)
         storage_config = read_storage_config(storage)
         check_rgw_key(storage, storage_config)
         check_listen(metrics_listen, "--metrics-listen")

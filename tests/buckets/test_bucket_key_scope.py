@@ -118,6 +118,12 @@ def test_bucket_deleted_behind_our_back_is_lost(ceph_cluster: CephCluster, tmp_p
             assert doc["phase"] == "Lost" and "deleted outside Persys" in doc["reason"]
             assert ("BucketLost", f"bucket/{name}") in [(k, s) for k, s, _ in shell.events]
             assert await api.watch_pass() == {}  # said once
+            other = f"lost-get-{uuid.uuid4().hex[:6]}"
+            await api.create(manifest(other))
+            rgw.remove_bucket(other, purge_objects=True)
+            assert (await api.get(other))["phase"] == "Lost"  # a get finds it at once, not at the next pass
+            assert [s for k, s, _ in shell.events if k == "BucketLost"] == [f"bucket/{name}", f"bucket/{other}"]
+            assert await api.delete(other) == (True, False)
             with pytest.raises(Exception, match="is Lost"):
                 await api.create(manifest(name))
             with pytest.raises(Exception, match="Ready bucket"):

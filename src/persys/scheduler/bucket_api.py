@@ -135,6 +135,10 @@ class BucketApi:
                 stats = (await self._call(self.rgw.bucket_info, name)).get("usage", {}).get("rgw.main", {})
                 doc["usage"] = {"objects": int(stats.get("num_objects", 0)),
                                 "sizeKb": int(stats.get("size_kb_actual", stats.get("size_kb", 0)))}
+            except _Gone:  # deleted behind our back: say so now rather than at the watch's next pass
+                await self._watch_one(self.rgw, b)
+                lost, _ = await self._load(name)
+                return self.view(lost) if lost is not None else doc
             except (BucketsUnavailable, MutationRefused, ManifestError) as err:
                 doc["usage"] = {"unavailable": str(err)}
         return doc

@@ -114,3 +114,18 @@ def test_persys_scheduler_fixes_its_data_dir_at_start(tmp_path: Path) -> None:
                 proc.wait()
     assert mode(data) == 0o700 and mode(data / "backups") == 0o700 and mode(old) == 0o600
     assert mode(data / "secrets.key") == 0o600
+
+
+def test_an_agent_folder_inside_the_scheduler_folder_is_left_alone(tmp_path: Path) -> None:
+    """--data-dir /var/lib/persys on a machine whose agent keeps /var/lib/persys/agent: the agent's
+    folder is neither changed nor entered, and the folders on the way keep their search bit."""
+    from persys.security.private_files import tighten_tree
+
+    data = make(tmp_path / "persys", 0o755)
+    key = make(data / "secrets.key", 0o644, "k")
+    agent = make(data / "agent", 0o711)
+    make(agent / "agent.db", 0o600, "")
+    work = make(agent / "runtimes" / "process" / "w1" / "work", 0o755)
+    tighten_tree(data, max_depth=4, leave="agent.db")
+    assert mode(key) == 0o600 and mode(data) == 0o711
+    assert mode(agent) == 0o711 and mode(work) == 0o755

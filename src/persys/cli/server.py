@@ -192,7 +192,8 @@ def scheduler(
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
-        private_files.tighten_tree(data_dir)  # its state and logs its own: 0600 in 0700 (issue #30)
+        # Its state and logs its own: 0600 in 0700 (issue #30); an agent's folder inside it is left alone.
+        private_files.tighten_tree(data_dir, max_depth=4, leave="agent.db")
         storage_config = read_storage_config(storage)
         check_rgw_key(storage, storage_config)
         check_listen(metrics_listen, "--metrics-listen")

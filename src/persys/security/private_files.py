@@ -46,13 +46,29 @@ def private_dir(path: Path, *, traversable: bool = False) -> None:
         os.chmod(path, want)
 
 
+def _left_alone(root: Path, marker: str, max_depth: int) -> tuple[set[Path], set[Path]]:
+    """Folders below `root` holding a file named `marker` (another component's state: an agent
+    folder inside a shared data folder), and the folders on the way to them."""
+    left: set[Path] = set()
+    for here, dirs, files in os.walk(root, followlinks=False):
+        if len(Path(here).relative_to(root).parts) >= max_depth:
+            dirs[:] = []
+        if marker in files and Path(here) != root:
+            left.add(Path(here))
+            dirs[:] = []
+    on_the_way = {parent for f in left for parent in f.parents if parent == root or root in parent.parents}
+    return left, on_the_way
+
+
 def tighten_tree(root: Path, *, traversable: bool = False, suffixes: tuple[str, ...] | None = None,
-                 max_depth: int = 64) -> int:
+                 max_depth: int = 64, leave: str | None = None) -> int:
     """Every folder and file below `root` (root included, down to `max_depth` folders below it)
     made private as above; with `suffixes`, only files whose names end so. Never follows a link,
-    never enters a folder owned by another user. Returns how many entries changed."""
+    never enters a folder owned by another user, nor (with `leave`) one holding a file of that
+    name, whose parents then keep their search bit. Returns how many entries changed."""
+    left, on_the_way = _left_alone(root, leave, max_depth) if leave else (set(), set())
     changed = 0
-    private_dir(root, traversable=traversable)
+    private_dir(root, traversable=traversable or root in on_the_way)
     for here, dirs, files in os.walk(root, followlinks=False):
         depth = len(Path(here).relative_to(root).parts)
         if depth >= max_depth:
@@ -61,9 +77,9 @@ def tighten_tree(root: Path, *, traversable: bool = False, suffixes: tuple[str, 
         for d in dirs:
             p = Path(here) / d
             st = os.lstat(p)
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and p not in left:
                 before = stat.S_IMODE(st.st_mode)
-                private_dir(p, traversable=traversable)
+                private_dir(p, traversable=traversable or p in on_the_way)
                 changed += before != stat.S_IMODE(os.lstat(p).st_mode)
                 keep.append(d)
         dirs[:] = keep

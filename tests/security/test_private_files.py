@@ -129,3 +129,20 @@ def test_an_agent_folder_inside_the_scheduler_folder_is_left_alone(tmp_path: Pat
     tighten_tree(data, max_depth=4, leave="agent.db")
     assert mode(key) == 0o600 and mode(data) == 0o711
     assert mode(agent) == 0o711 and mode(work) == 0o755
+
+
+def test_runtime_logs_are_made_0600(tmp_path: Path) -> None:
+    """mark_start opens every runtime log (a process's output, a microVM's console): a new one is
+    0600, an old 0644 one becomes 0600, and a link planted in its place is not followed."""
+    from persys.agent.runtimes.workdir import mark_start
+
+    new, old = tmp_path / "stdout.log", make(tmp_path / "console.log", 0o644, "earlier boot\n")
+    mark_start(new, "starting")
+    mark_start(old, "booting")
+    assert mode(new) == 0o600 and mode(old) == 0o600
+    assert old.read_text().startswith("earlier boot\n--- persys: booting")
+    target = make(tmp_path / "elsewhere", 0o644, "x")
+    (tmp_path / "planted.log").symlink_to(target)
+    with pytest.raises(OSError):
+        mark_start(tmp_path / "planted.log", "starting")
+    assert target.read_text() == "x" and mode(target) == 0o644

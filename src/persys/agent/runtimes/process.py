@@ -43,7 +43,6 @@ from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
 from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
-from persys.security.private_files import private_file
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CFS_PERIOD_US = 100_000
@@ -353,7 +352,6 @@ class ProcessRuntime:
         if cg_tasks:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_tasks, "--", *argv]
         mark_start(wdir / "stdout.log", f"starting revision {w.revision}")
-        private_file(wdir / "stdout.log")  # the workload writes through the fd it is given; no one reads it
         try:
             child = spawn_session(argv, cwd=cwd, stdout=wdir / "stdout.log", env=env, **run_as.popen_kwargs())
         except OSError as exc:

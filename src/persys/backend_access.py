@@ -145,6 +145,36 @@ def _given(o: BackendOptions) -> list[str]:
     return [f"--{o.kind}-{name}" for name, v in values.items() if v is not None]
 
 
+CLUSTER_CA_CLIENTS = (
+    "every certificate the cluster CA issued (a node's, a viewer's) would be a full etcd client: give etcd a CA "
+    "of its own (--etcd-ca, --etcd-cert, --etcd-key) or turn etcd authentication on (--etcd-user with "
+    "--etcd-password-file); docs/security.md, \"etcd and Redis in production\"")
+
+
+def _cluster_ca_problems(o: BackendOptions, user: str | None) -> list[str]:
+    """`etcds://` with no CA of etcd's own falls back to Persys' certificate folder: etcd then
+    trusts the cluster CA, and without etcd authentication any certificate of the cluster may read
+    and write every key. Refused unless etcd authentication is on."""
+    if o.kind != "etcd" or o.url.partition("://")[0] != "etcds" or o.ca is not None or o.cert is not None:
+        return []
+    if user and (o.password is not None or o.password_file is not None):
+        return []
+    return [f"--etcd-ca: etcds:// without --etcd-ca means an etcd that trusts the cluster CA; {CLUSTER_CA_CLIENTS}"]
+
+
+def same_ca_problem(o: BackendOptions, cluster_ca: Path) -> str | None:
+    """--etcd-ca naming the cluster CA itself (its bytes), without etcd authentication: the same
+    hole as no --etcd-ca at all."""
+    if o.kind != "etcd" or o.ca is None or o.user:
+        return None
+    try:
+        given = o.ca.read_bytes().strip()
+        same = bool(given) and given == cluster_ca.read_bytes().strip()
+    except OSError:  # a missing --etcd-ca is reported by _tls_problems
+        return None
+    return f"--etcd-ca: {o.ca} is the cluster CA; {CLUSTER_CA_CLIENTS}" if same else None
+
+
 def access_problems(o: BackendOptions) -> list[str]:
     """Everything wrong with one backend's options, each naming its option (pure but for file checks)."""
     given = _given(o)
@@ -157,15 +187,20 @@ def access_problems(o: BackendOptions) -> list[str]:
             user = urlsplit(o.url).username
         except ValueError:
             user = None
-    return [*_url_problems(o), *_tls_problems(o), *_login_problems(o, user)]
+    return [*_url_problems(o), *_tls_problems(o), *_login_problems(o, user), *_cluster_ca_problems(o, user)]
 
 
 def backend_access(o: BackendOptions, default_tls: TLSFiles | None = None) -> BackendAccess:
     """The access these options describe; raises CredentialError listing every problem.
 
     An `etcds://` store without --etcd-ca uses `default_tls` (Persys' own certificate folder), as
-    before these options existed; `rediss://` without --redis-ca trusts the system's CAs."""
+    before these options existed, only with etcd authentication on (etcd trusts the cluster CA
+    then: without it, any cluster certificate would be a full etcd client); `rediss://` without
+    --redis-ca trusts the system's CAs."""
     problems = access_problems(o)
+    same = same_ca_problem(o, default_tls.ca) if default_tls is not None else None
+    if same:
+        problems.append(same)
     if problems:
         raise CredentialError("; ".join(problems))
     tls: BackendTLS | None = None

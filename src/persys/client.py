@@ -471,7 +471,7 @@ class SchedulerClient:
         r = await self._call("RevokeJoinToken", cpb.RevokeJoinTokenRequest(id=token_id), stubs=self._node_access_stubs)
         return _document(r.token_json)
 
-    async def revoke_node(self, node_id: str, reason: str = "") -> dict[str, Any]:
-        r = await self._call("RevokeNode", cpb.RevokeNodeRequest(node_id=node_id, reason=reason),
+    async def revoke_node(self, node_id: str, reason: str = "", force: bool = False) -> dict[str, Any]:
+        r = await self._call("RevokeNode", cpb.RevokeNodeRequest(node_id=node_id, reason=reason, force=force),
                              stubs=self._node_access_stubs)
         return _document(r.revocation_json)

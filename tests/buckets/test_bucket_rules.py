@@ -82,3 +82,22 @@ def test_key_ids_roles_and_secret_data() -> None:
 ])
 def test_rgw_refusals_name_our_fields(rgw: str, ours: str) -> None:
     assert rules.our_field(rgw) == ours
+
+
+# The bucket watch: (phase, confined, the owner RGW names: None = no such bucket) -> action.
+WATCH_CASES = [
+    ("Ready", True, "persys-bucket-b", "none"),
+    ("Ready", False, "persys-bucket-b", "confine"),  # made before keys were confined
+    ("Ready", True, None, "lost"),  # deleted in RGW behind our back
+    ("Ready", False, None, "lost"),
+    ("Ready", True, "someone-else", "lost"),  # the name now another user's bucket
+    ("Creating", False, None, "none"),  # on their way: the creation or deletion decides
+    ("Deleting", True, None, "none"),
+    ("Lost", True, None, "none"),  # said once
+]
+
+
+@pytest.mark.parametrize(("phase", "confined", "owner", "action"), WATCH_CASES)
+def test_watch_action(phase: str, confined: bool, owner: str | None, action: str) -> None:
+    b = Bucket(name="b", owner=rgw_user_of("b"), phase=phase, confined=confined)  # type: ignore[arg-type]
+    assert rules.watch_action(b, owner) == action

@@ -4,6 +4,7 @@ rename of an archive's top entry over a real tar stream."""
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.model.copy_archive import CopyError, landing, parse_cp_args, rewrite, top_entry
+from persys.model.copy_archive import (
+    CopyError,
+    Member,
+    landing,
+    member_problems,
+    parse_cp_args,
+    rewrite,
+    top_entry,
+)
 
 CASES = yaml.safe_load((Path(__file__).parent / "copy_cases" / "copy.yaml").read_text())
 
@@ -68,3 +77,13 @@ def test_rewrite_renames_the_top_entry_and_links_inside_it() -> None:
         assert tar.getmember("www/b.txt").linkname == "www/a.txt"
         f = tar.extractfile("www/a.txt")
         assert f is not None and f.read() == b"hello"
+
+
+@pytest.mark.parametrize("case", CASES["members"], ids=_ids(CASES["members"]))
+def test_members(case: dict[str, Any]) -> None:
+    got = member_problems([Member(*m) for m in case["members"]], max_bytes=1000)
+    if "problem" not in case:
+        assert got == []
+        return
+    assert got, "admitted"
+    assert re.search(case["problem"], got[0]), got

@@ -242,3 +242,27 @@ async def test_the_renewer_keeps_its_certificate_while_unreachable_then_renews(c
     assert files.cert.read_bytes() != before[0] and files.key.read_bytes() != before[1]
     assert os.stat(files.key).st_mode & 0o777 == 0o600
     node_identity.check_issued(files.cert.read_bytes(), files.key.read_bytes(), "k1")
+
+
+async def test_revoking_an_id_no_node_has_needs_force(cluster: Cluster) -> None:
+    """Issue #30, 8: a typo is not a revocation. Known ids (a registered node, one with a join
+    token naming it) are revoked as before; an id nothing knows is refused naming the field and
+    --force, and nothing is recorded; with force it is revoked (no node may ever use it)."""
+    s, ids, _ = cluster
+    await s.scheduler.store.put("/persys/nodes/known1", json.dumps({"id": "known1"}).encode())
+    await new_token(s, ids["admin"], node_id="coming1")
+    async with secure_channel(main_target(s), ids["admin"], expect=peer_names.SCHEDULER) as admin:
+        stub = cpb_grpc.NodeAccessStub(admin)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.RevokeNode(cpb.RevokeNodeRequest(node_id="knwon1", reason="typo"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "node_id: no node 'knwon1' is known" in str(err.value.details())
+        assert "--force" in str(err.value.details())
+        for known in ("known1", "coming1"):
+            await stub.RevokeNode(cpb.RevokeNodeRequest(node_id=known), timeout=10)
+        await stub.RevokeNode(cpb.RevokeNodeRequest(node_id="known1"), timeout=10)  # again: still fine
+        await stub.RevokeNode(cpb.RevokeNodeRequest(node_id="future9", force=True), timeout=10)
+    assert s.revocations is not None
+    for nid in ("known1", "coming1", "future9"):
+        assert await s.revocations.revoked_in_store(nid), nid
+    assert not await s.revocations.revoked_in_store("knwon1")

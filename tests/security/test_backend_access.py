@@ -121,3 +121,20 @@ async def test_secret_references_go_through_the_resolver() -> None:
         await resolve(ref, "--etcd-password", Secrets({}))
     with pytest.raises(CredentialError, match="needs a secret store, and this process has none configured"):
         await resolve(ref, "--etcd-password", None)
+
+
+def test_etcd_ca_that_is_the_cluster_ca_needs_etcd_auth(tmp_path: Path) -> None:
+    """--etcd-ca naming a copy of the cluster CA is the same hole as no --etcd-ca (issue #30, 6)."""
+    (tmp_path / "persys").mkdir()
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    (tmp_path / "persys/ca.crt").write_text(pem)
+    (tmp_path / "copy.crt").write_text(pem)
+    (tmp_path / "etcd-ca.crt").write_text(pem.replace("MIIB", "MIIC"))
+    persys = TLSFiles(tmp_path / "persys/ca.crt", tmp_path / "persys/scheduler.crt", tmp_path / "persys/scheduler.key")
+    url = "etcds://10.0.0.2:2379"
+    with pytest.raises(CredentialError, match=r"copy\.crt is the cluster CA; every certificate"):
+        backend_access(BackendOptions("etcd", url, ca=tmp_path / "copy.crt"), persys)
+    assert backend_access(BackendOptions("etcd", url, ca=tmp_path / "etcd-ca.crt"), persys).tls is not None
+    with_auth = backend_access(BackendOptions("etcd", url, ca=tmp_path / "copy.crt", user="persys",
+                                              password="env:ETCD_PW"), persys)
+    assert with_auth.user == "persys"

@@ -301,6 +301,7 @@ def test_persys_scheduler_runs_on_them_from_files_and_environment(secure_backend
     text = log.read_text()  # debug logging (--verbose) included
     assert b.etcd_password not in text and b.redis_password not in text
     assert "Traceback" not in text
+    assert "answers clients without" not in text  # both authenticate every client: no warning (issue #30)
 
 
 async def test_a_rotated_password_file_takes_effect_without_a_restart(secure_backends: SecureBackends,

@@ -55,6 +55,7 @@ from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
 from persys.security.metrics_access import serve_metrics
+from persys.security.private_files import AGENT_DEPTH, AGENT_FILES, tighten_tree
 from persys.storage.base import StorageError
 from persys.storage.ceph_open import open_ceph
 from persys.storage.config import CephConfig, StorageConfig
@@ -106,7 +107,8 @@ class Agent:
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
         self.unavailable: dict[str, str] = {}  # runtime -> why it does not work here (last probe)
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        # Its database and logs its own (0600; folders not listable by others): issue #30.
+        tighten_tree(config.state_dir, traversable=True, suffixes=AGENT_FILES, max_depth=AGENT_DEPTH)
         self.local = LocalState(config.state_dir / "agent.db")
         self.desired: dict[str, Desired] = {}
         self.synced = False  # a desired snapshot arrived in normal mode since we started

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from persys.security.private_files import private_file
+
 log = logging.getLogger(__name__)
 
 _SCHEMA = """
@@ -91,6 +93,10 @@ class LocalState:
             log.warning("agent state %s is unreadable (%s): moved to %s; rebuilding from the scheduler "
                         "and the running workloads", self.path, err, self.moved_aside)
             self._db = self._open()
+        # Every spec and plain env of the node: the agent's alone. SQLite gives its -wal and
+        # -shm files the database file's mode.
+        for suffix in ("", "-wal", "-shm"):
+            private_file(Path(f"{self.path}{suffix}"))
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)

@@ -100,6 +100,19 @@ def token_revoke(token_id: str = typer.Argument(..., help="The token's id (persy
     ctl.out.print(f"token {r['id']} ({r['name']}) {r['state']}", markup=False, highlight=False)
 
 
+def shown_action(action: str) -> str:
+    """An audit record's action as the listing shows it: a REST call as its method and route
+    ("POST /v1/nodes/{node_id}/revoke"), a gRPC call as service/method ("Control/Apply"); never
+    just the last word of either, which names neither the resource nor the verb."""
+    method, _, route = action.partition(" ")
+    if route.startswith("/") and method.isalpha() and method.isupper():
+        return f"{method} {route}"
+    if action.startswith("/") and action.count("/") == 2:
+        service, _, name = action[1:].partition("/")
+        return f"{service.rsplit('.', 1)[-1]}/{name}"
+    return action
+
+
 def audit_command(since: str = typer.Option("", "--since", help="Only newer records: a duration ago (15m, 2h, "
                                                                 "7d) or unix seconds."),
                   who: str = typer.Option("", "--who", help="Only principals (or gateways) containing this."),
@@ -117,6 +130,6 @@ def audit_command(since: str = typer.Option("", "--since", help="Only newer reco
         t.add_column(col, overflow="fold")
     for i in r["items"]:
         obj = " ".join(f"{k}={v}" for k, v in i.get("object", {}).items())
-        t.add_row(_when(i["ts"]), i["principal"], i.get("via") or "-", i["action"].rsplit("/", 1)[-1], obj,
+        t.add_row(_when(i["ts"]), i["principal"], i.get("via") or "-", shown_action(i["action"]), obj,
                   i["result"], i.get("requestId", ""))
     ctl.emit(r["items"], output, t)

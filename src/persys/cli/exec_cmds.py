@@ -14,7 +14,15 @@ import typer
 
 from persys.cli import terminal_client
 from persys.cli.api import Api, ServerOpt, err_console, fail
-from persys.model.copy_archive import CopyError, landing, parse_cp_args, renamed, top_entry
+from persys.model.copy_archive import (
+    CopyError,
+    landing,
+    member_of,
+    member_problems,
+    parse_cp_args,
+    renamed,
+    top_entry,
+)
 from persys.model.limits import (
     COPY_MAX_BYTES,
     EXEC_OUTPUT_MAX_BYTES,
@@ -183,9 +191,15 @@ def _pack(local: Path, spool: IO[bytes]) -> None:
 
 def _unpack(spool: IO[bytes], local: Path) -> None:
     """Unpack the archive at `local`: into it when it is a folder, else as it (as `docker cp`).
-    Tar's data filter refuses what would land outside (absolute paths, .., links out), devices."""
+    Every member is checked first (copy_archive.member_problems: nothing absolute, no '..', no
+    link leading out, no device or FIFO, bounded sizes), whatever this Python's tarfile filters;
+    tar's data filter then applies too where this Python has it."""
     with tarfile.open(fileobj=spool, mode="r:") as tar:
         members = tar.getmembers()
+        problems = member_problems([member_of(m) for m in members], COPY_MAX_BYTES)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise CopyError(f"the archive from the workload is refused: {problems[0]}{more}")
         top = top_entry(m.name for m in members)
         folder, name = landing(str(local), local.is_dir(), top)
         if not os.path.isdir(folder):
@@ -194,4 +208,8 @@ def _unpack(spool: IO[bytes], local: Path) -> None:
             m.name = renamed(m.name, top, name)
             if m.islnk():
                 m.linkname = renamed(m.linkname, top, name)
-            tar.extract(m, folder, filter="data")
+            m.mode &= 0o777  # never setuid, setgid or sticky
+            if hasattr(tarfile, "data_filter"):
+                tar.extract(m, folder, filter="data")
+            else:  # checked above; this Python has no filters
+                tar.extract(m, folder)

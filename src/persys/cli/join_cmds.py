@@ -80,11 +80,14 @@ def token_revoke(token_id: str = typer.Argument(..., help="The token's id (persy
 @node_app.command("revoke")
 def node_revoke(node: str = typer.Argument(..., help="Node name."),
                 reason: str = typer.Option("", "--reason", help="Why (kept with the revocation, in the audit log)."),
+                force: bool = typer.Option(False, "--force", help="Revoke an id no node has (never registered, no "
+                                           "certificate, no join token), so that no node can ever use it; "
+                                           "without it such an id is refused, as a typo would be."),
                 server: str | None = ServerOpt) -> None:
     """Revoke a node's identity for good: every scheduler replica refuses its calls within a second,
     ends its desired-state stream at once and its update stream at its next heartbeat, and never
     renews its certificate. Its workloads are rescheduled once it goes NotReady. A reinstalled
     machine joins again under a new node id."""
-    r = ctl.Api(server).request("POST", f"/v1/nodes/{node}/revoke", json={"reason": reason})
+    r = ctl.Api(server).request("POST", f"/v1/nodes/{node}/revoke", json={"reason": reason, "force": force})
     ctl.out.print(f"node/{node} revoked (by {r['revokedBy']} at {_when(r['revokedAt'])})", markup=False,
                   highlight=False)

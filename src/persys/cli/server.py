@@ -41,6 +41,7 @@ from persys.meter.config import HELP as METER_HELP
 from persys.meter.config import check_spec
 from persys.meter.query import Retention, parse_retention
 from persys.model.limits import BATCH_MAX_BYTES, IMAGE_MAX_BYTES, MANIFEST_MAX_BYTES, RESTORE_MAX_BYTES, GatewayLimits
+from persys.security import private_files
 
 if TYPE_CHECKING:
     pass
@@ -192,6 +193,8 @@ def scheduler(
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
+        # Its state and logs its own: 0600 in 0700 (issue #30); an agent's folder inside it is left alone.
+        private_files.tighten_tree(data_dir, max_depth=4, leave="agent.db")
         storage_config = read_storage_config(storage)
         check_rgw_key(storage, storage_config)
         check_listen(metrics_listen, "--metrics-listen")
@@ -207,6 +210,10 @@ def scheduler(
                                                        redis_password_file))
         signer_for = scheduler_signer(ca_dir, live, join_listen, node_cert_ttl)
         holder = []
+        from persys.scheduler.backend_probe import open_access_warnings
+
+        for warning in await open_access_warnings(store, events, s_access, e_access):  # issue #30: said at start
+            log.warning("%s", warning)
 
         async def started() -> None:
             host, _, port = listen.rpartition(":")

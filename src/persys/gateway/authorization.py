@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from persys.client import SchedulerClient, SchedulerError
+from persys.gateway.token_failures import TokenFailures
 from persys.security import forwarding
 from persys.security.identity import Identity, Kind, from_certificate, from_subject
 from persys.security.permissions import PUBLIC_ROUTES, Rule, rest_rule
@@ -126,6 +127,7 @@ class Authorization:
         self.paths = paths
         self._table: RouteTable | None = None
         self._tokens: dict[str, tuple[float, Identity, str]] = {}
+        self._token_failures = TokenFailures()
 
     def match(self, method: str, path: str) -> tuple[str | None, bool]:
         if self._table is None:
@@ -190,10 +192,19 @@ class Authorization:
                      template: str) -> Caller | tuple[Message, Message]:
         """The allowed caller, or the refusal to send."""
         base = {"verb": rule.verb, "resource": rule.resource}
+        source = str((scope.get("client") or ("unknown",))[0])
+        token_attempt = "authorization" in headers
+        if token_attempt and (wait := self._token_failures.retry_after(source, time.monotonic())):
+            return _json(429, {"error": f"too many failed bearer-token attempts from {source}: try again in {wait} s",
+                               **base}, rid, ((b"retry-after", str(wait).encode()),))
         try:
             caller = await self._caller(scope, headers, rid)
         except SchedulerError as err:
             if err.code == "UNAUTHENTICATED":
+                if token_attempt:  # counted and recorded: a guessing source is slowed and seen
+                    self._token_failures.failed(source, time.monotonic())
+                    await self._record("unauthenticated", "bearer token (refused)", method, template, scope, "401",
+                                       rid, {"source": source})
                 return _json(401, {"error": err.message, **base}, rid, ((b"www-authenticate", b"Bearer"),))
             return _json(503 if err.code == "UNAVAILABLE" else 502, {"error": err.message, **base}, rid)
         if caller is None:
@@ -240,10 +251,10 @@ class Authorization:
         return identity, me["credential"]
 
     async def _record(self, principal: str, credential: str, method: str, template: str, scope: Scope,
-                      result: str, rid: str) -> None:
+                      result: str, rid: str, extra: dict[str, str] | None = None) -> None:
         """What the scheduler never sees (a refusal here, an upload straight to an agent) is
         recorded through it; a failure to record is logged, not turned into the request's error."""
-        detail = (scope.get("state") or {}).get(AUDIT_DETAIL) or {}
+        detail = {**((scope.get("state") or {}).get(AUDIT_DETAIL) or {}), **(extra or {})}
         try:
             await self.client.record_audit({
                 "principal": principal, "credential": credential, "action": f"{method} {template}",

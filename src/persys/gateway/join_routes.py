@@ -30,6 +30,8 @@ class JoinTokenRequest(BaseModel):
 class RevokeNodeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field("", max_length=256)
+    force: bool = Field(False, description="revoke an id no node has (never registered, no certificate, no "
+                        "join token); without it such an id is a 404, as a typo would be")
 
 
 def join_router(client: SchedulerClient) -> APIRouter:
@@ -56,6 +58,6 @@ def join_router(client: SchedulerClient) -> APIRouter:
         """Revoke a node's identity: every scheduler replica refuses its calls and ends its streams
         (within a second on other replicas, plus a heartbeat interval for its update stream); its
         certificate is never renewed."""
-        return await client.revoke_node(node_id, body.reason)
+        return await client.revoke_node(node_id, body.reason, body.force)
 
     return router

@@ -94,6 +94,7 @@ class BucketPhase(StrEnum):
     CREATING = "Creating"  # the binding is written; RGW's user, bucket and quota on their way
     READY = "Ready"
     DELETING = "Deleting"  # keys, secrets, bucket and user on their way out; then the binding goes
+    LOST = "Lost"  # RGW no longer has the bucket (deleted outside Persys): only a deletion is taken
 
 
 class KeyPhase(StrEnum):
@@ -123,6 +124,9 @@ class Bucket(Model):
     phase: BucketPhase = BucketPhase.CREATING
     reason: StrictStr = ""
     purge: bool = False  # the deletion asked for takes the objects too
+    # Its keys are kept inside it (bucket policy, no further buckets for its RGW user). False on a
+    # binding made before that: the bucket watch confines it on its next pass.
+    confined: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
 

@@ -10,6 +10,7 @@ a crash left. RGW and the secret store are called off the event loop (RGW's clie
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from persys.storage.base import StorageError, StorageUnavailable
 from persys.storage.rgw import RgwAdmin, RgwNotFound, RgwRefused, S3Key
 from persys.store.base import Compare, Delete, Put
 
+log = logging.getLogger(__name__)
 CAS_ATTEMPTS = 10
 MAX_BUCKETS = 10_000
 T = TypeVar("T")
@@ -133,6 +135,10 @@ class BucketApi:
                 stats = (await self._call(self.rgw.bucket_info, name)).get("usage", {}).get("rgw.main", {})
                 doc["usage"] = {"objects": int(stats.get("num_objects", 0)),
                                 "sizeKb": int(stats.get("size_kb_actual", stats.get("size_kb", 0)))}
+            except _Gone:  # deleted behind our back: say so now rather than at the watch's next pass
+                await self._watch_one(self.rgw, b)
+                lost, _ = await self._load(name)
+                return self.view(lost) if lost is not None else doc
             except (BucketsUnavailable, MutationRefused, ManifestError) as err:
                 doc["usage"] = {"unavailable": str(err)}
         return doc
@@ -160,6 +166,9 @@ class BucketApi:
             created = cur.phase == BucketPhase.CREATING  # this call makes it Ready (a retry resumes)
             if cur.phase == BucketPhase.DELETING:
                 raise MutationRefused(f"bucket {name} is being deleted; create it again once it is gone")
+            if cur.phase == BucketPhase.LOST:
+                raise MutationRefused(f"bucket {name} is Lost ({cur.reason}): delete it (persysctl bucket delete "
+                                      f"{name}), then create it again")
             if cur.phase == BucketPhase.CREATING:
                 await self._provision(rgw, cur)
             if cur.phase == BucketPhase.CREATING or cur.quota != m.spec.quota:
@@ -187,15 +196,73 @@ class BucketApi:
         return rec
 
     async def _provision(self, rgw: RgwAdmin, b: Bucket) -> None:
-        """RGW's user and bucket (both idempotent). A refusal undoes both and the binding: nothing
-        stays; unreachable: the binding stays Creating for a retry (or a deletion) to finish."""
+        """RGW's user and bucket (both idempotent), then its keys confined to it. A refusal undoes
+        both and the binding: nothing stays; unreachable: the binding stays Creating for a retry
+        (or a deletion) to finish."""
         try:
             owner = await self._call(rgw.create_user, b.owner, f"Persys bucket {b.name}")
-            await self._call(rgw.create_bucket, owner, b.name)
+            # A retry after the user was confined (no bucket creation, even its own) finds its
+            # bucket there: creating it again would be refused.
+            if await self._bucket_owner(rgw, b.name) != b.owner:
+                await self._call(rgw.create_bucket, owner, b.name)
+            await self._call(rgw.confine_keys, owner, b.name)
         except (MutationRefused, ManifestError):
             await self._call(rgw.delete_user, b.owner)  # purges only what this user owns
             await self._swap(b.name, lambda _b: None)
             raise
+        await self._swap(b.name, lambda cur: cur.model_copy(update={"confined": True}))
+
+    async def _bucket_owner(self, rgw: RgwAdmin, name: str) -> str | None:
+        """The RGW user owning bucket `name` (None: RGW has no such bucket)."""
+        try:
+            return str((await self._call(rgw.bucket_info, name)).get("owner", ""))
+        except _Gone:
+            return None
+
+    # -- the watch: what changed in RGW behind our back ------------------------------------------
+
+    async def watch_pass(self) -> dict[str, str]:
+        """One pass over the Ready bindings: a bucket RGW no longer has becomes Lost (with an
+        event), a binding from before keys were confined gets them confined. Returns what was
+        done to which bucket. RGW unreachable: nothing changes (an outage is not a loss)."""
+        if self.rgw is None:
+            return {}
+        rgw = self.rgw
+        done: dict[str, str] = {}
+        kvs, _ = await self.s.store.range(keys.BUCKETS)
+        for kv in sorted(kvs, key=lambda kv: kv.key):
+            b = Bucket.model_validate_json(kv.value)
+            if b.phase != BucketPhase.READY:
+                continue
+            try:
+                done.update(await self._watch_one(rgw, b))
+            except (MutationRefused, ManifestError) as err:  # this bucket only; the others go on
+                log.warning("bucket watch: bucket %s: %s", b.name, err)
+        return done
+
+    async def _watch_one(self, rgw: RgwAdmin, b: Bucket) -> dict[str, str]:
+        async with self._lock(b.name):
+            owner = await self._bucket_owner(rgw, b.name)
+            action = rules.watch_action(b, owner)
+            if action == rules.WatchAction.LOST:
+                reason = (f"RGW has no bucket {b.name} any more (deleted outside Persys)" if owner is None
+                          else f"bucket {b.name} in RGW belongs to {owner!r}, not to {b.owner!r}")
+                lost = await self._swap(b.name, lambda cur: cur.model_copy(update={
+                    "phase": BucketPhase.LOST, "reason": reason, "updated_at": time.time()}))
+                if lost is None:
+                    return {}
+                self.s.emit("BucketLost", f"bucket/{b.name}", reason, reason="Lost")
+                return {b.name: "lost"}
+            if action == rules.WatchAction.CONFINE:
+                key = await self._owner_key(rgw, b.owner)
+                if key is None:
+                    return {}
+                await self._call(rgw.confine_keys, key, b.name)
+                await self._swap(b.name, lambda cur: cur.model_copy(update={"confined": True}))
+                self.s.emit("BucketKeysConfined", f"bucket/{b.name}",
+                            "its keys can no longer create buckets, delete it or change its policy")
+                return {b.name: "confined"}
+        return {}
 
     # -- delete ----------------------------------------------------------------------------------
 
@@ -215,10 +282,10 @@ class BucketApi:
                     raise MutationRefused(f"bucket {name}: its keys are referenced by workload {rules.shown(users)}: "
                                           "delete those workloads (or their references) first")
                 cur = await self._mark_deleting(name, purge)
-            owner = await self._owner_key(rgw, cur.owner)
-            if owner is not None:
+            # Through the admin API: the bucket's policy forbids every S3 key, ours too, to delete it.
+            if await self._bucket_owner(rgw, name) == cur.owner:
                 try:
-                    await self._call(rgw.delete_bucket, owner, name, purge=cur.purge)
+                    await self._call(rgw.remove_bucket, name, purge_objects=cur.purge)
                 except MutationRefused as err:
                     await self._swap(name, lambda b: b.model_copy(update={"phase": BucketPhase.READY, "purge": False,
                                                                           "reason": ""}))

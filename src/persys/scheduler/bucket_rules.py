@@ -7,8 +7,9 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Iterable
+from enum import StrEnum
 
-from persys.model.bucket import Bucket, BucketKey, KeyRole, key_secret_name
+from persys.model.bucket import Bucket, BucketKey, BucketPhase, KeyRole, key_secret_name
 from persys.model.workload import Workload
 
 KEY_ID_CHARS = string.ascii_lowercase + string.digits
@@ -58,3 +59,19 @@ def our_field(rgw_message: str) -> str:
     """The message of an RGW refusal with its leading field ("bucket: ...") named as ours."""
     head, sep, rest = rgw_message.partition(": ")
     return f"{OUR_FIELD.get(head, head)}: {rest}" if sep else rgw_message
+
+
+class WatchAction(StrEnum):
+    NONE = "none"
+    LOST = "lost"  # RGW has no such bucket of ours: show it, do not pretend it is Ready
+    CONFINE = "confine"  # made before keys were confined to their bucket: confine them now
+
+
+def watch_action(b: Bucket, rgw_owner: str | None) -> WatchAction:
+    """What the bucket watch does with a binding, given the owner RGW names for its bucket (None:
+    RGW has no such bucket). Only Ready bindings are judged: the others are on their way."""
+    if b.phase != BucketPhase.READY:
+        return WatchAction.NONE
+    if rgw_owner != b.owner:
+        return WatchAction.LOST
+    return WatchAction.NONE if b.confined else WatchAction.CONFINE

@@ -16,10 +16,11 @@ import grpc
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.model.node_names import node_id_problem
-from persys.scheduler import cert_registry
+from persys.scheduler import cert_registry, keys
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.join_token_store import JoinTokenStore
 from persys.scheduler.node_revocations import MAX_REASON, NodeRevocations
+from persys.scheduler.revoke_rules import KnownAs, revoke_refusal
 from persys.security.ca_pin import pin_of_pem
 from persys.security.join_tokens import TOKEN_ID, JoinTokenError
 from persys.security.signer import CertificateSigner
@@ -84,6 +85,9 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"reason: printable text, at most {MAX_REASON} characters")
         try:
+            refusal = revoke_refusal(request.node_id, await self._known_as(request.node_id), request.force)
+            if refusal:
+                await context.abort(grpc.StatusCode.NOT_FOUND, refusal)
             doc = await self.revocations.revoke(request.node_id, CALLER.get().identity.principal, request.reason)
             # `persys certs status` shows the node's certificates revoked.
             for rec in await cert_registry.list_records(self.store):
@@ -92,3 +96,11 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
         except StoreError as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.RevokeNodeResponse(revocation_json=_dumps(doc))
+
+    async def _known_as(self, node_id: str) -> KnownAs:
+        identity = f"node:{node_id}"
+        return KnownAs(
+            registered=await self.store.get(keys.node(node_id)) is not None,
+            certified=any(r.identity == identity for r in await cert_registry.list_records(self.store)),
+            token_named=any(t.node_id == node_id for t in await self.tokens.list()),
+            revoked=await self.revocations.revoked_in_store(node_id))

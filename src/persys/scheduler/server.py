@@ -40,6 +40,7 @@ from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.backends import open_backends
 from persys.scheduler.bucket_service import BucketsService
+from persys.scheduler.bucket_watch import bucket_watches
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
 from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
@@ -277,7 +278,9 @@ async def start_scheduler(
     scheduler.active_services += volume_services(scheduler, storage, secret_store)
     # Buckets on RGW (storage.rgw): served always, so that without an rgw section a call says so.
     rgw = open_rgw(storage.rgw) if storage is not None and storage.rgw is not None else None
-    buckets_pb2_grpc.add_BucketsServicer_to_server(BucketsService(scheduler, rgw, secret_store, limits), server)
+    buckets = BucketsService(scheduler, rgw, secret_store, limits)
+    buckets_pb2_grpc.add_BucketsServicer_to_server(buckets, server)
+    scheduler.active_services += bucket_watches(buckets.api)  # Lost buckets shown, older keys confined
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(

@@ -8,6 +8,7 @@ refuses comes back as a StorageError naming the field. Blocking calls, bounded b
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -26,6 +27,30 @@ from persys.storage.base import StorageError, StorageUnavailable
 from persys.storage.s3_names import bucket_name_problem
 
 _UID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+# What no key of a bucket may do to the bucket itself, whatever its access (a bucket policy's
+# explicit Deny binds the owner too in RGW; the control plane acts through the admin API, which no
+# bucket policy governs): delete it, change who may reach it (policy, ACL), or change its
+# configuration (Pacific's RGW knows no s3:PutEncryptionConfiguration action: a policy naming it is
+# refused). Objects stay the keys' to read (and, for a full key, to write and delete).
+BUCKET_DENIED_ACTIONS = (
+    "s3:DeleteBucket", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy", "s3:PutBucketAcl", "s3:PutObjectAcl",
+    "s3:PutBucketVersioning", "s3:PutBucketCORS", "s3:PutBucketWebsite", "s3:DeleteBucketWebsite",
+    "s3:PutLifecycleConfiguration", "s3:PutReplicationConfiguration", "s3:PutBucketTagging",
+    "s3:PutBucketObjectLockConfiguration", "s3:PutBucketNotification", "s3:PutBucketLogging",
+    "s3:PutBucketRequestPayment",
+)
+# RGW's max_buckets below zero: the user (and every subuser key of it) may create no bucket.
+NO_BUCKETS = -1
+
+
+def bucket_policy(bucket: str) -> str:
+    """The policy that keeps every key of `bucket` inside it (see BUCKET_DENIED_ACTIONS)."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Sid": "PersysKeysStayInTheirBucket", "Effect": "Deny", "Principal": {"AWS": ["*"]},
+        "Action": list(BUCKET_DENIED_ACTIONS),
+        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]})
 
 
 @dataclass(frozen=True)
@@ -212,6 +237,25 @@ class RgwAdmin:
                   ("max-objects", str(max_objects if max_objects else -1))]
         self._admin("PUT", "bucket", params, f"the quota of {bucket!r}")
 
+    def set_max_buckets(self, uid: str, max_buckets: int) -> None:
+        """How many buckets the user may own (negative: it may create none)."""
+        _check_uid(uid)
+        self._admin("POST", "user", [("uid", uid), ("max-buckets", str(int(max_buckets)))], f"user {uid!r}")
+
+    def user_max_buckets(self, uid: str) -> int:
+        _check_uid(uid)
+        return int(self._admin("GET", "user", [("uid", uid)], f"user {uid!r}").get("max_buckets", 0))
+
+    def remove_bucket(self, bucket: str, *, purge_objects: bool) -> None:
+        """The bucket through the admin API (no bucket policy applies to it); with objects and
+        not `purge_objects`: refused (BucketNotEmpty). Gone already: nothing to do."""
+        _check_bucket(bucket)
+        params = [("bucket", bucket)] + ([("purge-objects", "true")] if purge_objects else [])
+        try:
+            self._admin("DELETE", "bucket", params, f"bucket {bucket!r}")
+        except RgwNotFound:
+            pass
+
     def bucket_info(self, bucket: str) -> dict[str, Any]:
         _check_bucket(bucket)
         out = self._admin("GET", "bucket", [("bucket", bucket), ("stats", "true")], f"bucket {bucket!r}")
@@ -269,6 +313,24 @@ class RgwAdmin:
                 return
             self._s3_call(f"bucket {bucket!r}", client.delete_objects, Bucket=bucket,
                           Delete={"Objects": objs, "Quiet": True})
+
+    def confine_keys(self, owner: S3Key, bucket: str) -> None:
+        """Keep every key of the owner inside `bucket`: the bucket's policy (no key may delete it
+        or open it to others) and no further bucket for the owner or its keys. Idempotent."""
+        _check_bucket(bucket)
+        self._s3_call(f"the policy of bucket {bucket!r}", self.s3(owner).put_bucket_policy, Bucket=bucket,
+                      Policy=bucket_policy(bucket))
+        self.set_max_buckets(owner.user, NO_BUCKETS)
+
+    def bucket_policy(self, key: S3Key, bucket: str) -> str:
+        """The bucket's policy as RGW keeps it ("" when it has none)."""
+        try:
+            out = self._s3_call(f"the policy of bucket {bucket!r}", self.s3(key).get_bucket_policy, Bucket=bucket)
+        except RgwRefused as err:
+            if err.code == "NoSuchBucketPolicy":
+                return ""
+            raise
+        return str(out.get("Policy", ""))
 
     def list_buckets(self, key: S3Key) -> list[str]:
         out = self._s3_call("the bucket list", self.s3(key).list_buckets)

@@ -204,6 +204,9 @@ async def test_boot_adopt_replace_remove(microvm_guest: GuestImages, tmp_path: P
     boot_seconds = loop.time() - t0
     assert f"{BOOT_MARKER} first-boot" in log
     print(f"\nmicroVM boot to rootfs marker: {boot_seconds:.1f} s")  # shown with -s
+    # Its folder (disk copy, console, sockets) and console log are the agent's alone (issue #30).
+    wdir = tmp_path / "microvm" / "vm1"
+    assert wdir.stat().st_mode & 0o077 == 0 and (wdir / "console.log").stat().st_mode & 0o077 == 0
 
     # Usage: the VMM's CPU and memory from /proc, disk counters from QMP query-blockstats.
     got = await rt.inspect("vm1")

@@ -17,6 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from persys.agent.files import write_json_atomic
 from persys.agent.runtimes.base import RuntimeFailure
+from persys.security.private_files import private_file
 
 META_FILE = "meta.json"
 _TAIL_BYTES = 1 << 20  # the last 1 MiB is plenty for a tail and bounds memory on huge logs
@@ -72,9 +73,13 @@ def workload_dir(root: Path, workload_id: str) -> Path:
 
 
 def mark_start(log: Path, what: str) -> None:
-    """Appends `--- persys: <what> at <time> ---` to a log, so each start is visible in it."""
-    with open(log, "ab") as f:
+    """Appends `--- persys: <what> at <time> ---` to a log, so each start is visible in it. The
+    log is the agent's alone (0600): a workload writes its output through the descriptor it is
+    given, a VMM as root; no other workload on the node may read it (issue #30)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "ab") as f:
         f.write(f"--- persys: {what} at {time.ctime()} ---\n".encode())
+    private_file(log)  # one an earlier version created 0644
 
 
 def tail_text(path: Path, lines: int, max_bytes: int = _TAIL_BYTES) -> str:

@@ -33,6 +33,7 @@ from persys._pb.persys.v1 import agent_pb2 as apb
 from persys.agent_client import attach
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.authorization import AUDIT_DETAIL
+from persys.gateway.origin import origin_refusal
 from persys.gateway.routes.common import HTTP_STATUS, WorkloadId
 from persys.gateway.routes.exec_routes import AGENT_STATUS, locate
 from persys.gateway.routes.stream_budget import StreamBudget, caller_key
@@ -139,6 +140,10 @@ class _Terminals:
         self.budget = StreamBudget(TERMINALS_PER_CALLER, TERMINALS_TOTAL, "hold", "terminals")
 
     async def serve(self, ws: WebSocket, workload_id: str, what: str) -> None:
+        cross_site = origin_refusal(ws.headers.get("origin"), ws.headers.get("host"), ws.url.scheme == "wss")
+        if cross_site:
+            await ws.send_denial_response(_error(cross_site, 403, ["Origin: not this gateway"]))
+            return
         if not re.match(WORKLOAD_ID, workload_id):
             await ws.send_denial_response(_error(f"workload_id: {workload_id[:100]!r} is not a workload name", 400,
                                                  ["workload_id: not a workload name"]))

@@ -29,6 +29,7 @@ from persys.agent.runtimes.microvm.qemu import QemuHypervisor
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs, tail_text
 from persys.model.workload import MicroVMSpec
+from persys.security.private_files import private_dir
 
 # Preference order for `hypervisor: auto`: Firecracker whenever it is installed.
 AUTO_ORDER = ("firecracker", "qemu")
@@ -240,7 +241,7 @@ class MicroVMRuntime:
             if not Path("/sys/class/net", tap).exists():
                 # Not terminal: whatever sets up the host network may create the tap later.
                 raise RuntimeFailure(f"tap device {tap!r} does not exist", code="NetworkUnavailable")
-        wdir.mkdir(parents=True, exist_ok=True)
+        private_dir(wdir)  # its disk copy, console log and sockets: the agent's and its VMM's (root) only
         return kernel, existing(spec.initrd, "initrd"), existing(spec.rootfs, "rootfs")
 
     async def _boot(self, w: RuntimeWorkload, wdir: Path, fresh_disk: bool) -> ObservedWorkload:

@@ -77,6 +77,16 @@ def test_apply_refuses_naming_rule_and_field(cluster: GatewayCluster, name: str,
     assert containers(name) == []
 
 
+def test_variables_that_configure_compose_are_refused(cluster: GatewayCluster) -> None:
+    spec = {"type": "compose", "compose": {"inline": "services: {x: {image: busybox}}",
+                                           "env": {"DOCKER_HOST": "ssh://root@other-node"}}}
+    with cluster.client() as http:
+        r = http.post("/v1/workloads", json=manifest("docker-host", spec))
+        assert r.status_code == 400 and any(p.startswith("spec.compose.env.DOCKER_HOST: ") and "(composeEnv)" in p
+                                            for p in r.json()["problems"]), r.text
+    nothing_written(cluster, "docker-host")
+
+
 def test_the_node_refuses_what_only_it_can_see(cluster: GatewayCluster) -> None:
     """An admin allowed including files from a host directory; the included file the scheduler never
     saw makes a service privileged. The agent judges `docker compose config` before `up`."""

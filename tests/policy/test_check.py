@@ -33,7 +33,7 @@ def test_case_files_cover_every_rule() -> None:
     rules = {e["rule"] for _, c in CASES for e in c["expect"]}
     assert rules >= {"privileged", "hostNamespaces", "capabilities", "hostPaths", "devices", "gitSource",
                      "nodePaths", "userDataSize", "rootProcess", "composeDocument", "imageSources",
-                     "composeInterpolation", "containerJoins", "cgroupParent", "sysctls", "publicPorts"}
+                     "composeInterpolation", "containerJoins", "cgroupParent", "sysctls", "publicPorts", "composeEnv"}
 
 
 def test_a_parse_error_names_the_position_not_the_text() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from persys.model.documents import DocumentError, load_yaml
 from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
+from persys.policy import compose_env
 from persys.policy.compose_rules import check_compose_document
 from persys.policy.model import Violation, WorkloadPolicy
 from persys.policy.paths import git_source_problem, url_within, within
@@ -21,6 +22,15 @@ def _node_path(value: str, field: str, policy: WorkloadPolicy) -> list[Violation
         return []
     return [Violation("nodePaths", field, f"{value[:256]!r} is outside the node paths Persys serves "
                                           f"({', '.join(policy.node_paths) or 'none'}); register the image instead")]
+
+
+def _compose_variables(spec: WorkloadSpec) -> list[Violation]:
+    """Variables (plain and secret) that would configure Compose itself (policy.compose_env)."""
+    assert spec.compose is not None
+    names = [(f"spec.compose.env.{k}", k) for k in spec.compose.env]
+    names += [(f"spec.secrets.env[{i}].name", e.name) for i, e in enumerate(spec.secrets.env if spec.secrets else [])]
+    return [Violation("composeEnv", field, f"{name[:64]!r} {compose_env.MESSAGE}")
+            for field, name in names if compose_env.reserved(name)]
 
 
 def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
@@ -83,7 +93,7 @@ def _process(spec: ProcessSpec, policy: WorkloadPolicy) -> list[Violation]:
 def check(spec: WorkloadSpec, policy: WorkloadPolicy) -> list[Violation]:
     """Every way `spec` breaks `policy` (empty: admitted)."""
     if spec.compose is not None:
-        return _compose(spec.compose, policy)
+        return _compose_variables(spec) + _compose(spec.compose, policy)
     if spec.vm is not None:
         return _vm(spec.vm, policy)
     if spec.microvm is not None:

@@ -206,3 +206,17 @@ services:
         assert obs.state is RuntimeState.RUNNING, obs.message
     finally:
         await rt.remove(wid)
+
+
+@pytest.mark.parametrize(("env", "secrets", "names"), [
+    ({"DOCKER_HOST": "tcp://127.0.0.1:9"}, {}, "DOCKER_HOST"),
+    ({"COMPOSE_EXPERIMENTAL_GIT_REMOTE": "1", "GIT_SSH_COMMAND": "touch /tmp/x"}, {},
+     "COMPOSE_EXPERIMENTAL_GIT_REMOTE, GIT_SSH_COMMAND"),
+    ({}, {"DOCKER_CONFIG": b"/tmp"}, "DOCKER_CONFIG"),
+], ids=["docker-host", "git-remote", "secret-docker-config"])
+async def test_variables_that_configure_compose_are_refused(rt: ComposeRuntime, engine: Any, client: Any,
+                                                            env: dict[str, str], secrets: dict[str, bytes],
+                                                            names: str) -> None:
+    w = workload(engine.workload_id("env-" + names[:6].lower().replace("_", "")), secrets,
+                 inline=f"services: {{x: {{image: {IMAGE}, command: [sleep, '300']}}}}", env=env)
+    await refused(rt, client, w, "composeEnv", f"variable(s) {names}")

@@ -48,7 +48,10 @@ class ComposeCLI:
         if self._url:
             env["DOCKER_HOST"] = self._url
         env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for credentials on a tty nobody watches
-        env.update(extra or {})
+        for k, v in (extra or {}).items():
+            # A workload's variables never replace the agent's own (its engine, PATH, HOME): those
+            # names are refused anyway (persys.policy.compose_env); this holds if one slips through.
+            env.setdefault(k, v)
         return env
 
     async def run(

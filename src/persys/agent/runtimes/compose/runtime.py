@@ -68,6 +68,7 @@ from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.registry_auth import RegistryAuth
 from persys.agent.runtimes.workdir import WorkDirs
 from persys.model.workload import ComposeSpec, PullPolicy
+from persys.policy import compose_env
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,11 @@ class ComposeRuntime:
         bad_keys = [k for k in spec.env if not _ENV_KEY_RE.match(k)]
         if bad_keys:
             raise RuntimeFailure(f"invalid env variable name(s): {bad_keys}", code="InvalidSpec", terminal=True)
+        # Plain and secret variables go to Compose's own environment: none may configure it.
+        reserved = sorted(k for k in [*spec.env, *w.secrets.env] if compose_env.reserved(k))
+        if reserved:
+            raise RuntimeFailure(f"variable(s) {', '.join(reserved)}: refused by workload policy (composeEnv): "
+                                 f"{compose_env.MESSAGE}", code="PolicyViolation", terminal=True)
         project = project_name(w.workload_id)
         wdir = self._dir(w.workload_id)
         async with self._lock(w.workload_id):

@@ -21,6 +21,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from persys.agent.runtimes.compose.admission import CONFIG_ARGS
 from persys.agent.runtimes.compose.cli import ComposeCLI
 from persys.agent.runtimes.compose.project import env_line
 from persys.policy import WorkloadPolicy
@@ -64,6 +65,8 @@ SERVICE_KEYS: dict[str, st.SearchStrategy[Any]] = {
     "sysctls": st.dictionaries(st.sampled_from(["net.ipv4.tcp_syncookies", "kernel.panic"]), st.just("1"), max_size=1),
     "cgroup_parent": st.one_of(st.just("/"), VAR),
     "volumes_from": st.lists(st.sampled_from(["db", "container:etcd"]), max_size=1),
+    "env_file": st.lists(st.one_of(st.sampled_from(["/etc/hostname", "./own.env"]),
+                                   st.builds(lambda p: {"path": p, "required": False}, VAR)), max_size=2),
 }
 
 
@@ -81,11 +84,12 @@ def documents(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
 def _config(doc: dict[str, Any], env: dict[str, str], workdir: Path) -> dict[str, Any] | None:
     """`docker compose config` as the agent runs it (ComposeCLI: its env, --env-file, -p); None if refused."""
     (workdir / "compose.yaml").write_text(yaml.safe_dump(doc))
+    (workdir / "own.env").write_text("A=1\n")
     env_file = workdir / "persys.env"
     env_file.write_text("".join(env_line(k, v) + "\n" for k, v in env.items()))
     cli = ComposeCLI(url=None, compose_command=None, command_timeout=30)
     secret_env = {"TOKEN": "host"}  # a secret's value, given to Compose as the runtime does
-    rc, out, _ = asyncio.run(cli.compose("persys-prop", "config", "--format", "json", files=[workdir / "compose.yaml"],
+    rc, out, _ = asyncio.run(cli.compose("persys-prop", *CONFIG_ARGS, files=[workdir / "compose.yaml"],
                                          project_dir=workdir, env_files=[env_file], env={**env, **secret_env}))
     return json.loads(out) if rc == 0 else None
 

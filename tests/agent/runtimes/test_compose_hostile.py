@@ -220,3 +220,16 @@ async def test_variables_that_configure_compose_are_refused(rt: ComposeRuntime, 
     w = workload(engine.workload_id("env-" + names[:6].lower().replace("_", "")), secrets,
                  inline=f"services: {{x: {{image: {IMAGE}, command: [sleep, '300']}}}}", env=env)
     await refused(rt, client, w, "composeEnv", f"variable(s) {names}")
+
+
+async def test_host_files_read_into_a_container_are_judged(rt: ComposeRuntime, engine: Any, client: Any,
+                                                           tmp_path: Path) -> None:
+    """env_file and label_file of the node, directly or through an included file: Compose would
+    resolve them into environment and labels, where no path is left to judge."""
+    d = app(tmp_path, f"include: [inc.yaml]\nservices: {{x: {{image: {IMAGE}, env_file: [./own.env], "
+                      f"label_file: /etc/os-release}}}}\n",
+            **{"inc.yaml": f"services: {{y: {{image: {IMAGE}, env_file: [/etc/hostname]}}}}\n", "own.env": "A=1\n"})
+    msg = await refused(rt, client, workload(engine.workload_id("envfile"), path=str(d)), "hostPaths",
+                        "compose file (default).services.x.label_file[0]")
+    assert "services.y.env_file[0]: refused by workload policy (hostPaths)" in msg, msg
+    assert "services.x.env_file" not in msg, msg  # inside the project: its own file

@@ -24,6 +24,9 @@ from persys.policy.compose_rules import ComposeContext, check_compose_document
 from persys.policy.grants import least_policy
 from persys.policy.model import Violation, WorkloadPolicy
 
+# --no-env-resolution: env_file stays a path to judge (resolved, its content would only show as
+# environment: a file of the node read into a container, unseen).
+CONFIG_ARGS = ("config", "--format", "json", "--no-env-resolution")
 INLINE_FIELD = "spec.compose.inline"
 MAX_LISTED = 5
 

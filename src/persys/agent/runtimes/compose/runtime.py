@@ -31,7 +31,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
-from persys.agent.runtimes.compose.admission import judge, refusal
+from persys.agent.runtimes.compose.admission import CONFIG_ARGS, judge, refusal
 from persys.agent.runtimes.compose.cli import ComposeCLI, clip
 from persys.agent.runtimes.compose.errors import config_error, quotes_only_itself
 from persys.agent.runtimes.compose.observe import observe
@@ -386,8 +386,7 @@ class ComposeRuntime:
     async def _admit(self, project: str, spec: ComposeSpec, files: Sequence[Path], common: dict[str, Any]) -> None:
         """The workload policy on `docker compose config` of exactly what `up` is about to run
         (admission.py): a terminal PolicyViolation naming each rule and field, nothing started."""
-        rc, out, err = await self._cli.compose(project, "config", "--format", "json", files=files, limit_s=60,
-                                               **common)
+        rc, out, err = await self._cli.compose(project, *CONFIG_ARGS, files=files, limit_s=60, **common)
         if rc != 0:
             raise RuntimeFailure(config_error(err or out, files[0].name), code="InvalidSpec", terminal=True)
         found = judge(spec, json.loads(out), project, common["project_dir"])

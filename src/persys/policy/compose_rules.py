@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from persys.policy import compose_env
 from persys.policy.compose_document import Emit, interpolated, resolve_extends
 from persys.policy.compose_interp import Lookup
 from persys.policy.model import (
@@ -115,6 +116,9 @@ class _Judge:
                                                "(allowContainerJoins)")
         elif kind == "service" and target not in self.services and not self.policy.allow_container_joins:
             self.emit("containerJoins", where, f"{target[:64]!r} is no service of this project")
+        elif v.lower() in ("bridge", "default") and not self.policy.allow_container_joins:
+            self.emit("containerJoins", where, "Docker's default bridge network is shared with every container "
+                                               "outside a project (container workloads included)")
 
     def joins(self, at: str, svc: dict[str, Any]) -> None:
         if not self.policy.allow_container_joins:
@@ -288,6 +292,10 @@ def _top_level_files(doc: dict[str, Any], j: _Judge) -> None:
         for name, conf in (doc.get(kind) or {}).items():
             if isinstance(conf, dict) and isinstance(conf.get("file"), str):
                 j.path_rule(f"{kind}.{name}.file", conf["file"], "", relative_ok=True)
+            if isinstance(conf, dict) and compose_env.reserved(str(conf.get("environment") or "")):
+                # Compose copies the variable's value into the container: the agent's own are not for it.
+                j.emit("composeEnv", f"{kind}.{name}.environment",
+                       f"{str(conf['environment'])[:64]!r} is a variable of the agent, not the workload's")
     for i, inc in enumerate(_items(doc.get("include"))):
         paths = [inc] if isinstance(inc, str) else _items(inc.get("path")) if isinstance(inc, dict) else []
         for path in paths:

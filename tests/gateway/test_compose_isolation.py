@@ -43,6 +43,8 @@ PROBES = [
      f"{F}.sysctls.kernel.panic"),
     ("public-port", "services: {x: {image: busybox, ports: ['0.0.0.0:8080:80']}}", "publicPorts", f"{F}.ports[0]"),
     ("build-host", "services: {x: {build: {context: ., network: host}}}", "hostNamespaces", f"{F}.build.network"),
+    ("anchor-merge", "x-p: &p {privileged: true}\nservices: {x: {image: busybox, <<: *p}}", "privileged",
+     f"{F}.privileged"),
     ("build-ssh", "services: {x: {build: {context: ., ssh: [default]}}}", "hostPaths", f"{F}.build.ssh[0]"),
 ]
 

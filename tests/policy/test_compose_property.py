@@ -4,8 +4,9 @@ agent's PATH and HOME) resolves into a project the policy also admits.
 
 Documents are drawn from values a hostile operator would write: every interpolation form over
 variables of spec.compose.env (safe and dangerous values), of the secret env and of the node,
-`extends`, and the dangerous values themselves. Only admitted documents reach Compose, and a
-document Compose refuses runs nothing; the examples are bounded so a run stays under a minute.
+`extends`, anchors and aliases, and the dangerous values themselves. Only admitted documents
+reach Compose, and a document Compose refuses runs nothing; the examples are bounded so a run
+stays under a minute.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def documents(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
     services: dict[str, Any] = {"db": {"image": "busybox"}, "web": web}
     if draw(st.booleans()):
         services["child"] = {"extends": {"service": "web"}}
+    if draw(st.booleans()):
+        services["twin"] = web  # the same object: safe_dump writes an anchor and an alias
     env = draw(st.dictionaries(st.sampled_from(ENV_NAMES), st.sampled_from(ENV_VALUES), max_size=4))
     return {"services": services, "volumes": {"data": {}}}, env
 
@@ -94,7 +97,7 @@ def _config(doc: dict[str, Any], env: dict[str, str], workdir: Path) -> dict[str
     return json.loads(out) if rc == 0 else None
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_an_admitted_document_stays_admitted_as_compose_resolves_it(case: tuple[dict[str, Any], dict[str, str]],
                                                                    ) -> None:

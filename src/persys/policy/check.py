@@ -6,10 +6,11 @@ manifest with any, naming them all, before anything is written.
 
 from __future__ import annotations
 
-from persys.model.documents import DocumentError, load_yaml
+from persys.model.documents import DocumentError
 from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
 from persys.policy import compose_env
 from persys.policy.compose_rules import check_compose_document
+from persys.policy.compose_yaml import load_compose
 from persys.policy.model import Violation, WorkloadPolicy
 from persys.policy.paths import git_source_problem, url_within, within
 
@@ -43,7 +44,7 @@ def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
             out.append(Violation("gitSource", "spec.compose.gitRepo", problem))
     if spec.inline is not None:
         try:
-            doc = load_yaml(spec.inline)
+            doc = load_compose(spec.inline)
         except DocumentError as err:
             # The parser's position only: never the document's text.
             return [*out, Violation("composeDocument", "spec.compose.inline", str(err).removeprefix("(document): "))]

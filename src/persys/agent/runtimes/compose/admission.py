@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from persys.agent.runtimes.base import RuntimeFailure
-from persys.model.documents import DocumentError, load_yaml
+from persys.model.documents import DocumentError
 from persys.model.workload import ComposeSpec
 from persys.policy.compose_rules import ComposeContext, check_compose_document
+from persys.policy.compose_yaml import load_compose
 from persys.policy.grants import least_policy
 from persys.policy.model import Violation, WorkloadPolicy
 
@@ -43,7 +44,7 @@ def judge(spec: ComposeSpec, model: Any, project: str, project_dir: Path) -> lis
     if spec.inline is None:
         return check_compose_document(model, ctx, WorkloadPolicy(), _where(spec))
     try:
-        doc = load_yaml(spec.inline)
+        doc = load_compose(spec.inline)
     except DocumentError as err:
         return [Violation("composeDocument", INLINE_FIELD, str(err).removeprefix("(document): "))]
     admitted = check_compose_document(doc, spec.env, WorkloadPolicy(), INLINE_FIELD)

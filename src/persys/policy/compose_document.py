@@ -7,10 +7,9 @@ only variables of `spec.compose.env`; one that depends on any other name is refu
 `composeInterpolation`) rather than guessed, and the agent judges the document again as
 `docker compose config` prints it right before `up` (persys.agent.runtimes.compose).
 
-YAML anchors and aliases never get this far (persys.model.documents refuses aliases: they expand
-without bound); a merge key with an inline mapping (`<<: {privileged: true}`) is merged by the
-parser like Compose's. `extends` of a service in the same document is merged into the service
-here, lists joined (a superset of what Compose keeps), so its values are judged where they end up.
+YAML anchors, aliases and merge keys are resolved by the parser (compose_yaml, bounded). `extends`
+of a service in the same document is merged into the service here, lists joined (a superset of
+what Compose keeps), so its values are judged where they end up.
 """
 
 from __future__ import annotations

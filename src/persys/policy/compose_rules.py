@@ -55,6 +55,13 @@ def _items(v: Any) -> list[Any]:
     return [x for x in v if x is not None] if isinstance(v, list) else [v]
 
 
+def _indexed(v: Any) -> list[tuple[int, Any]]:
+    """A list's (index in the document, item), without the items the interpolation refused."""
+    if v is None:
+        return []
+    return [(i, x) for i, x in enumerate(v) if x is not None] if isinstance(v, list) else [(0, v)]
+
+
 class _Judge:
     def __init__(self, policy: WorkloadPolicy, ctx: ComposeContext, services: dict[str, Any], emit: Emit) -> None:
         self.policy, self.ctx, self.services, self.emit = policy, ctx, services, emit
@@ -83,7 +90,7 @@ class _Judge:
         if not self.policy.allow_privileged:
             self.privileged(at, svc)
         allowed_caps = set(DOCKER_DEFAULT_CAPABILITIES) | set(self.policy.allowed_capabilities)
-        for i, cap in enumerate(_items(svc.get("cap_add"))):
+        for i, cap in _indexed(svc.get("cap_add")):
             if normalize_capability(str(cap)) not in allowed_caps:
                 self.emit("capabilities", f"{at}.cap_add[{i}]",
                           f"{str(cap)[:64]!r} is beyond Docker's default set and not in allowedCapabilities",
@@ -95,11 +102,11 @@ class _Judge:
     def privileged(self, at: str, svc: dict[str, Any]) -> None:
         if _truthy(svc.get("privileged")):
             self.emit("privileged", f"{at}.privileged", "privileged containers own the node")
-        for i, opt in enumerate(_items(svc.get("security_opt"))):
+        for i, opt in _indexed(svc.get("security_opt")):
             if any(u in str(opt) for u in _UNCONFINED):
                 self.emit("privileged", f"{at}.security_opt[{i}]", "unconfined security profiles are privileged")
         for hook in ("post_start", "pre_stop"):
-            for i, h in enumerate(_items(svc.get(hook))):
+            for i, h in _indexed(svc.get(hook)):
                 if isinstance(h, dict) and _truthy(h.get("privileged")):
                     self.emit("privileged", f"{at}.{hook}[{i}].privileged", "a privileged hook owns the node")
         if svc.get("provider") is not None:
@@ -122,7 +129,7 @@ class _Judge:
 
     def joins(self, at: str, svc: dict[str, Any]) -> None:
         if not self.policy.allow_container_joins:
-            for i, src in enumerate(_items(svc.get("volumes_from"))):
+            for i, src in _indexed(svc.get("volumes_from")):
                 name = str(src).split(":")[0] if not str(src).startswith("container:") else "container:"
                 if name not in self.services:
                     self.emit("containerJoins", f"{at}.volumes_from[{i}]",
@@ -138,14 +145,14 @@ class _Judge:
                 self.emit("sysctls", f"{at}.sysctls.{name}", f"{name[:64]!r} is not in the safe set "
                                                              f"nor allowedSysctls", name.strip())
         if not self.policy.allow_public_ports:
-            for i, port in enumerate(_items(svc.get("ports"))):
+            for i, port in _indexed(svc.get("ports")):
                 if _public(port):
                     self.emit("publicPorts", f"{at}.ports[{i}]", "a port published on every interface of the "
                                                                  "node; give a host IP (127.0.0.1:8080:80) or set "
                                                                  "allowPublicPorts")
 
     def mounts(self, at: str, svc: dict[str, Any]) -> None:
-        for i, vol in enumerate(_items(svc.get("volumes"))):
+        for i, vol in _indexed(svc.get("volumes")):
             src = _volume_source(vol)
             if src is not None:
                 self.path_rule(f"{at}.volumes[{i}]", src, "bind mount of", relative_ok=False)
@@ -172,7 +179,7 @@ class _Judge:
             self.namespace(f"{at}.network", build.get("network"))
         if _truthy(build.get("privileged")) and not self.policy.allow_privileged:
             self.emit("privileged", f"{at}.privileged", "a privileged build owns the node")
-        for i, ent in enumerate(_items(build.get("entitlements"))):
+        for i, ent in _indexed(build.get("entitlements")):
             e = str(ent).strip().lower()
             if e == "network.host" and not self.policy.allow_host_namespaces:
                 self.emit("hostNamespaces", f"{at}.entitlements[{i}]", "the host's network is not allowed")
@@ -188,15 +195,15 @@ class _Judge:
             if isinstance(ctx, str) and ctx and "://" not in ctx and not ctx.startswith("service:"):
                 self.path_rule(f"{at}.additional_contexts.{name}", ctx, "build context", relative_ok=True)
         for key in ("cache_from", "cache_to"):
-            for i, spec in enumerate(_items(build.get(key))):
+            for i, spec in _indexed(build.get(key)):
                 opts = dict(o.partition("=")[::2] for o in str(spec).split(",")) if "=" in str(spec) else {}
                 if opts.get("type") == "local":
                     for o in ("src", "dest"):
                         if o in opts:
                             self.path_rule(f"{at}.{key}[{i}]", opts[o], "a local cache", relative_ok=True)
         ssh = build.get("ssh")
-        entries = [f"{k}={v or ''}" for k, v in ssh.items()] if isinstance(ssh, dict) else _items(ssh)
-        for i, entry in enumerate(entries):
+        entries = list(enumerate(f"{k}={v or ''}" for k, v in ssh.items())) if isinstance(ssh, dict) else _indexed(ssh)
+        for i, entry in entries:
             path = str(entry).partition("=")[2]
             # Without a path: the SSH agent the agent's environment points at (its git keys).
             self.path_rule(f"{at}.ssh[{i}]", path or "/", "an SSH agent or key", relative_ok=True)
@@ -236,7 +243,7 @@ def _volume_source(v: Any) -> str | None:
 def _service_files(svc: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """Host files a service makes Compose read: env files, label files, build contexts, extended files."""
     for key in ("env_file", "label_file"):
-        for i, ef in enumerate(_items(svc.get(key))):
+        for i, ef in _indexed(svc.get(key)):
             path = ef.get("path") if isinstance(ef, dict) else ef
             if isinstance(path, str):
                 yield f"{key}[{i}]", path
@@ -296,7 +303,7 @@ def _top_level_files(doc: dict[str, Any], j: _Judge) -> None:
                 # Compose copies the variable's value into the container: the agent's own are not for it.
                 j.emit("composeEnv", f"{kind}.{name}.environment",
                        f"{str(conf['environment'])[:64]!r} is a variable of the agent, not the workload's")
-    for i, inc in enumerate(_items(doc.get("include"))):
+    for i, inc in _indexed(doc.get("include")):
         paths = [inc] if isinstance(inc, str) else _items(inc.get("path")) if isinstance(inc, dict) else []
         for path in paths:
             if isinstance(path, str):

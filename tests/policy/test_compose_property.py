@@ -27,6 +27,7 @@ from persys.agent.runtimes.compose.cli import ComposeCLI
 from persys.agent.runtimes.compose.project import env_line
 from persys.policy import WorkloadPolicy
 from persys.policy.compose_rules import ComposeContext, check_compose_document
+from persys.policy.grants import least_policy
 
 pytestmark = pytest.mark.docker  # the Compose binary; `config` does not touch the engine
 
@@ -97,12 +98,21 @@ def _config(doc: dict[str, Any], env: dict[str, str], workdir: Path) -> dict[str
     return json.loads(out) if rc == 0 else None
 
 
+POLICIES = st.builds(
+    WorkloadPolicy, allow_privileged=st.booleans(), allow_host_namespaces=st.booleans(),
+    allow_container_joins=st.booleans(), allow_cgroup_parent=st.booleans(), allow_public_ports=st.booleans(),
+    allowed_capabilities=st.sampled_from([[], ["NET_ADMIN"]]), allowed_sysctls=st.sampled_from([[], ["kernel.panic"]]),
+    allowed_host_paths=st.sampled_from([[], ["/etc/hostname"]]))
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(documents())
+@given(documents(), st.one_of(st.just(WorkloadPolicy()), POLICIES))
 def test_an_admitted_document_stays_admitted_as_compose_resolves_it(case: tuple[dict[str, Any], dict[str, str]],
-                                                                   ) -> None:
+                                                                   policy: WorkloadPolicy) -> None:
+    """Under the defaults or a relaxed policy; and the agent's own judgment (the least policy that
+    admits the document as the scheduler judged it) admits the resolved project too: the agent
+    never refuses what the scheduler admitted unless Compose added something."""
     doc, env = case
-    policy = WorkloadPolicy()
     if check_compose_document(doc, env, policy, "doc"):
         event("refused by the policy")
         return
@@ -114,3 +124,6 @@ def test_an_admitted_document_stays_admitted_as_compose_resolves_it(case: tuple[
         event("admitted, resolved by Compose")
         ctx = ComposeContext(project="persys-prop", local_dir=tmp, raw=True)
         assert check_compose_document(resolved, ctx, policy, "doc") == [], (doc, env, resolved)
+        least, ungranted = least_policy(check_compose_document(doc, env, WorkloadPolicy(), "doc"))
+        assert ungranted == []
+        assert check_compose_document(resolved, ctx, least, "doc") == [], (doc, env, resolved, least)

@@ -259,6 +259,15 @@ def _service_files(svc: dict[str, Any]) -> Iterator[tuple[str, str]]:
         yield "extends.file", extends["file"]
 
 
+def _section(doc: dict[str, Any], kind: str, j: _Judge) -> dict[str, Any]:
+    """A top-level mapping (`volumes`, `networks`, ...); anything else is refused, as Compose does."""
+    value = doc.get(kind)
+    if value is None or isinstance(value, dict):
+        return value or {}
+    j.emit("composeDocument", kind, "must be a mapping")
+    return {}
+
+
 def _own(conf: dict[str, Any], key: str, project: str) -> bool:
     """Whether a top-level network or volume is the project's own (created by Compose for it)."""
     if _truthy(conf.get("external")):
@@ -269,7 +278,7 @@ def _own(conf: dict[str, Any], key: str, project: str) -> bool:
 def _top_level(doc: dict[str, Any], j: _Judge) -> None:
     p, project = j.policy, j.ctx.project
     for kind in ("volumes", "networks"):
-        for name, conf in (doc.get(kind) or {}).items():
+        for name, conf in _section(doc, kind, j).items():
             conf = conf if isinstance(conf, dict) else {}
             real = str(conf.get("name") or (name if _truthy(conf.get("external")) else ""))
             if kind == "networks" and real == "host":
@@ -296,7 +305,7 @@ def _volume_device(name: str, conf: dict[str, Any], j: _Judge) -> None:
 
 def _top_level_files(doc: dict[str, Any], j: _Judge) -> None:
     for kind in ("secrets", "configs"):
-        for name, conf in (doc.get(kind) or {}).items():
+        for name, conf in _section(doc, kind, j).items():
             if isinstance(conf, dict) and isinstance(conf.get("file"), str):
                 j.path_rule(f"{kind}.{name}.file", conf["file"], "", relative_ok=True)
             if isinstance(conf, dict) and compose_env.reserved(str(conf.get("environment") or "")):

@@ -72,7 +72,11 @@ def load_compose(text: str) -> Any:
         if _expanded_size(root) > MAX_NODES:
             raise DocumentError(f"its aliases expand to more than {MAX_NODES} nodes")
         doc = yaml.load(text, Loader=_Loader)
+    except DocumentError:
+        raise
     except yaml.YAMLError as err:
         raise DocumentError(f"not valid YAML{_where(getattr(err, 'problem_mark', None))}") from None
+    except (ValueError, OverflowError):  # a tagged value the constructor cannot build: `2001-13-45`, `!!int x`
+        raise DocumentError("not valid YAML: a value of an impossible type or date (quote it)") from None
     check_plain(doc, MAX_DEPTH)
     return doc

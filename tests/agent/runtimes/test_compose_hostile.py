@@ -233,3 +233,55 @@ async def test_host_files_read_into_a_container_are_judged(rt: ComposeRuntime, e
                         "compose file (default).services.x.label_file[0]")
     assert "services.y.env_file[0]: refused by workload policy (hostPaths)" in msg, msg
     assert "services.x.env_file" not in msg, msg  # inside the project: its own file
+
+
+def _real_compose() -> str:
+    from persys.agent.runtimes.compose.cli import ComposeCLI
+
+    cands = ComposeCLI(url=None, compose_command=None, command_timeout=30).candidates()
+    return " ".join(cands[0])
+
+
+async def test_up_runs_the_judged_document_not_the_file(engine: Any, client: Any, tmp_path: Path) -> None:
+    """A path source rewritten on the node right after the check (by a container with a bind of its
+    own project, say): `up` runs the document that was judged, given on its stdin."""
+    d = app(tmp_path, f"services: {{x: {{image: {IMAGE}, command: [sleep, '300']}}}}\n")
+    wrapper = tmp_path / "compose"
+    wrapper.write_text(f"""#!/bin/sh
+{_real_compose()} "$@"; rc=$?
+case " $* " in *" --no-env-resolution "*)
+  printf 'services: {{x: {{image: {IMAGE}, command: [sleep, "300"], network_mode: host}}}}\\n' > {d}/compose.yaml ;;
+esac
+exit $rc
+""")
+    wrapper.chmod(0o755)
+    rt = ComposeRuntime(tmp_path / "runtimes", stop_timeout=1, extra_labels=engine.labels,
+                        compose_command=[str(wrapper)])
+    wid = engine.workload_id("toctou")
+    try:
+        obs = await rt.start(workload(wid, path=str(d)))
+        assert obs.state is RuntimeState.RUNNING, obs.message
+        assert "network_mode: host" in (d / "compose.yaml").read_text()  # the swap happened after the check
+        (ctr,) = client.containers.list(filters={"label": f"{COMPOSE_PROJECT}={project_name(wid)}"})
+        assert ctr.attrs["HostConfig"]["NetworkMode"] != "host"
+    finally:
+        await rt.remove(wid)
+        await rt.close()
+
+
+async def test_secret_values_stay_off_the_disk(rt: ComposeRuntime, engine: Any, client: Any, tmp_path: Path) -> None:
+    """The judged document holds interpolated secret values: it reaches `up` on stdin, never a file."""
+    value = f"pw-{os.urandom(6).hex()}"
+    wid = engine.workload_id("secret-disk")
+    inline = f"services: {{x: {{image: {IMAGE}, command: [sleep, '300'], environment: ['PW=${{DB_PASSWORD}}']}}}}"
+    spec = WorkloadSpec.model_validate({"type": "compose", "compose": {"inline": inline},
+                                        "secrets": {"env": [{"name": "DB_PASSWORD",
+                                                             "secretRef": {"name": "db", "key": "pw"}}]}})
+    try:
+        obs = await rt.start(RuntimeWorkload(wid, "r1", 1, spec, SecretMaterial(env={"DB_PASSWORD": value.encode()})))
+        assert obs.state is RuntimeState.RUNNING, obs.message
+        (ctr,) = client.containers.list(filters={"label": f"{COMPOSE_PROJECT}={project_name(wid)}"})
+        assert f"PW={value}" in ctr.attrs["Config"]["Env"]
+        assert [p for p in (tmp_path / "runtimes").rglob("*") if p.is_file() and value.encode() in p.read_bytes()] == []
+    finally:
+        await rt.remove(wid)

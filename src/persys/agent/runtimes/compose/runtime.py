@@ -332,9 +332,11 @@ class ComposeRuntime:
             # `1e5` unquoted as strings, and Compose's YAML 1.2 reads those as floats: a workload or
             # label value of that shape came back as `5.9118e+55` and its containers were lost.
             override.write_text(json.dumps(self._override(w.workload_id, model), sort_keys=True))
-            # Judged as it will run: `config` with exactly the files, variables and project of the up
-            # (nothing below changes them; the pull only fetches the images they name).
-            await self._admit(project, spec, [compose_file, override], common)
+            # Judged as it will run: `config` with exactly the files, variables and project of the up,
+            # and the up runs that very output, given on its stdin: a file changed on the node after
+            # the check (a path source a container can write to) changes nothing. Never written to
+            # disk: it holds the values of secret variables.
+            resolved = await self._admit(project, spec, [compose_file, override], common)
             await self._images(w.workload_id, w.revision, model, spec, w.secrets.registry_auth)
 
             # revision "" until up succeeds: a failed update must not look like the new revision
@@ -345,7 +347,7 @@ class ComposeRuntime:
             # up recreates only services whose configuration changed; -t bounds each replaced one's stop.
             rc, out, err = await self._cli.compose(
                 project, "up", "-d", "--remove-orphans", "--pull", "never", "-t", str(self._stop_timeout),
-                files=[compose_file, override], **common,
+                document=resolved, **common,
             )  # fmt: skip
             if rc != 0:
                 raise self._up_failure(clip(err or out))
@@ -383,15 +385,17 @@ class ComposeRuntime:
             )
         return model, services
 
-    async def _admit(self, project: str, spec: ComposeSpec, files: Sequence[Path], common: dict[str, Any]) -> None:
-        """The workload policy on `docker compose config` of exactly what `up` is about to run
-        (admission.py): a terminal PolicyViolation naming each rule and field, nothing started."""
+    async def _admit(self, project: str, spec: ComposeSpec, files: Sequence[Path], common: dict[str, Any]) -> str:
+        """`docker compose config` of the project (JSON, which `up` takes as its compose file) once
+        the workload policy admits it (admission.py); a terminal PolicyViolation naming each rule
+        and field otherwise, nothing started."""
         rc, out, err = await self._cli.compose(project, *CONFIG_ARGS, files=files, limit_s=60, **common)
         if rc != 0:
             raise RuntimeFailure(config_error(err or out, files[0].name), code="InvalidSpec", terminal=True)
         found = judge(spec, json.loads(out), project, common["project_dir"])
         if found:
             raise refusal(found)
+        return out
 
     @staticmethod
     def _up_failure(msg: str) -> RuntimeFailure:

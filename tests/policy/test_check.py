@@ -32,7 +32,8 @@ def test_policy_case(case: dict[str, Any]) -> None:
 def test_case_files_cover_every_rule() -> None:
     rules = {e["rule"] for _, c in CASES for e in c["expect"]}
     assert rules >= {"privileged", "hostNamespaces", "capabilities", "hostPaths", "devices", "gitSource",
-                     "nodePaths", "userDataSize", "rootProcess", "composeDocument", "imageSources"}
+                     "nodePaths", "userDataSize", "rootProcess", "composeDocument", "imageSources",
+                     "composeInterpolation", "containerJoins", "cgroupParent", "sysctls", "publicPorts", "composeEnv"}
 
 
 def test_a_parse_error_names_the_position_not_the_text() -> None:

@@ -36,7 +36,7 @@ async def test_secret_env_reaches_compose_but_not_its_env_file(docker_engine: Do
                              extra_labels={"persys.test": uuid.uuid4().hex})
     spec = WorkloadSpec.model_validate({
         "type": "compose",
-        "compose": {"inline": "services: {app: {build: ., environment: [PW=${DB_PASSWORD}]}}", "env": {"PLAIN": "1"}},
+        "compose": {"inline": "services: {app: {build: ., environment: ['PW=${DB_PASSWORD}']}}", "env": {"PLAIN": "1"}},
         "secrets": {"env": [{"name": "DB_PASSWORD", "secretRef": {"name": "db", "key": "pw"}}]}})
     value = f"pw-{os.urandom(6).hex()}"
     wid = f"secret-env-{uuid.uuid4().hex[:8]}"

@@ -6,9 +6,11 @@ manifest with any, naming them all, before anything is written.
 
 from __future__ import annotations
 
-from persys.model.documents import DocumentError, load_yaml
+from persys.model.documents import DocumentError
 from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
+from persys.policy import compose_env
 from persys.policy.compose_rules import check_compose_document
+from persys.policy.compose_yaml import load_compose
 from persys.policy.model import Violation, WorkloadPolicy
 from persys.policy.paths import git_source_problem, url_within, within
 
@@ -23,6 +25,15 @@ def _node_path(value: str, field: str, policy: WorkloadPolicy) -> list[Violation
                                           f"({', '.join(policy.node_paths) or 'none'}); register the image instead")]
 
 
+def _compose_variables(spec: WorkloadSpec) -> list[Violation]:
+    """Variables (plain and secret) that would configure Compose itself (policy.compose_env)."""
+    assert spec.compose is not None
+    names = [(f"spec.compose.env.{k}", k) for k in spec.compose.env]
+    names += [(f"spec.secrets.env[{i}].name", e.name) for i, e in enumerate(spec.secrets.env if spec.secrets else [])]
+    return [Violation("composeEnv", field, f"{name[:64]!r} {compose_env.MESSAGE}")
+            for field, name in names if compose_env.reserved(name)]
+
+
 def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
     out: list[Violation] = []
     if spec.path:
@@ -33,7 +44,7 @@ def _compose(spec: ComposeSpec, policy: WorkloadPolicy) -> list[Violation]:
             out.append(Violation("gitSource", "spec.compose.gitRepo", problem))
     if spec.inline is not None:
         try:
-            doc = load_yaml(spec.inline)
+            doc = load_compose(spec.inline)
         except DocumentError as err:
             # The parser's position only: never the document's text.
             return [*out, Violation("composeDocument", "spec.compose.inline", str(err).removeprefix("(document): "))]
@@ -83,7 +94,7 @@ def _process(spec: ProcessSpec, policy: WorkloadPolicy) -> list[Violation]:
 def check(spec: WorkloadSpec, policy: WorkloadPolicy) -> list[Violation]:
     """Every way `spec` breaks `policy` (empty: admitted)."""
     if spec.compose is not None:
-        return _compose(spec.compose, policy)
+        return _compose_variables(spec) + _compose(spec.compose, policy)
     if spec.vm is not None:
         return _vm(spec.vm, policy)
     if spec.microvm is not None:

@@ -8,6 +8,7 @@ defaults (raw_exec off, Docker privileged and host volumes off). An admin relaxe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Annotated
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
@@ -21,6 +22,14 @@ from persys.model.limits import KiB, MiB
 DOCKER_DEFAULT_CAPABILITIES = (
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
     "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+)
+# Kubernetes' "safe" sysctls (Pod Security baseline): namespaced, and unable to affect the node or
+# other containers. Any other sysctl must be listed in `allowedSysctls`.
+SAFE_SYSCTLS = (
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
 )
 # Where an agent keeps its image store and runtime state by default (`persys agent --state-dir`).
 DEFAULT_NODE_PATHS = ("/var/lib/persys",)
@@ -37,6 +46,17 @@ class WorkloadPolicy(Model):
     allow_privileged: StrictBool = False
     # rule `hostNamespaces`: pid/network/ipc/uts/userns/cgroup `host`.
     allow_host_namespaces: StrictBool = False
+    # rule `containerJoins`: a compose service joining the namespaces (`container:X`, `service:X`
+    # of another project) or volumes (`volumes_from`) of a container outside its project, or an
+    # external or explicitly named network or volume (another workload's).
+    allow_container_joins: StrictBool = False
+    # rule `cgroupParent`: a compose service in a cgroup of its choosing (outside its limits).
+    allow_cgroup_parent: StrictBool = False
+    # rule `sysctls`: sysctls beyond Kubernetes' safe set (SAFE_SYSCTLS).
+    allowed_sysctls: Annotated[list[StrictStr], Field(max_length=64)] = Field(default_factory=list)
+    # rule `publicPorts`: compose ports published on every interface of the node (no host IP, or
+    # 0.0.0.0 / ::); a port on one address (`127.0.0.1:8080:80`) is always fine.
+    allow_public_ports: StrictBool = False
     # rule `capabilities`: capabilities beyond Docker's default set that cap_add may name.
     allowed_capabilities: Annotated[list[StrictStr], Field(max_length=64)] = Field(default_factory=list)
     # rule `hostPaths`: host directories that bind mounts (and env_file, secrets, build contexts)
@@ -78,6 +98,8 @@ class Violation:
     rule: str
     field: str
     message: str
+    # What it asks for (a capability, a host path, a sysctl), for persys.policy.grants.
+    subject: str = dataclass_field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.field}: refused by workload policy ({self.rule}): {self.message}"

@@ -48,25 +48,29 @@ class ComposeCLI:
         if self._url:
             env["DOCKER_HOST"] = self._url
         env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for credentials on a tty nobody watches
-        env.update(extra or {})
+        for k, v in (extra or {}).items():
+            # A workload's variables never replace the agent's own (its engine, PATH, HOME): those
+            # names are refused anyway (persys.policy.compose_env); this holds if one slips through.
+            env.setdefault(k, v)
         return env
 
     async def run(
-        self, cmd: Sequence[str], *, cwd: Path | str, limit_s: float, env: Mapping[str, str] | None = None
+        self, cmd: Sequence[str], *, cwd: Path | str, limit_s: float, env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> tuple[int, str, str]:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 cwd=str(cwd),
                 env=self.env(env),
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
         except OSError as exc:
             raise RuntimeFailure(f"cannot run {cmd[0]}: {exc}") from exc
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), limit_s)
+            out, err = await asyncio.wait_for(proc.communicate(stdin), limit_s)
         except (TimeoutError, asyncio.CancelledError) as exc:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -134,10 +138,12 @@ class ComposeCLI:
         env_files: Sequence[Path] = (),
         env: Mapping[str, str] | None = None,
         limit_s: float | None = None,
+        document: str | None = None,
     ) -> tuple[int, str, str]:
+        """`document`: the compose file itself, given on stdin (`-f -`) instead of `files`."""
         base, _ = await self.resolve()
         cmd = [*base, "--ansi", "never", "--progress", "quiet", "-p", project]
-        for f in files:
+        for f in files if document is None else ("-",):
             cmd += ["-f", str(f)]
         if project_dir is not None:
             cmd += ["--project-directory", str(project_dir)]
@@ -145,4 +151,5 @@ class ComposeCLI:
             cmd += ["--env-file", str(e)]
         # Without -f, Compose would pick up a compose file from the cwd or any parent: run those in /.
         cwd = project_dir if project_dir is not None else Path("/")
-        return await self.run([*cmd, *args], cwd=cwd, env=env, limit_s=limit_s or self.command_timeout)
+        return await self.run([*cmd, *args], cwd=cwd, env=env, limit_s=limit_s or self.command_timeout,
+                              stdin=None if document is None else document.encode())

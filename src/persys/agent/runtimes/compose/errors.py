@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 
-from persys.model.documents import DocumentError, load_yaml
+from persys.model.documents import DocumentError
+from persys.policy.compose_yaml import load_compose
 
 # Keys through which Compose reads other files (whose text its errors could then quote).
 _FILE_KEYS = ('"env_file"', '"include"', '"extends"', '"file"', '"build"')
@@ -50,7 +51,7 @@ def quotes_only_itself(inline: str | None) -> bool:
     if inline is None:
         return False
     try:
-        doc = load_yaml(inline)
+        doc = load_compose(inline)
     except DocumentError:
         return True  # Compose cannot parse it either: it stops at this text
     text = json.dumps(doc)

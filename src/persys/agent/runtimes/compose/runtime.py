@@ -31,6 +31,7 @@ from persys.agent.runtimes.base import (
     RuntimeState,
     RuntimeWorkload,
 )
+from persys.agent.runtimes.compose.admission import CONFIG_ARGS, judge, refusal
 from persys.agent.runtimes.compose.cli import ComposeCLI, clip
 from persys.agent.runtimes.compose.errors import config_error, quotes_only_itself
 from persys.agent.runtimes.compose.observe import observe
@@ -67,8 +68,7 @@ from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.registry_auth import RegistryAuth
 from persys.agent.runtimes.workdir import WorkDirs
 from persys.model.workload import ComposeSpec, PullPolicy
-from persys.policy.compose_rules import check_compose_document
-from persys.policy.model import WorkloadPolicy
+from persys.policy import compose_env
 
 log = logging.getLogger(__name__)
 
@@ -274,17 +274,6 @@ class ComposeRuntime:
             raise RuntimeFailure(f"service {svc} of {workload_id} is not running", code="NotRunning")
         return str(running[0]["Id"]), str(running[0].get("Name", "")).lstrip("/")
 
-    # ---- source --------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_unseen_source(model: dict[str, Any]) -> None:
-        """A `path` or `gitRepo` compose file was never seen by the scheduler's policy check: the
-        agent applies the default rules to it (privileged, host namespaces, capabilities,
-        devices). Bind mounts are left to the node paths: Compose has made them absolute."""
-        found = check_compose_document(model, {}, WorkloadPolicy(allowed_host_paths=["/"]), "compose file")
-        if found:
-            raise RuntimeFailure("; ".join(str(v) for v in found[:5]), code="PolicyViolation", terminal=True)
-
     # ---- writing -------------------------------------------------------------------------------
 
     def _override(self, workload_id: str, model: dict[str, Any]) -> dict[str, Any]:
@@ -316,6 +305,11 @@ class ComposeRuntime:
         bad_keys = [k for k in spec.env if not _ENV_KEY_RE.match(k)]
         if bad_keys:
             raise RuntimeFailure(f"invalid env variable name(s): {bad_keys}", code="InvalidSpec", terminal=True)
+        # Plain and secret variables go to Compose's own environment: none may configure it.
+        reserved = sorted(k for k in [*spec.env, *w.secrets.env] if compose_env.reserved(k))
+        if reserved:
+            raise RuntimeFailure(f"variable(s) {', '.join(reserved)}: refused by workload policy (composeEnv): "
+                                 f"{compose_env.MESSAGE}", code="PolicyViolation", terminal=True)
         project = self._project(w.workload_id)
         wdir = self._dir(w.workload_id)
         async with self._lock(w.workload_id):
@@ -342,12 +336,17 @@ class ComposeRuntime:
                                       "env": {**spec.env, **w.secrets.env_text()}}
 
             model, services = await self._config(project, compose_file, spec, common)
-            await self._images(w.workload_id, w.revision, model, spec, w.secrets.registry_auth)
             override = wdir / OVERRIDE_FILE
             # JSON (YAML 1.2 reads it the same): PyYAML writes YAML 1.1, which leaves `59118e51` or
             # `1e5` unquoted as strings, and Compose's YAML 1.2 reads those as floats: a workload or
             # label value of that shape came back as `5.9118e+55` and its containers were lost.
             override.write_text(json.dumps(self._override(w.workload_id, model), sort_keys=True))
+            # Judged as it will run: `config` with exactly the files, variables and project of the up,
+            # and the up runs that very output, given on its stdin: a file changed on the node after
+            # the check (a path source a container can write to) changes nothing. Never written to
+            # disk: it holds the values of secret variables.
+            resolved = await self._admit(project, spec, [compose_file, override], common)
+            await self._images(w.workload_id, w.revision, model, spec, w.secrets.registry_auth)
 
             # revision "" until up succeeds: a failed update must not look like the new revision
             # already running (the agent would treat it as exited instead of retrying the start).
@@ -357,7 +356,7 @@ class ComposeRuntime:
             # up recreates only services whose configuration changed; -t bounds each replaced one's stop.
             rc, out, err = await self._cli.compose(
                 project, "up", "-d", "--remove-orphans", "--pull", "never", "-t", str(self._stop_timeout),
-                files=[compose_file, override], **common,
+                document=resolved, **common,
             )  # fmt: skip
             if rc != 0:
                 raise self._up_failure(clip(err or out))
@@ -382,8 +381,6 @@ class ComposeRuntime:
                       else config_error(err or out, compose_file.name))
             raise RuntimeFailure(detail, code="InvalidSpec", terminal=True)
         model: dict[str, Any] = json.loads(out)
-        if self._node_paths is not None and spec.inline is None:
-            self._check_unseen_source(model)
         services = sorted(
             svc for svc, conf in (model.get("services") or {}).items()
             if conf.get("scale", 1) != 0 and (conf.get("deploy") or {}).get("replicas", 1) != 0
@@ -396,6 +393,18 @@ class ComposeRuntime:
                 f"retainVolumes names undeclared volume(s): {', '.join(unknown)}", code="InvalidSpec", terminal=True
             )
         return model, services
+
+    async def _admit(self, project: str, spec: ComposeSpec, files: Sequence[Path], common: dict[str, Any]) -> str:
+        """`docker compose config` of the project (JSON, which `up` takes as its compose file) once
+        the workload policy admits it (admission.py); a terminal PolicyViolation naming each rule
+        and field otherwise, nothing started."""
+        rc, out, err = await self._cli.compose(project, *CONFIG_ARGS, files=files, limit_s=60, **common)
+        if rc != 0:
+            raise RuntimeFailure(config_error(err or out, files[0].name), code="InvalidSpec", terminal=True)
+        found = judge(spec, json.loads(out), project, common["project_dir"])
+        if found:
+            raise refusal(found)
+        return out
 
     @staticmethod
     def _up_failure(msg: str) -> RuntimeFailure:

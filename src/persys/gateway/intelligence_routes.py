@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys.agent_client import fetch_logs
@@ -17,8 +18,10 @@ from persys.client import SchedulerClient
 from persys.gateway.routes.common import NodeId, WorkloadId
 from persys.gateway.routes.logs import instance_target
 from persys.gateway.schemas import SCHEDULER_ERRORS
-from persys.intelligence.retriever import Retriever
+from persys.intelligence.analyses import FORECAST_METRICS, forecast_usage, rightsize
+from persys.intelligence.retriever import Retriever, UsageReader
 from persys.intelligence.why import why
+from persys.meter.query import QueryError, seconds
 from persys.tlsfiles import TLSFiles
 
 
@@ -68,5 +71,53 @@ def intelligence_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> 
         """What is wrong with the control plane (store, event bus, secret store, meter, mode) and its nodes."""
         ev = await retriever.for_cluster()
         return {**why(ev, "cluster").to_dict(), "evidence": ev.to_dict()}
+
+    router.include_router(usage_routes(client))
+    return router
+
+
+def usage_routes(client: SchedulerClient) -> APIRouter:
+    """Rightsizing and forecasts: analyses of Persys Meter's history."""
+    router = APIRouter(tags=["intelligence"])
+    reader = UsageReader(client)
+
+    def durations(**given: str) -> dict[str, float] | JSONResponse:
+        try:
+            return {k: seconds(v, k) for k, v in given.items()}
+        except QueryError as err:
+            return JSONResponse({"error": str(err), "code": "INVALID_ARGUMENT", "problems": [str(err)]},
+                                status_code=400)
+
+    @router.get("/v1/rightsize/workloads/{workload_id}", responses=SCHEDULER_ERRORS)
+    async def rightsize_workload(workload_id: str = WorkloadId, since: str = "7d") -> Any:
+        """Recommended CPU and memory requests from the last `since` of meter history: target,
+        bounds (wide when history is short), confidence, and a backtest of the current request
+        and of the target over the same samples (throttled CPU samples, memory samples over)."""
+        d = durations(since=since)
+        if isinstance(d, JSONResponse):
+            return d
+        return await rightsize(reader, workload_id, d["since"])
+
+    async def forecast_answer(kind: str, name: str, metric: str, since: str, horizon: str) -> Any:
+        if metric not in FORECAST_METRICS:
+            problem = f"metric: {metric!r} is not one of {', '.join(FORECAST_METRICS)}"
+            return JSONResponse({"error": problem, "code": "INVALID_ARGUMENT", "problems": [problem]}, status_code=400)
+        d = durations(since=since, horizon=horizon)
+        if isinstance(d, JSONResponse):
+            return d
+        return await forecast_usage(reader, kind, name, metric, d["since"], d["horizon"])
+
+    @router.get("/v1/forecast/nodes/{node_id}", responses=SCHEDULER_ERRORS)
+    async def forecast_node(node_id: str = NodeId, metric: str = "cpu", since: str = "14d", horizon: str = "1d"
+                            ) -> Any:
+        """The node's `metric` over the next `horizon` with 80 % intervals, from the last `since`;
+        with its backtested MASE against seasonal naive and interval coverage ("unpredictable"
+        when it does not beat seasonal naive or the history's mean)."""
+        return await forecast_answer("node", node_id, metric, since, horizon)
+
+    @router.get("/v1/forecast/cluster", responses=SCHEDULER_ERRORS)
+    async def forecast_cluster(metric: str = "cpu", since: str = "14d", horizon: str = "1d") -> Any:
+        """As for a node, over the sum of every node's series."""
+        return await forecast_answer("cluster", "", metric, since, horizon)
 
     return router

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from persys.client import SchedulerError
 from persys.intelligence.evidence import Document, Event, Evidence, LogExcerpt, Series
+from persys.intelligence.rules_workload import nodes_of
 from persys.security import forwarding
 from persys.security.identity import Identity, Kind
 
@@ -140,7 +141,7 @@ class Retriever:
             docs.append(doc)
             events = await self._events(f"workload/{name}", looked)
             insts = list(view.get("instances") or ())
-            for n in sorted({str(i.get("node", "")) for i in insts if i.get("node")}):
+            for n in sorted(nodes_of(view, events)):
                 node = await self._node_doc(n, rev, looked)
                 if node is not None:
                     docs.append(node)
@@ -217,3 +218,62 @@ class Retriever:
             except SchedulerError as err:
                 looked.append(f"nodes: {err.code}: {err}")
             return Evidence(self.clock(), tuple(docs), (), (), (), tuple(looked))
+
+
+MAX_POINTS = 4000
+
+
+def step_for(window: float) -> int:
+    """The finest meter step giving at most MAX_POINTS points over `window` (whole minutes past a
+    minute and whole hours past an hour, so the meter answers from its rollups)."""
+    step = max(10, -(-int(window) // MAX_POINTS))
+    step = -(-step // 10) * 10
+    if step > 60:
+        step = -(-step // 60) * 60
+    if step > 3600:
+        step = -(-step // 3600) * 3600
+    return step
+
+
+class UsageReader:
+    """Meter history for rightsizing and forecasts, read as the intelligence identity."""
+
+    def __init__(self, api: ReadApi) -> None:
+        self.api = api
+
+    async def series(self, selector: str, name: str, metric: str, agg: str, window: float
+                     ) -> tuple[list[Series], list[str]]:
+        step = step_for(window)
+        async with as_intelligence():
+            looked: list[str] = []
+            try:
+                ans = await self.api.meter_query(selector, name, metric, window, step, agg)
+            except SchedulerError as err:
+                return [], [f"meter {selector}/{name} {metric}: {err.code}: {err}"]
+            start, end = _epoch(ans.get("start", 0)), _epoch(ans.get("end", 0))
+            out = [Series(f"{selector}/{name}", metric, agg, step, start, end,
+                          tuple((_epoch(p[0]), float(p[1])) for p in s.get("points") or ()), str(s.get("key", "")))
+                   for s in ans.get("series") or ()]
+            out = [s for s in out if s.points]
+            if not out:
+                looked.append(f"meter {selector}/{name} {metric}: no samples in the window")
+            return out, looked
+
+    async def workload(self, name: str) -> dict[str, Any]:
+        async with as_intelligence():
+            return await self.api.get_workload(name)
+
+    async def events(self, subject: str) -> list[Event]:
+        async with as_intelligence():
+            try:
+                return [_event(e) for e in await self.api.events(EVENT_LIMIT, subject)]
+            except SchedulerError:
+                return []
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        async with as_intelligence():
+            return await self.api.list_nodes()
+
+    async def workloads(self) -> list[dict[str, Any]]:
+        async with as_intelligence():
+            return await self.api.list_workloads()

@@ -201,15 +201,25 @@ def crash_loop(ev: Evidence, subject: str) -> Iterator[Finding]:
                       f"output: {shown}", 70, (doc.id, *tail), "read its output (`persysctl logs`)", "crash_loop")
 
 
+_NODE_MENTION = re.compile(r"node (\S+) is (?:lost|gone)")
+
+
+def nodes_of(view: Mapping[str, Any], events: Iterable[Event]) -> set[str]:
+    """The nodes a workload is on, or was moved off because they were lost (its status message,
+    its Relocating events, its instances' relocatingFrom)."""
+    insts = list(view.get("instances") or ()) or [view]
+    texts = [str(i.get("message", "")) for i in insts] + [e.message for e in events]
+    names = {str(i.get("node", "")) for i in insts} | {str(i.get("relocatingFrom", "")) for i in insts}
+    names |= {m.group(1) for t in texts for m in _NODE_MENTION.finditer(t)}
+    return {n for n in names if n}
+
+
 def node_trouble(ev: Evidence, subject: str) -> Iterator[Finding]:
     """Its node is NotReady (lost) or gone: what happens to it follows from that."""
     doc = workload_doc(ev, subject)
     if doc is None:
         return
-    names = {str(i.get("node", "")) for i in instances(doc)} | {
-        m.group(1) for i in instances(doc) for m in [re.search(r"node (\S+) is (?:lost|gone)", str(i.get("message")))]
-        if m}
-    for n in sorted(x for x in names if x):
+    for n in sorted(nodes_of(doc.body, ev.events_about(subject))):
         node = ev.document("node", n)
         evs = [e.id for e in ev.events_about(f"node/{n}") if e.kind in ("NodeNotReady", "NodeLost", "NodeDeleted")]
         if node is not None and node.body.get("status") != "Ready":
@@ -225,6 +235,8 @@ def slow_start(ev: Evidence, subject: str) -> Iterator[Finding]:
     evs = ev.events_about(subject)
     scheduled = [e for e in evs if e.kind == "WorkloadScheduled"]
     running = [e for e in evs if e.kind == "WorkloadRunning"]
+    if any(e.kind == "WorkloadFailed" for e in evs):
+        return  # starts between failures are restarts: the failure is the finding, not the start's time
     if scheduled and running and running[-1].ts > scheduled[-1].ts:
         took = running[-1].ts - scheduled[-1].ts
         if took >= SLOW_START_SECONDS:

@@ -57,8 +57,9 @@ SIGNATURES: tuple[Signature, ...] = (
        ("SecretUnavailable",), ("secret not found",)),
     _s("bad-command", 90, "its command cannot be run",
        "fix spec.process.command / the container's command (path, permissions, architecture)",
+       # 127 and 126 are the shells' "command not found" and "not executable" (POSIX).
        (), ("not found or not executable", "executable file not found", "command not found", "exec format error",
-            "no such file or directory")),
+            "no such file or directory", "exited with code 127", "exited with code 126")),
     _s("storage-unavailable", 89, "a volume it needs cannot be provided on its node",
        "install/configure the storage driver on the node or choose a storage class the nodes offer",
        ("VolumeUnavailable", "VolumeBusy"), ()),

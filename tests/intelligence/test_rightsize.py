@@ -77,3 +77,12 @@ def test_the_histogram_decays_old_samples() -> None:
         h.add(100, age=0)
     assert h.percentile(0.5) < 110
     assert backtest([1, 2, 3], 2).over == 1
+
+
+@pytest.mark.parametrize("n", [2, 5, 24, 360])
+def test_the_weighted_percentile_is_numpys_with_equal_weights(n: int) -> None:
+    from persys.intelligence.rightsize import weighted_percentile
+
+    rng = random.Random(n)
+    values = [rng.uniform(0, 1000) for _ in range(n)]
+    assert weighted_percentile(values, [1.0] * n, 0.9) == pytest.approx(float(np.percentile(values, 90)))

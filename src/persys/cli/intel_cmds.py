@@ -48,6 +48,8 @@ def why_command(
     target: str = typer.Argument(..., help="A workload's name, or `node`, or `cluster`."),
     name: str = typer.Argument("", help="The node's name (with `node`), or the workload's (with `workload`)."),
     output: str = typer.Option("table", "--output", "-o", help="table, json or yaml."),
+    narrate: bool = typer.Option(False, "--narrate", help="Also prose from the narration endpoint the gateway "
+                                 "is configured with (off unless configured; shows what was sent)."),
     server: str | None = ServerOpt,
 ) -> None:
     if target == "node":
@@ -64,11 +66,44 @@ def why_command(
         if name:
             fail(f"why: {target!r} takes no second argument (persysctl why WORKLOAD | why node N | why cluster)")
         path = f"/v1/why/workloads/{target}"
-    r = Api(server).request("GET", path)
+    r = Api(server).request("GET", path, params={"narrate": "true"} if narrate else None)
     if output in ("json", "yaml"):
         emit(r, output)
         return
     _print_findings(r)
+    n = r.get("narration")
+    if n is not None:
+        if not n.get("enabled"):
+            out.print("  narration: not configured (PERSYS_NARRATION_URL on the gateway)", markup=False,
+                      highlight=False)
+        else:
+            out.print(f"  narration ({cell(n['endpoint'])}, anonymised: {n['anonymized']}): "
+                      f"{cell(n.get('text') or n.get('error', ''))}", markup=False, highlight=False)
+
+
+INSIGHTS_HELP = """Cluster-wide recommendations, each with its evidence and expected effect: the control
+plane's failures, the likeliest cause of each failing workload, rightsizing (from 7 days of meter
+history) and nodes that could be emptied (where their instances would go). Read-only.
+
+  persysctl insights
+
+  persysctl insights -o json        (with the consolidation plan in full)"""
+
+
+def insights_command(
+    output: str = typer.Option("table", "--output", "-o", help="table, json or yaml."),
+    server: str | None = ServerOpt,
+) -> None:
+    r = Api(server).request("GET", "/v1/insights")
+    if output in ("json", "yaml"):
+        emit(r, output)
+        return
+    if not r["recommendations"]:
+        out.print(f"no recommendation (looked at {len(r['lookedAt'])} items)", markup=False, highlight=False)
+    for i, x in enumerate(r["recommendations"], 1):
+        out.print(f"{i:>3}. [{x['kind']}] {cell(x['subject'])}: {cell(x['summary'])}", markup=False, highlight=False)
+        out.print(f"       effect: {cell(x['expectedEffect'])}", markup=False, highlight=False)
+        out.print(f"       evidence: {cell(', '.join(x['evidence']))}", markup=False, highlight=False)
 
 
 RIGHTSIZE_HELP = """Recommended CPU and memory requests for a workload from its Persys Meter history, with a
@@ -156,3 +191,4 @@ def register(app: typer.Typer) -> None:
     app.command("why", help=WHY_HELP, no_args_is_help=True)(why_command)
     app.command("rightsize", help=RIGHTSIZE_HELP, no_args_is_help=True)(rightsize_command)
     app.command("forecast", help=FORECAST_HELP, no_args_is_help=True)(forecast_command)
+    app.command("insights", help=INSIGHTS_HELP)(insights_command)

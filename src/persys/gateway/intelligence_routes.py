@@ -6,6 +6,7 @@ whoever asked: the route's own rule (security.permissions) decides who may ask."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import grpc
@@ -19,6 +20,9 @@ from persys.gateway.routes.common import NodeId, WorkloadId
 from persys.gateway.routes.logs import instance_target
 from persys.gateway.schemas import SCHEDULER_ERRORS
 from persys.intelligence.analyses import FORECAST_METRICS, forecast_usage, rightsize
+from persys.intelligence.evidence import Evidence
+from persys.intelligence.insights import insights
+from persys.intelligence.narration import config_from, narrate
 from persys.intelligence.retriever import Retriever, UsageReader
 from persys.intelligence.why import why
 from persys.meter.query import QueryError, seconds
@@ -52,25 +56,39 @@ def intelligence_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> 
     router = APIRouter(tags=["intelligence"])
     retriever = retriever_for(client, agent_tls)
 
+    narration = config_from(os.environ)
+
+    async def answer(ev: Evidence, subject: str, narrate_it: bool) -> dict[str, Any]:
+        inv = why(ev, subject).to_dict()  # the findings are final before any narration is asked for
+        out = {**inv, "evidence": ev.to_dict()}
+        if narrate_it:
+            out["narration"] = await narrate(inv, narration)
+        return out
+
     @router.get("/v1/why/workloads/{workload_id}", responses=SCHEDULER_ERRORS)
-    async def why_workload(workload_id: str = WorkloadId) -> dict[str, Any]:
+    async def why_workload(workload_id: str = WorkloadId, narrate: bool = False) -> dict[str, Any]:
         """Why the workload is as it is: findings ranked (`findings[0]` the likeliest root cause),
         each citing evidence ids found in `evidence`; `inconclusive` with `lookedAt` when no rule
-        found anything."""
-        ev = await retriever.for_workload(workload_id)
-        return {**why(ev, f"workload/{workload_id}").to_dict(), "evidence": ev.to_dict()}
+        found anything. `narrate=true`: also prose from the configured endpoint (`narration`,
+        with what was sent), when the gateway has one."""
+        return await answer(await retriever.for_workload(workload_id), f"workload/{workload_id}", narrate)
 
     @router.get("/v1/why/nodes/{node_id}", responses=SCHEDULER_ERRORS)
-    async def why_node(node_id: str = NodeId) -> dict[str, Any]:
+    async def why_node(node_id: str = NodeId, narrate: bool = False) -> dict[str, Any]:
         """What is wrong with the node (NotReady, disk, runtimes, taints, failures its workloads share)."""
-        ev = await retriever.for_node(node_id)
-        return {**why(ev, f"node/{node_id}").to_dict(), "evidence": ev.to_dict()}
+        return await answer(await retriever.for_node(node_id), f"node/{node_id}", narrate)
 
     @router.get("/v1/why/cluster", responses=SCHEDULER_ERRORS)
-    async def why_cluster() -> dict[str, Any]:
+    async def why_cluster(narrate: bool = False) -> dict[str, Any]:
         """What is wrong with the control plane (store, event bus, secret store, meter, mode) and its nodes."""
-        ev = await retriever.for_cluster()
-        return {**why(ev, "cluster").to_dict(), "evidence": ev.to_dict()}
+        return await answer(await retriever.for_cluster(), "cluster", narrate)
+
+    @router.get("/v1/insights", responses=SCHEDULER_ERRORS)
+    async def cluster_insights() -> dict[str, Any]:
+        """Cluster-wide recommendations ranked, each with `evidence` and `expectedEffect`: the control
+        plane's findings, failing workloads' likeliest causes, rightsizing, and nodes that could be
+        emptied (`consolidation`: where each instance would go, capacity left)."""
+        return await insights(retriever, UsageReader(client), rightsize)
 
     router.include_router(usage_routes(client))
     return router

@@ -62,4 +62,6 @@ async def forecast_usage(reader: UsageReader, kind: str, name: str, metric: str,
     except ForecastError as err:
         return {**base, "points": [], "verdict": "insufficient history", "unpredictable": True, "error": str(err),
                 "mase": None, "coverage80": None}
-    return {**base, "step": step or step_for(window), **f.to_dict()}
+    out = {**base, "step": step or step_for(window), **f.to_dict()}
+    out["points"] = [[t, p, max(lo, 0.0), hi] for t, p, lo, hi in out["points"]]  # usage is never negative
+    return out

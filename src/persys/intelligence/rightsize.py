@@ -2,10 +2,10 @@
 
 After the Kubernetes VPA recommender (docs/intelligence.md, "Rightsizing"):
 
-* **CPU**: a decaying histogram of the CPU samples (exponential buckets 1 % apart from 1
-  millicore, each sample weighted 2^(-age / 24 h)), its weighted p90 plus a 10 % margin.
-  CPU is compressible (too little throttles, never kills), so the margin is VPA's 15 % less the
-  histogram's own rounding, which keeps the target within 15 % above the p90.
+* **CPU**: the decaying p90 of the CPU samples (each weighted 2^(-age / 24 h), VPA's half-life;
+  interpolated between samples, on the samples themselves rather than bucketed: a query holds at
+  most a few thousand) plus a 10 % margin. CPU is compressible (too little throttles, never
+  kills): a smaller margin than VPA's 15 % keeps the target within 15 % above the p90.
 * **Memory**: never below the highest sample seen (memory is not compressible: too little is an
   OOM kill): the larger of the peak and the decaying p95 of the per-day peaks, plus 15 %; after an
   OOM kill at least 20 % (or 100 MiB) more than the request it died at.
@@ -60,6 +60,29 @@ class DecayingHistogram:
             if acc >= p * self.total - 1e-12:
                 return math.exp((i + 1) * self.log_ratio)
         return math.exp((max(self.weights) + 1) * self.log_ratio)
+
+
+def weighted_percentile(values: Sequence[float], weights: Sequence[float], p: float) -> float:
+    """The p-quantile of `values` weighted by `weights`, interpolated between neighbours as numpy's
+    default (linear) does for equal weights: the sample's position is its cumulative weight
+    before it, over the total weight of all but the last sample."""
+    pairs = sorted(zip(values, weights, strict=True))
+    if not pairs:
+        return 0.0
+    if len(pairs) == 1:
+        return pairs[0][0]
+    cum, positions = 0.0, []
+    for _, w in pairs:
+        positions.append(cum)
+        cum += w
+    span = cum - pairs[-1][1]
+    target = p * span
+    for i in range(1, len(pairs)):
+        if positions[i] >= target:
+            lo, hi = positions[i - 1], positions[i]
+            frac = (target - lo) / (hi - lo) if hi > lo else 1.0
+            return pairs[i - 1][0] + frac * (pairs[i][0] - pairs[i - 1][0])
+    return pairs[-1][0]
 
 
 @dataclass(frozen=True)
@@ -138,10 +161,9 @@ def cpu_recommendation(points: Sequence[tuple[float, float]], now: float, curren
     if not points:
         return None
     milli = [v * 10.0 for _, v in points]  # percent of a core -> millicores
-    h = DecayingHistogram()
-    for (t, _), m in zip(points, milli, strict=True):
-        h.add(m, now - t)
-    p90 = h.percentile(0.90)
+    # The decaying weights of VPA's histogram, on the samples themselves (at most a few thousand
+    # per query): no bucket rounding on top of the margin.
+    p90 = weighted_percentile(milli, [2.0 ** (-max(now - t, 0.0) / HALF_LIFE) for t, _ in points], 0.90)
     target = max(p90 * (1 + CPU_MARGIN), MIN_CPU_MILLI)
     notes = []
     at_cap = sum(1 for m in milli if current_milli and m >= 0.95 * current_milli)

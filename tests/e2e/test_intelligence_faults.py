@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import ssl
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,10 @@ def test_true_cause_ranks_first_and_cites_what_exists(tmp_path: Path, docker_eng
     image = docker_registry.push_busybox("intel")
     creds = docker_registry.auth_file(tmp_path / "registry-auth.json", password="wrong-password")
     store_url = f"etcd://{proxy.address}"
+    # n2's state directory on a 256 MiB tmpfs of the test's own: the disk its agent reports, filled later.
+    small = tmp_path / "agent-n2"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(small)], check=True, timeout=30)
     c = Components(tmp_path, store_url, events_url=redis.url, nodes=("n1", "n2"),
                    scheduler_args=("--node-grace", "3"),
                    agent_args=("--registry-auth", str(creds)))
@@ -162,6 +168,31 @@ def test_true_cause_ranks_first_and_cites_what_exists(tmp_path: Path, docker_eng
             "container": {"image": busybox, "pullPolicy": "Never",
                           "command": ["sh", "-c", "x=a; while true; do x=$x$x; done"]}}))
         case("OOM kill", "workloads/hog", "oom-kill", timeout=90)
+        # 5b. A missing storage driver: an NFS volume, and no node offers NFS.
+        c.ctl("apply", "-f", "-", stdin=manifest("nfsuser", {"type": "process", "process": {
+            "command": ["sleep", "300"]}, "volumes": [{"name": "data", "driver": "nfs", "sizeMb": 16,
+                                                        "mountPath": "/data"}]}))
+        case("missing storage driver", "workloads/nfsuser", "storage-driver-missing")
+        # 5c. n2's disk full (its agent's filesystem), then freed.
+        free = shutil.disk_usage(small).free
+        with open(small / "filler.bin", "wb") as f:
+            f.write(b"\0" * (free - 4 * 2**20))
+        case("full disk", "nodes/n2", "disk-full")
+        (small / "filler.bin").unlink()
+        # Insights now: each failing workload's recommendation is its true cause, with evidence that exists.
+        ins = k.get("/v1/insights")
+        causes = {r["subject"]: r["detail"].get("cause") for r in ins["recommendations"] if r["kind"] == "fix-workload"}
+        assert {causes.get(f"workload/{w}") for w in ("badcmd", "noimage", "needsdb", "nfsuser")} == {
+            "bad-command", "image-missing", "missing-secret", "storage-driver-missing"}, ins["recommendations"]
+        checked = 0
+        for r in ins["recommendations"]:
+            assert r["evidence"], r
+            for i in r["evidence"]:
+                if i.startswith("workload/"):
+                    name, rev = i.removeprefix("workload/").split("@")
+                    assert k.get(f"/v1/workloads/{name}")["revision"] == rev, i
+                    checked += 1
+        results["insights"] = ("fix-workload: each true cause", checked)
         # 6. An untolerated taint on every node.
         for n in ("n1", "n2"):
             c.ctl("taint", "node", n, "dedicated=gpu:NoSchedule")
@@ -197,6 +228,7 @@ def test_true_cause_ranks_first_and_cites_what_exists(tmp_path: Path, docker_eng
         finally:
             c.stop()
             kill_process_workloads(tmp_path)
+            subprocess.run(["umount", str(small)], check=False, timeout=30)
             k.http.close()
             proxy.close()
             redis.stop()

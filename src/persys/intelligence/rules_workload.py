@@ -189,8 +189,8 @@ def crash_loop(ev: Evidence, subject: str) -> Iterator[Finding]:
     if doc is None or (restarts < CRASH_LOOP_RESTARTS and len(failed) < CRASH_LOOP_RESTARTS):
         return
     last = str(instances(doc)[0].get("message", "")) or (failed[-1].message if failed else "")
-    yield Finding("crash-loop", subject, f"failed {len(failed)} times in the events read, {restarts} restarts; "
-                  f"last: {last}",
+    seen = f"failed {len(failed)} times in the events read, " if failed else ""
+    yield Finding("crash-loop", subject, f"{seen}restarted {restarts} times; last: {last or 'no message'}",
                   50, (doc.id, *[e.id for e in failed[-5:]]), "the first finding with a cause says why",
                   "crash_loop", {"restarts": restarts})
     exits = re.search(r"exited with code (\d+)", last)

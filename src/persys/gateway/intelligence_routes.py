@@ -23,10 +23,12 @@ from persys.intelligence.analyses import FORECAST_METRICS, forecast_usage, right
 from persys.intelligence.evidence import Evidence
 from persys.intelligence.insights import insights
 from persys.intelligence.narration import config_from, narrate
-from persys.intelligence.retriever import Retriever, UsageReader
+from persys.intelligence.retriever import Retriever, UsageReader, step_for
 from persys.intelligence.why import why
 from persys.meter.query import QueryError, seconds
 from persys.tlsfiles import TLSFiles
+
+MAX_FORECAST_POINTS = 5000
 
 
 class AgentLogs:
@@ -123,6 +125,10 @@ def usage_routes(client: SchedulerClient) -> APIRouter:
         d = durations(since=since, horizon=horizon)
         if isinstance(d, JSONResponse):
             return d
+        if d["horizon"] > d["since"] or d["horizon"] / step_for(d["since"]) > MAX_FORECAST_POINTS:
+            problem = (f"horizon: {horizon} is longer than the history it is fitted on ({since}) or would be over "
+                       f"{MAX_FORECAST_POINTS} points")
+            return JSONResponse({"error": problem, "code": "INVALID_ARGUMENT", "problems": [problem]}, status_code=400)
         return await forecast_usage(reader, kind, name, metric, d["since"], d["horizon"])
 
     @router.get("/v1/forecast/nodes/{node_id}", responses=SCHEDULER_ERRORS)

@@ -36,7 +36,7 @@ def test_consolidation_plan_matches_a_real_drain(tmp_path: Path) -> None:
         first = plan["emptiable"][0]
         predicted = {m["instance"]: m["to"] for m in first["moves"]}
         assert predicted, first  # the emptiest node runs something to move
-        c.ctl("drain", "node", first["node"], "--deadline", "120")
+        c.ctl("drain", first["node"], "--deadline", "120")
 
         def moved() -> dict[str, str] | None:
             nodes = json.loads(c.ctl("get", "nodes", "-o", "json").stdout)

@@ -278,6 +278,27 @@ def relocation(ev: Evidence, subject: str) -> Iterator[Finding]:
                       "", "relocation")
 
 
+def failed_generic(ev: Evidence, subject: str) -> Iterator[Finding]:
+    """A Failed or retrying instance in words no signature knows: still a finding, with its own
+    words, so a failing workload is never called inconclusive; a known cause outranks it."""
+    doc = workload_doc(ev, subject)
+    if doc is None:
+        return
+    for inst in instances(doc):
+        reason, message = str(inst.get("reason", "")), str(inst.get("message", ""))
+        if inst.get("phase") == "Failed" or reason == "Retrying":
+            what = "failed" if inst.get("phase") == "Failed" else "start-failing"
+            events = [e.id for e in ev.events_about(subject) if e.kind == "WorkloadFailed"][-3:]
+            yield Finding(what, subject, f"{inst.get('instance', doc.name)}: {reason or 'Failed'}: "
+                          f"{message or 'no message'}", 45, (doc.id, *events),
+                          "the agent's words above; `persysctl logs` for its output", "failed_generic")
+    restarts = max((int(i.get("restarts", 0) or 0) for i in instances(doc)), default=0)
+    if 0 < restarts < CRASH_LOOP_RESTARTS:
+        yield Finding("restarts", subject, f"restarted {restarts} time(s)", 30,
+                      (doc.id, *[e.id for e in ev.events_about(subject) if e.kind == "WorkloadFailed"][-3:]),
+                      "see the failure that preceded each restart", "failed_generic", {"restarts": restarts})
+
+
 def stopped(ev: Evidence, subject: str) -> Iterator[Finding]:
     doc = workload_doc(ev, subject)
     if doc is not None and doc.body.get("desiredState") == "Stopped":
@@ -286,4 +307,4 @@ def stopped(ev: Evidence, subject: str) -> Iterator[Finding]:
 
 
 WORKLOAD_RULES = (failure_signatures, oom_by_signal, pending_placement, crash_loop, node_trouble, slow_start, drift,
-                  relocation, stopped)
+                  relocation, failed_generic, stopped)

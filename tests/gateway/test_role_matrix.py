@@ -118,6 +118,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/why/nodes/{node_id}"): ("/v1/why/nodes/ghost", {}),
     ("GET", "/v1/why/cluster"): ("/v1/why/cluster", {}),
     ("GET", "/v1/insights"): ("/v1/insights", {}),
+    ("GET", "/v1/investigations"): ("/v1/investigations", {}),
     ("GET", "/v1/rightsize/workloads/{workload_id}"): ("/v1/rightsize/workloads/ghost", {}),
     ("GET", "/v1/forecast/nodes/{node_id}"): ("/v1/forecast/nodes/ghost", {}),
     ("GET", "/v1/forecast/cluster"): ("/v1/forecast/cluster", {}),

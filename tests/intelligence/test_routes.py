@@ -35,6 +35,10 @@ def test_routes_answer_and_refuse_bad_input(tmp_path: Path) -> None:
             narrated = http.get("/v1/why/cluster", params={"narrate": "true"}).json()
             assert narrated["narration"] == {"enabled": False}
             assert http.get("/v1/workloads").json() == []  # nothing was written
+            # Every investigation answered is on record, the inconclusive ones too, with what they read.
+            kept = http.get("/v1/investigations", params={"inconclusive": "true"}).json()
+            assert kept and kept[0]["subject"] == "cluster" and kept[0]["lookedAt"] and kept[0]["first"] is None
+            assert kept[0]["askedBy"] == "user:admin" and kept[0]["id"] == narrated["record"]
         env = c.ctl_env()
         text = ctl("why", "cluster", env=env).stdout
         assert text.startswith("why cluster") and "inconclusive" in text

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 import grpc
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from persys._pb.persys.v1 import agent_pb2 as apb
@@ -23,9 +23,11 @@ from persys.intelligence.analyses import FORECAST_METRICS, forecast_usage, right
 from persys.intelligence.evidence import Evidence
 from persys.intelligence.insights import insights
 from persys.intelligence.narration import config_from, narrate
+from persys.intelligence.record import InvestigationRecord
 from persys.intelligence.retriever import Retriever, UsageReader, step_for
 from persys.intelligence.why import why
 from persys.meter.query import QueryError, seconds
+from persys.security import forwarding
 from persys.tlsfiles import TLSFiles
 
 MAX_FORECAST_POINTS = 5000
@@ -50,6 +52,14 @@ class AgentLogs:
             return None
 
 
+def asked_by() -> str:
+    """Who asked, for the record: the principal, never a bearer token itself."""
+    md = dict(forwarding.current())
+    if forwarding.ON_BEHALF_OF in md:
+        return forwarding.principal_from(md[forwarding.ON_BEHALF_OF])
+    return "an API token" if forwarding.AUTHORIZATION in md else "unknown"
+
+
 def retriever_for(client: SchedulerClient, agent_tls: TLSFiles | None) -> Retriever:
     return Retriever(client, AgentLogs(client, agent_tls))
 
@@ -60,12 +70,23 @@ def intelligence_routes(client: SchedulerClient, agent_tls: TLSFiles | None) -> 
 
     narration = config_from(os.environ)
 
+    record = InvestigationRecord()
+
     async def answer(ev: Evidence, subject: str, narrate_it: bool) -> dict[str, Any]:
-        inv = why(ev, subject).to_dict()  # the findings are final before any narration is asked for
-        out = {**inv, "evidence": ev.to_dict()}
+        investigation = why(ev, subject)
+        entry = record.add(investigation, ev.now, asked_by())
+        inv = investigation.to_dict()  # the findings are final before any narration is asked for
+        out = {**inv, "evidence": ev.to_dict(), "record": entry["id"]}
         if narrate_it:
             out["narration"] = await narrate(inv, narration)
         return out
+
+    @router.get("/v1/investigations")
+    async def investigations(subject: str = Query("", max_length=300), inconclusive: bool | None = None,
+                             limit: int = Query(100, ge=1, le=500)) -> list[dict[str, Any]]:
+        """The `why` investigations this gateway answered, newest first (the last 500), conclusive
+        or not, each with what it looked at: an inconclusive run leaves a record."""
+        return record.list(subject, inconclusive, limit)
 
     @router.get("/v1/why/workloads/{workload_id}", responses=SCHEDULER_ERRORS)
     async def why_workload(workload_id: str = WorkloadId, narrate: bool = False) -> dict[str, Any]:

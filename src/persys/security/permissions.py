@@ -208,6 +208,7 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/why/nodes/{node_id}"): _r("get", "nodes"),
     ("GET", "/v1/why/cluster"): _r("get", "health"),
     ("GET", "/v1/insights"): _r("list", "workloads"),
+    ("GET", "/v1/investigations"): _r("list", "workloads"),
     ("GET", "/v1/rightsize/workloads/{workload_id}"): _r("get", "telemetry"),
     ("GET", "/v1/forecast/nodes/{node_id}"): _r("get", "telemetry"),
     ("GET", "/v1/forecast/cluster"): _r("get", "telemetry"),

@@ -48,3 +48,15 @@ def test_short_history_fits_no_season_and_says_so() -> None:
 def test_too_little_history_is_refused() -> None:
     with pytest.raises(ForecastError, match="too few"):
         forecast([(0, 1), (60, 2)], 60, 600)
+
+
+def test_a_predictable_forecast_crossing_capacity_is_an_insight_an_unpredictable_one_is_not() -> None:
+    from persys.intelligence.insights import capacity_recommendation
+
+    f = forecast(seasonal(1), STEP, 86400)  # peaks near 50 + 0.002 * 4300 + 20 = 78.6
+    answer = {"metric": "cpu", "unit": "percent of one core", "step": STEP,
+              "evidence": ["meter:node/n1/cpu/avg/300s@0-1"], **f.to_dict()}
+    rec = capacity_recommendation(answer, 75.0)
+    assert rec is not None and rec["kind"] == "capacity" and 0 < rec["detail"]["hours"] <= 24 and rec["evidence"]
+    assert capacity_recommendation(answer, 500.0) is None
+    assert capacity_recommendation({**answer, "unpredictable": True}, 75.0) is None

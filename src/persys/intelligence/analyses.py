@@ -35,26 +35,33 @@ async def rightsize(reader: UsageReader, name: str, window: float) -> dict[str, 
     return {**rec.to_dict(), "lookedAt": looked + looked2, "oomKills": ooms}
 
 
+def _scale(node: dict[str, Any], metric: str) -> float:
+    """Node CPU samples are percent of the whole host (the agent's /proc/stat share); forecasts
+    speak percent of one core, as workloads' do, so a cluster's sum adds like with like."""
+    return float((node.get("capabilities") or {}).get("cpuMillicores", 1000) or 1000) / 1000 if metric == "cpu" else 1.0
+
+
 async def forecast_usage(reader: UsageReader, kind: str, name: str, metric: str, window: float, horizon: float
                          ) -> dict[str, Any]:
     """`kind` node (one node's series) or cluster (the sum over nodes at each time)."""
     meter_metric, agg, unit = FORECAST_METRICS[metric]
-    if kind == "node":
-        series, looked = await reader.series("node", name, meter_metric, agg, window)
-        ids = [s.id for s in series]
-        points = sorted(p for s in series for p in s.points)
-    else:
-        sums: dict[float, float] = defaultdict(float)
-        looked, ids = [], []
-        for node in await reader.nodes():
-            series, more = await reader.series("node", str(node.get("id", "")), meter_metric, agg, window)
-            looked += more
-            ids += [s.id for s in series]
-            for s in series:
-                for t, v in s.points:
-                    sums[t] += v
-        points = sorted(sums.items())
-    step = series[0].step if kind == "node" and series else None
+    nodes = [n for n in await reader.nodes() if kind == "cluster" or n.get("id") == name]
+    sums: dict[float, float] = defaultdict(float)
+    looked: list[str] = []
+    ids: list[str] = []
+    step = None
+    for node in nodes:
+        series, more = await reader.series("node", str(node.get("id", "")), meter_metric, agg, window)
+        looked += more
+        ids += [s.id for s in series]
+        scale = _scale(node, metric)
+        for s in series:
+            step = step or s.step
+            for t, v in s.points:
+                sums[t] += v * scale
+    if not nodes:
+        looked.append(f"node {name}: not found" if kind == "node" else "no nodes")
+    points = sorted(sums.items())
     base = {"subject": f"{kind}/{name}" if kind == "node" else "cluster", "metric": metric, "unit": unit,
             "windowSeconds": window, "horizonSeconds": horizon, "evidence": ids, "lookedAt": looked}
     try:

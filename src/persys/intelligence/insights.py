@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from persys.client import SchedulerError
+from persys.intelligence.analyses import forecast_usage
 from persys.intelligence.consolidation import EnginePlanner, WhatIfPlanner, consolidate, workloads_from_views
 from persys.intelligence.evidence import Document, Evidence
 from persys.intelligence.retriever import Retriever, UsageReader, as_intelligence
@@ -23,6 +24,8 @@ MAX_RIGHTSIZE = 30
 MAX_INVESTIGATED = 20  # failing workloads investigated in full (events, logs, meter); the rest from their summary
 OVER_PROVISIONED = 0.5  # target below half the request: worth shrinking
 RIGHTSIZE_WINDOW = 7 * 86400.0
+FORECAST_WINDOW, FORECAST_HORIZON = 14 * 86400.0, 86400.0
+MAX_FORECAST_NODES = 50
 
 
 def _rec(kind: str, subject: str, summary: str, effect: str, evidence: list[str], score: float,
@@ -51,7 +54,7 @@ def workload_recommendations(evidence: dict[str, Evidence], summaries: list[dict
         if not inv.findings:
             continue
         f = inv.findings[0]
-        n = sum(1 for i in insts if i.get("phase") != "Running")
+        n = sum(1 for i in insts if i.get("phase") != "Running") or len(insts)  # crash-looping ones show Running
         out.append(_rec("fix-workload", f.subject, f"{f.cause}: {f.summary}",
                         f"{n} instance(s) of {w['id']} can run once fixed: {f.remedy}", list(f.evidence), f.score,
                         {"cause": f.cause}))
@@ -82,6 +85,23 @@ def rightsize_recommendations(name: str, r: dict[str, Any]) -> list[dict[str, An
         out.append(_rec("rightsize-memory", f"workload/{name}", f"memory request {mem['current']} MiB, peak needs "
                         f"{mem['target']} MiB", f"frees {mem['current'] - mem['target']} MiB per instance", ev, 35))
     return out
+
+
+def capacity_recommendation(fc: dict[str, Any], capacity: float) -> dict[str, Any] | None:
+    """A cluster forecast (analyses.forecast_usage's answer) whose point forecast crosses the
+    Ready nodes' capacity within the horizon: when, with the backtest that makes it credible.
+    An unpredictable forecast recommends nothing (never act on a forecast alone that failed its
+    backtest)."""
+    if fc.get("unpredictable", True) or capacity <= 0 or not fc.get("points"):
+        return None
+    over = [p for p in fc["points"] if p[1] >= capacity]
+    if not over:
+        return None
+    hours = (over[0][0] - fc["points"][0][0]) / 3600 + fc["step"] / 3600
+    return _rec("capacity", "cluster", f"{fc['metric']} forecast reaches the Ready nodes' capacity ({capacity:.0f} "
+                f"{fc['unit']}) in {hours:.1f} h", f"add capacity (or shrink requests) before then; forecast MASE "
+                f"{fc['mase']}, 80 % interval coverage {fc['coverage80']} on its backtest", list(fc["evidence"]), 75,
+                {"metric": fc["metric"], "hours": round(hours, 1)})
 
 
 async def insights(retriever: Retriever, reader: UsageReader,
@@ -124,6 +144,17 @@ async def insights(retriever: Retriever, reader: UsageReader,
         recs.append(_rec("consolidate", f"node/{p.node}", f"node {p.node} could be emptied: {moves}",
                          f"one node fewer; capacity left on the others: {dict(plan.capacity_left)}",
                          [node_doc.id] if node_doc else [], 30, {"moves": [m.__dict__ for m in p.moves]}))
+    ready = [n for n in nodes if n.get("status") == "Ready"]
+    caps = {"cpu": sum((n.get("capabilities") or {}).get("cpuMillicores", 0) for n in ready) / 10.0,
+            "memory": sum((n.get("capabilities") or {}).get("memoryMb", 0) for n in ready) * 2.0**20}
+    if len(ready) <= MAX_FORECAST_NODES:
+        for metric, capacity in caps.items():
+            fc = await forecast_usage(reader, "cluster", "", metric, FORECAST_WINDOW, FORECAST_HORIZON)
+            rec = capacity_recommendation(fc, capacity)
+            if rec is not None:
+                recs.append(rec)
+            elif fc.get("verdict") != "forecast":
+                looked.append(f"cluster {metric} forecast: {fc.get('verdict')}")
     recs.sort(key=lambda r: (-r["score"], r["kind"], r["subject"]))
     return {"recommendations": [r for r in recs if r["evidence"]], "consolidation": plan.to_dict(),
             "lookedAt": cluster_ev.summary() + looked, "generatedAt": now}

@@ -27,6 +27,26 @@ DEPENDENCIES: dict[str, tuple[str, float, float, str]] = {
 }
 
 
+# A failing dependency outranks the symptom it causes in a workload: a secret store that is down
+# makes SecretUnavailable look like a missing secret; broken node runtimes, RuntimeUnavailable.
+EXPLAINS: dict[str, frozenset[str]] = {"secret-store": frozenset({"missing-secret"}),
+                                       "node-runtimes": frozenset({"runtime-unavailable"})}
+
+
+def _symptom_of(ev: Evidence, subject: str, causes: frozenset[str]) -> str | None:
+    """The workload document whose instances fail with one of `causes`, if any."""
+    if not causes or not subject.startswith("workload/"):
+        return None
+    doc = ev.document("workload", subject.removeprefix("workload/"))
+    if doc is None:
+        return None
+    for inst in doc.body.get("instances") or (doc.body,):
+        reason, message = str(inst.get("reason", "")), str(inst.get("message", ""))
+        if any(s.cause in causes for s in classify(reason, f"{reason} {message}")):
+            return doc.id
+    return None
+
+
 def _health(ev: Evidence) -> Document | None:
     return ev.document("health")
 
@@ -44,8 +64,12 @@ def control_plane(ev: Evidence, subject: str) -> Iterator[Finding]:
             continue
         name = str(dep.get("name", ""))
         cause, at_cluster, beside, remedy = DEPENDENCIES.get(name, (f"{name}-failing", 60, 30, ""))
+        cites: tuple[str, ...] = (doc.id,)
+        symptom = _symptom_of(ev, subject, EXPLAINS.get(name, frozenset()))
+        if symptom is not None:  # the workload fails the way this dependency's loss makes it fail
+            beside, cites = 94.0, (doc.id, symptom)
         yield Finding(cause, subject, f"{name} is failing: {dep.get('reason', '')}", at_cluster if cluster else beside,
-                      (doc.id,), remedy, "control_plane", {"dependency": name, "mode": mode})
+                      cites, remedy, "control_plane", {"dependency": name, "mode": mode})
     if mode != "normal":
         store_down = not body.get("storeOk", True)
         cause = "store-unreachable" if store_down else f"{mode}-mode"

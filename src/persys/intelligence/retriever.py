@@ -148,20 +148,23 @@ class Retriever:
                     events += [e for e in await self._events(f"node/{n}", looked)
                                if e.kind in ("NodeNotReady", "NodeLost", "NodeReady", "NodeDeleted")]
             if any(i.get("phase") == "Pending" for i in insts):
-                docs += await self._explains(name, looked)
+                docs += await self._explains(name, looked, rev, {d.name for d in docs if d.kind == "node"})
             series = await self._series("workload", name, "memory", "max", looked)
             series += await self._series("workload", name, "cpu", "avg", looked)
             logs = await self._logs(view, looked)
             return Evidence(self.clock(), tuple(docs), tuple(events), tuple(series), tuple(logs), tuple(looked))
 
-    async def _explains(self, name: str, looked: list[str]) -> list[Document]:
+    async def _explains(self, name: str, looked: list[str], rev: int, have: set[str]) -> list[Document]:
+        """Each node's filter verdicts for a Pending workload; with them the node's own document
+        where its runtime refused it (a runtime that exists but does not work says why there)."""
         try:
             nodes = await self.api.list_nodes()
         except SchedulerError as err:
             looked.append(f"nodes: {err.code}: {err}")
             return []
+        views = {str(x.get("id", "")): x for x in nodes}
         out = []
-        for n in sorted(str(x.get("id", "")) for x in nodes)[:EXPLAIN_NODES]:
+        for n in sorted(views)[:EXPLAIN_NODES]:
             try:
                 ans = await self.api.explain(name, n)
             except SchedulerError as err:
@@ -169,6 +172,9 @@ class Retriever:
                 continue
             if ans.get("node"):
                 out.append(Document("explain", name, n, ans["node"]))
+                refused = {f.get("code") for f in ans["node"].get("filters") or () if not f.get("passed", True)}
+                if refused & {"runtime_unsupported", "storage_driver_missing"} and n not in have:
+                    out.append(Document("node", n, str(rev), views[n]))
         if len(nodes) > EXPLAIN_NODES:
             looked.append(f"explain {name}: {len(nodes) - EXPLAIN_NODES} nodes past the first {EXPLAIN_NODES} "
                           "not asked")

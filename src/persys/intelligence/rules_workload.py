@@ -176,10 +176,29 @@ def pending_placement(ev: Evidence, subject: str) -> Iterator[Finding]:
         text = next((v.split(": ", 1)[1] for v in sorted(verdicts) if v.startswith(f"{code}: ")), stored)
         yield Finding(cause, subject, f"Pending: {len(cites)}/{total} nodes refuse it ({code}): {text}",
                       70 + 20 * share, (doc.id, *cites, *waits), remedy, "pending_placement", {"code": code})
+    yield from _broken_runtime(ev, doc, by_code.get("runtime_unsupported", []), subject)
     for inst in pending:
         if str(inst.get("reason", "")) in ("PlacementError", "InternalError"):
             yield Finding("placement-error", subject, f"placing it failed: {inst.get('message', '')}", 80,
                           (doc.id,), "the scheduler's log names the error", "pending_placement")
+
+
+def _broken_runtime(ev: Evidence, doc: Document, refusing: list[str], subject: str) -> Iterator[Finding]:
+    """Nodes refusing it for want of its runtime, where the runtime exists but does not work
+    (the agent's reason in the node's `capabilities.unavailable`): that is the cause, not the
+    workload's type."""
+    kind = str(doc.body.get("type", "") or (doc.body.get("spec") or {}).get("type", ""))
+    broken = []
+    for explain_id in sorted(set(refusing)):
+        node = ev.document("node", explain_id.rsplit("@", 1)[-1])
+        why = ((node.body.get("capabilities") or {}).get("unavailable") or {}).get(kind) if node else None
+        if node is not None and why:
+            broken.append((node, str(why)))
+    if broken:
+        text = "; ".join(f"{n.name}: {w}" for n, w in broken)
+        yield Finding("runtime-unavailable", subject, f"its {kind} runtime does not work on {len(broken)} node(s): "
+                      f"{text}", 92, (doc.id, *[n.id for n, _ in broken], *sorted(set(refusing))),
+                      "repair the runtime on the node (the reason above is the agent's)", "pending_placement")
 
 
 def crash_loop(ev: Evidence, subject: str) -> Iterator[Finding]:

@@ -114,6 +114,14 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/meter/labels/{label}"): ("/v1/meter/labels/app=ghost?since=1h", {}),
     ("GET", "/v1/meter/top"): ("/v1/meter/top?since=1h", {}),
     ("GET", "/v1/meter/status"): ("/v1/meter/status", {}),
+    ("GET", "/v1/why/workloads/{workload_id}"): ("/v1/why/workloads/ghost", {}),  # allowed: 404
+    ("GET", "/v1/why/nodes/{node_id}"): ("/v1/why/nodes/ghost", {}),
+    ("GET", "/v1/why/cluster"): ("/v1/why/cluster", {}),
+    ("GET", "/v1/insights"): ("/v1/insights", {}),
+    ("GET", "/v1/investigations"): ("/v1/investigations", {}),
+    ("GET", "/v1/rightsize/workloads/{workload_id}"): ("/v1/rightsize/workloads/ghost", {}),
+    ("GET", "/v1/forecast/nodes/{node_id}"): ("/v1/forecast/nodes/ghost", {}),
+    ("GET", "/v1/forecast/cluster"): ("/v1/forecast/cluster", {}),
 }
 
 

@@ -26,6 +26,7 @@ from persys.cli import (
     events_cmd,
     exec_cmds,
     follow,
+    intel_cmds,
     listing_rows,
     logs_cmd,
     meter_cmds,
@@ -661,6 +662,7 @@ app.command("cp", help=exec_cmds.CP_HELP, no_args_is_help=True)(exec_cmds.cp_com
 app.command("console", help=exec_cmds.CONSOLE_HELP, no_args_is_help=True)(exec_cmds.console_command)
 app.command("events", help=events_cmd.HELP)(events_cmd.events_command)
 app.command("logs", help=logs_cmd.HELP)(logs_cmd.logs_command)
+intel_cmds.register(app)
 
 
 @app.callback()

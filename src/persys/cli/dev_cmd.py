@@ -207,6 +207,7 @@ def dev(
                 f"  join:      {host}:{sched.join_port}  (persysctl node token create; then persys agent --join)\n"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"
+                f"  analysis:  persysctl why NAME, insights, rightsize NAME, forecast cluster (read-only)\n"
                 f"Press Ctrl-C to stop.",
                 flush=True,
             )

@@ -25,6 +25,7 @@ from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.bucket_routes import bucket_router
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
+from persys.gateway.intelligence_routes import intelligence_routes
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
@@ -138,6 +139,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(volume_router(client, parser))
     app.include_router(bucket_router(client, parser))
     app.include_router(join_router(client))
+    app.include_router(intelligence_routes(client, agent_tls))
     authorization.install(app, client)  # who calls is checked before anything is read
     # Outside authorization (a token check asks the scheduler too), inside the metrics: a storm is
     # refused at once with 503 + Retry-After beyond the bound, and the refusals are counted.

@@ -139,7 +139,7 @@ class AutomationLoop:
         instances = {i["instance"] for i in w.get("instances", [])[:cur]}
         since = spec.metric_window_seconds + METER_STEP
         answer = await self.api.meter_query("workload", spec.workload, spec.metric, since, METER_STEP, "avg")
-        fig = window_figure(series_of(answer), now, spec.metric_window_seconds, spec.metric, instances)
+        fig = window_figure(series_of(answer), now, spec.metric_window_seconds, spec.metric, METER_STEP, instances)
         v = asc.decide(spec, asc.Observation(now, cur, fig.total, fig.newest, fig.reporting), hist)
         evidence = [
             Evidence(source="meter", query={"selector": "workload", "value": spec.workload, "metric": spec.metric,

@@ -3,9 +3,11 @@ that both decide on the same figure from the same samples).
 
 A meter answer holds one series per instance, points `[bucket start, value]` at the query's
 step. A window's figure per instance is the mean of its points in (now - window, now]; the
-workload's total is the sum over the instances that have any (`reporting`); the newest point's
-time says how fresh it is. Only the instances named (the workload's current ones) count: an
-instance removed by a scale-in keeps points in the window, and must not count as load.
+workload's total is the sum over the instances still reporting: those whose newest point is
+within `LIVE_STEPS` steps of the newest point of any. An instance removed by a scale-in keeps
+points in the window but stops reporting, so it soon stops counting as load; the rule reads the
+data alone, so replay (which does not know which instances existed when) applies it the same way.
+`reporting` counts the live instances that are among the workload's current ones (live loop).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 MIB = 1024 * 1024
+LIVE_STEPS = 2  # an instance whose newest point is this many steps behind the newest of all has stopped
 
 
 @dataclass(frozen=True)
@@ -42,20 +45,16 @@ def scale(metric: str, value: float) -> float:
     return value / MIB if metric == "memory" else value
 
 
-def window_figure(series: Iterable[Series], now: float, window: float, metric: str,
+def window_figure(series: Iterable[Series], now: float, window: float, metric: str, step: float,
                   instances: Collection[str] | None = None) -> WindowFigure:
-    total, newest, reporting = 0.0, None, 0
-    for s in series:
-        if instances is not None and s.key not in instances:
-            continue
-        pts = [(t, v) for t, v in s.points if now - window < t <= now]
-        if not pts:
-            continue
-        reporting += 1
-        total += scale(metric, sum(v for _, v in pts) / len(pts))
-        last = max(t for t, _ in pts)
-        newest = last if newest is None else max(newest, last)
-    return WindowFigure(total if reporting else None, newest, reporting)
+    inside = [(s.key, pts) for s in series if (pts := [(t, v) for t, v in s.points if now - window < t <= now])]
+    if not inside:
+        return WindowFigure(None, None, 0)
+    newest = max(t for _, pts in inside for t, _ in pts)
+    live = [(key, pts) for key, pts in inside if max(t for t, _ in pts) > newest - LIVE_STEPS * step]
+    total = sum(scale(metric, sum(v for _, v in pts) / len(pts)) for _, pts in live)
+    reporting = sum(1 for key, _ in live if instances is None or key in instances)
+    return WindowFigure(total, newest, reporting)
 
 
 def instances_with_points(series: Sequence[Series], start: float, end: float) -> set[str]:

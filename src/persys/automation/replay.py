@@ -19,7 +19,13 @@ from persys.automation.autoscale import Action, History, Observation, Verdict, d
 from persys.automation.observe import Series, window_figure
 from persys.model.automation import Autoscale
 
-FLAP_SECONDS = 300  # an action reversing the previous one within this long is a flap (HPA's default window)
+MIN_FLAP_SECONDS = 60
+
+
+def flap_seconds(spec: Autoscale) -> int:
+    """An action reversing the previous one within this long is a flap: the longer stabilisation
+    window (a reversal the windows let through quickly), at least a minute."""
+    return max(MIN_FLAP_SECONDS, spec.stabilization.down_seconds, spec.stabilization.up_seconds)
 STEPS = (10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21_600, 86_400)  # the meter's whole-table steps
 MAX_POINTS = 5_000
 
@@ -71,13 +77,13 @@ def simulate(spec: Autoscale, steps: Sequence[Step], start_replicas: int, histor
     return out
 
 
-def steps_from_series(spec: Autoscale, series: Sequence[Series], start: float, end: float, interval: int
-                      ) -> list[Step]:
-    """One observation every `interval` from `start` (after a whole metric window) to `end`."""
+def steps_from_series(spec: Autoscale, series: Sequence[Series], start: float, end: float, interval: int,
+                      step: int) -> list[Step]:
+    """One observation every `interval` from `start` to `end` (the series at the meter `step`)."""
     steps = []
-    t = start + spec.metric_window_seconds
+    t = start
     while t <= end:
-        fig = window_figure(series, t, spec.metric_window_seconds, spec.metric)
+        fig = window_figure(series, t, max(spec.metric_window_seconds, step), spec.metric, step)
         steps.append(Step(t, fig.total, fig.newest))
         t += interval
     return steps
@@ -86,9 +92,9 @@ def steps_from_series(spec: Autoscale, series: Sequence[Series], start: float, e
 def report(spec: Autoscale, replay: Replay, interval: int) -> dict[str, Any]:
     acts = replay.actions()
     span = (replay.decisions[-1].ts - replay.decisions[0].ts + interval) if replay.decisions else 0.0
-    flaps = 0
+    flaps, within = 0, flap_seconds(spec)
     for prev, cur in itertools.pairwise(acts):
-        if (cur[2] - cur[1]) * (prev[2] - prev[1]) < 0 and cur[0] - prev[0] <= FLAP_SECONDS:
+        if (cur[2] - cur[1]) * (prev[2] - prev[1]) < 0 and cur[0] - prev[0] <= within:
             flaps += 1
     over = sum(interval for d in replay.decisions
                if d.verdict.per_replica is not None and d.verdict.per_replica > spec.target * (1 + spec.tolerance.up))
@@ -100,7 +106,7 @@ def report(spec: Autoscale, replay: Replay, interval: int) -> dict[str, Any]:
         "actions": len(acts),
         "actionsPerHour": round(len(acts) * 3600 / span, 3) if span else 0.0,
         "flaps": flaps,
-        "flapSeconds": FLAP_SECONDS,
+        "flapSeconds": within,
         "secondsOverTarget": over,
         "fractionOverTarget": round(over / span, 4) if span else 0.0,
         "heldBy": held,

@@ -44,7 +44,8 @@ async def replay_policy(api: AutomationApi, name: str, window: float, now: float
     start = float(answer.get("start", now - window - spec.metric_window_seconds))
     end = float(answer.get("end", now))
     # Decisions every `interval` as live when the step allows it, else one per step.
-    steps = steps_from_series(spec, series_of(answer), start, end, max(interval, step))
+    steps = steps_from_series(spec, series_of(answer), start + spec.metric_window_seconds, end, max(interval, step),
+                              step)
     result = report(spec, simulate(spec, steps, start_replicas), max(interval, step))
     return {"policy": name, "version": policy.version, "workload": spec.workload, "metric": spec.metric,
             "target": spec.target, "startReplicas": start_replicas, "start": start, "end": end,

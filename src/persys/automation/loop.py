@@ -19,6 +19,7 @@ from typing import Any
 
 from persys.automation import autoscale as asc
 from persys.automation.observe import series_of, window_figure
+from persys.automation.rebalance_run import RebalanceLoop
 from persys.automation.remediate_run import RemediateLoop
 from persys.automation.seams import AutomationApi, IntelligenceSignals
 from persys.client import SchedulerError
@@ -66,6 +67,7 @@ class AutomationLoop:
         self.signals = signals  # Persys Intelligence, when present (docs/automation.md)
         self.states: dict[str, PolicyState] = {}
         self.remediate = RemediateLoop(api)
+        self.rebalance = RebalanceLoop(api)
         self.passes = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -112,8 +114,7 @@ class AutomationLoop:
                 return [await self._autoscale(p, st, now, base)]
             if p.spec.sort == Sort.REMEDIATE:
                 return await self.remediate.decide(p, now, base)
-            return [Decision(**base, outcome=Outcome.NONE, reason="rebalance is not evaluated by this loop yet "
-                             "(docs/automation.md)")]
+            return await self.rebalance.decide(p, now, base)
         except SchedulerError as err:
             return [Decision(**base, outcome=Outcome.FAILED, reason=f"{err.code}: {err.message}"[:1000])]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 import time
 from collections.abc import Iterator
@@ -27,7 +28,8 @@ POLICY = {"apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayCluster, dict[str, TLSFiles]]]:
-    c = start_cluster(tmp_path_factory.mktemp("policies"), with_agent=False)
+    c = start_cluster(tmp_path_factory.mktemp("policies"), with_agent=False,
+                      scheduler_args=("--metrics-plain-listen", "127.0.0.1:0"))
     try:
         yield c, role_identities(c.pki)
     finally:
@@ -137,4 +139,10 @@ def test_decision_log_and_pause(cluster: tuple[GatewayCluster, dict[str, TLSFile
         listing = viewer.get("/v1/automation/policies").json()
         assert listing["pause"]["paused"] is False and listing["items"][0]["spec"]["paused"] is False
         assert listing["items"][0]["version"] == 3  # pause and resume each changed the spec
+        # The scheduler counts the decisions it recorded, by sort, outcome and limit.
+        m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", c.scheduler.text())
+        assert m, c.scheduler.text()[-2000:]
+        text = httpx.get(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=10).text
+        assert 'persys_automation_decisions_total{sort="autoscale",outcome="acted",held_by="none"} 1' in text
+        assert 'persys_automation_decisions_total{sort="autoscale",outcome="none",held_by="stabilization"} 1' in text
         op.delete("/v1/automation/policies/web-cpu")

@@ -30,7 +30,16 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from persys.model.base import Model
 from persys.model.manifest import ManifestError, format_validation_error
@@ -241,11 +250,12 @@ class Decision(Model):
     reason: Annotated[StrictStr, Field(max_length=1000)] = ""
     actor: StrictStr = ""  # the identity that recorded it (the automation's)
 
-    @model_validator(mode="after")
-    def _held(self) -> Decision:
-        if self.held_by not in HELD_BY:
-            raise ValueError(f"heldBy: {self.held_by!r} is not one of {', '.join(h for h in HELD_BY if h)}")
-        return self
+    @field_validator("held_by")
+    @classmethod
+    def _held(cls, v: str) -> str:
+        if v not in HELD_BY:
+            raise ValueError(f"{v[:40]!r} is not one of {', '.join(h for h in HELD_BY if h)}")
+        return v
 
 
 def policy_name_problem(name: str) -> str:

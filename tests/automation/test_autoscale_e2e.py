@@ -98,10 +98,15 @@ def test_scale_out_under_load_and_back_in(cluster: Components, docker_engine: Do
         c.ctl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies))
         until = int(time.time()) + BURN_SECONDS
         c.ctl("apply", "-f", "-", stdin=burner(burn, until))
+        first, _ = eventually(lambda: (w := c.workload(burn))["phase"] == "Running" and w["instances"][0]["runtimeId"],
+                              60, "the burner Running")
         (_, out_after) = eventually(lambda: c.workload(burn)["replicas"] == 2, 120, "the scale-out")
         (_, in_after) = eventually(lambda: c.workload(burn)["replicas"] == 1, BURN_SECONDS + 150, "the scale-in")
         print(f"automation e2e: scale-out {out_after:.0f}s after the apply, scale-in {in_after:.0f}s after that")
         assert time.time() > until  # not before the load stopped
+        # A scale is not a new revision: the first replica ran on, never restarted.
+        after = c.workload(burn)["instances"][0]
+        assert (after["runtimeId"], after["restarts"]) == (first, 0), after
 
         decisions = log(c, "burn-cpu")
         acted = [d for d in decisions if d["outcome"] == "acted"]

@@ -12,8 +12,9 @@ data alone, so replay (which does not know which instances existed when) applies
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MIB = 1024 * 1024
 LIVE_STEPS = 2  # an instance whose newest point is this many steps behind the newest of all has stopped
@@ -22,7 +23,17 @@ LIVE_STEPS = 2  # an instance whose newest point is this many steps behind the n
 @dataclass(frozen=True)
 class Series:
     key: str  # the instance
-    points: tuple[tuple[float, float], ...]
+    points: tuple[tuple[float, float], ...]  # sorted by time here (the meter answers them so)
+    times: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pts = tuple(sorted(self.points))
+        object.__setattr__(self, "points", pts)
+        object.__setattr__(self, "times", tuple(t for t, _ in pts))
+
+    def within(self, start: float, end: float) -> tuple[tuple[float, float], ...]:
+        """The points in (start, end], found by bisection: replay asks this for every decision."""
+        return self.points[bisect.bisect_right(self.times, start):bisect.bisect_right(self.times, end)]
 
 
 @dataclass(frozen=True)
@@ -47,11 +58,11 @@ def scale(metric: str, value: float) -> float:
 
 def window_figure(series: Iterable[Series], now: float, window: float, metric: str, step: float,
                   instances: Collection[str] | None = None) -> WindowFigure:
-    inside = [(s.key, pts) for s in series if (pts := [(t, v) for t, v in s.points if now - window < t <= now])]
+    inside = [(s.key, pts) for s in series if (pts := s.within(now - window, now))]
     if not inside:
         return WindowFigure(None, None, 0)
-    newest = max(t for _, pts in inside for t, _ in pts)
-    live = [(key, pts) for key, pts in inside if max(t for t, _ in pts) > newest - LIVE_STEPS * step]
+    newest = max(pts[-1][0] for _, pts in inside)
+    live = [(key, pts) for key, pts in inside if pts[-1][0] > newest - LIVE_STEPS * step]
     total = sum(scale(metric, sum(v for _, v in pts) / len(pts)) for _, pts in live)
     reporting = sum(1 for key, _ in live if instances is None or key in instances)
     return WindowFigure(total, newest, reporting)

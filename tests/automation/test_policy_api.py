@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import yaml
 
 from persys.client import SchedulerClient
 from persys.tlsfiles import TLSFiles
-from tests.e2e.harness import ctl
+from tests.e2e.harness import ctl, persys
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.security.role_certs import role_identities
 
@@ -146,3 +147,15 @@ def test_decision_log_and_pause(cluster: tuple[GatewayCluster, dict[str, TLSFile
         assert 'persys_automation_decisions_total{sort="autoscale",outcome="acted",held_by="none"} 1' in text
         assert 'persys_automation_decisions_total{sort="autoscale",outcome="none",held_by="stabilization"} 1' in text
         op.delete("/v1/automation/policies/web-cpu")
+
+
+def test_persys_automation_refuses_to_run_without_its_rights(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]
+                                                               ) -> None:
+    c, ids = cluster
+    p = subprocess.run(persys("automation", "--scheduler", c.scheduler_target, "--tls-dir", str(c.pki), "--name",
+                              ids["viewer"].cert.stem), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "automation cannot run: PERMISSION_DENIED" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    p = subprocess.run(persys("automation", "--scheduler", c.scheduler_target, "--tls-dir", str(c.pki), "--name",
+                              "nobody-here"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--tls-dir:" in p.stderr and "not found" in p.stderr, p.stderr

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, fail, out
+from persys.cli.api import Api, OutputOpt, ServerOpt, age_text, emit, out
 from persys.cli.safe_text import cell, printable
 
 if TYPE_CHECKING:
@@ -19,7 +19,12 @@ automation_app = typer.Typer(
     help="The automation: what it decided and did under each policy (kind: Policy), and its off switch.\n\n"
     "Every decision is recorded, also \"do nothing\": the policy and its version, the inputs with their "
     "evidence (meter query and range, store object), the raw desired value and the limit that held it "
-    "(tolerance, stabilization, rate, cooldown, min, max, stale, fallback, hold, paused).",
+    "(tolerance, stabilization, rate, cooldown, min, max, stale, fallback, hold, paused).\n\n"
+    "Examples:\n\n"
+    "  persysctl apply -f policy.yaml            # kind: Policy (docs/automation.md)\n\n"
+    "  persysctl automation log web-cpu --since 1h --outcome acted\n\n"
+    "  persysctl automation pause --reason 'maintenance'   # everything; `pause web-cpu`: one policy\n\n"
+    "  persysctl policy replay web-cpu --since 7d   # what it would have done, before enabling it",
     no_args_is_help=True)
 
 
@@ -209,7 +214,3 @@ def replay_cmd(name: str, since: str, start_replicas: int, output: str, server: 
     lines += [f"  {_when(a['ts'])} scale {a['from']}->{a['to']}" for a in r["actionList"][:50]]
     out.print(printable("\n".join(lines), keep_newlines=True), markup=False, highlight=False)
 
-
-def check_output_text(output: str) -> None:
-    if output not in ("text", "json", "yaml"):
-        fail("-o: text, json or yaml")

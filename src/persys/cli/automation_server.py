@@ -18,6 +18,10 @@ from persys.cli.server_common import run_main, setup_logging, until_signalled
 from persys.cli.server_errors import ServerError
 from persys.tlsfiles import TLSFiles
 
+# The rights the automation acts with (docs/automation.md): an operator's.
+NEEDED = (("list", "automation-policies"), ("record", "automation-decisions"), ("list", "automation-decisions"),
+          ("apply", "workloads"), ("control", "workloads"), ("cordon", "nodes"), ("get", "telemetry"))
+
 
 def automation(
     scheduler_addr: str = typer.Option(..., "--scheduler", help="Scheduler gRPC address(es) host:port[,host:port]."),
@@ -47,7 +51,13 @@ def automation(
         async def started() -> None:
             loop = AutomationLoop(client, tick=tick)
             try:
-                await loop.run_once()  # fails here, with the reason, if the identity may not
+                # What it will do, asked now: a missing right is one line at start, not a failed action later.
+                missing = [f"{verb} {resource}" for verb, resource in NEEDED
+                           if not (await client.can_i(verb, resource))["allowed"]]
+                if missing:
+                    raise ServerError(f"automation cannot run: PERMISSION_DENIED: this identity may not "
+                                      f"{', '.join(missing)} (give it a certificate in persys:operators)")
+                await loop.run_once()
             except SchedulerError as err:
                 raise ServerError(f"automation cannot run: {err.code}: {err.message}") from None
             tasks.append(asyncio.create_task(loop.run(stop)))

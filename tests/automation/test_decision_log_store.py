@@ -65,6 +65,13 @@ async def test_record_list_trim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             await api.list_decisions("p", 0, 6000, "")
         with pytest.raises(ManifestError, match="outcome"):
             await api.list_decisions("p", 0, 10, "maybe")
+        # A policy held at the same count decides the same every interval: one event, then one per change.
+        shell.events.clear()
+        for k in range(3):
+            await api.record([decision(t0 + 300 + k, "h", "none", "max")], "user:auto")
+        await api.record([decision(t0 + 310, "h", "none", "stabilization")], "user:auto")
+        await api.record([decision(t0 + 311, "h", "dry-run"), decision(t0 + 312, "h", "dry-run")], "user:auto")
+        assert [k for k, _, _ in shell.events] == ["AutomationHeld", "AutomationHeld", "AutomationDryRun"]
         counted = shell.metrics.metrics.counter("persys_automation_decisions_total")
         assert counted.value(("autoscale", "none", "none")) == 60
         assert counted.value(("autoscale", "none", "tolerance")) == counted.value(("autoscale", "acted", "none")) == 1

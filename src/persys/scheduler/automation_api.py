@@ -55,6 +55,7 @@ class AutomationApi:
         self._seq = itertools.count()
         self._since_trim: dict[str, int] = {}
         self.counter = shell.metrics.metrics.counter("persys_automation_decisions_total")
+        self._last: dict[str, tuple[str, str, Any]] = {}  # per policy: the last decision's gist (events)
 
     # -- policies --------------------------------------------------------------------------------
 
@@ -171,8 +172,9 @@ class AutomationApi:
             await self.s.store.txn([], ops)
         for d in out:
             self.counter.inc((d.sort.value, d.outcome.value, d.held_by or "none"))
-            if d.outcome != Outcome.NONE or d.held_by not in ("", "tolerance"):
+            if _newsworthy(d, self._last.get(d.policy)):
                 self.s.emit(_event_kind(d), f"policy/{d.policy}", _event_text(d))
+            self._last[d.policy] = _gist(d)
             self._since_trim[d.policy] = self._since_trim.get(d.policy, 0) + 1
         for policy in {d.policy for d in out}:
             if self._since_trim.get(policy, 0) >= TRIM_SLACK:
@@ -204,6 +206,22 @@ class AutomationApi:
                 found.append((did, d))
         found.sort(key=lambda pair: pair[0])
         return [d.to_doc() for _, d in found[-limit:]]
+
+
+def _gist(d: Decision) -> tuple[str, str, Any]:
+    return d.outcome.value, d.held_by, d.desired
+
+
+def _newsworthy(d: Decision, last: tuple[str, str, Any] | None) -> bool:
+    """Whether a decision is an event: every action done or failed; a dry-run action, a pause or
+    a held change only when it differs from the policy's previous decision (a policy held at its
+    maximum decides the same every interval: one event, not one per interval); never a plain
+    "nothing to do" (within tolerance)."""
+    if d.outcome in (Outcome.ACTED, Outcome.FAILED):
+        return True
+    if d.outcome == Outcome.NONE and d.held_by in ("", "tolerance"):
+        return False
+    return _gist(d) != last
 
 
 def _event_kind(d: Decision) -> str:

@@ -194,18 +194,23 @@ class AutomationApi:
             raise ManifestError([f"limit: {limit} is not between 1 and {MAX_LIST}"])
         if outcome and outcome not in {o.value for o in Outcome}:
             raise ManifestError([f"outcome: {outcome[:40]!r} is not one of {', '.join(o.value for o in Outcome)}"])
-        found: list[tuple[str, Decision]] = []
+        # Ids are times: select by key, newest first, and parse only what is answered.
+        raw: list[tuple[str, bytes]] = []
         async for kvs, _ in self.s.store.range_pages(decision_prefix(policy) if policy else DECISIONS):
             for kv in kvs:
                 did = kv.key.rsplit("/", 1)[1]
-                if since and decision_time(did) < since:
-                    continue
-                d = Decision.model_validate_json(kv.value)
-                if outcome and d.outcome.value != outcome:
-                    continue
-                found.append((did, d))
-        found.sort(key=lambda pair: pair[0])
-        return [d.to_doc() for _, d in found[-limit:]]
+                if not since or decision_time(did) >= since:
+                    raw.append((did, kv.value))
+        raw.sort(key=lambda pair: pair[0], reverse=True)
+        found: list[Decision] = []
+        for _, value in raw:
+            d = Decision.model_validate_json(value)
+            if outcome and d.outcome.value != outcome:
+                continue
+            found.append(d)
+            if len(found) >= limit:
+                break
+        return [d.to_doc() for d in reversed(found)]
 
 
 def _gist(d: Decision) -> tuple[str, str, Any]:

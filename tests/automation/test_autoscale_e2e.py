@@ -151,6 +151,8 @@ def test_scale_out_under_load_and_back_in(cluster: Components, docker_engine: Do
         # test_replay_agreement; here: it reads this meter and sees the load).
         rep = json.loads(c.ctl("policy", "replay", "burn-cpu", "--since", "10m", "--start-replicas", "1",
                                "-o", "json").stdout)
-        assert rep["actions"] >= 2 and rep["replicas"]["max"] == 2 and rep["flaps"] == 0, rep
+        # (a reversal within a minute is a flap: on a loaded machine the samples come late and the
+        # 50 s load's scale-out and scale-in may fall within one)
+        assert rep["actions"] >= 2 and rep["replicas"]["max"] == 2 and rep["flaps"] <= 1, rep
     finally:
         auto.stop()

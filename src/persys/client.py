@@ -11,6 +11,8 @@ import grpc
 from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import (
+    automation_pb2,
+    automation_pb2_grpc,
     buckets_pb2,
     buckets_pb2_grpc,
     meter_pb2,
@@ -78,6 +80,7 @@ class SchedulerClient:
         self._meter_stubs = [meter_pb2_grpc.MeterStub(c) for c in self._channels]
         self._volume_stubs = [volumes_pb2_grpc.VolumesStub(c) for c in self._channels]
         self._bucket_stubs = [buckets_pb2_grpc.BucketsStub(c) for c in self._channels]
+        self._automation_stubs = [automation_pb2_grpc.AutomationStub(c) for c in self._channels]
 
     async def reload_tls(self, tls: TLSFiles) -> None:
         """New calls go out on channels with `tls` read again (a renewed certificate, a rotated CA
@@ -401,6 +404,45 @@ class SchedulerClient:
         req = buckets_pb2.DeleteBucketKeyRequest(bucket=bucket, key_id=key_id)
         r = await self._call("DeleteBucketKey", req, stubs=self._bucket_stubs)
         return {"deleted": r.deleted, "alreadyGone": r.already_gone}
+
+    # ---------------------------------------------------------------- Automation service
+
+    async def apply_automation_policy(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        req = automation_pb2.ApplyAutomationPolicyRequest(manifest_json=json.dumps(manifest).encode(), dry_run=dry_run)
+        r = await self._call("ApplyAutomationPolicy", req, stubs=self._automation_stubs)
+        return {"policy": _document(r.policy_json), "created": r.created, "changed": r.changed}
+
+    async def get_automation_policy(self, name: str) -> dict[str, Any]:
+        r = await self._call("GetAutomationPolicy", automation_pb2.AutomationPolicyName(name=name),
+                             stubs=self._automation_stubs)
+        return _document(r.policy_json)
+
+    async def list_automation_policies(self) -> dict[str, Any]:
+        """{"items": [policy, ...], "pause": {"paused", "by", "at", "reason"}}."""
+        r = await self._call("ListAutomationPolicies", automation_pb2.ListAutomationPoliciesRequest(),
+                             stubs=self._automation_stubs)
+        return {"items": [_document(i) for i in r.items], "pause": _document(r.pause_json)}
+
+    async def delete_automation_policy(self, name: str) -> dict[str, bool]:
+        r = await self._call("DeleteAutomationPolicy", automation_pb2.AutomationPolicyName(name=name),
+                             stubs=self._automation_stubs)
+        return {"deleted": r.deleted, "alreadyGone": r.already_gone}
+
+    async def set_automation_pause(self, policy: str, paused: bool, reason: str = "") -> dict[str, Any]:
+        req = automation_pb2.SetAutomationPauseRequest(policy=policy, paused=paused, reason=reason)
+        r = await self._call("SetAutomationPause", req, stubs=self._automation_stubs)
+        return {"items": [_document(i) for i in r.items], "pause": _document(r.pause_json)}
+
+    async def record_decisions(self, decisions: list[dict[str, Any]]) -> list[str]:
+        req = automation_pb2.RecordDecisionsRequest(decisions=[json.dumps(d).encode() for d in decisions])
+        r = await self._call("RecordDecisions", req, stubs=self._automation_stubs)
+        return list(r.ids)
+
+    async def list_decisions(self, policy: str = "", since: float = 0.0, limit: int = 0, outcome: str = ""
+                             ) -> list[dict[str, Any]]:
+        req = automation_pb2.ListDecisionsRequest(policy=policy, since=since, limit=limit, outcome=outcome)
+        r = await self._call("ListDecisions", req, stubs=self._automation_stubs)
+        return [_document(i) for i in r.items]
 
     async def health(self, as_self: bool = False) -> dict[str, Any]:
         """The health document; `as_self`: asked by this gateway itself, for no caller (/readyz,

@@ -105,6 +105,15 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/buckets/{name}/keys"): ("/v1/buckets/ghost/keys", {}),
     ("POST", "/v1/buckets/{name}/keys"): ("/v1/buckets/ghost/keys", {"json": {"role": "read-only"}}),
     ("DELETE", "/v1/buckets/{name}/keys/{key_id}"): ("/v1/buckets/ghost/keys/abc123", {}),
+    # Automation: allowed calls on a policy that does not exist answer 404 or 400, writing nothing.
+    ("GET", "/v1/automation/policies"): ("/v1/automation/policies", {}),
+    ("POST", "/v1/automation/policies"): ("/v1/automation/policies", {"json": {}}),
+    ("GET", "/v1/automation/policies/{name}"): ("/v1/automation/policies/ghost", {}),
+    ("DELETE", "/v1/automation/policies/{name}"): ("/v1/automation/policies/ghost", {}),
+    ("GET", "/v1/automation/policies/{name}/replay"): ("/v1/automation/policies/ghost/replay", {}),
+    ("GET", "/v1/automation/decisions"): ("/v1/automation/decisions", {}),
+    ("POST", "/v1/automation/pause"): ("/v1/automation/pause?policy=ghost", {}),
+    ("POST", "/v1/automation/resume"): ("/v1/automation/resume?policy=ghost", {}),
     ("POST", "/v1/join-tokens"): ("/v1/join-tokens", {"json": {"ttlSeconds": 1}}),  # allowed: 422 (under 1 min)
     ("GET", "/v1/join-tokens"): ("/v1/join-tokens", {}),
     ("DELETE", "/v1/join-tokens/{token_id}"): ("/v1/join-tokens/zzzzzz", {}),

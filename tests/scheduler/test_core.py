@@ -268,6 +268,25 @@ async def test_replicas_spread_across_zones_and_scale(make: Callable) -> None:
     assert s.state.placement_of["web"] == first
 
 
+async def test_a_scale_keeps_the_revision_so_nothing_restarts(make: Callable) -> None:
+    s = await make()
+    await s.register(node("n1"))
+    (m,) = parse_manifests(manifest("web"))
+    w1, _, _ = await s.apply(m)
+    await settle(s, lambda: "web" in s.state.placement_of)
+    (m3,) = parse_manifests(manifest("web", extra="  replicas: 3\n"))
+    w3, created, changed = await s.apply(m3)
+    assert (created, changed) == (False, True) and w3.spec.replicas == 3
+    assert (w3.revision, w3.generation) == (w1.revision, w1.generation)  # a scale is not a new revision
+    await settle(s, lambda: all(i in s.state.placement_of for i in ("web", "web.1", "web.2")))
+    assert {a.value.revision for a in s.state.assignments["n1"].values()} == {w1.revision}
+    again, _, changed = await s.apply(m3)
+    assert not changed and again.revision == w1.revision
+    (m4,) = parse_manifests(manifest("web", mem=128, extra="  replicas: 3\n"))
+    w4, _, _ = await s.apply(m4)  # a real change of the spec still is
+    assert w4.revision == w4.spec.spec_revision() != w1.revision and w4.generation == w1.generation + 1
+
+
 async def test_avoid_nodes_is_respected(make: Callable) -> None:
     s = await make()
     await s.register(node("n1"))

@@ -7,6 +7,7 @@ from google.protobuf.descriptor import MethodDescriptor
 
 from persys._pb.persys.v1 import (
     auth_pb2,
+    automation_pb2,
     buckets_pb2,
     certificates_pb2,
     control_pb2,
@@ -18,7 +19,7 @@ from persys._pb.persys.v1 import (
 )
 
 MODULES = (control_pb2, auth_pb2, policy_pb2, secrets_pb2, certificates_pb2, watch_pb2, meter_pb2, volumes_pb2,
-           buckets_pb2)
+           buckets_pb2, automation_pb2)
 
 
 def scheduler_methods() -> dict[str, MethodDescriptor]:

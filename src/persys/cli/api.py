@@ -195,7 +195,7 @@ def resource_kind(kind: str) -> str:
     """The canonical resource kind (workloads, nodes, secrets, volumes or buckets) a user typed."""
     k = KINDS.get(kind.lower())
     if k is None:
-        fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets, volumes or buckets)")
+        fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets, volumes, buckets or policies)")
     return k
 
 

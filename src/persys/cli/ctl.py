@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from rich.text import Text
 
 from persys.cli import (
     apply_wait,
+    automation_cmds,
     bucket_cmds,
     ctl_tracing,
     events_cmd,
@@ -69,6 +70,7 @@ from persys.model.label_selector import parse as parse_selector
 from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
 
 if TYPE_CHECKING:  # the models load only for the commands that read manifests (startup time)
+    from persys.model.automation import PolicyManifest
     from persys.model.bucket import BucketManifest
     from persys.model.secret import SecretManifest
     from persys.model.volume import VolumeManifest
@@ -134,6 +136,7 @@ class _Files:
     secrets: list[SecretManifest]
     volumes: list[VolumeManifest]
     buckets: list[BucketManifest]
+    policies: list[PolicyManifest] = field(default_factory=list)
 
 
 def _read_files(files: list[Path]) -> _Files:
@@ -145,6 +148,7 @@ def _read_files(files: list[Path]) -> _Files:
     secrets: list[SecretManifest] = []
     volumes: list[VolumeManifest] = []
     buckets: list[BucketManifest] = []
+    policies: list[PolicyManifest] = []
     for f in _expand_dirs(files):
         if str(f) == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -162,6 +166,7 @@ def _read_files(files: list[Path]) -> _Files:
             secrets += found.secrets
             volumes += found.volumes
             buckets += found.buckets
+            policies += found.policies
             for m in found.workloads:
                 doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
@@ -169,7 +174,7 @@ def _read_files(files: list[Path]) -> _Files:
                 docs.append((source, doc))
         except ManifestError as e:
             fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
-    return _Files(docs, secrets, volumes, buckets)
+    return _Files(docs, secrets, volumes, buckets, policies)
 
 
 APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
@@ -216,6 +221,7 @@ def apply(
     secret_results = secret_cmds.apply_secrets(api, found.secrets, dry_run) if found.secrets else []
     secret_results += volume_cmds.apply_volumes(api, found.volumes, dry_run) if found.volumes else []
     secret_results += bucket_cmds.apply_buckets(api, found.buckets, dry_run) if found.buckets else []
+    secret_results += automation_cmds.apply_policies(api, found.policies, dry_run) if found.policies else []
     results: list[dict[str, Any]] = []
     if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
         for batch in _batches([d for _, d in docs]):
@@ -295,6 +301,11 @@ def get(
         if watch:
             fail("-w follows workloads and nodes; buckets change through `persysctl events -f` (Bucket* events)")
         bucket_cmds.get_buckets(api, name, output)
+        return
+    if k == "policies":
+        if watch:
+            fail("-w follows workloads and nodes; policies change through `persysctl events -f` (Policy* events)")
+        automation_cmds.get_policies(api, name, output)
         return
     if watch:
         follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {},
@@ -401,6 +412,9 @@ def describe(
         return
     if k == "buckets":
         bucket_cmds.describe_bucket(api, name, output)
+        return
+    if k == "policies":
+        automation_cmds.describe_policy(api, name, output)
         return
     item = api.request("GET", f"/v1/{k}/{name}")
     if output == "text":
@@ -510,6 +524,9 @@ def delete(
             return
         if resource_kind(kind) == "volumes":
             volume_cmds.delete_volume(Api(server), name)
+            return
+        if resource_kind(kind) == "policies":
+            automation_cmds.delete_policy(Api(server), name)
             return
         if resource_kind(kind) == "buckets":
             r = Api(server).request("DELETE", f"/v1/buckets/{name}", params={"purge": "false"})
@@ -653,6 +670,7 @@ app.add_typer(auth_app, name="auth")
 app.add_typer(secret_cmds.secret_app, name="secret")
 app.add_typer(volume_cmds.volume_app, name="volume")
 app.add_typer(bucket_cmds.bucket_app, name="bucket")
+app.add_typer(automation_cmds.automation_app, name="automation")
 app.add_typer(object_cmds.object_app, name="object")
 app.add_typer(node_app, name="node")
 app.add_typer(config_app, name="config")

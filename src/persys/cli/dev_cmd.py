@@ -17,6 +17,7 @@ import yaml
 
 from persys.cli import tracing_opts
 from persys.cli.config import ClientConfig, persys_home
+from persys.cli.dev_automation import AUTOMATION_USER, start_dev_automation
 from persys.cli.server_common import (
     check_node_id,
     default_runtimes,
@@ -192,6 +193,8 @@ def dev(
                 gw.metrics.include(sched.metrics)
             for agent in agents:
                 gw.metrics.include(agent.meter.metrics, {"node": agent.config.node_id})
+            # The automation (docs/automation.md), as its own operator identity.
+            parts.append(await start_dev_automation(ca, data / "automation", target))
             user = dev_admin(ca, data / "client")
             cfg_path = ClientConfig(f"https://{host}:{gw.port}", user.ca, user.cert, user.key).save()
             for agent in agents:
@@ -204,6 +207,7 @@ def dev(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
                 f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
                 f"{node_lines}"
+                f"  automation: running as {AUTOMATION_USER} (persysctl automation status)\n"
                 f"  join:      {host}:{sched.join_port}  (persysctl node token create; then persys agent --join)\n"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"

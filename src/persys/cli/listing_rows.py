@@ -24,6 +24,7 @@ KINDS = {
     "secret": "secrets", "secrets": "secrets",
     "volume": "volumes", "volumes": "volumes", "vol": "volumes",
     "bucket": "buckets", "buckets": "buckets",
+    "policy": "policies", "policies": "policies",  # automation policies (kind: Policy)
 }
 
 

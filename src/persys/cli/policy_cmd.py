@@ -8,8 +8,24 @@ import typer
 
 from persys.cli import api as ctl
 
-policy_app = typer.Typer(help="Show or replace the workload policy (what workloads may do to nodes).",
-                         no_args_is_help=True)
+policy_app = typer.Typer(help="Show or replace the workload policy (what workloads may do to nodes); replay an "
+                         "automation policy (kind: Policy) over past meter data.", no_args_is_help=True)
+
+
+@policy_app.command("replay")
+def policy_replay(
+    name: str = typer.Argument(..., help="An autoscale policy (persysctl get policies)."),
+    since: str = typer.Option("7d", "--since", help="How far back: 1h, 1d, 7d (at most 30d)."),
+    start_replicas: int = typer.Option(0, "--start-replicas", min=0, max=10_000,
+                                       help="Replicas at the start (default: the workload's current count)."),
+    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
+    server: str | None = typer.Option(None, "--server", help="Gateway URL, overriding the configuration file."),
+) -> None:
+    """Run the policy's decision over its workload's meter history, as if it had been enabled:
+    actions per hour, flaps, time over target, each action it would have taken. Nothing is done."""
+    from persys.cli.automation_cmds import replay_cmd
+
+    replay_cmd(name, since, start_replicas, output, server)
 
 
 @policy_app.command("get")

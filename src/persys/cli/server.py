@@ -15,6 +15,7 @@ import typer
 
 from persys.cli import backend_opts, tracing_opts
 from persys.cli import identity_options as idopt
+from persys.cli.automation_server import automation
 from persys.cli.certs_cmds import certs_app
 from persys.cli.dev_cmd import dev
 from persys.cli.server_common import (
@@ -70,6 +71,7 @@ app.add_typer(certs_app, name="certs")
 
 
 app.command()(dev)
+app.command(name="automation")(automation)
 
 
 @app.callback()

@@ -22,6 +22,7 @@ from persys import __version__
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway import authorization, bodies, request_tracing
 from persys.gateway.auth_routes import auth_router
+from persys.gateway.automation_routes import automation_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.bucket_routes import bucket_router
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
@@ -138,6 +139,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(secret_router(client))
     app.include_router(volume_router(client, parser))
     app.include_router(bucket_router(client, parser))
+    app.include_router(automation_router(client, parser))
     app.include_router(join_router(client))
     app.include_router(intelligence_routes(client, agent_tls))
     authorization.install(app, client)  # who calls is checked before anything is read

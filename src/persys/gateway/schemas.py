@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
+from persys.model.automation import PolicyManifest
 from persys.model.bucket import BucketManifest
 from persys.model.limits import BATCH_MAX_ITEMS, EXEC_STDIN_MAX_BYTES, EXEC_TIMEOUT_MAX_SECONDS, EXEC_TIMEOUT_SECONDS
 from persys.model.names import NAME_RE
@@ -133,6 +134,9 @@ def add_components(doc: dict[str, Any]) -> dict[str, Any]:
     bschema = BucketManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
     schemas.update(bschema.pop("$defs", {}))
     schemas["BucketManifest"] = bschema
+    pschema = PolicyManifest.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas.update(pschema.pop("$defs", {}))
+    schemas["PolicyManifest"] = pschema
     schemas["Error"] = ERROR_SCHEMA
     return doc
 

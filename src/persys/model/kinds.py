@@ -1,4 +1,4 @@
-"""Reading files that mix the kinds a user applies: workloads, secrets and volumes."""
+"""Reading files that mix the kinds a user applies: workloads, secrets, volumes, buckets and policies."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from persys.model.automation import PolicyManifest, validate_policy
 from persys.model.bucket import BucketManifest
 from persys.model.manifest import (
     ManifestError,
@@ -26,6 +27,7 @@ class Documents:
     secrets: list[SecretManifest] = field(default_factory=list)
     volumes: list[VolumeManifest] = field(default_factory=list)
     buckets: list[BucketManifest] = field(default_factory=list)
+    policies: list[PolicyManifest] = field(default_factory=list)
 
 
 def validate_bucket(doc: Any, source: str = "") -> BucketManifest:
@@ -49,8 +51,10 @@ def parse_all(text: str, source: str = "") -> Documents:
 
 def parse_documents(docs: list[Any], source: str = "") -> Documents:
     """`parse_all` of documents already read (bounded: `load_documents`)."""
-    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest:
+    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest | PolicyManifest:
         kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == "Policy":
+            return validate_policy(doc)
         if kind == "Bucket":
             return validate_bucket(doc)
         if kind == "Secret":
@@ -67,6 +71,8 @@ def parse_documents(docs: list[Any], source: str = "") -> Documents:
             out.secrets.append(m)
         elif isinstance(m, BucketManifest):
             out.buckets.append(m)
+        elif isinstance(m, PolicyManifest):
+            out.policies.append(m)
         else:
             out.volumes.append(m)
     return out

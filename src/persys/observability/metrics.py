@@ -84,6 +84,9 @@ _CATALOGUE: tuple[Family, ...] = (
     _f("persys_placement_refusals_total", "counter",
        "Decisions that found no node, by the most common rejection's code (insufficient_memory, taint, ...).",
        ("reason",)),
+    _f("persys_automation_decisions_total", "counter",
+       "Automation decisions recorded, by policy sort, outcome (acted, dry-run, none, paused, failed) and the "
+       "limit that held it (none when nothing did).", ("sort", "outcome", "held_by")),
     _f("persys_placement_decision_duration_seconds", "histogram",
        "The placement engine's time for one decision.", (), "scheduler", DECISION_BUCKETS),
     _f("persys_placement_reservations", "gauge",

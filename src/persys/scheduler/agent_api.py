@@ -133,7 +133,8 @@ class AgentApi:
                 wid = workload_of(inst)
                 prefix = f"{inst}: " if inst != wid else ""
                 self.s.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
-                            new.reason, node=node_id if kind in PROGRESS_REASONS else "")
+                            # A failure names its node too: the automation counts them per node.
+                            new.reason, node=node_id if kind in PROGRESS_REASONS or kind == "WorkloadFailed" else "")
 
     def _sample(self, node_id: str, reports: list[WorkloadReport]) -> None:
         """Samples for Persys Meter of the instances this node was asked to run."""

@@ -14,6 +14,10 @@
     /persys/buckets/<bucket>                 Bucket: an RGW bucket's binding (owner, quota, key ids and roles)
     /persys/revisions/<workload>/<gen>       WorkloadRevision: the spec an apply wrote at generation <gen>
                                              (the newest KEEP_REVISIONS per workload; gen zero-padded)
+    /persys/automation/policies/<name>       Policy: an automation policy (scheduler.automation_api)
+    /persys/automation/paused                the automation's cluster-wide pause
+    /persys-automation/decisions/<p>/<id>    Decision: the automation's log, outside /persys/ (never mirrored
+                                             or backed up; the newest 2,000 per policy kept)
 
 Heartbeats and per-workload usage are deliberately absent: they live in scheduler memory
 (and events go to the event stream), so liveness traffic never writes to the store.

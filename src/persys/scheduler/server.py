@@ -13,6 +13,7 @@ import grpc
 
 from persys._pb.persys.v1 import (
     auth_pb2_grpc,
+    automation_pb2_grpc,
     buckets_pb2_grpc,
     certificates_pb2_grpc,
     policy_pb2_grpc,
@@ -38,6 +39,8 @@ from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
+from persys.scheduler.automation_api import AutomationApi
+from persys.scheduler.automation_service import AutomationService
 from persys.scheduler.backends import open_backends
 from persys.scheduler.bucket_service import BucketsService
 from persys.scheduler.bucket_watch import bucket_watches
@@ -281,6 +284,8 @@ async def start_scheduler(
     buckets = BucketsService(scheduler, rgw, secret_store, limits)
     buckets_pb2_grpc.add_BucketsServicer_to_server(buckets, server)
     scheduler.active_services += bucket_watches(buckets.api)  # Lost buckets shown, older keys confined
+    # Automation policies and the decision log (docs/automation.md); the decisions' counts on /metrics.
+    automation_pb2_grpc.add_AutomationServicer_to_server(AutomationService(AutomationApi(scheduler), limits), server)
     if secret_store is not None:
         secrets_pb2_grpc.add_SecretsServicer_to_server(SecretsService(scheduler, secret_store), server)
         secrets_pb2_grpc.add_SecretDeliveryServicer_to_server(

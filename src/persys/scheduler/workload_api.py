@@ -35,6 +35,13 @@ def updated_workload(old: Workload, incoming: Workload, now: float) -> Workload 
     same_spec = old.spec.spec_revision() == incoming.revision
     if same_spec and old.labels == incoming.labels and not old.deleting:
         return None
+    if not same_spec and not old.deleting and old.spec.model_copy(update={"replicas": incoming.spec.replicas}) \
+            == incoming.spec:
+        # Only the replica count changed (a scale, e.g. by the automation): the running instances
+        # keep their revision and generation, so none is restarted; the surplus is withdrawn and
+        # new replicas start at the same revision (as `kubectl scale` keeps its ReplicaSet).
+        return old.model_copy(update={"spec": incoming.spec, "labels": incoming.labels,
+                                      "trace_parent": incoming.trace_parent, "updated_at": now})
     # A new spec starts a new count of restarts: its revision is its content hash alone, so the
     # same manifest has the same revision whatever restarts came before it.
     epoch = old.restart_epoch if same_spec else 0

@@ -38,6 +38,7 @@ WATCH = "/persys.v1.Watch/"
 METER = "/persys.v1.Meter/"
 VOLUMES = "/persys.v1.Volumes/"
 BUCKETS = "/persys.v1.Buckets/"
+AUTOMATION = "/persys.v1.Automation/"
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -132,6 +133,15 @@ RPC_RULES: dict[str, Rule] = {
     BUCKETS + "CreateBucketKey": _m("create", "bucket-keys"),
     BUCKETS + "ListBucketKeys": _r("list", "bucket-keys"),
     BUCKETS + "DeleteBucketKey": _m("delete", "bucket-keys"),
+    AUTOMATION + "ApplyAutomationPolicy": _m("apply", "automation-policies"),
+    AUTOMATION + "GetAutomationPolicy": _r("get", "automation-policies"),
+    AUTOMATION + "ListAutomationPolicies": _r("list", "automation-policies"),
+    AUTOMATION + "DeleteAutomationPolicy": _m("delete", "automation-policies"),
+    AUTOMATION + "SetAutomationPause": _m("pause", "automation"),
+    # The automation's own log of what it decided (not audited: one record per policy and tick;
+    # each decision names the identity that recorded it, and its actions are audited as calls).
+    AUTOMATION + "RecordDecisions": _r("record", "automation-decisions"),
+    AUTOMATION + "ListDecisions": _r("list", "automation-decisions"),
 }
 
 # REST routes anyone may call, without credentials: liveness and readiness (a load balancer's
@@ -225,6 +235,14 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/buckets/{name}/keys"): _r("list", "bucket-keys"),
     ("POST", "/v1/buckets/{name}/keys"): _m("create", "bucket-keys"),
     ("DELETE", "/v1/buckets/{name}/keys/{key_id}"): _m("delete", "bucket-keys"),
+    ("GET", "/v1/automation/policies"): _r("list", "automation-policies"),
+    ("POST", "/v1/automation/policies"): _m("apply", "automation-policies"),
+    ("GET", "/v1/automation/policies/{name}"): _r("get", "automation-policies"),
+    ("DELETE", "/v1/automation/policies/{name}"): _m("delete", "automation-policies"),
+    ("GET", "/v1/automation/decisions"): _r("list", "automation-decisions"),
+    ("POST", "/v1/automation/pause"): _m("pause", "automation"),
+    ("POST", "/v1/automation/resume"): _m("pause", "automation"),
+    ("GET", "/v1/automation/policies/{name}/replay"): _r("get", "automation-policies"),
 }
 
 

@@ -46,6 +46,7 @@ _VIEWER: frozenset[Grant] = frozenset({
     ("get", "telemetry"),  # Persys Meter's usage history
     ("get", "volumes"), ("list", "volumes"),
     ("get", "buckets"), ("list", "buckets"),  # bindings, quotas, key ids and roles: never a key's value
+    ("get", "automation-policies"), ("list", "automation-policies"), ("list", "automation-decisions"),
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
@@ -56,6 +57,10 @@ _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "volumes"), ("delete", "volumes"),
     ("create", "buckets"), ("delete", "buckets"),
     ("create", "bucket-keys"), ("list", "bucket-keys"), ("delete", "bucket-keys"),
+    # Automation (docs/automation.md): its policies, its off switch, and the decisions it records
+    # (the automation runs as an operator identity of its own).
+    ("apply", "automation-policies"), ("delete", "automation-policies"), ("pause", "automation"),
+    ("record", "automation-decisions"),
 }
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),

@@ -1,0 +1,189 @@
+"""The autoscale decision: pure. What one evaluation of a policy sees (`Observation`), what it
+remembers (`History`: its recent recommendations and actions), and what it decides (`Verdict`:
+the raw desired count, the count to set, and the limit that held it).
+
+The stages, in order (docs/automation.md compares each with HPA, KEDA and Nomad):
+
+1. staleness: no samples, or the newest older than `staleAfterSeconds`, or fewer instances
+   reporting than replicas: the fallback count if it is above the current one, else nothing.
+   Never a scale-in on stale or partial data.
+2. raw = ceil(current x value / target); within the tolerance of its direction: current.
+3. min/max: the recommendation, clamped (what the stabilisation windows remember).
+4. stabilisation: scale-up takes the lowest recommendation of its window, scale-down the
+   highest of its window (the newest included).
+5. cooldown: no scale-up (down) within `cooldown.upSeconds` (`downSeconds`) of any action.
+6. rate: at most max(replicas, percent of the count at the period's start) per period.
+
+`heldBy` names the last stage that changed the count (the one the result is held at).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from persys.model.automation import Autoscale
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float
+    current: int  # replicas in the workload's spec
+    total: float | None  # the metric summed over the reporting instances (window means); None: no samples
+    newest: float | None  # time of the newest sample read
+    reporting: int  # instances with samples in the window
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    ts: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Action:
+    ts: float
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
+class History:
+    recommendations: tuple[Recommendation, ...] = ()
+    actions: tuple[Action, ...] = ()  # only actions done: a dry run's are not (it consumes no cooldown)
+
+    def after(self, ts: float, recommendation: int | None, action: Action | None) -> History:
+        recs = self.recommendations + ((Recommendation(ts, recommendation),) if recommendation is not None else ())
+        acts = self.actions + ((action,) if action is not None else ())
+        return History(recs, acts)
+
+    def trimmed(self, now: float, keep_seconds: float) -> History:
+        return History(tuple(r for r in self.recommendations if r.ts > now - keep_seconds),
+                       tuple(a for a in self.actions if a.ts > now - keep_seconds))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    raw_desired: int | None  # what the metric alone asks for (or the fallback); None: nothing to go by
+    recommendation: int | None  # kept for the stabilisation windows (None on stale data)
+    desired: int
+    held_by: str  # "" | tolerance | min | max | stabilization | cooldown | rate | stale | fallback
+    reason: str
+    per_replica: float | None  # the metric per replica the decision used
+
+
+def memory_horizon(spec: Autoscale) -> int:
+    """How far back a decision looks into its history (what a loop must keep or reload)."""
+    s = spec.stabilization
+    return max(s.up_seconds, s.down_seconds, spec.rate.up.period_seconds, spec.rate.down.period_seconds,
+               spec.cooldown.up_seconds, spec.cooldown.down_seconds) + 1
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def decide(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
+    cur = obs.current
+    unit = "% CPU" if spec.metric == "cpu" else " MiB"
+    stale = _staleness(spec, obs)
+    if stale:
+        if spec.fallback_replicas is None:
+            return Verdict(None, None, cur, "stale", f"{stale}; no fallbackReplicas: {cur} kept", None)
+        fb = spec.fallback_replicas
+        if fb <= cur:
+            return Verdict(fb, None, cur, "stale", f"{stale}; fallback {fb} is not above {cur}: "
+                           "never scale in on stale data", None)
+        desired, held, why = _limits(spec, obs.now, cur, fb, hist)
+        return Verdict(fb, None, desired, held or "fallback", f"{stale}; fallback {fb}{why}", None)
+    assert obs.total is not None
+    per = obs.total / max(cur, 1)
+    ratio = per / spec.target
+    raw = max(0, math.ceil(cur * ratio - EPSILON))
+    held = ""
+    steps = [f"{_fmt(per)}{unit} per replica against {_fmt(spec.target)}{unit}: ratio {ratio:.3f}, raw {raw}"]
+    rec = raw
+    if 1 - spec.tolerance.down <= ratio <= 1 + spec.tolerance.up:
+        if rec != cur:
+            held = "tolerance"
+        rec = cur
+        steps.append(f"within tolerance (-{spec.tolerance.down}/+{spec.tolerance.up})")
+    if rec < spec.min_replicas:
+        rec, held = spec.min_replicas, "min"
+        steps.append(f"minReplicas {rec}")
+    elif rec > spec.max_replicas:
+        rec, held = spec.max_replicas, "max"
+        steps.append(f"maxReplicas {rec}")
+    desired, lim, why = _stabilize(spec, obs.now, cur, rec, hist)
+    if lim:
+        held = lim
+        steps.append(why)
+    if desired != cur:
+        limited, lim, why = _limits(spec, obs.now, cur, desired, hist)
+        if lim:
+            held, desired = lim, limited
+            steps.append(why.removeprefix(", "))
+    return Verdict(raw, rec, desired, held, "; ".join(steps), per)
+
+
+def _staleness(spec: Autoscale, obs: Observation) -> str:
+    """Why the observation may not be scaled on ("" if it may)."""
+    if obs.total is None or obs.newest is None or obs.reporting == 0:
+        return f"no {spec.metric} samples for {spec.workload} in the last {spec.metric_window_seconds}s"
+    age = obs.now - obs.newest
+    if age > spec.stale_after_seconds:
+        return f"newest {spec.metric} sample is {age:.0f}s old (staleAfterSeconds {spec.stale_after_seconds})"
+    if obs.reporting < obs.current:
+        # Partial data may only scale out: counted as zero, a missing instance can only lower the
+        # figure, so a scale-out it still asks for is real; a scale-in is not trusted.
+        per = obs.total / max(obs.current, 1)
+        if per < spec.target * (1 - spec.tolerance.down):
+            return f"only {obs.reporting} of {obs.current} instances report {spec.metric}"
+    return ""
+
+
+def _stabilize(spec: Autoscale, now: float, cur: int, rec: int, hist: History) -> tuple[int, str, str]:
+    """HPA's rule: scale-up to the lowest recommendation of its window, scale-down to the highest
+    of its window (each including the newest)."""
+    s = spec.stabilization
+    ups = [r.replicas for r in hist.recommendations if r.ts > now - s.up_seconds] + [rec]
+    downs = [r.replicas for r in hist.recommendations if r.ts > now - s.down_seconds] + [rec]
+    up_rec, down_rec = min(ups), max(downs)
+    desired = cur
+    if desired < up_rec:
+        desired = up_rec
+    if desired > down_rec:
+        desired = down_rec
+    if desired == rec:
+        return rec, "", ""
+    window, seen = (s.up_seconds, ups) if rec > cur else (s.down_seconds, downs)
+    return desired, "stabilization", (f"stabilization window {window}s holds {desired} "
+                                      f"(recommendations {min(seen)}..{max(seen)})")
+
+
+def _limits(spec: Autoscale, now: float, cur: int, desired: int, hist: History) -> tuple[int, str, str]:
+    """Cooldown, then the rate rule of the direction: (count, limit that held, why)."""
+    up = desired > cur
+    cool = spec.cooldown.up_seconds if up else spec.cooldown.down_seconds
+    recent = [a for a in hist.actions if a.ts > now - cool]
+    if cool and recent:
+        last = max(recent, key=lambda a: a.ts)
+        return cur, "cooldown", (f", cooldown: last action {now - last.ts:.0f}s ago "
+                                 f"({'up' if up else 'down'}Seconds {cool})")
+    rule = spec.rate.up if up else spec.rate.down
+    moved = _moved(hist.actions, now - rule.period_seconds, up)
+    base = cur - moved if up else cur + moved
+    allowed = max(rule.replicas, (math.ceil if up else math.floor)(base * rule.percent / 100))
+    room = max(allowed - moved, 0)
+    limited = min(desired, cur + room) if up else max(desired, cur - room)
+    if limited == desired:
+        return desired, "", ""
+    return limited, "rate", (f", rate: {moved} {'added' if up else 'removed'} in the last {rule.period_seconds}s "
+                             f"of {allowed} allowed")
+
+
+def _moved(actions: Sequence[Action], since: float, up: bool) -> int:
+    return sum(max(a.after - a.before, 0) if up else max(a.before - a.after, 0) for a in actions if a.ts > since)

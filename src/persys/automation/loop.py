@@ -1,0 +1,176 @@
+"""The automation loop: the edge around the pure decisions. Each pass reads the policies and the
+pause switch, evaluates each policy whose interval is due (reading the meter and the store
+through the client API), acts through the same API as the automation's own identity, and
+records every decision, including "do nothing", in one call.
+
+What a decision remembers (its recent recommendations and actions) is rebuilt from the decision
+log the first time a policy is seen, so a restarted automation keeps its windows and cooldowns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from persys.automation import autoscale as asc
+from persys.automation.observe import series_of, window_figure
+from persys.automation.rebalance_run import RebalanceLoop
+from persys.automation.remediate_run import RemediateLoop
+from persys.automation.seams import AutomationApi, IntelligenceSignals
+from persys.client import SchedulerError
+from persys.model.automation import Decision, Evidence, Outcome, Policy, Sort
+
+log = logging.getLogger(__name__)
+METER_STEP = 10  # the meter's finest step: an autoscale window's figure from 10 s buckets
+HISTORY_LIMIT = 5_000
+
+
+@dataclass
+class PolicyState:
+    due: float = 0.0
+    history: asc.History = field(default_factory=asc.History)
+    loaded: bool = False
+
+
+def scaled_manifest(workload: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """The workload's manifest as stored, with another replica count."""
+    return {"apiVersion": "persys.dev/v1", "kind": "Workload",
+            "metadata": {"name": workload["name"], "labels": workload.get("labels", {})},
+            "spec": {**workload["spec"], "replicas": replicas}}
+
+
+def history_from_log(decisions: list[dict[str, Any]]) -> asc.History:
+    """The recommendations and the actions done, from recorded decisions (a dry run's actions
+    were not done: they consume no cooldown and no rate)."""
+    recs, acts = [], []
+    for d in decisions:
+        rec = (d.get("inputs") or {}).get("recommendation")
+        if isinstance(rec, int):
+            recs.append(asc.Recommendation(float(d["ts"]), rec))
+        a = d.get("action") or {}
+        if d.get("outcome") == Outcome.ACTED.value and a.get("type") == "scale":
+            acts.append(asc.Action(float(d["ts"]), int(a["from"]), int(a["to"])))
+    return asc.History(tuple(recs), tuple(acts))
+
+
+class AutomationLoop:
+    def __init__(self, api: AutomationApi, clock: Callable[[], float] = time.time, tick: float = 1.0,
+                 signals: IntelligenceSignals | None = None) -> None:
+        self.api = api
+        self.clock = clock
+        self.tick = tick
+        self.signals = signals  # Persys Intelligence, when present (docs/automation.md)
+        self.states: dict[str, PolicyState] = {}
+        self.remediate = RemediateLoop(api)
+        self.rebalance = RebalanceLoop(api)
+        self.passes = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.run_once()
+            except SchedulerError as err:  # the API is down or refuses: try again next tick
+                log.warning("automation pass failed: %s", err)
+            except Exception:  # a bug must not end the automation silently
+                log.exception("automation pass failed")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.tick)
+
+    async def run_once(self) -> list[dict[str, Any]]:
+        """One pass: the decisions of every policy that was due, recorded (their ids set)."""
+        now = self.clock()
+        listing = await self.api.list_automation_policies()
+        pause = listing.get("pause") or {}
+        policies = [Policy.model_validate(_stored(p)) for p in listing.get("items", [])]
+        self.states = {p.name: self.states.get(p.name, PolicyState()) for p in policies}
+        out: list[Decision] = []
+        for p in policies:
+            st = self.states[p.name]
+            if now < st.due:
+                continue
+            st.due = now + p.spec.interval()
+            out += await self._decide(p, st, now, pause)
+        docs = [d.to_doc() for d in out]
+        if docs:
+            for doc, did in zip(docs, await self.api.record_decisions(docs), strict=True):
+                doc["id"] = did
+        self.passes += 1
+        return docs
+
+    async def _decide(self, p: Policy, st: PolicyState, now: float, pause: dict[str, Any]) -> list[Decision]:
+        base: dict[str, Any] = {"ts": now, "policy": p.name, "policy_version": p.version, "sort": p.spec.sort,
+                "dry_run": p.spec.dry_run}
+        if pause.get("paused") or p.spec.paused:
+            why = (f"all automation paused by {pause.get('by', '?')}" if pause.get("paused")
+                   else f"policy paused (version {p.version})")
+            return [Decision(**base, held_by="paused", outcome=Outcome.PAUSED, reason=why)]
+        try:
+            if p.spec.sort == Sort.AUTOSCALE:
+                return [await self._autoscale(p, st, now, base)]
+            if p.spec.sort == Sort.REMEDIATE:
+                return await self.remediate.decide(p, now, base)
+            return await self.rebalance.decide(p, now, base)
+        except SchedulerError as err:
+            return [Decision(**base, outcome=Outcome.FAILED, reason=f"{err.code}: {err.message}"[:1000])]
+
+    async def _history(self, p: Policy, st: PolicyState, now: float) -> asc.History:
+        assert p.spec.autoscale is not None
+        if not st.loaded:
+            horizon = asc.memory_horizon(p.spec.autoscale)
+            st.history = history_from_log(await self.api.list_decisions(p.name, now - horizon, HISTORY_LIMIT))
+            st.loaded = True
+        return st.history
+
+    async def _autoscale(self, p: Policy, st: PolicyState, now: float, base: dict[str, Any]) -> Decision:
+        spec = p.spec.autoscale
+        assert spec is not None
+        hist = await self._history(p, st, now)
+        try:
+            w = await self.api.get_workload(spec.workload)
+        except SchedulerError as err:
+            if err.code != "NOT_FOUND":
+                raise
+            return Decision(**base, outcome=Outcome.NONE, reason=f"workload {spec.workload} not found")
+        cur = int(w["replicas"])
+        instances = {i["instance"] for i in w.get("instances", [])[:cur]}
+        since = spec.metric_window_seconds + METER_STEP
+        answer = await self.api.meter_query("workload", spec.workload, spec.metric, since, METER_STEP, "avg")
+        fig = window_figure(series_of(answer), now, spec.metric_window_seconds, spec.metric, METER_STEP, instances)
+        v = asc.decide(spec, asc.Observation(now, cur, fig.total, fig.newest, fig.reporting), hist)
+        evidence = [
+            Evidence(source="meter", query={"selector": "workload", "value": spec.workload, "metric": spec.metric,
+                                            "step": METER_STEP, "agg": "avg"},
+                     start=float(answer.get("start", now - since)), end=float(answer.get("end", now))),
+            Evidence(source="store", ref=f"workload/{spec.workload}@{w.get('revision', '')}"),
+        ]
+        inputs = {"metric": spec.metric, "target": spec.target, "currentReplicas": cur, "total": fig.total,
+                  "perReplica": v.per_replica, "reporting": fig.reporting,
+                  "newestAge": None if fig.newest is None else round(now - fig.newest, 1),
+                  "windowSeconds": spec.metric_window_seconds, "recommendation": v.recommendation}
+        action = None
+        outcome = Outcome.NONE
+        reason = v.reason
+        done: asc.Action | None = None
+        if v.desired != cur:
+            action = {"type": "scale", "workload": spec.workload, "from": cur, "to": v.desired}
+            if p.spec.dry_run:
+                outcome = Outcome.DRY_RUN
+            else:
+                try:
+                    await self.api.apply(scaled_manifest(w, v.desired))
+                    outcome, done = Outcome.ACTED, asc.Action(now, cur, v.desired)
+                except SchedulerError as err:
+                    outcome, reason = Outcome.FAILED, f"{reason}; apply refused: {err.code}: {err.message}"
+        st.history = hist.after(now, v.recommendation, done).trimmed(now, asc.memory_horizon(spec))
+        return Decision(**base, inputs=inputs, evidence=evidence, raw_desired=v.raw_desired, desired=v.desired,
+                        held_by=v.held_by, action=action, outcome=outcome, reason=reason[:1000])
+
+
+def _stored(view: dict[str, Any]) -> dict[str, Any]:
+    """A policy as listed (its view adds `sort`) as the stored model reads it."""
+    return {k: v for k, v in view.items() if k != "sort"}

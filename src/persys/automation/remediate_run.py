@@ -1,0 +1,75 @@
+"""The remediate policy at the edge: reads failures (WorkloadFailed events naming their node),
+nodes and failed instances through the client API, plans with the pure `remediate.plan`, and
+cordons or restarts as the automation's identity. What it did is rebuilt from its decision log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persys.automation import remediate as rm
+from persys.automation.seams import AutomationApi
+from persys.client import SchedulerError
+from persys.model.automation import Decision, Evidence, Outcome, Policy
+
+EVENTS_READ = 1_000
+DONE_LOOKBACK = 7 * 86_400
+
+
+class RemediateLoop:
+    def __init__(self, api: AutomationApi) -> None:
+        self.api = api
+        self.done: dict[str, list[rm.Done]] = {}
+
+    async def _done(self, policy: str, now: float) -> list[rm.Done]:
+        if policy not in self.done:
+            log = await self.api.list_decisions(policy, now - DONE_LOOKBACK, 5_000, "acted")
+            self.done[policy] = [rm.Done(float(d["ts"]), d["action"]["type"], d["action"]["target"])
+                                 for d in log if d.get("action") and "target" in d["action"]]
+        return self.done[policy]
+
+    async def decide(self, p: Policy, now: float, base: dict[str, Any]) -> list[Decision]:
+        spec = p.spec.remediate
+        assert spec is not None
+        events = await self.api.events(EVENTS_READ)
+        failures = [rm.Failure(float(e["ts"]), e.get("fields", {}).get("node", ""),
+                               e.get("subject", "").removeprefix("workload/"), str(e.get("id", "")))
+                    for e in events if e.get("kind") == "WorkloadFailed" and e.get("fields", {}).get("node")]
+        nodes = [rm.NodeView(n["id"], bool(n.get("cordoned"))) for n in await self.api.list_nodes()]
+        failed = []
+        if spec.restart_unhealthy:
+            for w in await self.api.list_workloads():
+                if w.get("desiredState") != "Running":
+                    continue
+                for i in w.get("instances", []):
+                    if i.get("phase") == "Failed":
+                        failed.append(rm.FailedInstance(w["id"], i["instance"], i.get("node") or "",
+                                                        str(i.get("reason") or i.get("message") or "")[:200]))
+        done = await self._done(p.name, now)
+        planned = rm.plan(spec, now, failures, nodes, failed, done)
+        evidence = [Evidence(source="events", query={"kind": "WorkloadFailed", "limit": EVENTS_READ},
+                             start=now - spec.failure_window_seconds, end=now)]
+        if not planned:
+            return [Decision(**base, evidence=evidence, inputs={"failures": len(failures), "nodes": len(nodes),
+                                                               "failedInstances": len(failed)},
+                             outcome=Outcome.NONE, reason="no node over its failure count, no failed instance")]
+        out = []
+        for pl in planned:
+            action = {"type": pl.type, "target": pl.target}
+            ev = evidence + [Evidence(source="events", ref=i) for i in pl.evidence[:8]]
+            outcome, reason = Outcome.NONE, pl.reason
+            if not pl.held_by:
+                if p.spec.dry_run:
+                    outcome = Outcome.DRY_RUN
+                else:
+                    try:
+                        if pl.type == "cordon":
+                            await self.api.cordon(pl.target, True)
+                        else:
+                            await self.api.control(pl.target, "restart")
+                        outcome = Outcome.ACTED
+                        done.append(rm.Done(now, pl.type, pl.target))
+                    except SchedulerError as err:
+                        outcome, reason = Outcome.FAILED, f"{reason}; refused: {err.code}: {err.message}"
+            out.append(Decision(**base, evidence=ev, inputs={"failures": len(failures)}, held_by=pl.held_by,
+                                action=action, outcome=outcome, reason=reason[:1000]))
+        return out

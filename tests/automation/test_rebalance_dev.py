@@ -45,7 +45,7 @@ def test_rebalance_plans_checked_moves(tmp_path: Path) -> None:
         ctl("cordon", "cold", env=env)
         for i in range(3):
             ctl("apply", "-f", "-", env=env, stdin=sleeper(f"s{i}"))
-        eventually(lambda: all(json.loads(ctl("get", "workload", f"s{i}", "-o", "json", env=env).stdout)[0]["node"]
+        eventually(lambda: all(json.loads(ctl("get", "workload", f"s{i}", "-o", "json", env=env).stdout)["node"]
                                == "hot" for i in range(3)), 60, "three sleepers on hot")
         ctl("uncordon", "cold", env=env)
         ctl("apply", "-f", "-", env=env, stdin=policy(dry_run=True))
@@ -67,7 +67,7 @@ def test_rebalance_plans_checked_moves(tmp_path: Path) -> None:
                              30, "the enabled policy's verified plan")
         assert "not executed" in held[0]["reason"]
         for i in range(3):  # nothing moved
-            assert json.loads(ctl("get", "workload", f"s{i}", "-o", "json", env=env).stdout)[0]["node"] == "hot"
+            assert json.loads(ctl("get", "workload", f"s{i}", "-o", "json", env=env).stdout)["node"] == "hot"
         for i in range(3):
             ctl("delete", "workload", f"s{i}", env=env, check=False)
     finally:

@@ -36,12 +36,18 @@ class NodeMonitor:
         self.s = shell
         self.guard = GuardState()  # the mass-loss guard (liveness.py)
         self.started_at = shell.clock()  # since when this replica judges (started, elected, unfrozen)
+        # Since when this replica is active (started, elected; not moved by an unfreeze): placement
+        # uses only nodes heard from since then (liveness.heard_since).
+        self.active_since = self.started_at
         self.pending_dirty = False  # a node changed: Pending workloads may fit now
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
         `keep_later`: a grace period already running past now is kept."""
         now = self.started_at = self.s.clock()
+        if not keep_later:
+            self.active_since = now
+            self.s.placement.refresh_nodes()  # nodes not heard from since are not placed on
         for live in self.s.live.values():
             live.last_heartbeat = max(live.last_heartbeat, now) if keep_later else now
 
@@ -90,7 +96,8 @@ class NodeMonitor:
             if (live := self.s.live.get(node_id)) is not None:
                 seen[node_id] = liveness.Heard(live.last_heartbeat, live.heard_at)
         verdict = liveness.check({n: c.value.status for n, c in nodes.items()}, seen, self.s.clock(), self.started_at,
-                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard())
+                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard(),
+                                 self.s.config.restart_grace())
         self.guard = verdict.guard
         for ev in verdict.events:
             self.s.emit(ev.kind, "cluster", ev.message, ev.reason)
@@ -105,6 +112,15 @@ class NodeMonitor:
                     self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
                     self.s.enqueue_node_workloads(t.node_id)
+
+    def heard(self, node_id: str) -> bool:
+        """Whether placement may use this node (liveness.heard_since). In sharded mode the
+        placing leader does not receive other replicas' heartbeats: the stored status decides."""
+        if self.s.config.sharded:
+            return True
+        live = self.s.live.get(node_id)
+        return liveness.heard_since(liveness.Heard(live.last_heartbeat, live.heard_at) if live else None,
+                                    self.active_since)
 
     def liveness_view(self) -> dict[str, Any]:
         """The mass-loss guard as health shows it (times as wall-clock seconds)."""

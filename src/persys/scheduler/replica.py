@@ -127,6 +127,7 @@ class Scheduler:
         # operations are this replica's API.
         self.delivery = Delivery(self.state, self.require_owner)
         self.monitor = NodeMonitor(self)
+        self.placement.heard = self.monitor.heard  # only nodes heard from since this replica became active
         self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
         self.placer = Placer(self)
         self.worker = ReconcileWorker(self, self.placer)
@@ -258,7 +259,7 @@ class Scheduler:
         await self.guard.establish(self.state.cluster_marker, has_state)
         self.state.subscribe(self._on_change)
         self.state.start_following()
-        self.monitor.started_at = self.clock()
+        self.monitor.started_at = self.monitor.active_since = self.clock()
         self.enqueue_all()
         self._tasks = [
             asyncio.create_task(self.outbox.run(), name="event-publisher"),

@@ -40,6 +40,9 @@ class NodeMonitor:
         # uses only nodes heard from since then (liveness.heard_since).
         self.active_since = self.started_at
         self.pending_dirty = False  # a node changed: Pending workloads may fit now
+        # Lost nodes whose Stop instances wait for the node guard (reconcile.relocation): node ->
+        # wall-clock time at which their workloads are looked at again.
+        self.held: dict[str, float] = {}
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
@@ -65,6 +68,7 @@ class NodeMonitor:
             if self.s.guard.mode != Mode.NORMAL:
                 continue  # liveness cannot be judged or recorded while frozen
             try:
+                self.release_held()
                 await self.check_nodes()
                 if not self.s.is_active:
                     continue
@@ -104,7 +108,10 @@ class NodeMonitor:
         for t in verdict.transitions:
             cur = nodes[t.node_id]
             status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
-            updated = cur.value.model_copy(update={"status": status, "status_reason": t.reason})
+            change: dict[str, Any] = {"status": status, "status_reason": t.reason}
+            if not t.ready:  # when it was last heard (wall clock): Stop instances wait from there
+                change["last_heartbeat"] = self.last_heard_wall(t.node_id)
+            updated = cur.value.model_copy(update=change)
             if await self.s.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
                                        [Put(keys.node(t.node_id), updated.to_json())], fenced="node"):
                 self.s.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
@@ -112,6 +119,23 @@ class NodeMonitor:
                     self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
                     self.s.enqueue_node_workloads(t.node_id)
+                    self.held[t.node_id] = updated.last_heartbeat + self.s.config.stop_relocation_delay()
+
+    def last_heard_wall(self, node_id: str) -> float:
+        """Wall-clock time this replica last heard the node (its start as active, if never)."""
+        wall_now, now = time.time(), self.s.clock()
+        live = self.s.live.get(node_id)
+        if live is not None and live.heard_at >= self.started_at:
+            return wall_now - (now - live.heard_at)
+        return wall_now - (now - self.started_at)
+
+    def release_held(self) -> None:
+        """Look again at lost nodes' workloads whose Stop instances waited for the node guard."""
+        now = time.time()
+        for node_id, at in list(self.held.items()):
+            if now >= at:
+                del self.held[node_id]
+                self.s.enqueue_node_workloads(node_id)
 
     def heard(self, node_id: str) -> bool:
         """Whether placement may use this node (liveness.heard_since). In sharded mode the

@@ -39,6 +39,7 @@ from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.delivery import Delivery
+from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
 from persys.scheduler.ha import BlockingLease, LeaderElection
 from persys.scheduler.heap import HeapGuard
@@ -120,6 +121,7 @@ class Scheduler:
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
         # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
         self.health_checks: list[NamedCheck] = []
+        self.health_probe = DependencyProbe(self, lambda rev: self.state.observe_store_revision(rev, self.clock()))
         # Loops that run only while this replica is active (server.py: the volume controller).
         self.active_services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
@@ -265,6 +267,7 @@ class Scheduler:
             asyncio.create_task(self.outbox.run(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
             asyncio.create_task(self.monitor.run(), name="node-monitor"),
+            asyncio.create_task(self.health_probe.run(self.config.health_interval_seconds), name="dependency-probe"),
         ]
         if self.sample_outbox is not None:
             self._tasks.append(asyncio.create_task(self.sample_outbox.run(), name="sample-publisher"))

@@ -173,15 +173,17 @@ def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: 
     elif node.value.draining:
         why = f"node {node_id} is draining"
     elif node.value.status == NodeStatus.NOT_READY:
-        if w.spec.disconnect_policy() == OnDisconnect.STOP and now < node.value.last_heartbeat + stop_delay:
-            return None  # the node monitor enqueues it again once the delay has passed
         why = f"node {node_id} is lost ({node.value.status_reason})"
     else:
         return None
     st = state.statuses.get(inst)
     prev = st.value if st else WorkloadStatus()
     guard = [Compare(keys.workload(w.id), wrev)]
-    if has_local_volumes(w) and (prev.volume_node or node_id) == node_id:
+    pinned = has_local_volumes(w) and (prev.volume_node or node_id) == node_id
+    if (not pinned and node is not None and not node.value.draining and w.spec.disconnect_policy() == OnDisconnect.STOP
+            and now < node.value.last_heartbeat + stop_delay):
+        return None  # the node guard has not surely killed it yet; the node monitor enqueues it again then
+    if pinned:
         msg = f"{why}; not relocated: its node-local volume lives on {node_id}"
         if prev.message == msg:
             return None

@@ -61,7 +61,7 @@ from persys.scheduler.state import ClusterState
 from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
-from persys.store.base import StateStore
+from persys.store.base import StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 STOP_WAIT_SECONDS = 5.0  # the longest stop() waits for one of its steps
@@ -256,18 +256,46 @@ class Scheduler:
         self.heap.install()
         if self.stall_watchdog is not None:
             self.stall_watchdog.start()
+        self._tasks = [asyncio.create_task(self.health_probe.run(self.config.health_interval_seconds),
+                                           name="dependency-probe")]
+        try:
+            await self._load()
+        except StoreUnavailable as err:
+            # An outage, not a configuration error: start frozen and thaw when the store answers.
+            self.guard.set(Mode.DEGRADED, f"state store unreachable at start ({err}); frozen until it answers")
+            log.warning("state store unreachable at start: serving frozen until it answers (%s)", err)
+            self._tasks.append(asyncio.create_task(self._start_when_the_store_answers(), name="store-wait"))
+            return
+        await self._run()
+
+    async def _load(self) -> None:
         await self.state.load()
         has_state = bool(self.state.workloads or self.state.refused or self.state.nodes or self.state.assignments)
         await self.guard.establish(self.state.cluster_marker, has_state)
+
+    async def _start_when_the_store_answers(self) -> None:
+        delay = 0.5
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self._load()
+            except StoreUnavailable as err:
+                log.debug("state store still unreachable: %s", err)
+                delay = min(delay * 2, 5.0)
+                continue
+            log.info("the state store answers: this replica starts (mode %s)", self.guard.mode)
+            await self._run()
+            return
+
+    async def _run(self) -> None:
         self.state.subscribe(self._on_change)
         self.state.start_following()
         self.monitor.started_at = self.monitor.active_since = self.clock()
         self.enqueue_all()
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(self.outbox.run(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
             asyncio.create_task(self.monitor.run(), name="node-monitor"),
-            asyncio.create_task(self.health_probe.run(self.config.health_interval_seconds), name="dependency-probe"),
         ]
         if self.sample_outbox is not None:
             self._tasks.append(asyncio.create_task(self.sample_outbox.run(), name="sample-publisher"))

@@ -18,6 +18,7 @@ import pytest
 from persys.agent import node_guard as ng
 from persys.agent.guard_keeper import GuardKeeper, fence_entries
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
+from tests.docker_fixtures import DockerEngine
 from tests.e2e.harness import pid_alive
 
 
@@ -116,3 +117,36 @@ def test_one_guard_per_folder(tmp_path: Path) -> None:
     finally:
         first.kill()
         first.wait(5)
+
+
+@pytest.mark.docker
+def test_guard_stops_a_container_and_no_restart_policy_brings_it_back(tmp_path: Path,
+                                                                        docker_engine: DockerEngine) -> None:
+    """A container of a dead agent: the guard stops it as a manual stop, so even a Compose
+    file's `restart: always` does not start it again."""
+    name = docker_engine.workload_id("guarded")
+    labels = [a for k, v in docker_engine.labels.items() for a in ("--label", f"{k}={v}")]
+    cid = subprocess.run(["docker", "run", "-d", "--restart", "always", "--name", name, *labels, docker_engine.image,
+                          "sleep", "300"], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    folder = tmp_path / "guard"
+    folder.mkdir()
+    (entry,) = fence_entries([("guarded", "container", ObservedWorkload("guarded", "r", 1, RuntimeState.RUNNING, cid))])
+    ng.write_fence(folder, [entry])
+    ng.write_lease(folder, ng.Lease(ng.now() - 60, 1.0))  # the agent died a minute ago
+    guard = _guard(folder)
+    try:
+        guard.wait(30)
+
+        def running() -> str:
+            return subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", cid], capture_output=True,
+                                  text=True, timeout=30).stdout.strip()
+
+        assert running() == "false"
+        time.sleep(2)  # a restart policy would have started it again by now
+        assert running() == "false", "the restart policy brought the container back"
+        assert "guarded" in ng.read_fired(folder)
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait(5)
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True, timeout=60)

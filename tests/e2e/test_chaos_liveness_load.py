@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 CHAOS_SECONDS = float(os.environ.get("PERSYS_CHAOS_LOAD_SECONDS", "60"))
 REDIS_OUTAGE_SECONDS = float(os.environ.get("PERSYS_CHAOS_REDIS_OUTAGE_SECONDS", "30"))
 NODES = 20
-WORKLOADS = 40  # before the outage; 10 more are applied while Redis is down
+WORKLOADS = int(os.environ.get("PERSYS_CHAOS_LOAD_WORKLOADS", "40"))  # before the outage
+DURING = WORKLOADS // 4  # applied while Redis is down
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -136,9 +138,16 @@ def test_liveness_holds_under_load_a_redis_outage_and_a_failover(tmp_path: Path)
     try:
         replicas = [scheduler(0), scheduler(1)]
         targets = [f"127.0.0.1:{p.bound_port(SCHEDULER_PORT)}" for p in replicas]  # a restart keeps its port
-        hollow = Proc("hollow", [sys.executable, str(REPO / "bench/scale/hollow.py"), "--scheduler", ",".join(targets),
+        # The agents also list an address where nothing listens (a replica being replaced): it must
+        # never win over an answering active. Their acknowledgement deadline is two heartbeats.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            refusing = f"127.0.0.1:{s.getsockname()[1]}"  # closed again at once: connections are refused
+        hollow = Proc("hollow", [sys.executable, str(REPO / "bench/scale/hollow.py"),
+                                 "--scheduler", ",".join([*targets, refusing]),
                                  "--tls-dir", str(pki), "--cert", "admin", "--nodes", str(NODES), "--channels", "1",
                                  "--heartbeat-interval", "3", "--report-interval", "10",
+                                 "--ack-deadline", os.environ.get("PERSYS_CHAOS_ACK_DEADLINE", "6"),
                                  "--control", str(tmp_path / "hollow.sock")], tmp_path)
         procs.append(hollow)
         hollow.wait_for("hollow ready", 60)
@@ -157,7 +166,7 @@ def test_liveness_holds_under_load_a_redis_outage_and_a_failover(tmp_path: Path)
         # A Redis outage while workloads are applied (events are dropped, nothing else may suffer).
         at(3)
         redis.stop()
-        call(lambda c: c.apply_many([manifest(f"during-{i}") for i in range(10)]))
+        call(lambda c: c.apply_many([manifest(f"during-{i}") for i in range(DURING)]))
         at(3 + REDIS_OUTAGE_SECONDS)
         redis.start()
         # A failover: the active replica is killed; the agents must follow to the one elected.
@@ -169,7 +178,7 @@ def test_liveness_holds_under_load_a_redis_outage_and_a_failover(tmp_path: Path)
                    "the standby elected")
         replicas[active].start()  # back as the standby
         at(CHAOS_SECONDS)
-        everything = WORKLOADS + 10
+        everything = WORKLOADS + DURING
         eventually(lambda: sum(w.get("phase") == "Running" for w in call(lambda c: c.list_workloads())) == everything,
                    60, "every workload Running at the end")
         time.sleep(1.0)  # one more round of samples after the last check

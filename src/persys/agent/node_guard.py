@@ -32,7 +32,7 @@ from typing import Any
 
 RENEW_EVERY = 1.0  # seconds between the agent's lease renewals
 POLL_EVERY = 0.5  # seconds between the guard's looks at the lease
-KILL_WITHIN = 3.0  # seconds a guard's kill takes at most (SIGKILL, docker kill, virsh destroy)
+KILL_WITHIN = 3.0  # seconds a guard's kill takes at most (SIGKILL, docker stop --time 1, virsh destroy)
 GUARD_SLACK = POLL_EVERY + KILL_WITHIN + 1.5  # what the scheduler adds to the bound (and a margin)
 DEFAULT_BOUND = 10.0  # the default node grace, until the agent has learned the scheduler's
 

@@ -23,6 +23,7 @@ from typing import Any
 from persys.agent import node_guard as ng
 
 log = logging.getLogger("persys.node_guard")
+MAX_ATTEMPTS = 20  # kills tried per lapse before the guard gives up on what it cannot stop
 
 
 def _start_ticks(pid: int) -> tuple[int, int, str] | None:
@@ -64,12 +65,19 @@ def _kill(entry: dict[str, Any]) -> bool:
     kind = entry.get("kind")
     if kind == "pid":
         return _kill_pid(entry)
+    # `docker stop` (1 s, then SIGKILL), not `docker kill`: a stop counts as manual, so a restart
+    # policy a Compose file may set does not bring the container back.
     if kind == "docker":
-        return _run(["docker", "kill", str(entry["id"])])
+        return _run(["docker", "stop", "--time", "1", str(entry["id"])])
     if kind == "compose":
-        ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={entry['project']}"],
-                             capture_output=True, text=True, timeout=ng.KILL_WITHIN).stdout.split()
-        return all(_run(["docker", "kill", i]) for i in ids)
+        try:
+            ids = subprocess.run(["docker", "ps", "-q", "--filter",
+                                  f"label=com.docker.compose.project={entry['project']}"],
+                                 capture_output=True, text=True, timeout=ng.KILL_WITHIN).stdout.split()
+        except (OSError, subprocess.TimeoutExpired) as err:
+            log.error("listing compose project %s: %s", entry["project"], err)
+            return False
+        return _run(["docker", "stop", "--time", "1", *ids]) if ids else True
     if kind == "libvirt":
         return _run(["virsh", "-c", str(entry.get("uri", "qemu:///system")), "destroy", str(entry["uuid"])])
     log.error("do not know how to kill %s (%s)", entry.get("instance"), kind)
@@ -95,6 +103,7 @@ def run(folder: Path) -> int:
         return 0  # another guard watches this folder
     (folder / ng.PID).write_text(str(os.getpid()))
     log.info("guarding %s", folder)
+    attempts = 0
     while folder.is_dir():
         lease = ng.read_lease(folder)
         if ng.due(lease, ng.now()):
@@ -102,8 +111,17 @@ def run(folder: Path) -> int:
             killed = fire(folder)
             log.warning("agent lease lapsed (%.1fs > %.1fs): killed %s", ng.now() - lease.renewed, lease.bound,
                         ", ".join(killed) or "nothing (none guarded)")
-            if not ng.read_fence(folder):
+            left = ng.read_fence(folder)
+            if not left:
                 break  # done; the next agent starts a new guard
+            attempts += 1
+            if attempts >= MAX_ATTEMPTS:
+                log.error("could not stop %s after %d attempts; giving up (the next agent takes over)",
+                          ", ".join(str(e["instance"]) for e in left), attempts)
+                break
+            time.sleep(min(attempts, 5) * ng.POLL_EVERY)  # a failing engine is not hammered
+        else:
+            attempts = 0
         time.sleep(ng.POLL_EVERY)
     (folder / ng.PID).unlink(missing_ok=True)
     return 0

@@ -203,3 +203,47 @@ async def test_a_restart_places_only_on_nodes_heard_from_and_keeps_returning_one
     await s2._check_nodes()
     assert s2.state.placement_of.get("kept") == "back", "a returning agent lost its workload"
     assert s2.state.placement_of.get("new") == "back"
+
+
+async def test_stop_instances_of_a_lost_node_move_only_once_the_node_guard_acted(tmp_path: Path) -> None:
+    """An onDisconnect: Stop instance leaves a lost node only `stop_relocation_seconds` after the
+    node's last heartbeat (its node guard kills it by then, persys.agent.node_guard); a Keep one
+    moves at once. The wait outlives a restart: the stored last heartbeat counts."""
+    clock = Clock()
+
+    def make_one() -> Scheduler:
+        s = Scheduler(open_store(f"sqlite:///{tmp_path / 'state.db'}"), MemoryEventBus(),
+                      SchedulerConfig(node_grace_seconds=10, monitor_interval_seconds=3600,
+                                      stop_relocation_seconds=13), clock=clock)
+        s.test_clock = clock  # type: ignore[attr-defined]
+        return s
+
+    s = make_one()
+    await s.start()
+    try:
+        await s.register(node("lost"))
+        await s.apply(parse_manifests(manifest("solo", extra="  onDisconnect: Stop\n"))[0])
+        await s.apply(parse_manifests(manifest("kept", extra="  onDisconnect: Keep\n"))[0])
+        await until(lambda: s.state.placement_of.get("solo") == "lost" and s.state.placement_of.get("kept") == "lost")
+        await s.register(node("other"))
+        clock.now += 11
+        s.heartbeat("other", NodeUsage())
+        await s._check_nodes()
+        assert status(s, "lost") == "NotReady"
+        await until(lambda: s.state.placement_of.get("kept") == "other")  # Keep: at once
+        assert s.state.placement_of.get("solo") == "lost", "a Stop instance moved before its guard acted"
+    finally:
+        await s.stop()
+    s2 = make_one()  # a restart within the wait: the stored last heartbeat still holds it
+    await s2.start()
+    try:
+        s2.heartbeat("other", NodeUsage())
+        await s2._check_nodes()
+        assert s2.state.placement_of.get("solo") == "lost" and "lost" in s2.monitor.held
+        await asyncio.sleep(2.2)  # silent 11 s on the test clock: 2 s of the 13 s wait are left
+        s2.monitor.release_held()
+        await until(lambda: s2.state.placement_of.get("solo") == "other")
+    finally:
+        await s2.stop()
+        await s2.store.close()
+        await s.store.close()

@@ -91,12 +91,18 @@ class NodeMonitor:
         record the transitions: NotReady nodes' instances are relocated."""
         nodes: dict[str, Versioned[Node]] = {}
         seen: dict[str, liveness.Heard] = {}
+        wall, delay = time.time(), self.s.config.stop_relocation_delay()
         for k, (node_id, cur) in enumerate(list(self.s.state.nodes.items())):
             if k % YIELD_EVERY_NODES == YIELD_EVERY_NODES - 1:
                 await asyncio.sleep(0)
             if not self.s.owns(node_id):
                 continue  # another replica judges this node
             nodes[node_id] = cur
+            due = cur.value.last_heartbeat + delay
+            if cur.value.status == NodeStatus.NOT_READY and due > wall and node_id not in self.held:
+                # Lost before this replica was active (a failover, a restart): its Stop instances
+                # still wait for the node guard, then they are looked at again from here.
+                self.held[node_id] = due
             if (live := self.s.live.get(node_id)) is not None:
                 seen[node_id] = liveness.Heard(live.last_heartbeat, live.heard_at)
         verdict = liveness.check({n: c.value.status for n, c in nodes.items()}, seen, self.s.clock(), self.started_at,

@@ -10,7 +10,7 @@ import pytest
 from tests.bao_server import *  # noqa: F403
 from tests.ceph_cluster import ceph_cluster  # noqa: F401 - the one-node Ceph cluster, started on first use
 from tests.docker_fixtures import *  # noqa: F403
-from tests.e2e.harness import stop_leftover_procs
+from tests.e2e.harness import stop_leftover_procs, stop_node_guards
 from tests.fixtures_infra import *  # noqa: F403
 from tests.fixtures_infra import stop_leftover_servers
 from tests.fixtures_secure_infra import *  # noqa: F403
@@ -44,10 +44,12 @@ def _agent_cgroups() -> set[Path]:
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _stop_leftover_processes() -> Iterator[None]:
+def _stop_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Servers and components a failed start or an interrupted test left running are stopped at
-    the end of the run, and named, so that a leak shows instead of outliving the run."""
+    the end of the run, and named, so that a leak shows instead of outliving the run. Agents'
+    node guards outlive their agent by design (until its lease lapses): they are stopped too."""
     yield
+    stop_node_guards(tmp_path_factory.getbasetemp())
     left = stop_leftover_procs() + stop_leftover_servers()
     if left:
         print(f"\nstopped {len(left)} process(es) left running by tests: {', '.join(sorted(left))}", file=sys.stderr)

@@ -46,7 +46,7 @@ __all__ = ["BackendPKI", "SecureBackends", "SecureRedis", "secure_backends"]
 # What Persys' Redis ACL user needs (docs/security.md, "etcd and Redis in production"): the event
 # stream's commands, then the meter's sample stream's (a consumer group).
 REDIS_ACL = ("resetkeys ~persys:* resetchannels -@all +ping +xadd +xrevrange +xread "
-             "+xgroup +xreadgroup +xack +xautoclaim +xinfo")
+             "+xgroup|create +xreadgroup +xack +xautoclaim +xinfo|groups")
 
 
 class BackendPKI:

@@ -8,6 +8,8 @@ real server (etcd, a scheduler) that the test can break the way networks break.
   as they are accepted, so the client sees resets and failed connects.
 - `heal()` ends either: what the fault left behind is closed (the clients reconnect, as after a
   partition connections die on their timeouts) and new connections are forwarded again.
+- `hold()` delays instead: every byte is kept (connections stay open) and delivered at
+  `release()`, as from a peer that is only very slow: late answers, not lost ones.
 
 The listener binds port 0 (the kernel picks the port: no race with other tests).
 """
@@ -31,6 +33,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._mode = FORWARD
+        self._flowing = threading.Event()  # cleared while held
+        self._flowing.set()
         self._closed = threading.Event()
         self._accepter = threading.Thread(target=self._accept_loop, name="tcp-proxy-accept", daemon=True)
         self._accepter.start()
@@ -38,6 +42,12 @@ class TcpProxy:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
 
     def cut(self) -> None:
         self._mode = SILENT
@@ -52,6 +62,7 @@ class TcpProxy:
 
     def close(self) -> None:
         self._closed.set()
+        self._flowing.set()
         self._drop_all()
         self._accepter.join(5)
         self._listener.close()
@@ -98,6 +109,7 @@ class TcpProxy:
     def _pump(self, src: socket.socket, dst: socket.socket | None) -> None:
         try:
             while data := src.recv(65536):
+                self._flowing.wait()  # held: delivered late, in order
                 if dst is not None and self._mode == FORWARD:
                     dst.sendall(data)  # while cut, bytes are dropped on the floor
         except OSError:

@@ -10,8 +10,10 @@ purpose:
 * one certificate with common name `admin` for the whole process (the scheduler lets `admin`
   act for any node), instead of one `node:<id>` certificate per node: issuing 5,000 leaf
   certificates would dominate the set-up time and measures nothing about the scheduler;
-* nodes are multiplexed over `--channels` mTLS connections (the link's channel factory; the
-  real agent has one each), and registrations are bounded by `--register-concurrency`;
+* nodes are multiplexed over `--channels` mTLS connections per replica (the link's channel
+  factory; the real agent has one each), and registrations are bounded by
+  `--register-concurrency`; `--scheduler` may list several replicas (a,b), which the link
+  fails over between as the agent's does;
 * spec_json is not parsed, nothing is persisted locally, and there is no periodic complete
   report unless `--report-interval` is set (the real agent sends one at least every 10 s);
 * the heartbeat interval comes from `--heartbeat-interval` (default 10 s), not from the
@@ -82,7 +84,8 @@ def pct(values: list[float], p: float) -> float:
 class HollowNode:
     """One simulated node: the link's handler, with a fake runtime that runs whatever it is given."""
 
-    def __init__(self, hollow: Hollow, index: int, channel: grpc.aio.Channel, gate: asyncio.Semaphore) -> None:
+    def __init__(self, hollow: Hollow, index: int, channels: dict[str, grpc.aio.Channel],
+                 gate: asyncio.Semaphore) -> None:
         self.hollow = hollow
         self.index = index
         p = node_profile(index)
@@ -112,8 +115,9 @@ class HollowNode:
         self.unreported: set[str] | None = None  # changed since the last report; None: send a complete one
         options = LinkOptions(heartbeat_interval=hollow.args.heartbeat_interval, register_timeout=60.0,
                               register_gate=gate, heartbeat_phase=(index * 0.6180339887) % 1.0,
-                              channel_factory=lambda _target: channel)
-        self.link = GrpcLink(self.node_id, [hollow.args.scheduler], None, self, options)
+                              channel_factory=lambda target: channels[target],
+                              ack_deadline=hollow.args.ack_deadline)
+        self.link = GrpcLink(self.node_id, list(channels), None, self, options)
 
     # ------------------------------------------------------------------ LinkHandler
 
@@ -235,9 +239,10 @@ class Hollow:
         tls_dir = Path(args.tls_dir)
         files = TLSFiles(tls_dir / "ca.crt", tls_dir / f"{args.cert}.crt", tls_dir / f"{args.cert}.key")
         creds = channel_credentials(files)
+        targets = [t.strip() for t in args.scheduler.split(",") if t.strip()]
         self.channels = [
             grpc.aio.secure_channel(
-                args.scheduler,
+                target,
                 creds,
                 options=[
                     ("grpc.keepalive_time_ms", 10_000),
@@ -250,11 +255,13 @@ class Hollow:
                     ("persys.bench.channel", i),
                 ],
             )
-            for i in range(max(1, args.channels))
+            for target in targets for i in range(max(1, args.channels))
         ]
+        per = max(1, args.channels)
         gate = asyncio.Semaphore(max(1, args.register_concurrency))
         self.c = Counters()
-        self.nodes = [HollowNode(self, args.offset + i, self.channels[i % len(self.channels)], gate)
+        self.nodes = [HollowNode(self, args.offset + i,
+                                 {t: self.channels[k * per + i % per] for k, t in enumerate(targets)}, gate)
                       for i in range(args.nodes)]
         self.first_seen: dict[str, float] = {}
         self.waiters: dict[str, list[asyncio.Future[float]]] = {}
@@ -397,7 +404,9 @@ class Hollow:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scheduler", required=True, help="scheduler gRPC address host:port")
+    ap.add_argument("--scheduler", required=True, help="scheduler gRPC address host:port (replicas: a,b)")
+    ap.add_argument("--ack-deadline", type=float, default=0.0,
+                    help="seconds without an acknowledgement before probing the replicas (0: two heartbeats)")
     ap.add_argument("--tls-dir", required=True, help="directory from `persys certs init`")
     ap.add_argument("--cert", default="admin", help="certificate name in --tls-dir (default admin)")
     ap.add_argument("--nodes", type=int, default=5000)

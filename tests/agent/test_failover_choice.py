@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.agent.failover import AckDeadline, abandons, next_target
+from persys.agent.failover import STANDBY, AckDeadline, Probe, abandons, better_target, next_target
 
 CASES = yaml.safe_load((Path(__file__).parent / "failover_cases" / "cases.yaml").read_text())
+PROBE_CASES = yaml.safe_load((Path(__file__).parent / "failover_cases" / "probes.yaml").read_text())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -42,3 +43,16 @@ def test_ack_deadline_runs_from_the_last_answer() -> None:
     assert not d.expired(20.9) and d.expired(21.0)
     d.closed()
     assert not d.expired(100.0)
+
+
+def _probe(text: str) -> Probe:
+    outcome, _, pointer = text.partition(":")
+    return Probe(outcome, pointer) if outcome == STANDBY else Probe(outcome)
+
+
+@pytest.mark.parametrize("case", PROBE_CASES, ids=[c["name"] for c in PROBE_CASES])
+def test_better_target(case: dict[str, Any]) -> None:
+    probes = {t: _probe(p) for t, p in case["probes"].items()}
+    got = better_target(case.get("targets", ["a", "b", "c"]), case.get("current", "a"), probes,
+                        case.get("suspect", {}), 100.0)
+    assert got == case["expect"]

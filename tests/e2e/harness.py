@@ -173,6 +173,20 @@ def stop_leftover_procs() -> list[str]:
     return [p.name for p in left]
 
 
+def stop_node_guards(root: Path) -> list[str]:
+    """Kill the node guards (persys.agent.node_guard_proc) of agents whose state lives under
+    `root`: they outlive their agent on purpose and end by themselves only once its lease lapsed."""
+    stopped = []
+    for pid_file in root.glob("**/guard/guard.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"persys.agent.node_guard_proc" in cmdline and str(pid_file.parent).encode() in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                stopped.append(f"node-guard {pid}")
+    return stopped
+
+
 class Components:
     """Scheduler(s), agent(s) and a gateway as separate processes, with a persysctl config."""
 

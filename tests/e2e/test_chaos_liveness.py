@@ -85,7 +85,10 @@ def cluster_of(tmp: Path, nodes: tuple[str, ...], *scheduler_args: str) -> Itera
     etcd = start_etcd(tmp / "etcd")
     c: Cluster | None = None
     try:
-        c = Cluster(tmp, etcd.url, nodes, ("--node-grace", str(GRACE), *scheduler_args))
+        # The restart grace (six node graces by default) as short as it goes, one grace: these
+        # tests are about what happens once nodes unheard after a restart are judged.
+        c = Cluster(tmp, etcd.url, nodes, ("--node-grace", str(GRACE), "--restart-grace", str(GRACE),
+                                           *scheduler_args))
         yield c
     finally:
         if c is not None:

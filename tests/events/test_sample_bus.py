@@ -4,19 +4,21 @@ publishing outbox that never blocks, and the ingester on top of them writing to 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from persys.events.sample_memory import MemorySampleBus
 from persys.events.sample_outbox import SampleOutbox
-from persys.events.sample_redis import RedisSampleBus
+from persys.events.sample_redis import STREAM, RedisSampleBus
 from persys.events.samples import WORKLOAD, Sample, SampleBus, decode, encode, label_text
 from persys.meter.duckdb_store import open_duckdb
 from persys.meter.ingester import Ingester
 from persys.meter.query import Query
-from tests.fixtures_infra import RedisServer
+from tests.fixtures_infra import RedisServer, start_redis
 
 
 def batch(n: int, start: float = 1_700_000_000.0, workload: str = "web") -> list[Sample]:
@@ -152,3 +154,33 @@ async def test_a_failed_write_is_retried_not_lost() -> None:
     assert await ing.step() == 5 and calls == [5, 5]
     assert (await store.summary(WORKLOAD, 1_699_999_000, 1_700_001_000))[0].samples == 5
     await store.close()
+
+
+@pytest.mark.redis
+async def test_the_ingester_recreates_its_group_after_a_redis_restart_lost_it(tmp_path: Path) -> None:
+    """Issue #31: after a Redis restart without its data the meter failed with NOGROUP until the
+    scheduler restarted. A real restart whose append-only file is gone: the group is created
+    again and samples published after it are stored."""
+    server = start_redis(tmp_path / "redis")
+    b = redis_bus(server, STREAM)
+    store = open_duckdb(tmp_path / "meter.duckdb")
+    ing = Ingester(b, store, "meter-1", block_ms=100)
+    try:
+        assert await b.publish(batch(2))
+        assert await ing.step() == 2
+        server.stop()
+        for f in [*server.workdir.glob("appendonly*"), *server.workdir.glob("*.aof"), *server.workdir.glob("*.rdb")]:
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+        server.start()
+        for _ in range(50):  # the client's old connection fails once, as the outbox's would
+            if await b.publish(batch(3, start=1_700_000_100.0)):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("could not publish after the restart")
+        assert await ing.step() == 3, "the lost consumer group was not created again"
+        assert ing.stats.read_failures == 0 and ing.stats.write_failures == 0
+    finally:
+        await b.close()
+        store.close()
+        server.stop()

@@ -95,10 +95,45 @@ async def test_heartbeats_and_reports_on_the_update_stream(
         pb.WorkloadReport(instance_id="web", revision=web.revision, generation=web.generation,
                           state=pb.WORKLOAD_STATE_RUNNING, runtime_id="pid-1")])))
     await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1")))
-    await asyncio.wait_for(call.read(), 5)  # answered after the report before it was handled
+    await asyncio.wait_for(call.read(), 5)  # answered on receipt: the report is persisted on its own
+    for _ in range(100):
+        if s.workload_view("web")["phase"] == "Running":
+            break
+        await asyncio.sleep(0.05)
     assert s.workload_view("web")["phase"] == "Running"
 
     await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n2")))  # not this certificate
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await asyncio.wait_for(call.read(), 5)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_slow_report_never_delays_a_heartbeat_acknowledgement(
+        sched: tuple[RunningScheduler, pb_grpc.AgentControlStub], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #31: the active replica acknowledged a heartbeat only after the report before it was
+    written, so agents of a replica with a slow store (or event bus) left it. Reports are now
+    persisted in order by their own task; heartbeats are answered on receipt."""
+    running, stub = sched
+    s = running.scheduler
+    release = asyncio.Event()
+    persisted: list[bool] = []
+    real = s.report
+
+    async def slow_report(node_id: str, reports: list, complete: bool, volumes: object = None) -> None:  # type: ignore[type-arg]
+        await release.wait()  # a store write that takes as long as the test wants
+        await real(node_id, reports, complete, volumes)  # type: ignore[arg-type]
+        persisted.append(complete)
+
+    monkeypatch.setattr(s, "report", slow_report)
+    call = stub.StreamUpdates()
+    await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True)))
+    await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=False)))
+    for _ in range(3):
+        await call.write(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1")))
+        ack = await asyncio.wait_for(call.read(), 5)  # not held behind the blocked reports
+        assert ack.heartbeat.acknowledged
+    assert persisted == []
+    release.set()
+    await call.done_writing()
+    assert await asyncio.wait_for(call.read(), 5) == grpc.aio.EOF  # the stream ends once both are written
+    assert persisted == [True, False]  # in arrival order

@@ -53,7 +53,8 @@ def test_liveness_case(case: dict[str, Any]) -> None:
             for gone in step.get("deleted", []):
                 nodes.pop(gone, None)
             verdict = judge(nodes, heard, float(step["now"]), since, grace, guard, config,
-                            {n: float(t) for n, t in expand(step.get("grace_from")).items()})
+                            {n: float(t) for n, t in expand(step.get("grace_from")).items()},
+                            float(case.get("restart_grace", 0)))
             guard, events = verdict.guard, verdict.events
             transitions = {t.node_id: ("Ready" if t.ready else "NotReady") for t in verdict.transitions}
             for t in verdict.transitions:

@@ -79,6 +79,13 @@ async def test_a_restart_keeps_dead_nodes_not_ready(make: Factory) -> None:
     s2.test_clock.now += 11  # type: ignore[attr-defined]
     s2.heartbeat("alive", NodeUsage())
     await s2._check_nodes()
+    # Past the node grace but within the restart grace (six grace periods): "quiet" keeps its
+    # stored Ready (its agent may be on its way back) ...
+    assert (status(s2, "alive"), status(s2, "dead"), status(s2, "quiet")) == ("Ready", "NotReady", "Ready")
+    s2.test_clock.now += 50  # type: ignore[attr-defined]
+    s2.heartbeat("alive", NodeUsage())
+    await s2._check_nodes()
+    # ... and loses it once the restart grace has passed without a word from it.
     assert (status(s2, "alive"), status(s2, "dead"), status(s2, "quiet")) == ("Ready", "NotReady", "NotReady")
     assert "since this scheduler became active" in s2.state.nodes["quiet"].value.status_reason
     await published(s2, "NodeNotReady", "")  # events go out in order: a NodeReady would be out by now
@@ -169,3 +176,74 @@ async def test_a_drained_node_is_deleted_without_force(make: Factory) -> None:
     assert await s.delete_node("n1") == {"node": "n1", "deleted": True, "withdrawn": []}
     await published(s, "NodeDeleted", "Deleted")
     await until(lambda: s.state.placement_of.get("web") == "n2")
+
+
+async def test_a_restart_places_only_on_nodes_heard_from_and_keeps_returning_ones(make: Factory) -> None:
+    """After a restart, stored Ready nodes nobody has heard from yet are neither placed on nor
+    relocated from during the restart grace: a returning agent keeps its workloads."""
+    s = make()
+    await s.start()
+    await s.register(node("back"))
+    await s.apply(parse_manifests(manifest("kept"))[0])
+    await until(lambda: s.state.placement_of.get("kept") == "back")
+    await s.stop()
+
+    s2 = make()  # the restart: both stored Ready, nothing heard
+    await s2.start()
+    await s2.apply(parse_manifests(manifest("new"))[0])
+    s2.test_clock.now += 2  # type: ignore[attr-defined]
+    await s2._check_nodes()
+    await until(lambda: "new" in s2.state.pending)  # decided: nowhere to go yet
+    assert s2.state.placement_of.get("new") is None, "placed on a node not heard from since the restart"
+    s2.test_clock.now += 28  # type: ignore[attr-defined]  # 30 s after the restart: past the node grace
+    await s2._check_nodes()
+    assert status(s2, "back") == "Ready" and s2.state.placement_of.get("kept") == "back"
+    s2.heartbeat("back", NodeUsage())  # the agent returns
+    await until(lambda: s2.state.placement_of.get("new") == "back")
+    await s2._check_nodes()
+    assert s2.state.placement_of.get("kept") == "back", "a returning agent lost its workload"
+    assert s2.state.placement_of.get("new") == "back"
+
+
+async def test_stop_instances_of_a_lost_node_move_only_once_the_node_guard_acted(tmp_path: Path) -> None:
+    """An onDisconnect: Stop instance leaves a lost node only `stop_relocation_seconds` after the
+    node's last heartbeat (its node guard kills it by then, persys.agent.node_guard); a Keep one
+    moves at once. The wait outlives a restart: the stored last heartbeat counts."""
+    clock = Clock()
+
+    def make_one() -> Scheduler:
+        s = Scheduler(open_store(f"sqlite:///{tmp_path / 'state.db'}"), MemoryEventBus(),
+                      SchedulerConfig(node_grace_seconds=10, monitor_interval_seconds=3600,
+                                      stop_relocation_seconds=13), clock=clock)
+        s.test_clock = clock  # type: ignore[attr-defined]
+        return s
+
+    s = make_one()
+    await s.start()
+    try:
+        await s.register(node("lost"))
+        await s.apply(parse_manifests(manifest("solo", extra="  onDisconnect: Stop\n"))[0])
+        await s.apply(parse_manifests(manifest("kept", extra="  onDisconnect: Keep\n"))[0])
+        await until(lambda: s.state.placement_of.get("solo") == "lost" and s.state.placement_of.get("kept") == "lost")
+        await s.register(node("other"))
+        clock.now += 11
+        s.heartbeat("other", NodeUsage())
+        await s._check_nodes()
+        assert status(s, "lost") == "NotReady"
+        await until(lambda: s.state.placement_of.get("kept") == "other")  # Keep: at once
+        assert s.state.placement_of.get("solo") == "lost", "a Stop instance moved before its guard acted"
+    finally:
+        await s.stop()
+    s2 = make_one()  # a restart within the wait: the stored last heartbeat still holds it
+    await s2.start()
+    try:
+        s2.heartbeat("other", NodeUsage())
+        await s2._check_nodes()
+        assert s2.state.placement_of.get("solo") == "lost" and "lost" in s2.monitor.held
+        await asyncio.sleep(2.2)  # silent 11 s on the test clock: 2 s of the 13 s wait are left
+        s2.monitor.release_held()
+        await until(lambda: s2.state.placement_of.get("solo") == "other")
+    finally:
+        await s2.stop()
+        await s2.store.close()
+        await s.store.close()

@@ -32,6 +32,8 @@ def workload(name: str, doc: dict[str, Any]) -> Workload:
                             "resources": {"cpuMillicores": 100, "memoryMb": 64}}
     if doc.get("local_volume"):
         spec["volumes"] = [{"name": "data", "mountPath": "/data"}]
+    if doc.get("on_disconnect"):
+        spec["onDisconnect"] = doc["on_disconnect"]
     m = WorkloadManifest.model_validate({"apiVersion": "persys.dev/v1", "kind": "Workload",
                                          "metadata": {"name": name}, "spec": spec})
     return Workload.from_manifest(m, 1000.0).model_copy(update={"deleting": doc.get("deleting", False)})
@@ -55,7 +57,8 @@ def mirror(case: dict[str, Any]) -> ClusterState:
     for n, d in (case.get("nodes") or {}).items():
         d = d or {}
         node = Node(id=n, capabilities=Capabilities(), status=d.get("status", "Ready"),
-                    status_reason=d.get("reason", ""), draining=d.get("draining", False))
+                    status_reason=d.get("reason", ""), draining=d.get("draining", False),
+                    last_heartbeat=float(d.get("last_heartbeat", 0.0)))
         put(keys.node(n), node.to_json())
     for inst, d in (case.get("assigned") or {}).items():
         d = d if isinstance(d, dict) else {"node": d}
@@ -118,7 +121,7 @@ def test_reconcile_case(case: dict[str, Any]) -> None:
     state = mirror(case)
     running = {tuple(s.split("@")) for s in case.get("runs_on", [])}
     plan = reconcile.plan(state, case["reconcile"], set(case.get("inflight", [])),
-                          lambda inst, node: (inst, node) in running, NOW)
+                          lambda inst, node: (inst, node) in running, NOW, float(case.get("stop_delay", 0.0)))
     want = case["expect"]
     assert [summary(w) for w in plan.writes] == want.get("writes", [])
     assert [n.instance for n in plan.needs] == want.get("needs", [])

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from persys.model import Phase, parse_manifests
+from persys.model import NodeUsage, Phase, parse_manifests
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.placement.framework import Filter, PlacementContext
@@ -93,6 +93,7 @@ async def test_refused_stored_workloads_load_at_start_without_crashing_the_mirro
     assert "(document)" in s2.state.statuses["junk"].value.message or "json" in s2.state.statuses["junk"].value.message
     assert "does not match its key" in s2.state.statuses["other"].value.message
     (m,) = parse_manifests(manifest("fine"))
+    s2.heartbeat("n1", NodeUsage())  # placement uses only nodes heard from since the restart
     await s2.apply(m)
     await settle(s2, lambda: s2.state.placement_of.get("fine") == "n1")
 

@@ -32,6 +32,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent import disconnect, plan, report, start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
+from persys.agent.guard_keeper import GuardKeeper, fence_entries
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.link import DesiredNotRecorded, GrpcLink, LinkOptions, SchedulerLink
 from persys.agent.localstate import LocalState
@@ -50,7 +51,7 @@ from persys.agent.secret_intake import fetch_secrets
 from persys.agent.service import serve
 from persys.agent.volume_attach import VolumeAttacher
 from persys.agent.volume_work import VolumeWork
-from persys.model import DesiredState, Taint, WorkloadSpec
+from persys.model import DesiredState, OnDisconnect, Taint, WorkloadSpec
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
@@ -94,6 +95,9 @@ class AgentConfig:
     # The node's registry credentials (persys agent --registry-auth; the runtimes read it at pull
     # time): watched here only so that a pull refused under old credentials is tried again.
     registry_auth: Path | None = None
+    # Run the node guard (persys.agent.node_guard): Stop instances are killed when this agent stops
+    # renewing its lease for a node grace (killed, frozen). Off only where no real instance runs.
+    node_guard: bool = True
 
 
 class Agent:
@@ -146,6 +150,8 @@ class Agent:
         self._load_local()
         self.fenced: dict[str, float] = dict.fromkeys(self.local.disconnect_stops(), self._started_at)
         self._resume: frozenset[str] = frozenset()  # released from a disconnection stop: start regardless
+        self.guard_keeper = GuardKeeper(config.state_dir / "guard", lambda: self.link.node_grace, self._guard_fired,
+                                        spawn=config.node_guard)
         self.meter.install(lambda: list(self.runtimes.values()), lambda: len(self.desired),
                            self.link.registered.is_set)
         self.metrics_servers: list[MetricsServer] = []
@@ -168,6 +174,9 @@ class Agent:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        # First: a restart within the bound renews the lease the killed agent left, and the
+        # instances the guard killed meanwhile are fenced before any reconciliation.
+        self.guard_keeper.renew()
         await self.probe_runtimes()
         if self.storage:
             self.storage_reports = await asyncio.to_thread(probe_drivers, self.storage)
@@ -190,6 +199,7 @@ class Agent:
             asyncio.create_task(self._usage_loop(), name="agent-usage"),
             asyncio.create_task(self._probe_loop(), name="agent-probe"),
             asyncio.create_task(self._disconnect_loop(), name="agent-disconnect"),
+            asyncio.create_task(self.guard_keeper.run(), name="agent-node-guard"),
         ]
         if self.config.renew_certificate and self.config.tls:
             self.renewer = CertRenewer(self.config.node_id, self.config.tls, lambda: self.link.target,
@@ -536,8 +546,27 @@ class Agent:
             else:
                 await self._remove(action, observed[wid][0])
         after = await self._observe() if p.actions else observed
+        self._guard(after)
         await self._sweep_volumes(after)
         return after
+
+    def _guard(self, observed: Observed) -> None:
+        """Tell the node guard which running instances to kill should this agent die or freeze:
+        those desired Running here with `onDisconnect: Stop`."""
+        running = [(wid, rt.name, o) for wid, (rt, o) in observed.items()
+                   if (d := self.desired.get(wid)) is not None and d.desired_state == DesiredState.RUNNING
+                   and d.spec.disconnect_policy() == OnDisconnect.STOP and wid not in self.fenced]
+        try:
+            self.guard_keeper.guard(fence_entries(running))
+        except OSError as err:
+            log.error("could not write the node guard's list: %s", err)
+
+    def _guard_fired(self, fired: dict[str, float]) -> None:
+        """The guard killed these while this agent was dead or frozen: fenced like a
+        disconnection stop (started again only when the scheduler's full desired set says so)."""
+        now = time.monotonic()
+        self.fenced = {**self.fenced, **{w: now for w in fired if w not in self.fenced}}
+        self.local.save_disconnect_stops(sorted(fired), disconnect.REASON)
 
     async def _sweep_volumes(self, observed: Observed) -> None:
         """Once per start, when the desired set is known and every instance here is desired:

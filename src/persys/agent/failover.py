@@ -79,3 +79,49 @@ def next_target(targets: Sequence[str], current: str, code: str, pointer: str,
         if ok(t):
             return t
     return None
+
+
+# What a probe (one unary heartbeat, bounded by a short timeout) found at a replica.
+ACTIVE = "ACTIVE"  # answered the heartbeat: it is the replica for this node (even if it asks us to register)
+STANDBY = "STANDBY"  # answered that it is not; names the active one (or nobody) in `pointer`
+REFUSING = "REFUSING"  # the connection was refused or failed: nothing listens there
+SILENT = "SILENT"  # no answer within the timeout (frozen, cut off, overloaded)
+PROBED_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", ACK_DEADLINE})  # moves decided by probing
+
+
+@dataclass(frozen=True)
+class Probe:
+    outcome: str  # ACTIVE | STANDBY | REFUSING | SILENT
+    pointer: str = ""  # a standby's active replica
+
+
+def better_target(targets: Sequence[str], current: str, probes: Mapping[str, Probe],
+                  suspect_until: Mapping[str, float], now: float) -> str | None:
+    """Where to go when the current replica went quiet or its call failed, from what probes
+    found (None: stay and probe again). An agent leaves only for something better: a replica
+    that answers as the active one, or one a standby names (the leader moved). An answering
+    active replica is never left, and one that is only silent (frozen, overloaded) is never
+    traded for an address that refuses connections or for a standby that still names it: the
+    election has not happened, and moving would take this node's heartbeats from the only
+    replica that may judge it. Only when nothing listens at the current address does the agent
+    try another replica that at least answers."""
+    here = probes.get(current, Probe(SILENT))
+    if here.outcome == ACTIVE:
+        return None
+    start = targets.index(current) + 1 if current in targets else 0
+    order = [targets[(start + k) % len(targets)] for k in range(len(targets))] if targets else []
+    others = [t for t in order if t != current]
+    for t in others:
+        if probes.get(t, Probe(SILENT)).outcome == ACTIVE:
+            return t
+    for t in others:
+        p = probes.get(t, Probe(SILENT))
+        if p.outcome == STANDBY and p.pointer and p.pointer != current and suspect_until.get(p.pointer, 0.0) <= now:
+            pointed = probes.get(p.pointer)
+            if pointed is None or pointed.outcome in (ACTIVE, SILENT):  # not probed, or slow: follow the standby
+                return p.pointer
+    if here.outcome == REFUSING:
+        for t in others:
+            if probes.get(t, Probe(SILENT)).outcome != REFUSING and suspect_until.get(t, 0.0) <= now:
+                return t
+    return None

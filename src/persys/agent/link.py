@@ -28,7 +28,19 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import secrets_pb2 as spb
 from persys._pb.persys.v1 import secrets_pb2_grpc as spb_grpc
 from persys.agent import disconnect
-from persys.agent.failover import ACK_DEADLINE, AckDeadline, abandons, next_target
+from persys.agent.failover import (
+    ACK_DEADLINE,
+    ACTIVE,
+    PROBED_CODES,
+    REFUSING,
+    SILENT,
+    STANDBY,
+    AckDeadline,
+    Probe,
+    abandons,
+    better_target,
+    next_target,
+)
 from persys.observability.grpc_tracing import with_trace_context
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
@@ -39,6 +51,10 @@ RESYNC_EVERY = 5.0  # seconds between reopenings of the desired-state stream to 
 # A channel replaced by a renewed certificate's waits this long for unary calls begun on it (their
 # timeouts are shorter) once its streams have ended.
 RETIRED_GRACE = 15.0
+# A replica gets this long to answer a probe before it counts as silent (persys.agent.failover);
+# the watchdog probes again this often while the update stream stays silent.
+PROBE_TIMEOUT = 2.0
+REPROBE_EVERY = 1.0
 
 
 class DesiredNotRecorded(Exception):
@@ -329,23 +345,68 @@ class GrpcLink:
                 leader = str(v)
         await self._move(err.code().name, leader, gen, str(err.details()))
 
-    async def _move(self, code: str, pointer: str, gen: int, why: str) -> None:
-        """Leave the current replica if `code` says so (see persys.agent.failover)."""
+    async def _move(self, code: str, pointer: str, gen: int, why: str) -> bool:
+        """Leave the current replica if `code` says so and there is a better one (see
+        persys.agent.failover); True when the link switched."""
         async with self._switch_lock:
             if gen != self._channel_gen:
-                return  # another loop already switched
+                return True  # another loop already switched
             now = time.monotonic()
-            if abandons(code, pointer, self.target):
-                self._suspect_until[self.target] = now + self._ack_deadline()
-            nxt = next_target(self._targets, self.target, code, pointer, self._suspect_until, now)
+            if code in PROBED_CODES and (probes := await self._probe_all()) is not None:
+                # Silent or failing: go only where a probe found something better.
+                nxt = better_target(self._targets, self.target, probes, self._suspect_until, time.monotonic())
+                if probes.get(self.target, Probe(SILENT)).outcome == ACTIVE:
+                    return False  # it answered: slow, not gone
+            else:
+                if abandons(code, pointer, self.target):
+                    self._suspect_until[self.target] = now + self._ack_deadline()
+                nxt = next_target(self._targets, self.target, code, pointer, self._suspect_until, now)
             if nxt is None:
-                return  # stay: ask again later (a standby learns the new active within a lease TTL)
+                return False  # stay: ask again later (a standby learns the new active within a lease TTL)
+            self._suspect_until[self.target] = time.monotonic() + self._ack_deadline()
             log.info("switching scheduler %s -> %s (%s)", self.target, nxt, why)
             old = self._connect(nxt)
             if old is not None:
                 await old.close(grace=1.0)
             await self._close_retired()
             self.reregister()  # register with the replica we now talk to
+            return True
+
+    async def _probe_all(self) -> dict[str, Probe] | None:
+        """One heartbeat to every known replica at once, each bounded by PROBE_TIMEOUT (None:
+        this node sends no heartbeat now, e.g. a paused hollow node)."""
+        req = self.handler.heartbeat_request()
+        if req is None:
+            return None
+        targets = list(dict.fromkeys([self.target, *self._targets]))
+        found = await asyncio.gather(*(self._probe(t, req) for t in targets))
+        return dict(zip(targets, found, strict=True))
+
+    async def _probe(self, target: str, req: pb.HeartbeatRequest) -> Probe:
+        own = target == self.target and self._channel is not None
+        factory = self.options.channel_factory
+        channel = self._channel if own else (factory(target) if factory is not None else dial(target, self.tls))
+        assert channel is not None
+        try:
+            sent = time.monotonic()
+            resp: pb.HeartbeatResponse = await pb_grpc.AgentControlStub(channel).Heartbeat(req, timeout=PROBE_TIMEOUT)
+            if own:  # an answer from the current replica is contact like any other
+                self._on_heartbeat_answer(resp, sent)
+                if resp.acknowledged:
+                    self.contact.contact(sent)
+            return Probe(ACTIVE)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                pointer = next((str(v) for k, v in (err.trailing_metadata() or ()) if k == "persys-leader"), "")
+                return Probe(STANDBY, pointer)
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                return Probe(REFUSING)
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return Probe(SILENT)
+            return Probe(ACTIVE)  # it answered (e.g. refused this call for a reason of its own)
+        finally:
+            if not own and factory is None:
+                await channel.close()
 
     def _ack_deadline(self) -> float:
         """No answer on the update stream for this long: the replica is gone for us."""
@@ -358,19 +419,25 @@ class GrpcLink:
         return gen != self._channel_gen and not (task is not None and task.cancelling())
 
     async def _ack_watchdog(self, deadline: AckDeadline, gen: int) -> None:
-        """Leave a replica that acknowledges nothing within the deadline. When there is nowhere
-        to go (one replica, or every other one suspect) the stream stays and is watched again:
-        the next silent deadline tries again."""
+        """Leave a replica that acknowledges nothing within the deadline, but only for a better
+        one (persys.agent.failover.better_target): while the stream stays silent the replicas
+        are probed every REPROBE_EVERY seconds; one that answers the probe is kept for another
+        full deadline."""
         while gen == self._channel_gen:
             left = deadline.due_in(time.monotonic())
             if left > 0:
                 await asyncio.sleep(max(left, 0.05))  # acks move the deadline: look again when it is due
                 continue
-            log.warning("scheduler %s acknowledged nothing for %.1fs; trying another replica", self.target,
-                        deadline.seconds)
+            log.warning("scheduler %s acknowledged nothing on the update stream for %.1fs; probing the replicas",
+                        self.target, deadline.seconds)
+            before = self.contact.last_ack
             # Shielded: switching closes the channel, which ends the stream whose loop cancels us.
-            await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline"))
-            deadline.rearm(time.monotonic())  # stayed: a full deadline again before the next try
+            if await asyncio.shield(self._move(ACK_DEADLINE, "", gen, "no acknowledgement within the deadline")):
+                return
+            if self.contact.last_ack != before:  # the replica answered the probe: a full deadline again
+                deadline.rearm(time.monotonic())
+            else:
+                await asyncio.sleep(REPROBE_EVERY)
 
     # ------------------------------------------------------------------ loops
 

@@ -122,6 +122,10 @@ def scheduler(
         None, "--liveness-suspension", min=0, help="When more than half of the nodes go silent at once, liveness "
         "is suspended (nobody marked NotReady) for at most this many seconds (default: six --node-grace "
         "periods); 0 = never suspend."),
+    restart_grace: float | None = typer.Option(
+        None, "--restart-grace", min=0, help="After this replica starts or is elected, a node it has not heard from "
+        "yet keeps its stored status this many seconds: nothing is placed on it or moved off it, so an agent "
+        "returning within it keeps its workloads (default: six --node-grace periods; never less than one)."),
     liveness_guard_min_nodes: int = typer.Option(
         10, "--liveness-guard-min-nodes", min=1, help="The mass-loss guard applies from this many nodes on."),
     max_manifest_bytes: int = typer.Option(MANIFEST_MAX_BYTES, "--max-manifest-bytes", min=1024,
@@ -224,7 +228,7 @@ def scheduler(
                 s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                     node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
                     replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
-                    liveness_suspension_seconds=liveness_suspension,
+                    liveness_suspension_seconds=liveness_suspension, restart_grace_seconds=restart_grace,
                     liveness_guard_min_nodes=liveness_guard_min_nodes),
                     limits=InputLimits(max_manifest_bytes=max_manifest_bytes),
                     node_simulators=frozenset(node_simulator), store_access=s_access, events_access=e_access,

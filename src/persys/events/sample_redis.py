@@ -2,7 +2,7 @@
 batch, read by the meter's ingesters as the consumer group `persys-meter` (XREADGROUP, XACK), so
 an ingester that restarts resumes after the last entry it acknowledged; entries another consumer
 left unacknowledged for a minute are claimed (XAUTOCLAIM). The Redis user needs, besides the
-event bus's commands: +xgroup +xreadgroup +xack +xautoclaim +xinfo (docs/observability.md)."""
+event bus's commands: +xgroup|create +xreadgroup +xack +xautoclaim +xinfo|groups (docs/observability.md)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,19 @@ class RedisSampleBus:
         self._group_ready = True
 
     async def read(self, consumer: str, count: int = 50, block_ms: int = 1000) -> list[Delivery]:
+        try:
+            return await self._read_group(consumer, count, block_ms)
+        except ResponseError as e:
+            if "NOGROUP" not in str(e):
+                raise
+        # Redis restarted without its data (or the stream was deleted): the group went with it.
+        # Create it again and go on, as at a first start: nothing of the old group survived.
+        log.warning("samples: consumer group %s on %s is gone (a Redis restart?); creating it again", GROUP,
+                    self.stream)
+        self._group_ready = self._own_checked = False
+        return await self._read_group(consumer, count, block_ms)
+
+    async def _read_group(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         await self._ensure_group()
         if not self._own_checked:
             # Our own unacknowledged entries first (a restart under the same name), then those

@@ -20,10 +20,15 @@ READ_ENTRIES = 50  # bus entries per read (each a batch of up to MAX_BATCH sampl
 
 
 @dataclass
+class BusReadError(Exception):
+    """Reading the sample bus failed (Redis down, or refusing): not a store failure."""
+
+
 class IngestStats:
     samples: int = 0
     batches: int = 0
     write_failures: int = 0
+    read_failures: int = 0  # the sample bus could not be read (Redis down, its group lost)
     last_error: str = ""
     lag_seconds: float = 0.0  # age of the oldest sample of the last batch when it was stored
     max_lag_seconds: float = 0.0
@@ -51,17 +56,24 @@ class Ingester:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the store or the bus is down: retry, never give up
-                self.stats.write_failures += 1
-                self.stats.last_error = f"{type(err).__name__}: {err}"[:300]
-                if self.stats.write_failures in (1, 10) or self.stats.write_failures % 100 == 0:
-                    log.warning("meter: ingest failed (%d so far), retrying: %s", self.stats.write_failures,
-                                self.stats.last_error)
+                st = self.stats
+                if isinstance(err, BusReadError):
+                    st.read_failures += 1
+                    failures, st.last_error = st.read_failures, str(err)[:300]
+                else:
+                    st.write_failures += 1
+                    failures, st.last_error = st.write_failures, f"store: {type(err).__name__}: {err}"[:300]
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning("meter: ingest failed (%d so far), retrying: %s", failures, st.last_error)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     async def step(self) -> int:
         """One read, write and acknowledgement; returns the samples stored."""
-        got = self._unstored or await self.bus.read(self.consumer, READ_ENTRIES, self.block_ms)
+        try:
+            got = self._unstored or await self.bus.read(self.consumer, READ_ENTRIES, self.block_ms)
+        except Exception as err:  # named as the bus's failure, not the store's
+            raise BusReadError(f"sample bus: {type(err).__name__}: {err}") from err
         if not got:
             self.backlog = max(0, await self.bus.backlog())
             return 0

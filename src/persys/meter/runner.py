@@ -66,9 +66,10 @@ class Meter:
         behind = ing.backlog > BEHIND_ENTRIES or st.lag_seconds > BEHIND_SECONDS
         problems = [p for p in (
             f"ingest behind: {ing.backlog} entries waiting, last batch {st.lag_seconds:.0f}s old" if behind else "",
-            f"store: {st.last_error}" if st.last_error else "",
+            st.last_error,  # says whether the store or the sample bus failed
             f"maintenance: {self.maintenance_error}" if self.maintenance_error else "") if p]
         return {"engine": self.store.engine, "ok": not problems, "detail": "; ".join(problems),
                 "ingestedSamples": st.samples, "backlogEntries": ing.backlog, "lagSeconds": round(st.lag_seconds, 3),
                 "maxLagSeconds": round(st.max_lag_seconds, 3), "writeFailures": st.write_failures,
+                "readFailures": st.read_failures,
                 "lastMaintenance": self.last_maintenance}

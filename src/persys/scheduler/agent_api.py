@@ -53,8 +53,13 @@ class AgentApi:
                                          sizes=shell.metrics.batch_sizes)
 
     def _heard(self, node_id: str) -> LiveNode:
+        usable = self.s.placement.heard(node_id)
         live = self.s.live.setdefault(node_id, LiveNode(self.s.clock(), time.time()))
         live.last_heartbeat = live.heard_at = self.s.clock()
+        if not usable and self.s.placement.heard(node_id):
+            # First word since this replica became active: placement may use the node now.
+            self.s.placement.node_heard(node_id)
+            self.s.enqueue_pending()
         return live
 
     async def register(self, node: Node) -> None:

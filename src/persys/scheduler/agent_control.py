@@ -54,6 +54,7 @@ from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
+from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.reports import WorkloadReport
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
@@ -235,8 +236,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def StreamUpdates(self, request_iterator: AsyncIterator[pb.AgentUpdate],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.UpdateAck]:
+        """Heartbeats are acknowledged on receipt; reports are persisted in order by a separate
+        task (`ReportQueue`), so a slow status write (a busy store, an event bus down) never
+        delays an acknowledgement: an agent judges its replica by those (persys.agent.failover)."""
         allowed: set[str] = set()  # node ids this stream's certificate was checked for
+        reports = ReportQueue(self._report)
         async with contextlib.AsyncExitStack() as held:
+            held.push_async_callback(reports.close)
             async for update in request_iterator:
                 kind = update.WhichOneof("update")
                 node_id = update.heartbeat.node_id if kind == "heartbeat" else update.report.node_id
@@ -246,23 +252,20 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     allowed.add(node_id)
                 else:  # a revoked node's stream ends at its next message (a heartbeat interval)
                     await self._not_revoked(node_id, context)
+                async with mapped(context):
+                    reports.raise_failure()  # a report failed (e.g. leadership moved): the stream ends
                 if kind == "heartbeat":
                     await self._check_usage(update.heartbeat, context)
-                ack = await self._update(update, kind, context)
-                if ack is not None:
+                    # Every message is checked for ownership again (leadership may have moved
+                    # meanwhile): heartbeat() and report() do it themselves.
+                    async with mapped(context):
+                        ack = pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
                     yield ack
-
-    async def _update(self, update: pb.AgentUpdate, kind: str | None, context: grpc.aio.ServicerContext
-                      ) -> pb.UpdateAck | None:
-        # Every message is checked for ownership again (leadership may have moved meanwhile):
-        # heartbeat() and report() do it themselves.
-        async with mapped(context):
-            if kind == "heartbeat":
-                return pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
-            if kind == "report":
-                await self._report(update.report)
-            return None  # a report, or an update kind this scheduler does not know: newer agent
-        raise AssertionError("unreachable")  # _mapped aborts on every error
+                elif kind == "report":
+                    await reports.put(update.report)
+                # any other kind: an update this scheduler does not know (a newer agent)
+            async with mapped(context):
+                await reports.drain()
 
     async def WatchAssignments(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                                ) -> AsyncIterator[pb.AssignmentSet]:

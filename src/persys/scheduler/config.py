@@ -7,6 +7,10 @@ from pathlib import Path
 
 from persys.scheduler.liveness import GuardConfig
 
+# Seconds the node guard may take beyond its bound (the node grace) to kill a Stop instance: its
+# poll (0.5 s) and a kill (3 s at most), plus a margin. The agent side is persys.agent.node_guard.
+GUARD_SLACK = 5.0
+
 
 @dataclass
 class SchedulerConfig:
@@ -33,6 +37,14 @@ class SchedulerConfig:
     max_lost_fraction: float = 0.5
     liveness_guard_min_nodes: int = 10
     liveness_suspension_seconds: float | None = None
+    # How long a node this replica has not heard from since it started or was elected keeps its
+    # stored status: it is neither placed on nor relocated from (None: six grace periods, 60 s by
+    # default; never less than the node grace). See liveness.py.
+    restart_grace_seconds: float | None = None
+    # Seconds after a lost node's last heartbeat before its `onDisconnect: Stop` instances are
+    # relocated (None: node grace + heartbeat interval + GUARD_SLACK): the node guard has killed
+    # them by then even if the agent is dead or frozen (persys.agent.node_guard).
+    stop_relocation_seconds: float | None = None
     health_interval_seconds: float = 1.0
     replica_id: str = ""  # unique per replica (default: a random id)
     advertise: str = ""  # address agents should use to reach this replica when it is active
@@ -43,6 +55,16 @@ class SchedulerConfig:
     backup_interval_seconds: float = 60.0
     # Log what held the event loop whenever it stalls longer than this (0: off; see stalls.py).
     stall_log_seconds: float = 0.0
+
+    def stop_relocation_delay(self) -> float:
+        if self.stop_relocation_seconds is not None:
+            return self.stop_relocation_seconds
+        return self.node_grace_seconds + self.heartbeat_interval_seconds + GUARD_SLACK
+
+    def restart_grace(self) -> float:
+        if self.restart_grace_seconds is None:
+            return 6 * self.node_grace_seconds
+        return max(self.restart_grace_seconds, self.node_grace_seconds)
 
     def liveness_guard(self) -> GuardConfig:
         """The mass-loss guard's settings (liveness.py)."""

@@ -6,8 +6,11 @@ Rules:
 
 * A node is Ready only on a heartbeat this replica saw since it started or was elected
   (`since`). A node it has not heard from keeps its stored status: NotReady stays NotReady
-  (a restart must not revive dead nodes), and a Ready one is marked NotReady once the grace
-  period, counted from `since`, has passed without a heartbeat.
+  (a restart must not revive dead nodes), and a Ready one is marked NotReady once the restart
+  grace (`restart_grace`, at least the node grace), counted from `since`, has passed without a
+  heartbeat. Until then the node is neither relocated from nor placed on (placement asks
+  `heard_since`): after a whole-cluster restart agents come back at their own pace, and one
+  returning within the restart grace keeps every workload it runs.
 * The mass-loss guard: when at least `min_nodes` are judged and more than `max_lost_fraction`
   of them would go NotReady at once, the silence is far likelier ours (our network, our load)
   than theirs, so nobody is marked NotReady and nothing is relocated. The suspension is
@@ -83,14 +86,17 @@ def judge(
     guard: GuardState,
     config: GuardConfig,
     grace_from: Mapping[str, float] | None = None,
+    restart_grace: float = 0.0,
 ) -> Verdict:
     """Judge the nodes this replica is responsible for.
 
     nodes: node id -> stored status. heard: node id -> time of its last heartbeat seen by this
     replica since `since` (absent: none). since: when this replica started or was elected.
     grace_from: a later start of the grace period for a node not heard from (its shard was
-    handed to us, or our event loop stalled): it never makes a node Ready."""
+    handed to us, or our event loop stalled): it never makes a node Ready. restart_grace: how
+    long a node never heard since `since` keeps its stored status (at least `grace`)."""
     grace_from = grace_from or {}
+    unheard_for = max(grace, restart_grace)
     transitions: list[Transition] = []
     for node_id, status in nodes.items():
         last = heard.get(node_id)
@@ -102,11 +108,11 @@ def judge(
                 transitions.append(Transition(
                     node_id, False, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)"))
         elif status == NodeStatus.READY:
-            start = max(since, grace_from.get(node_id, since))
-            if now - start > grace:
+            due = max(since + unheard_for, grace_from.get(node_id, since) + grace)
+            if now > due:
                 transitions.append(Transition(
                     node_id, False, f"no heartbeat since this scheduler became active {now - since:.0f}s ago "
-                    f"(grace {grace:.0f}s)"))
+                    f"(restart grace {unheard_for:.0f}s)"))
     lost = sum(1 for t in transitions if not t.ready)
     judged = len(nodes)
     trips = (config.max_seconds > 0 and judged >= config.min_nodes
@@ -184,8 +190,14 @@ def observe(seen: Mapping[str, Heard], since: float) -> Observation:
 
 
 def check(nodes: Mapping[str, NodeStatus], seen: Mapping[str, Heard], now: float, since: float, grace: float,
-          guard: GuardState, config: GuardConfig) -> Verdict:
+          guard: GuardState, config: GuardConfig, restart_grace: float = 0.0) -> Verdict:
     """One liveness step (the node monitor's decision): the owned nodes' stored
     statuses and what this replica saw of them in, transitions and the guard's new state out."""
     o = observe(seen, since)
-    return judge(nodes, o.heard, now, since, grace, guard, config, o.grace_from)
+    return judge(nodes, o.heard, now, since, grace, guard, config, o.grace_from, restart_grace)
+
+
+def heard_since(seen: Heard | None, active_since: float) -> bool:
+    """Whether placement may use a node: its agent spoke to this replica since it became active
+    (its stored Ready may be a dead node's, written before a restart or a failover)."""
+    return seen is not None and seen.heard_at >= active_since

@@ -36,12 +36,21 @@ class NodeMonitor:
         self.s = shell
         self.guard = GuardState()  # the mass-loss guard (liveness.py)
         self.started_at = shell.clock()  # since when this replica judges (started, elected, unfrozen)
+        # Since when this replica is active (started, elected; not moved by an unfreeze): placement
+        # uses only nodes heard from since then (liveness.heard_since).
+        self.active_since = self.started_at
         self.pending_dirty = False  # a node changed: Pending workloads may fit now
+        # Lost nodes whose Stop instances wait for the node guard (reconcile.relocation): node ->
+        # wall-clock time at which their workloads are looked at again.
+        self.held: dict[str, float] = {}
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
         `keep_later`: a grace period already running past now is kept."""
         now = self.started_at = self.s.clock()
+        if not keep_later:
+            self.active_since = now
+            self.s.placement.refresh_nodes()  # nodes not heard from since are not placed on
         for live in self.s.live.values():
             live.last_heartbeat = max(live.last_heartbeat, now) if keep_later else now
 
@@ -59,6 +68,7 @@ class NodeMonitor:
             if self.s.guard.mode != Mode.NORMAL:
                 continue  # liveness cannot be judged or recorded while frozen
             try:
+                self.release_held()
                 await self.check_nodes()
                 if not self.s.is_active:
                     continue
@@ -81,23 +91,33 @@ class NodeMonitor:
         record the transitions: NotReady nodes' instances are relocated."""
         nodes: dict[str, Versioned[Node]] = {}
         seen: dict[str, liveness.Heard] = {}
+        wall, delay = time.time(), self.s.config.stop_relocation_delay()
         for k, (node_id, cur) in enumerate(list(self.s.state.nodes.items())):
             if k % YIELD_EVERY_NODES == YIELD_EVERY_NODES - 1:
                 await asyncio.sleep(0)
             if not self.s.owns(node_id):
                 continue  # another replica judges this node
             nodes[node_id] = cur
+            due = cur.value.last_heartbeat + delay
+            if cur.value.status == NodeStatus.NOT_READY and due > wall and node_id not in self.held:
+                # Lost before this replica was active (a failover, a restart): its Stop instances
+                # still wait for the node guard, then they are looked at again from here.
+                self.held[node_id] = due
             if (live := self.s.live.get(node_id)) is not None:
                 seen[node_id] = liveness.Heard(live.last_heartbeat, live.heard_at)
         verdict = liveness.check({n: c.value.status for n, c in nodes.items()}, seen, self.s.clock(), self.started_at,
-                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard())
+                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard(),
+                                 self.s.config.restart_grace())
         self.guard = verdict.guard
         for ev in verdict.events:
             self.s.emit(ev.kind, "cluster", ev.message, ev.reason)
         for t in verdict.transitions:
             cur = nodes[t.node_id]
             status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
-            updated = cur.value.model_copy(update={"status": status, "status_reason": t.reason})
+            change: dict[str, Any] = {"status": status, "status_reason": t.reason}
+            if not t.ready:  # when it was last heard (wall clock): Stop instances wait from there
+                change["last_heartbeat"] = self.last_heard_wall(t.node_id)
+            updated = cur.value.model_copy(update=change)
             if await self.s.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
                                        [Put(keys.node(t.node_id), updated.to_json())], fenced="node"):
                 self.s.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
@@ -105,6 +125,32 @@ class NodeMonitor:
                     self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
                 else:
                     self.s.enqueue_node_workloads(t.node_id)
+                    self.held[t.node_id] = updated.last_heartbeat + self.s.config.stop_relocation_delay()
+
+    def last_heard_wall(self, node_id: str) -> float:
+        """Wall-clock time this replica last heard the node (its start as active, if never)."""
+        wall_now, now = time.time(), self.s.clock()
+        live = self.s.live.get(node_id)
+        if live is not None and live.heard_at >= self.started_at:
+            return wall_now - (now - live.heard_at)
+        return wall_now - (now - self.started_at)
+
+    def release_held(self) -> None:
+        """Look again at lost nodes' workloads whose Stop instances waited for the node guard."""
+        now = time.time()
+        for node_id, at in list(self.held.items()):
+            if now >= at:
+                del self.held[node_id]
+                self.s.enqueue_node_workloads(node_id)
+
+    def heard(self, node_id: str) -> bool:
+        """Whether placement may use this node (liveness.heard_since). In sharded mode the
+        placing leader does not receive other replicas' heartbeats: the stored status decides."""
+        if self.s.config.sharded:
+            return True
+        live = self.s.live.get(node_id)
+        return liveness.heard_since(liveness.Heard(live.last_heartbeat, live.heard_at) if live else None,
+                                    self.active_since)
 
     def liveness_view(self) -> dict[str, Any]:
         """The mass-loss guard as health shows it (times as wall-clock seconds)."""

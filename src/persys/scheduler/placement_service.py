@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from persys.model import NodeStatus, Workload
@@ -104,6 +104,9 @@ class PlacementService:
         self._static_stale: set[str] = set()
         self.decision_seconds: deque[float] = deque(maxlen=10_000)  # the engine's time per decision, latest
         self.decision_histogram: LoopHistogram | None = None  # the same times, for metrics (set by the replica)
+        # Whether a node's agent was heard from since this replica became active (set by the
+        # replica; node_monitor.NodeMonitor.heard): a stored Ready alone is no proof of life.
+        self.heard: Callable[[str], bool] = lambda node_id: True
         state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
@@ -124,6 +127,14 @@ class PlacementService:
                 # Removed, changed, or written by someone else: recompute that node.
                 self._dirty.add(node_id)
                 self._base = None
+
+    def node_heard(self, node_id: str) -> None:
+        """A node was heard from for the first time since this replica became active."""
+        self._on_change("node", node_id)
+
+    def refresh_nodes(self) -> None:
+        """Whether nodes were heard from changed for all of them (this replica became active)."""
+        self._on_change("reset", "")
 
     def reset(self) -> None:
         """Forget every reservation and derived index: the next decision starts from the mirror."""
@@ -213,7 +224,7 @@ class PlacementService:
         caps = n.capabilities
         return pl.NodeInfo(
             id=n.id,
-            ready=n.status == NodeStatus.READY,
+            ready=n.status == NodeStatus.READY and self.heard(n.id),
             schedulable=not n.cordoned,
             runtimes=frozenset(caps.runtimes),
             runtime_features=frozenset(f"{t}:{f}" for t, info in caps.runtimes.items() for f in info.features),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from persys.model import NodeStatus, Phase, Workload, WorkloadStatus
+from persys.model import NodeStatus, OnDisconnect, Phase, Workload, WorkloadStatus
 from persys.model.workload import index_of, instance_id
 from persys.scheduler import failures, keys, quarantine, volume_rules
 from persys.scheduler.group_commit import TXN_MAX_OPS, chunk_ops
@@ -61,8 +61,10 @@ class Plan:
     needs: list[Need] = field(default_factory=list)
 
 
-def plan(state: ClusterState, wid: str, inflight: set[str], runs_on: RunsOn, now: float) -> Plan:
-    """What converges workload `wid` (`inflight`: instances whose placement is being committed)."""
+def plan(state: ClusterState, wid: str, inflight: set[str], runs_on: RunsOn, now: float,
+         stop_delay: float = 0.0) -> Plan:
+    """What converges workload `wid` (`inflight`: instances whose placement is being committed;
+    `stop_delay`: see `relocation`)."""
     cur = state.workloads.get(wid)
     existing = set(state.instances.get(wid, ()))
     if cur is None and wid in state.refused:
@@ -78,7 +80,7 @@ def plan(state: ClusterState, wid: str, inflight: set[str], runs_on: RunsOn, now
         node_id = state.placement_of.get(inst)
         if node_id is not None:
             sync = sync_write(state, w, inst, node_id)
-            move = relocation(state, w, wrev, inst, node_id, now)
+            move = relocation(state, w, wrev, inst, node_id, now, stop_delay)
             if move is None:
                 out.writes += [sync] if sync else []
             elif move.ops and isinstance(move.ops[0], Delete):
@@ -158,9 +160,13 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
                   then=rest, forget_usage=sorted(instances))]
 
 
-def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: str, now: float) -> Write | None:
-    """Move an instance off a draining or lost node (None: its node is fine). An instance with a
-    node-local volume cannot follow: it stays (a drain reports it as blocking) and says why."""
+def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: str, now: float,
+               stop_delay: float = 0.0) -> Write | None:
+    """Move an instance off a draining or lost node (None: its node is fine, or not yet). An
+    instance with a node-local volume cannot follow: it stays (a drain reports it as blocking)
+    and says why. An `onDisconnect: Stop` instance of a lost node moves only `stop_delay` seconds
+    after the node's last heartbeat: by then its node guard has killed it even if the agent is
+    dead or frozen (persys.agent.node_guard), so two copies never run."""
     node = state.nodes.get(node_id)
     if node is None:
         why = f"node {node_id} is gone"
@@ -173,7 +179,11 @@ def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: 
     st = state.statuses.get(inst)
     prev = st.value if st else WorkloadStatus()
     guard = [Compare(keys.workload(w.id), wrev)]
-    if has_local_volumes(w) and (prev.volume_node or node_id) == node_id:
+    pinned = has_local_volumes(w) and (prev.volume_node or node_id) == node_id
+    if (not pinned and node is not None and not node.value.draining and w.spec.disconnect_policy() == OnDisconnect.STOP
+            and now < node.value.last_heartbeat + stop_delay):
+        return None  # the node guard has not surely killed it yet; the node monitor enqueues it again then
+    if pinned:
         msg = f"{why}; not relocated: its node-local volume lives on {node_id}"
         if prev.message == msg:
             return None

@@ -126,7 +126,8 @@ class ReconcileWorker:
 
     async def reconcile(self, wid: str) -> list[Need]:
         """Converge one workload: apply its plan; returns the instances that need a node."""
-        plan = reconcile.plan(self.s.state, wid, self.placer.inflight, self.s.runs_on, time.time())
+        plan = reconcile.plan(self.s.state, wid, self.placer.inflight, self.s.runs_on, time.time(),
+                              self.s.config.stop_relocation_delay())
         for w in plan.writes:
             await self.write(w)
         return plan.needs

@@ -39,6 +39,7 @@ from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.delivery import Delivery
+from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
 from persys.scheduler.ha import BlockingLease, LeaderElection
 from persys.scheduler.heap import HeapGuard
@@ -60,7 +61,7 @@ from persys.scheduler.state import ClusterState
 from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
-from persys.store.base import StateStore
+from persys.store.base import StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 STOP_WAIT_SECONDS = 5.0  # the longest stop() waits for one of its steps
@@ -120,6 +121,7 @@ class Scheduler:
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
         # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
         self.health_checks: list[NamedCheck] = []
+        self.health_probe = DependencyProbe(self, lambda rev: self.state.observe_store_revision(rev, self.clock()))
         # Loops that run only while this replica is active (server.py: the volume controller).
         self.active_services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
@@ -127,6 +129,7 @@ class Scheduler:
         # operations are this replica's API.
         self.delivery = Delivery(self.state, self.require_owner)
         self.monitor = NodeMonitor(self)
+        self.placement.heard = self.monitor.heard  # only nodes heard from since this replica became active
         self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
         self.placer = Placer(self)
         self.worker = ReconcileWorker(self, self.placer)
@@ -253,14 +256,43 @@ class Scheduler:
         self.heap.install()
         if self.stall_watchdog is not None:
             self.stall_watchdog.start()
+        self._tasks = [asyncio.create_task(self.health_probe.run(self.config.health_interval_seconds),
+                                           name="dependency-probe")]
+        try:
+            await self._load()
+        except StoreUnavailable as err:
+            # An outage, not a configuration error: start frozen and thaw when the store answers.
+            self.guard.set(Mode.DEGRADED, f"state store unreachable at start ({err}); frozen until it answers")
+            log.warning("state store unreachable at start: serving frozen until it answers (%s)", err)
+            self._tasks.append(asyncio.create_task(self._start_when_the_store_answers(), name="store-wait"))
+            return
+        await self._run()
+
+    async def _load(self) -> None:
         await self.state.load()
         has_state = bool(self.state.workloads or self.state.refused or self.state.nodes or self.state.assignments)
         await self.guard.establish(self.state.cluster_marker, has_state)
+
+    async def _start_when_the_store_answers(self) -> None:
+        delay = 0.5
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self._load()
+            except StoreUnavailable as err:
+                log.debug("state store still unreachable: %s", err)
+                delay = min(delay * 2, 5.0)
+                continue
+            log.info("the state store answers: this replica starts (mode %s)", self.guard.mode)
+            await self._run()
+            return
+
+    async def _run(self) -> None:
         self.state.subscribe(self._on_change)
         self.state.start_following()
-        self.monitor.started_at = self.clock()
+        self.monitor.started_at = self.monitor.active_since = self.clock()
         self.enqueue_all()
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(self.outbox.run(), name="event-publisher"),
             asyncio.create_task(self._health_loop(), name="mode-guard"),
             asyncio.create_task(self.monitor.run(), name="node-monitor"),

@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from persys.events.base import EventBus, EventsUnavailable
+from persys.events.base import EventBus
 from persys.events.outbox import EventOutbox
 from persys.model import NodeStatus
-from persys.observability.health_checks import DependencyState, NamedCheck, run_checks
+from persys.observability.health_checks import DependencyState, NamedCheck
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement_service import PlacementService
@@ -35,6 +36,7 @@ class HealthSource(Protocol):
     placement: PlacementService
     elected_at_wall: float
     health_checks: list[NamedCheck]  # registered at start: the secret store, Persys Meter, ...
+    health_probe: DependencyProbe  # their latest probes: health answers from memory
 
     @property
     def is_active(self) -> bool: ...
@@ -84,29 +86,17 @@ def runtimes_state(s: HealthSource) -> DependencyState:
     return DependencyState("node-runtimes", False, "; ".join(broken[:MAX_RUNTIME_NOTES]) + more)
 
 
-async def _events_state(s: HealthSource) -> DependencyState:
-    try:
-        await s.events.bounds()
-    except EventsUnavailable as err:
-        return DependencyState("event-bus", False, f"unreachable, events are being dropped: {err}")
-    except Exception as err:  # an unexpected backend failure is still the bus's problem
-        return DependencyState("event-bus", False, f"{type(err).__name__}: {err}")
-    return DependencyState("event-bus", True)
-
-
 async def health(s: HealthSource) -> dict[str, Any]:
+    """From memory: the dependencies' latest probes (dependency_probe.py), never a call to them."""
     notes: list[str] = []
-    store_ok, backend, store_reason = True, "", ""
-    try:
-        st = await s.store.status()
-        backend = str(st.get("backend", ""))
-        revision = st.get("revision", 0)
-        s.state.observe_store_revision(revision if isinstance(revision, int) else 0, s.clock())
-    except Exception as err:
-        store_ok, store_reason = False, str(err) or type(err).__name__
-        notes.append(f"store: {err}")
-    events_state, checked = await asyncio.gather(_events_state(s), run_checks(s.health_checks))
-    dependencies = [DependencyState("store", store_ok, store_reason), events_state, *checked, runtimes_state(s)]
+    probed = await s.health_probe.current()
+    store_ok, backend, store_reason = probed.store.ok, probed.backend, probed.store.reason
+    if not store_ok:
+        notes.append(f"store: {store_reason}")
+    events_state, checked = probed.events, probed.checks
+    if stale := s.health_probe.staleness_note(s.config.health_interval_seconds):
+        notes.append(stale)
+    dependencies = [probed.store, events_state, *checked, runtimes_state(s)]
     # Registered dependencies that fail are problems; a node without some runtime may be so by
     # design, so node runtimes stay in their entry only.
     notes += [f"{d.name}: {d.reason}" for d in checked if not d.ok]

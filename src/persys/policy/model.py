@@ -8,7 +8,7 @@ defaults (raw_exec off, Docker privileged and host volumes off). An admin relaxe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
@@ -58,6 +58,13 @@ class WorkloadPolicy(Model):
     # rule `rootProcess`: `spec.process.user: root` (processes run as the agent's unprivileged
     # workload user otherwise).
     allow_root_processes: StrictBool = False
+    # The network of a process workload whose spec names none (`spec.process.network`): `host`
+    # (the node's own network namespace, as Nomad's exec driver does by default; it reaches
+    # every service the node listens on, 127.0.0.1 included) or `isolated` (a network namespace
+    # of its own with only a loopback). Applied at admission: the stored spec carries it.
+    process_network: Literal["host", "isolated"] = "host"
+    # rule `hostNetwork`: a process workload in the node's network namespace (named or default).
+    allow_host_network_processes: StrictBool = True
 
     @field_validator("allowed_capabilities")
     @classmethod

@@ -6,6 +6,10 @@ env included: they are in it), its working directory and its user and group. The
 the instance's cgroups through the same wrapper a start uses, so it counts against the workload's
 limits and a stop of the workload ends it too. Its output is bounded; at the timeout its session
 is killed.
+
+An isolated instance (process_isolation.py) is entered, not imitated: the command runs through
+`nsenter` in the namespaces of the instance's init (its PID, mount, IPC and network namespaces)
+and takes the instance's ids there; the agent starts it as root for that.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Any
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.exec_output import STDERR, STDOUT, ExecOutput, OutputBuffer, exit_status, kill_tree
+from persys.agent.runtimes.process_isolation import enter_argv
+from persys.agent.runtimes.supervision import children_of
 from persys.agent.runtimes.terminal import READ_MAX
 
 _CHUNK = 64 * 1024
@@ -63,23 +69,40 @@ def read_context(pid: int, settle: float = 2.0) -> ProcessContext:
     return ProcessContext(env, cwd, int(ids.get("Uid", os.geteuid())), int(ids.get("Gid", os.getegid())))
 
 
-def _user_kwargs(ctx: ProcessContext) -> dict[str, Any]:
-    if os.geteuid() == 0 and ctx.uid != 0:
+def _user_kwargs(ctx: ProcessContext, isolated: bool = False) -> dict[str, Any]:
+    if os.geteuid() == 0 and ctx.uid != 0 and not isolated:  # isolated: nsenter switches inside
         return {"user": ctx.uid, "group": ctx.gid, "extra_groups": []}
     return {}
 
 
-async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
-                          kill_after: float, stdin: bytes = b"") -> ExecOutput:
-    ctx = await asyncio.to_thread(read_context, pid)
-    argv = list(command)
+def namespace_init(pid: int) -> int:
+    """The init of an isolated instance whose supervised process (`unshare`, outside) is `pid`."""
+    kids = children_of(pid)
+    if not kids:
+        raise RuntimeFailure(f"pid {pid} has no namespace init (still starting?): try again", code="NotRunning")
+    return kids[0]
+
+
+async def _prepare(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
+                   isolated: bool) -> tuple[ProcessContext, list[str]]:
+    """The context to run in and the command line (cgroup wrapper, namespaces) of an exec."""
+    target = await asyncio.to_thread(namespace_init, pid) if isolated else pid
+    ctx = await asyncio.to_thread(read_context, target)
+    argv = enter_argv(target, ctx.uid, ctx.gid, ctx.cwd, list(command)) if isolated else list(command)
     if cgroup_tasks:
         argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
+    return ctx, argv
+
+
+async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
+                          kill_after: float, stdin: bytes = b"", *, isolated: bool = False) -> ExecOutput:
+    ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
     out = OutputBuffer()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=ctx.cwd, env=ctx.env, start_new_session=True, **_user_kwargs(ctx))
+            stderr=subprocess.PIPE, cwd="/" if isolated else ctx.cwd, env=ctx.env, start_new_session=True,
+            **_user_kwargs(ctx, isolated))
     except FileNotFoundError:
         out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
         return out.result(127, timed_out=False, target=f"pid {pid}")
@@ -176,13 +199,10 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
 
 
 async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
-                           rows: int) -> ProcessTerminal:
+                           rows: int, *, isolated: bool = False) -> ProcessTerminal:
     """Start `command` on a new pseudo-terminal in the process workload's environment, user and
     cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
-    ctx = await asyncio.to_thread(read_context, pid)
-    argv = list(command)
-    if cgroup_tasks:
-        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
+    ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
     master, slave = os.openpty()
     try:
         if cols and rows:
@@ -190,8 +210,8 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
         if os.geteuid() == 0 and ctx.uid != 0:
             os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
         proc = await asyncio.create_subprocess_exec(
-            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd,
-            env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx))
+            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave, cwd="/" if isolated else ctx.cwd,
+            env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx, isolated))
     except FileNotFoundError as exc:
         os.close(master)
         raise RuntimeFailure(f"exec -t: {exc.filename or 'setsid'} not found", code="InvalidArgument") from exc

@@ -38,7 +38,7 @@ from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.log_times import NotingTask
-from persys.agent.runtimes.process_exec import ProcessTerminal, exec_in_process, open_process_tty
+from persys.agent.runtimes.process_exec import Isolated, ProcessTerminal, exec_in_process, open_process_tty
 from persys.agent.runtimes.process_isolation import (
     CLAIMS_DIR,
     DYNAMIC_UIDS,
@@ -373,11 +373,11 @@ class ProcessRuntime:
         spec = w.spec.process
         assert spec is not None
         env = {"PATH": DEFAULT_PATH, **spec.env, **w.secrets.env_text()}
-        run_as, iso = self._isolation(w)
         self._dir.mkdir(mode=0o711, parents=True, exist_ok=True)
         self._dir.chmod(0o711)  # others pass through to their own work/, list nothing
         wdir.mkdir(mode=0o711, exist_ok=True)
         wdir.chmod(0o711)
+        run_as, iso = self._isolation(w)
         if w.spec.secrets is not None and w.spec.secrets.files:
             owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
             env["PERSYS_SECRETS_DIR"] = str(write_secret_files(self._secrets / w.workload_id, w.secrets.files,
@@ -516,14 +516,21 @@ class ProcessRuntime:
         """Run `command` on the node in the running instance's environment, user and cgroups."""
         meta = self._running(workload_id, service)
         return await exec_in_process(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, kill_after, stdin,
-                                     isolated=meta.isolation is not None)
+                                     isolated=self._entered(meta))
 
     async def open_terminal(self, workload_id: str, command: Sequence[str], *, service: str, cols: int,
                             rows: int) -> ProcessTerminal:
         """`command` on a TTY on the node in the running instance's environment, user and cgroups."""
         meta = self._running(workload_id, service)
         return await open_process_tty(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, cols, rows,
-                                      isolated=meta.isolation is not None)
+                                      isolated=self._entered(meta))
+
+    def _entered(self, meta: ProcessMeta) -> Isolated | None:
+        """How an exec enters an isolated instance (None: a host process, as before isolation)."""
+        iso = Isolation.from_doc(meta.isolation) if meta.isolation is not None else None
+        if iso is None:
+            return None
+        return Isolated(iso.uid, iso.gid, self._init)
 
     def _running(self, workload_id: str, service: str) -> ProcessMeta:
         """The meta of a running instance to exec in; RuntimeFailure saying why there is none."""

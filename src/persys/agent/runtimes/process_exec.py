@@ -25,7 +25,7 @@ import subprocess
 import termios
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,15 @@ from persys.agent.runtimes.supervision import children_of
 from persys.agent.runtimes.terminal import READ_MAX
 
 _CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """An isolated instance to enter: the ids it runs as (its record) and its init's path."""
+
+    uid: int
+    gid: int
+    init: str
 
 
 @dataclass(frozen=True)
@@ -69,39 +78,52 @@ def read_context(pid: int, settle: float = 2.0) -> ProcessContext:
     return ProcessContext(env, cwd, int(ids.get("Uid", os.geteuid())), int(ids.get("Gid", os.getegid())))
 
 
-def _user_kwargs(ctx: ProcessContext, isolated: bool = False) -> dict[str, Any]:
-    if os.geteuid() == 0 and ctx.uid != 0 and not isolated:  # isolated: nsenter switches inside
+def _user_kwargs(ctx: ProcessContext, isolated: Isolated | None = None) -> dict[str, Any]:
+    if os.geteuid() == 0 and ctx.uid != 0 and isolated is None:  # isolated: nsenter switches inside
         return {"user": ctx.uid, "group": ctx.gid, "extra_groups": []}
     return {}
 
 
-def namespace_init(pid: int) -> int:
-    """The init of an isolated instance whose supervised process (`unshare`, outside) is `pid`."""
-    kids = children_of(pid)
-    if not kids:
-        raise RuntimeFailure(f"pid {pid} has no namespace init (still starting?): try again", code="NotRunning")
-    return kids[0]
+def namespace_init(pid: int, init: str, settle: float = 2.0) -> int:
+    """The init of an isolated instance whose supervised process (`unshare`, outside) is `pid`,
+    once it runs `init`: before that the namespaces are still being made (the private /proc not
+    yet mounted, the ids not yet dropped), and nothing may enter them."""
+    deadline = time.monotonic() + settle
+    want = os.path.realpath(init)
+    while True:
+        for kid in children_of(pid):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{kid}/exe") == want:
+                    return kid
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"pid {pid} has no namespace init (still starting?): try again", code="NotRunning")
+        time.sleep(0.01)
 
 
 async def _prepare(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
-                   isolated: bool) -> tuple[ProcessContext, list[str]]:
+                   isolated: Isolated | None) -> tuple[ProcessContext, list[str]]:
     """The context to run in and the command line (cgroup wrapper, namespaces) of an exec."""
-    target = await asyncio.to_thread(namespace_init, pid) if isolated else pid
-    ctx = await asyncio.to_thread(read_context, target)
-    argv = enter_argv(target, ctx.uid, ctx.gid, ctx.cwd, list(command)) if isolated else list(command)
+    if isolated is None:
+        ctx = await asyncio.to_thread(read_context, pid)
+        argv = list(command)
+    else:
+        target = await asyncio.to_thread(namespace_init, pid, isolated.init)
+        # The ids the instance was started with (its record), never what /proc shows right now.
+        ctx = replace(await asyncio.to_thread(read_context, target), uid=isolated.uid, gid=isolated.gid)
+        argv = enter_argv(target, isolated.uid, isolated.gid, list(command))
     if cgroup_tasks:
         argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
     return ctx, argv
 
 
 async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
-                          kill_after: float, stdin: bytes = b"", *, isolated: bool = False) -> ExecOutput:
+                          kill_after: float, stdin: bytes = b"", *, isolated: Isolated | None = None) -> ExecOutput:
     ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
     out = OutputBuffer()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd="/" if isolated else ctx.cwd, env=ctx.env, start_new_session=True,
+            stderr=subprocess.PIPE, cwd=ctx.cwd if isolated is None else "/", env=ctx.env, start_new_session=True,
             **_user_kwargs(ctx, isolated))
     except FileNotFoundError:
         out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
@@ -199,7 +221,7 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
 
 
 async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
-                           rows: int, *, isolated: bool = False) -> ProcessTerminal:
+                           rows: int, *, isolated: Isolated | None = None) -> ProcessTerminal:
     """Start `command` on a new pseudo-terminal in the process workload's environment, user and
     cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
     ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
@@ -210,7 +232,8 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
         if os.geteuid() == 0 and ctx.uid != 0:
             os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
         proc = await asyncio.create_subprocess_exec(
-            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave, cwd="/" if isolated else ctx.cwd,
+            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave,
+            cwd=ctx.cwd if isolated is None else "/",
             env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx, isolated))
     except FileNotFoundError as exc:
         os.close(master)

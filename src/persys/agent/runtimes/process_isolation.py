@@ -22,13 +22,14 @@ and user tables are the edge (`UidClaims`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import grp
 import hashlib
 import os
 import pwd
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -112,10 +113,12 @@ def namespace_argv(command: list[str], iso: Isolation, init: str) -> list[str]:
     return [*base, f"--setgid={iso.gid}", f"--setuid={iso.uid}", "--", *run]
 
 
-def enter_argv(target: int, uid: int, gid: int, cwd: str, command: list[str]) -> list[str]:
+def enter_argv(target: int, uid: int, gid: int, command: list[str]) -> list[str]:
     """The command line that runs `command` inside the namespaces of `target` (the instance's
-    init, a host pid) as uid/gid, in `cwd`: `persysctl exec` in an isolated process workload."""
-    return [tool("nsenter"), f"--target={target}", "--pid", "--mount", "--ipc", "--net", f"--wd={cwd}",
+    init, a host pid) as uid/gid, in its root and working directory (`--root --wd`: taken from
+    the target, so they are its mount namespace's, not ours): `persysctl exec` in an isolated
+    process workload."""
+    return [tool("nsenter"), f"--target={target}", "--pid", "--mount", "--ipc", "--net", "--root", "--wd",
             f"--setgid={gid}", f"--setuid={uid}", "--", *command]
 
 
@@ -165,25 +168,50 @@ class UidClaims:
         except OSError:
             return None
 
-    def claim(self, workload_id: str, recorded: int | None = None) -> int:
-        """The workload's uid: the one it recorded when still (or again) its own, else a new one."""
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One claimant at a time on this host (agents share the folder): a look and a take, or a
+        stale claim's removal, are never interleaved with another agent's."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def claim(self, workload_id: str, recorded: int | None = None) -> int:
+        """The workload's uid: the one it recorded when still (or again) its own, else a new one.
+        The workload's directory must exist (a claim without one counts as abandoned)."""
+        with self._locked():
+            return self._claim(workload_id, recorded)
+
+    def _claim(self, workload_id: str, recorded: int | None) -> int:
         owner = self._owner(workload_id)
         if recorded is not None and (self._holder(recorded) == owner or self._take(recorded, owner)):
             return recorded
 
         def taken(uid: int) -> bool:
             holder = self._holder(uid)
+            if holder is not None and holder != owner and self._abandoned(uid, holder):
+                holder = None
             return (holder is not None and holder != owner) or (holder is None and self._host_knows(uid))
 
-        for _ in range(8):  # another agent may take the one we picked between the look and the claim
-            uid = pick_uid(workload_id, self.range, taken)
-            if uid is None:
-                break
-            if self._holder(uid) == owner or self._take(uid, owner):
-                return uid
+        uid = pick_uid(workload_id, self.range, taken)
+        if uid is not None and (self._holder(uid) == owner or self._take(uid, owner)):
+            return uid
         raise RuntimeFailure(f"no free uid left in {self.range[0]}-{self.range[1]} for {workload_id} "
                              "(persys agent --process-uids)", code="NoCapacity")
+
+    def _abandoned(self, uid: int, holder: str) -> bool:
+        """A claim whose workload directory is gone (its agent's state removed without a remove of
+        the workload) frees its uid: nothing of that workload is left to share it with."""
+        state, _, wid = holder.rpartition(":")
+        if not state or not wid or Path(state, wid).exists():
+            return False
+        with contextlib.suppress(OSError):
+            (self.dir / str(uid)).unlink()
+        return True
 
     def _take(self, uid: int, owner: str) -> bool:
         if self._host_knows(uid):
@@ -197,14 +225,7 @@ class UidClaims:
         return True
 
     def release(self, workload_id: str, uid: int) -> None:
-        if self._holder(uid) == self._owner(workload_id):
-            with contextlib.suppress(OSError):
-                (self.dir / str(uid)).unlink()
-
-    def held(self) -> Iterable[tuple[int, str]]:
-        """Every claim of this owner prefix: (uid, workload id)."""
-        with contextlib.suppress(OSError):
-            for f in self.dir.iterdir():
-                holder = self._holder(int(f.name)) if f.name.isdigit() else None
-                if holder is not None and holder.startswith(self._prefix + ":"):
-                    yield int(f.name), holder[len(self._prefix) + 1:]
+        with self._locked():
+            if self._holder(uid) == self._owner(workload_id):
+                with contextlib.suppress(OSError):
+                    (self.dir / str(uid)).unlink()

@@ -111,7 +111,7 @@ async def _command_pid(obs_pid: int, argv0: bytes) -> int:
     """The host pid of the workload's command (under unshare and the namespace's init)."""
 
     async def found() -> int:
-        return next((p for p in _descendants(obs_pid) if _argv0(p) == argv0), 0)
+        return next((p for p in [obs_pid, *_descendants(obs_pid)] if _argv0(p) == argv0), 0)
 
     pid = await wait_for(found)
     assert pid, f"no {argv0!r} under {obs_pid}"

@@ -47,6 +47,14 @@ def compose(inline: str) -> dict[str, Any]:
 PROBES = [
     ("root-process", {"type": "process", "process": {"command": ["id"], "user": "root"}},
      "rootProcess", "spec.process.user"),
+    # issue #30: a uid is a number ("00" is root), and ids past 2^32-2 are no uid at all.
+    ("uid-00", {"type": "process", "process": {"command": ["id"], "user": "00"}}, "rootProcess", "spec.process.user"),
+    ("uid-0000000000", {"type": "process", "process": {"command": ["id"], "user": "0000000000"}},
+     "rootProcess", "spec.process.user"),
+    ("uid-2p32-1", {"type": "process", "process": {"command": ["id"], "user": "4294967295"}},
+     "userId", "spec.process.user"),
+    ("uid-2p32", {"type": "process", "process": {"command": ["id"], "user": "4294967296"}},
+     "userId", "spec.process.user"),
     ("privileged", compose("services: {x: {image: busybox, privileged: true}}"),
      "privileged", "spec.compose.inline.services.x.privileged"),
     ("cap-all", compose("services: {x: {image: busybox, cap_add: [ALL]}}"),
@@ -154,8 +162,8 @@ def test_an_admin_relaxing_the_policy_lets_the_manifest_through(cluster: Gateway
             assert r.status_code == 201, r.text
             assert http.post("/v1/workloads", json=manifest("as-nobody", plain)).status_code == 201
             uids = eventually(lambda: _uids_of(("sleep 300", "sleep 301")), timeout=60, what="both processes run")[0]
-            if os.geteuid() == 0:  # a root agent switches users; the default is nobody
-                assert uids == {"sleep 300": 0, "sleep 301": 65534}, uids
+            if os.geteuid() == 0:  # a root agent switches users; the default is a uid of the workload's own
+                assert uids["sleep 300"] == 0 and 61184 <= uids["sleep 301"] <= 65519, uids
         finally:
             for name in ("as-root", "as-nobody"):
                 http.delete(f"/v1/workloads/{name}")

@@ -31,7 +31,7 @@ from typing import Any
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.exec_output import STDERR, STDOUT, ExecOutput, OutputBuffer, exit_status, kill_tree
-from persys.agent.runtimes.process_isolation import enter_argv
+from persys.agent.runtimes.process_isolation import enter_argv, tool
 from persys.agent.runtimes.supervision import children_of
 from persys.agent.runtimes.terminal import READ_MAX
 
@@ -224,7 +224,13 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
                            rows: int, *, isolated: Isolated | None = None) -> ProcessTerminal:
     """Start `command` on a new pseudo-terminal in the process workload's environment, user and
     cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
-    ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
+    if isolated is None:
+        ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, None)
+        argv = ["setsid", "--ctty", *argv]
+    else:
+        # The session (and the terminal's foreground group) is made inside the PID namespace: a
+        # shell there gives the terminal back to a group it can see when it leaves.
+        ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, [tool("setsid"), "--ctty", *command], isolated)
     master, slave = os.openpty()
     try:
         if cols and rows:
@@ -232,8 +238,8 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
         if os.geteuid() == 0 and ctx.uid != 0:
             os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
         proc = await asyncio.create_subprocess_exec(
-            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave,
-            cwd=ctx.cwd if isolated is None else "/",
+            *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd if isolated is None else "/",
+            start_new_session=isolated is not None,  # a group of its own to kill, as setsid gives outside
             env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx, isolated))
     except FileNotFoundError as exc:
         os.close(master)

@@ -147,6 +147,7 @@ async def test_two_workloads_see_nothing_of_each_other(rt: ProcessRuntime, state
     assert stat.S_IMODE((secrets_a / "token").stat().st_mode) == 0o400 and (secrets_a / "token").stat().st_uid == ua
     log_a = wdir_a / "stdout.log"
     assert stat.S_IMODE(log_a.stat().st_mode) == 0o600 and log_a.stat().st_uid == 0
+    assert stat.S_IMODE((wdir_a / "meta.json").stat().st_mode) == 0o600
     assert "log-of-a" in log_a.read_text()
 
     # b looks for a in every way the attack of issue 30 did, from inside its own namespaces.
@@ -163,6 +164,7 @@ async def test_two_workloads_see_nothing_of_each_other(rt: ProcessRuntime, state
         "a's secret file": f"cat {secrets_a / 'token'}",
         "a's secret folder": f"ls {secrets_a}",
         "a's log": f"cat {log_a}",
+        "a's record": f"cat {wdir_a / 'meta.json'}",
         "the workloads' folder": f"ls {wdir_a.parent}",
     }
     for what, probe in probes.items():

@@ -224,6 +224,8 @@ class ProcessRuntime:
 
     def _save(self, meta: ProcessMeta) -> None:
         self._dirs.save(meta)
+        with contextlib.suppress(OSError):  # its command line and ids: the agent's, not other workloads'
+            (self._wdir(meta.workload_id) / "meta.json").chmod(0o600)
 
     # ---- liveness ------------------------------------------------------------------------------
 

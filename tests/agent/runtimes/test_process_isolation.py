@@ -296,3 +296,27 @@ async def test_root_spelled_any_way_is_root(rt: ProcessRuntime, user: str) -> No
 
 async def _true(value: object) -> object:
     return value
+
+
+async def test_without_cgroups_the_command_is_still_counted_and_stopped(state: Path, claims: Path) -> None:
+    """The namespace's init puts the command in a process group of its own: usage and stop
+    still find it (through the tree under the supervised process)."""
+    rt = ProcessRuntime(state, grace_seconds=2.0, uid_range=UIDS, uid_claims=claims, use_cgroups=False)
+    try:
+        w = _wl([PY, "-c", "b = bytearray(48 << 20); b[::4096] = b'x' * len(b[::4096]); import time; "
+                           "time.sleep(300)"])
+        obs = await rt.start(w)
+        pid = await _command_pid(int(obs.runtime_id), PY.encode())
+
+        async def grown() -> bool:
+            o = await rt.inspect(w.workload_id)
+            return o is not None and o.usage.memory_bytes > 40 << 20
+
+        assert await wait_for(grown, within=10)
+        began = time.monotonic()
+        await rt.stop(w.workload_id)
+        assert time.monotonic() - began < 1.9 and not pid_alive(pid)
+    finally:
+        for o in await rt.list():
+            await rt.remove(o.workload_id)
+        await rt.close()

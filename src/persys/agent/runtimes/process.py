@@ -50,7 +50,15 @@ from persys.agent.runtimes.process_isolation import (
 )
 from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, RunAs, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
-from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
+from persys.agent.runtimes.supervision import (
+    descendants,
+    group_members,
+    is_alive,
+    proc_info,
+    spawn_session,
+    terminate,
+    ticks_to_ns,
+)
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -273,13 +281,21 @@ class ProcessRuntime:
 
     # ---- usage ---------------------------------------------------------------------------------
 
+    def _members(self, meta: ProcessMeta) -> set[int]:
+        """The instance's processes found without cgroups: its process group and, isolated, what
+        runs under it (the namespace's init puts the command in a process group of its own)."""
+        members = set(group_members(meta.pgid))
+        if meta.isolation is not None and self._alive(meta):
+            members.update(descendants(meta.pid))
+        return members
+
     def _cpu_ns(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
         if (self._cgroups or meta.cgroups) and "cpuacct" in dirs:
             v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
             if v is not None:
                 return v
-        return ticks_to_ns(sum(info.cpu_ticks for pid in group_members(meta.pgid) if (info := proc_info(pid))))
+        return ticks_to_ns(sum(info.cpu_ticks for pid in self._members(meta) if (info := proc_info(pid))))
 
     def _memory(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
@@ -288,7 +304,7 @@ class ProcessRuntime:
             if v is not None:
                 return v
         total = 0
-        for pid in group_members(meta.pgid):
+        for pid in self._members(meta):
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -301,7 +317,7 @@ class ProcessRuntime:
         figures with it: the high-water mark keeps the counters from going backwards. Network I/O
         is not measured: a host process shares the node's network namespace."""
         rd = wr = 0
-        for pid in set(group_members(meta.pgid)) | set(self._cgroup_pids(meta)):
+        for pid in self._members(meta) | set(self._cgroup_pids(meta)):
             with contextlib.suppress(OSError, ValueError):
                 fields = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
                 rd += int(fields.get("read_bytes", 0))

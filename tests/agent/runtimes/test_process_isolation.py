@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import tempfile
 import time
 import uuid
@@ -89,6 +90,10 @@ def _argv0(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
     except OSError:
         return b""
+
+
+def _environ(pid: int) -> str:
+    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
 
 
 def _env(pid: int, name: str) -> str:
@@ -320,3 +325,55 @@ async def test_without_cgroups_the_command_is_still_counted_and_stopped(state: P
         for o in await rt.list():
             await rt.remove(o.workload_id)
         await rt.close()
+
+
+_PRELOAD_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void noted(void) {
+    const char *dir = getenv("PRELOAD_NOTES");
+    if (!dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d-%d", dir, (int)getuid(), (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
+"""
+
+
+@pytest.fixture
+def preload(state: Path) -> Path:
+    """A shared object that notes, in $PRELOAD_NOTES, the uid of every process that loads it."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc builds the preloaded object")
+    src = state / "noted.c"
+    src.write_text(_PRELOAD_C)
+    so = state / "noted.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True, capture_output=True)
+    so.chmod(0o755)
+    return so
+
+
+async def test_the_workloads_environment_reaches_no_root_process(rt: ProcessRuntime, state: Path,
+                                                                 preload: Path) -> None:
+    """LD_PRELOAD (or any loader or libc variable) in a spec must not run code as root: every
+    step before the command (cgroup wrapper, unshare, ip, setpriv, nsenter) starts with a bare
+    environment; the command, and what an exec runs, get the workload's."""
+    notes = state / "notes"
+    notes.mkdir(mode=0o777)
+    notes.chmod(0o777)
+    env = {"LD_PRELOAD": str(preload), "PRELOAD_NOTES": str(notes)}
+    for network in ("host", "isolated"):
+        w = _wl(["sleep", "300"], network=network)
+        w.spec.process.env.update(env)  # type: ignore[union-attr]
+        obs = await rt.start(w)
+        pid = await _command_pid(int(obs.runtime_id), b"sleep")
+        code, out = await _run(rt, w.workload_id, "echo $PRELOAD_NOTES")
+        assert (code, out.strip()) == (0, str(notes))
+        term = await rt.open_terminal(w.workload_id, ["true"], service="", cols=80, rows=24)
+        await term.close()
+        assert "PRELOAD_NOTES" not in _environ(int(obs.runtime_id))  # unshare's: root's, bare
+        uids = {int(n.name.split("-")[0]) for n in notes.iterdir()}
+        assert 0 not in uids, f"{network}: a root process loaded the workload's LD_PRELOAD"
+        assert _status_ids(pid)[0] in uids  # the command itself did (the environment is its)

@@ -44,6 +44,7 @@ from persys.agent.runtimes.process_isolation import (
     DYNAMIC_UIDS,
     Isolation,
     UidClaims,
+    env_script,
     find_init,
     namespace_argv,
     tools_missing,
@@ -364,6 +365,11 @@ class ProcessRuntime:
                 await self._stop_locked(w.workload_id)
             return self._spawn(w, wdir)
 
+    def _env_dir(self, workload_id: str) -> Path:
+        """Where an isolated instance's environment waits for its ids to read it (and an exec's):
+        beside its secret files, on the same tmpfs, as private (a name no workload id has)."""
+        return self._secrets / f".env-{workload_id}"
+
     @property
     def isolates(self) -> bool:
         return self._isolate
@@ -416,7 +422,13 @@ class ProcessRuntime:
                 os.chown(tasks, run_as.uid, run_as.gid)
                 # cgroup.procs alike: what an exec goes by (_exec_cgroups), as agents before handed it over
                 os.chown(Path(tasks).with_name("cgroup.procs"), run_as.uid, run_as.gid)
-        argv = list(spec.command) if iso is None else namespace_argv(list(spec.command), iso, self._init)
+        if iso is None:
+            argv, popen_env = list(spec.command), env
+        else:
+            owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
+            env_file = write_secret_files(self._env_dir(w.workload_id), {"environment": env_script(env)}, *owner)
+            argv = namespace_argv(list(spec.command), iso, self._init, str(env_file / "environment"))
+            popen_env = {"PATH": DEFAULT_PATH}  # the root steps' own: nothing of the workload's
         if cg_tasks:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_tasks, "--", *argv]
         log = wdir / "stdout.log"
@@ -425,7 +437,7 @@ class ProcessRuntime:
         # Isolated: started as root (unshare needs it; it drops to the workload's ids itself).
         switch = run_as.popen_kwargs() if iso is None else {}
         try:
-            child = spawn_session(argv, cwd=cwd, stdout=log, env=env, **switch)
+            child = spawn_session(argv, cwd=cwd, stdout=log, env=popen_env, **switch)
         except OSError as exc:
             raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
         info = proc_info(child.pid)
@@ -488,6 +500,7 @@ class ProcessRuntime:
         self._save(meta)
         self._cleanup_cgroups(meta)
         remove_secret_files(self._secrets / workload_id)  # values live only while it runs
+        remove_secret_files(self._env_dir(workload_id))
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:
@@ -548,7 +561,7 @@ class ProcessRuntime:
         iso = Isolation.from_doc(meta.isolation) if meta.isolation is not None else None
         if iso is None:
             return None
-        return Isolated(iso.uid, iso.gid, self._init)
+        return Isolated(iso.uid, iso.gid, self._init, str(self._env_dir(meta.workload_id) / "environment"))
 
     def _running(self, workload_id: str, service: str) -> ProcessMeta:
         """The meta of a running instance to exec in; RuntimeFailure saying why there is none."""

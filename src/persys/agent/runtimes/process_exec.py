@@ -40,11 +40,13 @@ _CHUNK = 64 * 1024
 
 @dataclass(frozen=True)
 class Isolated:
-    """An isolated instance to enter: the ids it runs as (its record) and its init's path."""
+    """An isolated instance to enter: the ids it runs as (its record), its init's path and the
+    file its environment is in (process_isolation.env_script)."""
 
     uid: int
     gid: int
     init: str
+    env_file: str
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,16 @@ def _user_kwargs(ctx: ProcessContext, isolated: Isolated | None = None) -> dict[
     return {}
 
 
+def _root_env(ctx: ProcessContext, isolated: Isolated | None, extra: dict[str, str] | None = None
+              ) -> dict[str, str]:
+    """The environment the exec's first process starts with. A host process's exec runs as its
+    user from the start: its environment. An isolated one's starts as root (the cgroup wrapper,
+    nsenter): a bare one, the instance's own read in only once its ids are taken."""
+    if isolated is None:
+        return {**ctx.env, **(extra or {})}
+    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM": "xterm"}
+
+
 def namespace_init(pid: int, init: str, settle: float = 2.0) -> int:
     """The init of an isolated instance whose supervised process (`unshare`, outside) is `pid`,
     once it runs `init`: before that the namespaces are still being made (the private /proc not
@@ -110,7 +122,7 @@ async def _prepare(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command:
         target = await asyncio.to_thread(namespace_init, pid, isolated.init)
         # The ids the instance was started with (its record), never what /proc shows right now.
         ctx = replace(await asyncio.to_thread(read_context, target), uid=isolated.uid, gid=isolated.gid)
-        argv = enter_argv(target, isolated.uid, isolated.gid, list(command))
+        argv = enter_argv(target, isolated.uid, isolated.gid, list(command), isolated.env_file)
     if cgroup_tasks:
         argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
     return ctx, argv
@@ -123,7 +135,8 @@ async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, c
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=ctx.cwd if isolated is None else "/", env=ctx.env, start_new_session=True,
+            stderr=subprocess.PIPE, cwd=ctx.cwd if isolated is None else "/", env=_root_env(ctx, isolated),
+            start_new_session=True,
             **_user_kwargs(ctx, isolated))
     except FileNotFoundError:
         out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
@@ -240,7 +253,7 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd if isolated is None else "/",
             start_new_session=isolated is not None,  # a group of its own to kill, as setsid gives outside
-            env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx, isolated))
+            env=_root_env(ctx, isolated, {"TERM": ctx.env.get("TERM") or "xterm"}), **_user_kwargs(ctx, isolated))
     except FileNotFoundError as exc:
         os.close(master)
         raise RuntimeFailure(f"exec -t: {exc.filename or 'setsid'} not found", code="InvalidArgument") from exc

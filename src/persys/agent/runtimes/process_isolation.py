@@ -28,6 +28,8 @@ import grp
 import hashlib
 import os
 import pwd
+import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +45,9 @@ Network = Literal["host", "isolated"]
 # workload's ids: `unshare --setuid` would do that before the `ip` call, which needs root.
 _LO_UP = ('"$1" link set lo up || { echo "persys: cannot bring up the loopback" >&2; exit 125; }; '
           'u=$3 g=$4 setpriv=$2; shift 4; exec "$setpriv" --reuid="$u" --regid="$g" --clear-groups -- "$@"')
+# Run as the workload's ids: its environment from the file (env_script), then the command.
+_LOAD_ENV = '. "$1" || exit 125; shift; exec "$@"'
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,23 +108,43 @@ def tool(name: str) -> str:
     return name
 
 
-def namespace_argv(command: list[str], iso: Isolation, init: str) -> list[str]:
-    """The command line that runs `command` in its own namespaces as iso.uid/iso.gid."""
+def env_script(env: dict[str, str]) -> bytes:
+    """The workload's environment as the shell lines `_LOAD_ENV` reads (values quoted: the text
+    is data, never code). A name the shell cannot export is refused."""
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise RuntimeFailure(f"spec.process.env: {name[:64]!r} is no environment variable name an isolated "
+                                 "process can be given (letters, digits and '_', not starting with a digit)",
+                                 code="InvalidSpec", terminal=True)
+        if "\0" in value:
+            raise RuntimeFailure(f"spec.process.env: the value of {name} holds a NUL byte", code="InvalidSpec",
+                                 terminal=True)
+        lines.append(f"export {name}={shlex.quote(value)}\n")
+    return "".join(lines).encode()
+
+
+def namespace_argv(command: list[str], iso: Isolation, init: str, env_file: str) -> list[str]:
+    """The command line that runs `command` in its own namespaces as iso.uid/iso.gid, with the
+    environment in `env_file` (env_script): every step before it runs as root and is started
+    with a bare environment, so nothing of the workload's (LD_PRELOAD, GCONV_PATH, ...) ever
+    reaches a root process; the workload's ids read it in."""
     base = [tool("unshare"), "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--propagation", "private"]
-    run = [init, "-g", "--", *command]  # -g: signals go to the command's whole process group
+    # -g: signals go to the command's whole process group
+    run = ["/bin/sh", "-c", _LOAD_ENV, "persys-env", env_file, init, "-g", "--", *command]
     if iso.network == "isolated":
         return [*base, "--net", "--", "/bin/sh", "-c", _LO_UP, "persys-net", tool("ip"), tool("setpriv"),
                 str(iso.uid), str(iso.gid), *run]
     return [*base, f"--setgid={iso.gid}", f"--setuid={iso.uid}", "--", *run]
 
 
-def enter_argv(target: int, uid: int, gid: int, command: list[str]) -> list[str]:
+def enter_argv(target: int, uid: int, gid: int, command: list[str], env_file: str) -> list[str]:
     """The command line that runs `command` inside the namespaces of `target` (the instance's
     init, a host pid) as uid/gid, in its root and working directory (`--root --wd`: taken from
     the target, so they are its mount namespace's, not ours): `persysctl exec` in an isolated
     process workload."""
     return [tool("nsenter"), f"--target={target}", "--pid", "--mount", "--ipc", "--net", "--root", "--wd",
-            f"--setgid={gid}", f"--setuid={uid}", "--", *command]
+            f"--setgid={gid}", f"--setuid={uid}", "--", "/bin/sh", "-c", _LOAD_ENV, "persys-env", env_file, *command]
 
 
 def find_init() -> str | None:

@@ -377,3 +377,22 @@ async def test_the_workloads_environment_reaches_no_root_process(rt: ProcessRunt
         uids = {int(n.name.split("-")[0]) for n in notes.iterdir()}
         assert 0 not in uids, f"{network}: a root process loaded the workload's LD_PRELOAD"
         assert _status_ids(pid)[0] in uids  # the command itself did (the environment is its)
+
+
+async def test_an_instance_from_before_isolation_is_adopted_as_it_is(state: Path, claims: Path) -> None:
+    """An agent upgraded to isolation finds a host process its predecessor started: it adopts it
+    (no restart), and an exec runs as before (its user, no namespaces to enter)."""
+    old = ProcessRuntime(state, grace_seconds=2.0, isolate=False, use_cgroups=False)
+    w = _wl(["sleep", "300"], wid="from-before")
+    obs = await old.start(w)
+    await old.close()
+    new = ProcessRuntime(state, grace_seconds=2.0, uid_range=UIDS, uid_claims=claims, use_cgroups=False)
+    try:
+        again = await new.start(w)
+        assert again.runtime_id == obs.runtime_id and again.state is RuntimeState.RUNNING
+        code, out = await _run(new, "from-before", "id -u")
+        assert (code, out.strip()) == (0, "65534")  # the old default user, in the node's namespaces
+        await new.remove("from-before")
+        assert not pid_alive(int(obs.runtime_id))
+    finally:
+        await new.close()

@@ -92,6 +92,10 @@ def _argv0(pid: int) -> bytes:
         return b""
 
 
+def _claimed(claims: Path) -> list[str]:
+    return [f.name for f in claims.iterdir() if f.name.isdigit()]
+
+
 def _environ(pid: int) -> str:
     return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
 
@@ -288,6 +292,12 @@ async def test_an_impossible_uid_is_a_terminal_invalid_spec(rt: ProcessRuntime, 
         await rt.start(_wl(["sleep", "300"], user=user))
     assert caught.value.terminal and caught.value.code == "InvalidSpec"
     assert "spec.process.user" in str(caught.value)
+
+
+async def test_a_start_that_fails_keeps_no_uid(rt: ProcessRuntime, claims: Path) -> None:
+    with pytest.raises(RuntimeFailure):
+        await rt.start(_wl(["/nonexistent/command"], wid="never"))
+    assert _claimed(claims) == []
 
 
 @pytest.mark.parametrize("user", ["00", "0000000000", "root"])

@@ -402,6 +402,19 @@ class ProcessRuntime:
         wdir.mkdir(mode=0o711, exist_ok=True)
         wdir.chmod(0o711)
         run_as, iso = self._isolation(w)
+        try:
+            return self._spawn_as(w, wdir, env, run_as, iso)
+        except BaseException:
+            # A start that never got as far as a record keeps no uid: nothing would free it (the
+            # agent removes only what its runtimes list). A retry picks the same one again.
+            if iso is not None and iso.dynamic and self._load(w.workload_id) is None:
+                self._claims.release(w.workload_id, iso.uid)
+            raise
+
+    def _spawn_as(self, w: RuntimeWorkload, wdir: Path, env: dict[str, str], run_as: RunAs,
+                  iso: Isolation | None) -> ObservedWorkload:
+        spec = w.spec.process
+        assert spec is not None
         if w.spec.secrets is not None and w.spec.secrets.files:
             owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
             env["PERSYS_SECRETS_DIR"] = str(write_secret_files(self._secrets / w.workload_id, w.secrets.files,

@@ -35,13 +35,15 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Agent
         return await real(node_id, reports, complete, volumes)
 
     sched.scheduler.report = recording  # type: ignore[method-assign]
+    rt = ProcessRuntime(tmp_path / "agent" / "runtimes")
     agent = Agent(AgentConfig(node_id="n1", scheduler=f"127.0.0.1:{sched.port}", tls=ids["agent"],
-                              state_dir=tmp_path / "agent", reconcile_interval=0.3),
-                  [ProcessRuntime(tmp_path / "agent" / "runtimes")])
+                              state_dir=tmp_path / "agent", reconcile_interval=0.3), [rt])
     await agent.start()
     yield sched, agent, seen
     await agent.stop()
     await sched.stop()
+    for o in await rt.list():  # its processes, uid claims and environment files go with it
+        await rt.remove(o.workload_id)
 
 
 async def until(cond: Any, within: float = 10.0) -> None:

@@ -47,6 +47,14 @@ def compose(inline: str) -> dict[str, Any]:
 PROBES = [
     ("root-process", {"type": "process", "process": {"command": ["id"], "user": "root"}},
      "rootProcess", "spec.process.user"),
+    # issue #30: a uid is a number ("00" is root), and ids past 2^32-2 are no uid at all.
+    ("uid-00", {"type": "process", "process": {"command": ["id"], "user": "00"}}, "rootProcess", "spec.process.user"),
+    ("uid-0000000000", {"type": "process", "process": {"command": ["id"], "user": "0000000000"}},
+     "rootProcess", "spec.process.user"),
+    ("uid-2p32-1", {"type": "process", "process": {"command": ["id"], "user": "4294967295"}},
+     "userId", "spec.process.user"),
+    ("uid-2p32", {"type": "process", "process": {"command": ["id"], "user": "4294967296"}},
+     "userId", "spec.process.user"),
     ("privileged", compose("services: {x: {image: busybox, privileged: true}}"),
      "privileged", "spec.compose.inline.services.x.privileged"),
     ("cap-all", compose("services: {x: {image: busybox, cap_add: [ALL]}}"),
@@ -154,8 +162,8 @@ def test_an_admin_relaxing_the_policy_lets_the_manifest_through(cluster: Gateway
             assert r.status_code == 201, r.text
             assert http.post("/v1/workloads", json=manifest("as-nobody", plain)).status_code == 201
             uids = eventually(lambda: _uids_of(("sleep 300", "sleep 301")), timeout=60, what="both processes run")[0]
-            if os.geteuid() == 0:  # a root agent switches users; the default is nobody
-                assert uids == {"sleep 300": 0, "sleep 301": 65534}, uids
+            if os.geteuid() == 0:  # a root agent switches users; the default is a uid of the workload's own
+                assert uids["sleep 300"] == 0 and 61184 <= uids["sleep 301"] <= 65519, uids
         finally:
             for name in ("as-root", "as-nobody"):
                 http.delete(f"/v1/workloads/{name}")
@@ -214,3 +222,40 @@ def test_only_admin_identities_change_the_policy_over_grpc(cluster: GatewayClust
     with cluster.client() as http:
         assert http.get("/v1/policy").json()["policy"]["allowPrivileged"] is True
         assert http.put("/v1/policy", json={}).status_code == 200
+
+
+def test_the_policy_makes_process_networks_isolated(cluster: GatewayCluster) -> None:
+    """`processNetwork: isolated` and `allowHostNetworkProcesses: false` (issue #30): `host`
+    refused at apply naming the field, a spec naming no network stored and run `isolated`: the
+    process is in a network namespace of its own on the node."""
+    host = {"type": "process", "process": {"command": ["sleep", "302"], "network": "host"}}
+    plain = {"type": "process", "process": {"command": ["sleep", "303"]}}
+    with cluster.client() as http:
+        r = http.put("/v1/policy", json={"processNetwork": "isolated", "allowHostNetworkProcesses": False})
+        assert r.status_code == 200, r.text
+        try:
+            r = http.post("/v1/workloads", json=manifest("net-host", host))
+            assert r.status_code == 400 and any("spec.process.network" in p and "(hostNetwork)" in p
+                                                for p in r.json()["problems"]), r.text
+            assert http.post("/v1/workloads", json=manifest("net-default", plain)).status_code == 201
+            assert http.get("/v1/workloads/net-default").json()["spec"]["process"]["network"] == "isolated"
+            pids = eventually(lambda: _pids_of("sleep 303"), timeout=60, what="the process runs")[0]
+            assert os.readlink(f"/proc/{pids[0]}/ns/net") != os.readlink("/proc/self/ns/net")
+            assert os.readlink(f"/proc/{pids[0]}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        finally:
+            http.delete("/v1/workloads/net-default")
+            http.put("/v1/policy", json={})
+            eventually(lambda: http.get("/v1/workloads/net-default").status_code == 404, timeout=60,
+                       what="net-default deleted")
+    nothing_written(cluster, "net-host")
+
+
+def _pids_of(command: str) -> list[int] | None:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == command:
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found or None

@@ -21,7 +21,7 @@ import random
 import socket
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -538,13 +538,10 @@ class Agent:
                 self._kept_logged.add(wid)
                 log.warning("keeping %s as it is: its desired spec is unreadable here", wid)
         for action in p.actions:
-            wid = action.workload_id
-            if action.kind == "start":
-                await self._start(action, desired[wid], runtimes[action.runtime])
-            elif action.kind == "stop":
-                await runtimes[action.runtime].stop(wid)
-            else:
-                await self._remove(action, observed[wid][0])
+            try:
+                await self._act(action, desired, runtimes, observed)
+            except Exception as exc:  # contained to its instance (CancelledError is no Exception)
+                self._contain(action, desired.get(action.workload_id), exc)
         after = await self._observe() if p.actions else observed
         self._guard(after)
         await self._sweep_volumes(after)
@@ -567,6 +564,29 @@ class Agent:
         now = time.monotonic()
         self.fenced = {**self.fenced, **{w: now for w in fired if w not in self.fenced}}
         self.local.save_disconnect_stops(sorted(fired), disconnect.REASON)
+
+    async def _act(self, action: plan.Action, desired: Mapping[str, Desired], runtimes: Mapping[str, Runtime],
+                   observed: Observed) -> None:
+        wid = action.workload_id
+        if action.kind == "start":
+            await self._start(action, desired[wid], runtimes[action.runtime])
+        elif action.kind == "stop":
+            await runtimes[action.runtime].stop(wid)
+        else:
+            await self._remove(action, observed[wid][0])
+
+    def _contain(self, action: plan.Action, d: Desired | None, exc: Exception) -> None:
+        """A failing instance fails alone: an error no runtime foresaw (a bug, a spec it chokes on)
+        ends this instance's action, never the pass, so every other instance goes on. A desired
+        instance is recorded as a failure with the reason (reported Failed, retried with backoff);
+        the pass after retries a stop or a remove."""
+        wid = action.workload_id
+        log.error("%s of %s failed: %s", action.kind, wid, exc, exc_info=exc)
+        if d is None:
+            return
+        reason = f"{action.kind} failed in the agent: {type(exc).__name__}: {str(exc)[:500]}"
+        self.failures[wid] = plan.after_failure(self.failures.get(wid), d.revision, "AgentError", reason, False,
+                                                time.monotonic(), random.uniform(0.8, 1.2))
 
     async def _sweep_volumes(self, observed: Observed) -> None:
         """Once per start, when the desired set is known and every instance here is desired:

@@ -28,6 +28,7 @@ from persys.cli.server_common import (
     default_runtimes,
     metrics_lines,
     parse_labels,
+    parse_process_uids,
     parse_taints,
     port_free,
     read_storage_config,
@@ -279,8 +280,12 @@ def agent(
                                        "the --listen host, or this host's name for 0.0.0.0)."),
     max_image_bytes: int = typer.Option(IMAGE_MAX_BYTES, "--max-image-bytes", min=1,
                                         help="Largest image upload accepted (streamed to disk, refused past this)."),
-    workload_user: str = typer.Option("nobody", "--workload-user",
-                                      help="Who runs process workloads that name no user (the agent must be root)."),
+    workload_user: str = typer.Option("", "--workload-user",
+                                      help="Who runs process workloads that name no user (the agent must be root). "
+                                      "Empty: a user id of the workload's own from --process-uids (DynamicUser-like)."),
+    process_uids: str = typer.Option("61184-65519", "--process-uids", metavar="FIRST-LAST",
+                                     help="The user ids process workloads get one each of (systemd's DynamicUser "
+                                     "range by default); ids the host's user or group tables know are skipped."),
     allow_node_path: list[Path] = typer.Option([], "--allow-node-path", help="A directory besides the state dir "
                                                "and /var/lib/persys whose files workloads may name (repeatable)."),
     metrics_listen: str = typer.Option("", "--metrics-listen", metavar="HOST:PORT", help=METRICS_LISTEN_HELP),
@@ -308,6 +313,7 @@ def agent(
         from persys.security.cluster_id import cluster_id_of_file
 
         check_node_id(node_id)
+        uid_range = parse_process_uids(process_uids)
         storage_config = read_storage_config(storage)
         check_rgw_key(storage, storage_config)
         check_registry_auth(registry_auth)
@@ -322,7 +328,7 @@ def agent(
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
                         metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
                         storage=storage_config, registry_auth=registry_auth),
-            default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth,
+            default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth, uid_range,
                              cluster_id=cluster_id_of_file(tls.ca)),
         )
 

@@ -154,9 +154,18 @@ def check_registry_auth(path: Path | None) -> None:
         raise ServerError(str(err.args[0])) from None
 
 
-def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody",
+def parse_process_uids(text: str) -> tuple[int, int]:
+    from persys.agent.runtimes.process_isolation import parse_uid_range
+
+    try:
+        return parse_uid_range(text)
+    except ValueError as err:
+        raise ServerError(f"--process-uids: {err}") from None
+
+
+def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "",
                      allow_node_paths: Sequence[Path] = (), registry_auth: Path | None = None,
-                     cluster_id: str = "") -> list[Runtime]:
+                     uid_range: tuple[int, int] = (61184, 65519), cluster_id: str = "") -> list[Runtime]:
     from persys.agent.runtimes.compose import ComposeRuntime
     from persys.agent.runtimes.docker import DockerRuntime
     from persys.agent.runtimes.microvm.runtime import MicroVMRuntime
@@ -183,7 +192,7 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "nobody
                        cluster_id=cluster_id),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, cluster_id=cluster_id),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
-        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user, uid_range=uid_range),
     ]
 
 

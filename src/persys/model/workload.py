@@ -149,6 +149,10 @@ class ProcessSpec(Model):
     # only where the cluster's workload policy sets allowRootProcesses. Unset stays out of the
     # revision hash.
     user: Annotated[StrictStr, Field(pattern=r"^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10})$")] | None = None
+    # `host`: the node's network namespace; `isolated`: one of its own with only a loopback.
+    # Unset: the workload policy's processNetwork, filled in at admission (so unset in a stored
+    # spec means `host`, as before the field). Unset stays out of the revision hash.
+    network: Literal["host", "isolated"] | None = None
 
 
 class ComposeSpec(Model):

@@ -13,8 +13,7 @@ from persys.policy.compose_rules import check_compose_document
 from persys.policy.compose_yaml import load_compose
 from persys.policy.model import Violation, WorkloadPolicy
 from persys.policy.paths import git_source_problem, url_within, within
-
-ROOT_USERS = ("root", "0")
+from persys.policy.uids import NameLookup, judge_user, no_users
 
 
 def _node_path(value: str, field: str, policy: WorkloadPolicy) -> list[Violation]:
@@ -84,15 +83,27 @@ def _microvm(spec: MicroVMSpec, policy: WorkloadPolicy) -> list[Violation]:
     return out
 
 
-def _process(spec: ProcessSpec, policy: WorkloadPolicy) -> list[Violation]:
-    if spec.user in ROOT_USERS and not policy.allow_root_processes:
-        return [Violation("rootProcess", "spec.process.user", "processes run as root only where the policy "
-                                                              "sets allowRootProcesses")]
-    return []
+def _process(spec: ProcessSpec, policy: WorkloadPolicy, users: NameLookup) -> list[Violation]:
+    out = []
+    if spec.user is not None:
+        verdict = judge_user(spec.user, users)
+        if verdict.rule:
+            out.append(Violation(verdict.rule, "spec.process.user", verdict.problem))
+        elif verdict.is_root and not policy.allow_root_processes:
+            named = "" if spec.user == "root" else f" ({spec.user[:32]!r} is uid 0)"
+            out.append(Violation("rootProcess", "spec.process.user", f"processes run as root{named} only where "
+                                                                     "the policy sets allowRootProcesses"))
+    network = spec.network or policy.process_network
+    if network == "host" and not policy.allow_host_network_processes:
+        out.append(Violation("hostNetwork", "spec.process.network",
+                             "processes share the node's network (and reach what it serves on 127.0.0.1) only "
+                             "where the policy sets allowHostNetworkProcesses; use network: isolated"))
+    return out
 
 
-def check(spec: WorkloadSpec, policy: WorkloadPolicy) -> list[Violation]:
-    """Every way `spec` breaks `policy` (empty: admitted)."""
+def check(spec: WorkloadSpec, policy: WorkloadPolicy, users: NameLookup = no_users) -> list[Violation]:
+    """Every way `spec` breaks `policy` (empty: admitted). `users`: a user name's id (the
+    scheduler's host table; the agent judges names again with the node's)."""
     if spec.compose is not None:
         return _compose_variables(spec) + _compose(spec.compose, policy)
     if spec.vm is not None:
@@ -100,5 +111,5 @@ def check(spec: WorkloadSpec, policy: WorkloadPolicy) -> list[Violation]:
     if spec.microvm is not None:
         return _microvm(spec.microvm, policy)
     if spec.process is not None:
-        return _process(spec.process, policy)
+        return _process(spec.process, policy, users)
     return []  # a container spec has no privileged, host or capability fields

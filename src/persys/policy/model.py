@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
@@ -78,6 +78,13 @@ class WorkloadPolicy(Model):
     # rule `rootProcess`: `spec.process.user: root` (processes run as the agent's unprivileged
     # workload user otherwise).
     allow_root_processes: StrictBool = False
+    # The network of a process workload whose spec names none (`spec.process.network`): `host`
+    # (the node's own network namespace, as Nomad's exec driver does by default; it reaches
+    # every service the node listens on, 127.0.0.1 included) or `isolated` (a network namespace
+    # of its own with only a loopback). Applied at admission: the stored spec carries it.
+    process_network: Literal["host", "isolated"] = "host"
+    # rule `hostNetwork`: a process workload in the node's network namespace (named or default).
+    allow_host_network_processes: StrictBool = True
 
     @field_validator("allowed_capabilities")
     @classmethod

@@ -11,6 +11,7 @@ then refused by the scheduler's own frozen mode, naming it, and a plan still wor
 from __future__ import annotations
 
 import logging
+import pwd
 from collections.abc import Sequence
 
 from pydantic import ValidationError
@@ -29,13 +30,32 @@ class PolicyRefusedError(ManifestError):
     """A manifest the workload policy refuses; each problem names the field and the rule."""
 
 
+def host_user_id(name: str) -> int | None:
+    """A user name's id in this host's user table: the scheduler's best view of what a name
+    means (the agent resolves it again on its node before starting anything)."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError, OverflowError):
+        return None
+
+
 def refusals(manifests: Sequence[WorkloadManifest], policy: WorkloadPolicy) -> list[str]:
     """One line per violation; in a batch each is prefixed with its manifest's position."""
     out: list[str] = []
     for i, m in enumerate(manifests):
         prefix = f"manifest {i + 1} ({m.metadata.name}): " if len(manifests) > 1 else ""
-        out += [prefix + str(v) for v in check(m.spec, policy)]
+        out += [prefix + str(v) for v in check(m.spec, policy, host_user_id)]
     return out
+
+
+def fill_defaults(manifests: Sequence[WorkloadManifest], policy: WorkloadPolicy) -> None:
+    """The policy's defaults written into the specs it admitted, so a node needs no policy of
+    its own: a process workload naming no network gets `processNetwork` when that is not
+    `host` (unset means `host`, and stays out of the revision of specs written before)."""
+    for m in manifests:
+        proc = m.spec.process
+        if proc is not None and proc.network is None and policy.process_network != "host":
+            proc.network = policy.process_network
 
 
 def parse_policy(raw: bytes | str) -> WorkloadPolicy:
@@ -90,3 +110,4 @@ class PolicyGate:
         problems = refusals(manifests, policy)
         if problems:
             raise PolicyRefusedError(problems)
+        fill_defaults(manifests, policy)

@@ -55,7 +55,7 @@ async def _in(cgroup: Path, pid: int | str) -> bool:
 
 
 def _runtime(tmp: Path, agent: str) -> ProcessRuntime:
-    rt = ProcessRuntime(tmp / agent, grace_seconds=1.0, agent_id=agent)
+    rt = ProcessRuntime(tmp / agent, grace_seconds=1.0, agent_id=agent, isolate=False)  # one process per cgroup
     if not rt.cgroups_enabled:
         pytest.skip("cgroup v1 hierarchy not writable here")
     return rt

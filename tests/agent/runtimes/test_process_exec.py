@@ -24,7 +24,7 @@ CG = Path("/sys/fs/cgroup")
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
-    r = ProcessRuntime(tmp_path, grace_seconds=1.0)
+    r = ProcessRuntime(tmp_path, grace_seconds=1.0, isolate=False)
     yield r
     for o in await r.list():
         await r.remove(o.workload_id)

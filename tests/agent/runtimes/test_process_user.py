@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
-    r = ProcessRuntime(tmp_path, grace_seconds=1.0)
+    r = ProcessRuntime(tmp_path, grace_seconds=1.0, isolate=False)
     yield r
     for o in await r.list():
         await r.remove(o.workload_id)

@@ -59,10 +59,10 @@ async def wait_for(pred: Any, within: float = 5.0) -> Any:
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
-    r = ProcessRuntime(tmp_path, grace_seconds=2.0)
+    r = ProcessRuntime(tmp_path, grace_seconds=2.0, isolate=False)
     yield r
     # Nothing may outlive the test: remove whatever is still recorded in the state dir.
-    cleaner = ProcessRuntime(tmp_path, grace_seconds=0.5)
+    cleaner = ProcessRuntime(tmp_path, grace_seconds=0.5, isolate=False)
     for o in await cleaner.list():
         await cleaner.remove(o.workload_id)
     await r.close()
@@ -104,7 +104,7 @@ async def test_start_own_group_limits_and_adoption(rt: ProcessRuntime, tmp_path:
     assert (await rt.start(w)).runtime_id == obs.runtime_id
 
     # A new instance on the same state dir (agent restarted) adopts the same pid.
-    rt2 = ProcessRuntime(tmp_path, grace_seconds=2.0)
+    rt2 = ProcessRuntime(tmp_path, grace_seconds=2.0, isolate=False)
     listed = {o.workload_id: o for o in await rt2.list()}
     assert listed[w.workload_id].runtime_id == obs.runtime_id
     assert listed[w.workload_id].state is RuntimeState.RUNNING
@@ -141,7 +141,7 @@ async def test_stop_kills_whole_group(rt: ProcessRuntime) -> None:
 
 
 async def test_sigterm_ignored_gets_killed_after_grace(tmp_path: Path) -> None:
-    rt = ProcessRuntime(tmp_path, grace_seconds=0.5)
+    rt = ProcessRuntime(tmp_path, grace_seconds=0.5, isolate=False)
     w = wl(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"])
     obs = await rt.start(w)
     assert await wait_for(lambda: _contains(rt, w.workload_id, "ready"))
@@ -221,7 +221,7 @@ async def test_invalid_command_is_terminal(rt: ProcessRuntime) -> None:
 
 
 async def test_without_cgroups(tmp_path: Path) -> None:
-    rt = ProcessRuntime(tmp_path, use_cgroups=False)
+    rt = ProcessRuntime(tmp_path, use_cgroups=False, isolate=False)
     assert "cgroups:none" in (await rt.probe()).features
     w = wl(["sleep", "300"])
     obs = await rt.start(w)
@@ -239,7 +239,7 @@ from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from persys.model.workload import ProcessSpec, WorkloadSpec
 
 async def main():
-    rt = ProcessRuntime(sys.argv[1])
+    rt = ProcessRuntime(sys.argv[1], isolate=False)
     spec = WorkloadSpec(type="process", process=ProcessSpec(command=["sleep", "300"]))
     obs = await rt.start(RuntimeWorkload(workload_id=sys.argv[2], revision="r1", generation=1, spec=spec))
     await rt.close()

@@ -38,10 +38,28 @@ from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.log_times import NotingTask
-from persys.agent.runtimes.process_exec import ProcessTerminal, exec_in_process, open_process_tty
-from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, resolve_user
+from persys.agent.runtimes.process_exec import Isolated, ProcessTerminal, exec_in_process, open_process_tty
+from persys.agent.runtimes.process_isolation import (
+    CLAIMS_DIR,
+    DYNAMIC_UIDS,
+    Isolation,
+    UidClaims,
+    env_script,
+    find_init,
+    namespace_argv,
+    tools_missing,
+)
+from persys.agent.runtimes.run_as import DEFAULT_WORKLOAD_USER, RunAs, resolve_user
 from persys.agent.runtimes.secret_files import remove_secret_files, secrets_root, write_secret_files
-from persys.agent.runtimes.supervision import group_members, is_alive, proc_info, spawn_session, terminate, ticks_to_ns
+from persys.agent.runtimes.supervision import (
+    descendants,
+    group_members,
+    is_alive,
+    proc_info,
+    spawn_session,
+    terminate,
+    ticks_to_ns,
+)
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -71,6 +89,9 @@ class ProcessMeta:
     exit_code: int | None = None
     finished_at: float = 0.0
     stopped_by_agent: bool = False
+    # Isolation.to_doc() of an instance started in namespaces of its own (None: a host process,
+    # as every instance before isolation was).
+    isolation: dict[str, object] | None = None
 
 
 def _read_int(path: Path) -> int | None:
@@ -94,12 +115,23 @@ class ProcessRuntime:
         cgroup_parent: str = "persys",
         use_cgroups: bool | None = None,  # None: use them when writable
         agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
-        workload_user: str = DEFAULT_WORKLOAD_USER,  # who runs a process whose spec names no user
+        # Who runs a process whose spec names no user: "" is a uid of its own from `uid_range`
+        # where the agent isolates workloads, else DEFAULT_WORKLOAD_USER.
+        workload_user: str = "",
+        isolate: bool | None = None,  # own uid and namespaces; None: wherever the agent is root and can
+        uid_range: tuple[int, int] = DYNAMIC_UIDS,
+        uid_claims: str | Path = CLAIMS_DIR,
     ) -> None:
         self._dir = Path(state_dir) / "process"
         self._dirs = WorkDirs(self._dir, ProcessMeta)
         self._secrets = secrets_root(self._dir.parent / "process-secrets", self._dir)
         self._workload_user = workload_user
+        self._missing = tools_missing() if os.geteuid() == 0 else ["a root agent"]
+        self._isolate = not self._missing if isolate is None else isolate
+        if self._isolate and self._missing:
+            raise RuntimeFailure(f"process isolation needs {', '.join(self._missing)}")
+        self._init = find_init() or "tini"
+        self._claims = UidClaims(Path(uid_claims), str(self._dir.resolve()), uid_range)
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
         self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
@@ -201,6 +233,8 @@ class ProcessRuntime:
 
     def _save(self, meta: ProcessMeta) -> None:
         self._dirs.save(meta)
+        with contextlib.suppress(OSError):  # its command line and ids: the agent's, not other workloads'
+            (self._wdir(meta.workload_id) / "meta.json").chmod(0o600)
 
     # ---- liveness ------------------------------------------------------------------------------
 
@@ -248,13 +282,21 @@ class ProcessRuntime:
 
     # ---- usage ---------------------------------------------------------------------------------
 
+    def _members(self, meta: ProcessMeta) -> set[int]:
+        """The instance's processes found without cgroups: its process group and, isolated, what
+        runs under it (the namespace's init puts the command in a process group of its own)."""
+        members = set(group_members(meta.pgid))
+        if meta.isolation is not None and self._alive(meta):
+            members.update(descendants(meta.pid))
+        return members
+
     def _cpu_ns(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
         if (self._cgroups or meta.cgroups) and "cpuacct" in dirs:
             v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
             if v is not None:
                 return v
-        return ticks_to_ns(sum(info.cpu_ticks for pid in group_members(meta.pgid) if (info := proc_info(pid))))
+        return ticks_to_ns(sum(info.cpu_ticks for pid in self._members(meta) if (info := proc_info(pid))))
 
     def _memory(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
@@ -263,7 +305,7 @@ class ProcessRuntime:
             if v is not None:
                 return v
         total = 0
-        for pid in group_members(meta.pgid):
+        for pid in self._members(meta):
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -276,7 +318,7 @@ class ProcessRuntime:
         figures with it: the high-water mark keeps the counters from going backwards. Network I/O
         is not measured: a host process shares the node's network namespace."""
         rd = wr = 0
-        for pid in set(group_members(meta.pgid)) | set(self._cgroup_pids(meta)):
+        for pid in self._members(meta) | set(self._cgroup_pids(meta)):
             with contextlib.suppress(OSError, ValueError):
                 fields = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
                 rd += int(fields.get("read_bytes", 0))
@@ -306,7 +348,8 @@ class ProcessRuntime:
             self._dir.mkdir(parents=True, exist_ok=True)
         except Exception as exc:  # probe must never raise
             return Probe(available=False, reason=f"cannot spawn processes: {exc}")
-        features = ("process-group", "cgroups:v1" if self._cgroups else "cgroups:none")
+        features = ("process-group", "cgroups:v1" if self._cgroups else "cgroups:none",
+                    "isolation:namespaces" if self._isolate else "isolation:none")
         return Probe(available=True, version=f"linux-{platform.release()}", features=features)
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
@@ -322,12 +365,56 @@ class ProcessRuntime:
                 await self._stop_locked(w.workload_id)
             return self._spawn(w, wdir)
 
+    def _env_dir(self, workload_id: str) -> Path:
+        """Where an isolated instance's environment waits for its ids to read it (and an exec's):
+        beside its secret files, on the same tmpfs, as private (a name no workload id has)."""
+        return self._secrets / f".env-{workload_id}"
+
+    @property
+    def isolates(self) -> bool:
+        return self._isolate
+
+    def _isolation(self, w: RuntimeWorkload) -> tuple[RunAs, Isolation | None]:
+        """Who the instance runs as and, isolated, with what (a terminal failure where the spec
+        asks for what this node cannot give)."""
+        spec = w.spec.process
+        assert spec is not None
+        if not self._isolate:
+            if spec.network == "isolated":
+                raise RuntimeFailure(f"spec.process.network: isolated needs {', '.join(self._missing)} on this "
+                                     "node", code="InvalidSpec", terminal=True)
+            return resolve_user(spec.user, self._workload_user or DEFAULT_WORKLOAD_USER), None
+        network = spec.network or "host"
+        if spec.user is None and not self._workload_user:
+            old = self._load(w.workload_id)
+            recorded = Isolation.from_doc(old.isolation) if old is not None else None
+            uid = self._claims.claim(w.workload_id, recorded.uid if recorded and recorded.dynamic else None)
+            return RunAs(uid, uid, str(uid)), Isolation(uid, uid, network, dynamic=True)
+        run_as = resolve_user(spec.user, self._workload_user)
+        return run_as, Isolation(run_as.uid, run_as.gid, network, dynamic=False)
+
     def _spawn(self, w: RuntimeWorkload, wdir: Path) -> ObservedWorkload:
         spec = w.spec.process
         assert spec is not None
         env = {"PATH": DEFAULT_PATH, **spec.env, **w.secrets.env_text()}
-        wdir.mkdir(parents=True, exist_ok=True)
-        run_as = resolve_user(spec.user, self._workload_user)
+        self._dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self._dir.chmod(0o711)  # others pass through to their own work/, list nothing
+        wdir.mkdir(mode=0o711, exist_ok=True)
+        wdir.chmod(0o711)
+        run_as, iso = self._isolation(w)
+        try:
+            return self._spawn_as(w, wdir, env, run_as, iso)
+        except BaseException:
+            # A start that never got as far as a record keeps no uid: nothing would free it (the
+            # agent removes only what its runtimes list). A retry picks the same one again.
+            if iso is not None and iso.dynamic and self._load(w.workload_id) is None:
+                self._claims.release(w.workload_id, iso.uid)
+            raise
+
+    def _spawn_as(self, w: RuntimeWorkload, wdir: Path, env: dict[str, str], run_as: RunAs,
+                  iso: Isolation | None) -> ObservedWorkload:
+        spec = w.spec.process
+        assert spec is not None
         if w.spec.secrets is not None and w.spec.secrets.files:
             owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
             env["PERSYS_SECRETS_DIR"] = str(write_secret_files(self._secrets / w.workload_id, w.secrets.files,
@@ -343,17 +430,27 @@ class ProcessRuntime:
         if resolved is None or not os.access(Path(cwd, resolved), os.X_OK):
             raise RuntimeFailure(f"command {exe!r} not found or not executable", code="InvalidSpec", terminal=True)
         cg_tasks = self._setup_cgroups(w) if self._cgroups else []
-        if run_as.switches:  # the wrapper moves itself in after the switch: it needs write access there
+        if run_as.switches and iso is None:  # the wrapper moves itself in after the switch: it needs write access
             for tasks in cg_tasks:
                 os.chown(tasks, run_as.uid, run_as.gid)
                 # cgroup.procs alike: what an exec goes by (_exec_cgroups), as agents before handed it over
                 os.chown(Path(tasks).with_name("cgroup.procs"), run_as.uid, run_as.gid)
-        argv = list(spec.command)
+        if iso is None:
+            argv, popen_env = list(spec.command), env
+        else:
+            owner = (run_as.uid, run_as.gid) if run_as.switches else (None, None)
+            env_file = write_secret_files(self._env_dir(w.workload_id), {"environment": env_script(env)}, *owner)
+            argv = namespace_argv(list(spec.command), iso, self._init, str(env_file / "environment"))
+            popen_env = {"PATH": DEFAULT_PATH}  # the root steps' own: nothing of the workload's
         if cg_tasks:
             argv = ["/bin/sh", "-c", _CGROUP_WRAPPER, "persys-exec", *cg_tasks, "--", *argv]
-        mark_start(wdir / "stdout.log", f"starting revision {w.revision}")
+        log = wdir / "stdout.log"
+        mark_start(log, f"starting revision {w.revision}")
+        log.chmod(0o600)  # the agent's (root's): another workload never reads it
+        # Isolated: started as root (unshare needs it; it drops to the workload's ids itself).
+        switch = run_as.popen_kwargs() if iso is None else {}
         try:
-            child = spawn_session(argv, cwd=cwd, stdout=wdir / "stdout.log", env=env, **run_as.popen_kwargs())
+            child = spawn_session(argv, cwd=cwd, stdout=log, env=popen_env, **switch)
         except OSError as exc:
             raise RuntimeFailure(f"spawn {exe!r}: {exc}", code="InvalidSpec", terminal=True) from exc
         info = proc_info(child.pid)
@@ -367,6 +464,7 @@ class ProcessRuntime:
             start_ticks=info.start_ticks if info else 0,
             started_at=time.time(),
             cgroups=[str(Path(p).parent) for p in cg_tasks],
+            isolation=iso.to_doc() if iso is not None else None,
         )
         self._children[w.workload_id] = child
         self._cpu.forget(w.workload_id)
@@ -415,6 +513,7 @@ class ProcessRuntime:
         self._save(meta)
         self._cleanup_cgroups(meta)
         remove_secret_files(self._secrets / workload_id)  # values live only while it runs
+        remove_secret_files(self._env_dir(workload_id))
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:
@@ -424,6 +523,10 @@ class ProcessRuntime:
         async with self._lock:
             await self._stop_locked(workload_id)
             remove_secret_files(self._secrets / workload_id)
+            meta = self._load(workload_id)
+            iso = Isolation.from_doc(meta.isolation) if meta is not None else None
+            if iso is not None and iso.dynamic:
+                self._claims.release(workload_id, iso.uid)  # its files go with its directory below
             self._dirs.remove(workload_id)
             self._cpu.forget(workload_id)
             self._io_high.pop(workload_id, None)
@@ -456,13 +559,22 @@ class ProcessRuntime:
                    stdin: bytes = b"") -> ExecOutput:
         """Run `command` on the node in the running instance's environment, user and cgroups."""
         meta = self._running(workload_id, service)
-        return await exec_in_process(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, kill_after, stdin)
+        return await exec_in_process(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, kill_after, stdin,
+                                     isolated=self._entered(meta))
 
     async def open_terminal(self, workload_id: str, command: Sequence[str], *, service: str, cols: int,
                             rows: int) -> ProcessTerminal:
         """`command` on a TTY on the node in the running instance's environment, user and cgroups."""
         meta = self._running(workload_id, service)
-        return await open_process_tty(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, cols, rows)
+        return await open_process_tty(meta.pid, self._exec_cgroups(meta), _CGROUP_WRAPPER, command, cols, rows,
+                                      isolated=self._entered(meta))
+
+    def _entered(self, meta: ProcessMeta) -> Isolated | None:
+        """How an exec enters an isolated instance (None: a host process, as before isolation)."""
+        iso = Isolation.from_doc(meta.isolation) if meta.isolation is not None else None
+        if iso is None:
+            return None
+        return Isolated(iso.uid, iso.gid, self._init, str(self._env_dir(meta.workload_id) / "environment"))
 
     def _running(self, workload_id: str, service: str) -> ProcessMeta:
         """The meta of a running instance to exec in; RuntimeFailure saying why there is none."""

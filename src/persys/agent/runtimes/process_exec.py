@@ -6,6 +6,10 @@ env included: they are in it), its working directory and its user and group. The
 the instance's cgroups through the same wrapper a start uses, so it counts against the workload's
 limits and a stop of the workload ends it too. Its output is bounded; at the timeout its session
 is killed.
+
+An isolated instance (process_isolation.py) is entered, not imitated: the command runs through
+`nsenter` in the namespaces of the instance's init (its PID, mount, IPC and network namespaces)
+and takes the instance's ids there; the agent starts it as root for that.
 """
 
 from __future__ import annotations
@@ -21,15 +25,28 @@ import subprocess
 import termios
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.exec_output import STDERR, STDOUT, ExecOutput, OutputBuffer, exit_status, kill_tree
+from persys.agent.runtimes.process_isolation import enter_argv, tool
+from persys.agent.runtimes.supervision import children_of
 from persys.agent.runtimes.terminal import READ_MAX
 
 _CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """An isolated instance to enter: the ids it runs as (its record), its init's path and the
+    file its environment is in (process_isolation.env_script)."""
+
+    uid: int
+    gid: int
+    init: str
+    env_file: str
 
 
 @dataclass(frozen=True)
@@ -63,23 +80,64 @@ def read_context(pid: int, settle: float = 2.0) -> ProcessContext:
     return ProcessContext(env, cwd, int(ids.get("Uid", os.geteuid())), int(ids.get("Gid", os.getegid())))
 
 
-def _user_kwargs(ctx: ProcessContext) -> dict[str, Any]:
-    if os.geteuid() == 0 and ctx.uid != 0:
+def _user_kwargs(ctx: ProcessContext, isolated: Isolated | None = None) -> dict[str, Any]:
+    if os.geteuid() == 0 and ctx.uid != 0 and isolated is None:  # isolated: nsenter switches inside
         return {"user": ctx.uid, "group": ctx.gid, "extra_groups": []}
     return {}
 
 
-async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
-                          kill_after: float, stdin: bytes = b"") -> ExecOutput:
-    ctx = await asyncio.to_thread(read_context, pid)
-    argv = list(command)
+def _root_env(ctx: ProcessContext, isolated: Isolated | None, extra: dict[str, str] | None = None
+              ) -> dict[str, str]:
+    """The environment the exec's first process starts with. A host process's exec runs as its
+    user from the start: its environment. An isolated one's starts as root (the cgroup wrapper,
+    nsenter): a bare one, the instance's own read in only once its ids are taken."""
+    if isolated is None:
+        return {**ctx.env, **(extra or {})}
+    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM": "xterm"}
+
+
+def namespace_init(pid: int, init: str, settle: float = 2.0) -> int:
+    """The init of an isolated instance whose supervised process (`unshare`, outside) is `pid`,
+    once it runs `init`: before that the namespaces are still being made (the private /proc not
+    yet mounted, the ids not yet dropped), and nothing may enter them."""
+    deadline = time.monotonic() + settle
+    want = os.path.realpath(init)
+    while True:
+        for kid in children_of(pid):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{kid}/exe") == want:
+                    return kid
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"pid {pid} has no namespace init (still starting?): try again", code="NotRunning")
+        time.sleep(0.01)
+
+
+async def _prepare(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
+                   isolated: Isolated | None) -> tuple[ProcessContext, list[str]]:
+    """The context to run in and the command line (cgroup wrapper, namespaces) of an exec."""
+    if isolated is None:
+        ctx = await asyncio.to_thread(read_context, pid)
+        argv = list(command)
+    else:
+        target = await asyncio.to_thread(namespace_init, pid, isolated.init)
+        # The ids the instance was started with (its record), never what /proc shows right now.
+        ctx = replace(await asyncio.to_thread(read_context, target), uid=isolated.uid, gid=isolated.gid)
+        argv = enter_argv(target, isolated.uid, isolated.gid, list(command), isolated.env_file)
     if cgroup_tasks:
         argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
+    return ctx, argv
+
+
+async def exec_in_process(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str],
+                          kill_after: float, stdin: bytes = b"", *, isolated: Isolated | None = None) -> ExecOutput:
+    ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, isolated)
     out = OutputBuffer()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=ctx.cwd, env=ctx.env, start_new_session=True, **_user_kwargs(ctx))
+            stderr=subprocess.PIPE, cwd=ctx.cwd if isolated is None else "/", env=_root_env(ctx, isolated),
+            start_new_session=True,
+            **_user_kwargs(ctx, isolated))
     except FileNotFoundError:
         out.add(STDERR, f"persys: {command[0]}: command not found\n".encode())
         return out.result(127, timed_out=False, target=f"pid {pid}")
@@ -176,13 +234,16 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
 
 
 async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, command: Sequence[str], cols: int,
-                           rows: int) -> ProcessTerminal:
+                           rows: int, *, isolated: Isolated | None = None) -> ProcessTerminal:
     """Start `command` on a new pseudo-terminal in the process workload's environment, user and
     cgroups (as `exec_in_process`), sized `cols` x `rows` when given."""
-    ctx = await asyncio.to_thread(read_context, pid)
-    argv = list(command)
-    if cgroup_tasks:
-        argv = ["/bin/sh", "-c", wrapper, "persys-exec", *cgroup_tasks, "--", *argv]
+    if isolated is None:
+        ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, command, None)
+        argv = ["setsid", "--ctty", *argv]
+    else:
+        # The session (and the terminal's foreground group) is made inside the PID namespace: a
+        # shell there gives the terminal back to a group it can see when it leaves.
+        ctx, argv = await _prepare(pid, cgroup_tasks, wrapper, [tool("setsid"), "--ctty", *command], isolated)
     master, slave = os.openpty()
     try:
         if cols and rows:
@@ -190,8 +251,9 @@ async def open_process_tty(pid: int, cgroup_tasks: Sequence[str], wrapper: str, 
         if os.geteuid() == 0 and ctx.uid != 0:
             os.fchown(slave, ctx.uid, ctx.gid)  # the user's own terminal, as a login gives it
         proc = await asyncio.create_subprocess_exec(
-            "setsid", "--ctty", *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd,
-            env={**ctx.env, "TERM": ctx.env.get("TERM") or "xterm"}, **_user_kwargs(ctx))
+            *argv, stdin=slave, stdout=slave, stderr=slave, cwd=ctx.cwd if isolated is None else "/",
+            start_new_session=isolated is not None,  # a group of its own to kill, as setsid gives outside
+            env=_root_env(ctx, isolated, {"TERM": ctx.env.get("TERM") or "xterm"}), **_user_kwargs(ctx, isolated))
     except FileNotFoundError as exc:
         os.close(master)
         raise RuntimeFailure(f"exec -t: {exc.filename or 'setsid'} not found", code="InvalidArgument") from exc

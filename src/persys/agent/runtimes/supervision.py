@@ -77,6 +77,16 @@ def children_of(pid: int) -> list[int]:
     return _scan_proc(lambda info: info.ppid == pid)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children, theirs, ...), found via /proc."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group, found via /proc since we may not be their parent."""
     return _scan_proc(lambda info: info.pgid == pgid and info.state != "Z")

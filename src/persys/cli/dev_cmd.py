@@ -192,6 +192,8 @@ def dev(
             )
             print(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
+                f"  dashboard: https://{host}:{gw.port}/  (sign in with a token: persysctl auth token create me "
+                f"--role admin)\n"
                 f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
                 f"{node_lines}"
                 f"  join:      {host}:{sched.join_port}  (persysctl node token create; then persys agent --join)\n"

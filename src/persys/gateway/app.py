@@ -24,6 +24,8 @@ from persys.gateway import authorization, bodies, request_tracing
 from persys.gateway.auth_routes import auth_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.bucket_routes import bucket_router
+from persys.gateway.dashboard.routes import dashboard_router
+from persys.gateway.dashboard.web import Dashboard
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
@@ -63,6 +65,8 @@ def body_limit_for(limits: GatewayLimits) -> Any:
             return limits.small_body_bytes
         if path in ("/v1/workloads", "/v1/plan"):
             return limits.manifest_bytes
+        if path == "/ui/apply":  # the dashboard's manifest form: URL-encoding can triple it
+            return 3 * limits.manifest_bytes
         if path == "/v1/workloads:batch":
             return limits.batch_bytes
         if path == "/v1/admin/restore":
@@ -137,6 +141,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(volume_router(client, parser))
     app.include_router(bucket_router(client, parser))
     app.include_router(join_router(client))
+    app.state.dashboard = Dashboard(client)  # the web console at / (docs/dashboard.md)
+    app.include_router(dashboard_router(app.state.dashboard, parser, agent_tls))
     authorization.install(app, client)  # who calls is checked before anything is read
     # Outside authorization: its refusals are counted and timed too.
     app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])

@@ -41,6 +41,13 @@ AUDIT_DETAIL = "persys_audit_detail"
 TOKEN_CACHE_SECONDS = 2.0
 TOKEN_CACHE_MAX = 1024
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+DASHBOARD_PREFIX = "/ui/"
+
+
+def is_dashboard_path(path: str) -> bool:
+    """The web console's pages (gateway/dashboard): it checks its own sessions (a cookie, not a
+    token or certificate on every call) against the same role rules."""
+    return path == "/" or path.startswith(DASHBOARD_PREFIX)
 
 
 class PeerCertProtocol(H11Protocol):
@@ -135,7 +142,8 @@ class Authorization:
     @staticmethod
     def public(method: str, path: str) -> bool:
         return (("GET" if method == "HEAD" else method), path) in PUBLIC_ROUTES \
-            or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/"))
+            or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/")) \
+            or is_dashboard_path(path)  # the dashboard checks its own sessions (dashboard/web.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

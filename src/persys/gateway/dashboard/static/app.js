@@ -1,0 +1,142 @@
+// Persys dashboard: one live connection per tab (Server-Sent Events, /ui/live), carrying every
+// topic the page shows. Event rows are prepended to the page's event tables; a change notice
+// re-fetches only the sections it makes stale (?part=<id>). No framework, no other origin.
+(() => {
+  "use strict";
+  const body = document.body;
+  const topics = (body.dataset.topics || "").split(",").filter(Boolean);
+  const liveState = document.getElementById("live-state");
+  const MAX_ROWS = 200;
+  let last = body.dataset.lastEvent || "";
+  let source = null;
+  let retryMs = 1000;
+  const timers = new Map();
+  const busy = new Set();
+  let received = 0;
+
+  function setState(s) {
+    if (liveState) { liveState.textContent = s; liveState.dataset.state = s; }
+    body.dataset.live = s;
+  }
+
+  function partUrl(id) {
+    const u = new URL(window.location.href);
+    u.searchParams.set("part", id);
+    return u.pathname + u.search;
+  }
+
+  async function refresh(id) {
+    const section = document.getElementById(id);
+    if (!section) return;
+    if (busy.has(id) || section.contains(document.activeElement) && document.activeElement !== document.body) {
+      schedule(id, 500);  // busy, or someone is typing in it: later
+      return;
+    }
+    busy.add(id);
+    try {
+      const resp = await fetch(partUrl(id), { credentials: "same-origin", headers: { "x-persys-part": id } });
+      if (resp.status === 401) { window.location.assign("/ui/signin?next=" + encodeURIComponent(location.pathname)); return; }
+      if (!resp.ok) return;
+      const t = document.createElement("template");
+      t.innerHTML = (await resp.text()).trim();
+      const fresh = t.content.firstElementChild;
+      const now = document.getElementById(id);
+      if (fresh && now) { now.replaceWith(fresh); wire(fresh); }
+      body.dataset.refreshes = String(Number(body.dataset.refreshes || "0") + 1);
+    } catch (e) {
+      schedule(id, 1000);
+    } finally {
+      busy.delete(id);
+    }
+  }
+
+  function schedule(id, ms) {
+    if (timers.has(id)) return;
+    timers.set(id, setTimeout(() => { timers.delete(id); refresh(id); }, ms));
+  }
+
+  function touched(names) {
+    document.querySelectorAll("section[data-live]").forEach((s) => {
+      if (s.dataset.live.split(" ").some((t) => names.has(t))) schedule(s.id, 150);
+    });
+  }
+
+  function addRow(html) {
+    document.querySelectorAll("table[data-events] tbody").forEach((tbody) => {
+      const t = document.createElement("template");
+      t.innerHTML = html.trim();
+      const row = t.content.firstElementChild;
+      if (!row) return;
+      tbody.prepend(row);
+      while (tbody.rows.length > MAX_ROWS) tbody.deleteRow(tbody.rows.length - 1);
+    });
+  }
+
+  function connect() {
+    if (!topics.length) return;
+    const params = new URLSearchParams({ topics: topics.join(",") });
+    if (body.dataset.subject) params.set("subject", body.dataset.subject);
+    if (last) params.set("last", last);
+    source = new EventSource("/ui/live?" + params.toString());
+    setState("connecting");
+    source.onopen = () => { setState("live"); retryMs = 1000; };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) {  // refused (not a drop): try again ourselves
+        setState("offline");
+        source = null;
+        setTimeout(connect, retryMs);
+        retryMs = Math.min(retryMs * 2, 15000);
+      } else {
+        setState("reconnecting");  // the browser reconnects itself, sending Last-Event-ID
+      }
+    };
+    source.addEventListener("ev", (m) => {
+      last = m.lastEventId || last;
+      const d = JSON.parse(m.data);
+      received += 1;
+      body.dataset.received = String(received);
+      addRow(d.html);
+      touched(new Set(["events", d.subject]));
+    });
+    source.addEventListener("change", (m) => touched(new Set(JSON.parse(m.data).topics)));
+    source.addEventListener("gap", (m) => {
+      const d = JSON.parse(m.data);
+      const gap = document.getElementById("gap");
+      if (gap) {
+        gap.textContent = "Some events were lost while disconnected (" + d.gap + "); the tables were reloaded.";
+        gap.hidden = false;
+      }
+      document.querySelectorAll("section[data-live]").forEach((s) => schedule(s.id, 50));
+    });
+  }
+
+  // Live drop for tests and for a user who wants to pause: window.persysLive.drop() / .resume().
+  window.persysLive = {
+    drop() { if (source) { source.close(); source = null; setState("paused"); } },
+    resume() { if (!source) connect(); },
+    get last() { return last; },
+  };
+
+  function wire(root) {
+    root.querySelectorAll("form[data-confirm]").forEach((f) => {
+      f.addEventListener("submit", (e) => { if (!window.confirm(f.dataset.confirm)) e.preventDefault(); });
+    });
+    root.querySelectorAll("input[data-filter]").forEach((input) => {
+      const apply = () => {
+        const q = input.value.trim().toLowerCase();
+        let shown = 0;
+        document.querySelectorAll(input.dataset.filter).forEach((el) => {
+          const hit = !q || (el.dataset.search || "").includes(q);
+          el.hidden = !hit;
+          if (hit) shown += 1;
+        });
+        input.setAttribute("aria-description", shown + " shown");
+      };
+      input.addEventListener("input", apply);
+      apply();
+    });
+  }
+
+  wire(document);
+  connect();
+})();

@@ -36,6 +36,8 @@ class Dev:
     env: dict[str, str]
     tokens: dict[str, str]
     ca: str
+    cert: str  # the dev admin's client certificate (persysctl's), and its key
+    key: str
     created: list[str] = field(default_factory=list)
 
     def api(self, role: str = "admin") -> httpx.Client:
@@ -88,8 +90,7 @@ def dev_cluster(tmp: Path) -> Iterator[Dev]:
             assert found, out
             tokens[role] = found.group(0)
         cfg = yaml.safe_load((home / "config.yaml").read_text())
-        ca = _find_ca(cfg)
-        dev = Dev(proc, m.group(1), env, tokens, ca)
+        dev = Dev(proc, m.group(1), env, tokens, _find(cfg, "ca"), _find(cfg, "cert"), _find(cfg, "key"))
         yield dev
         for name in dev.created:  # persys dev leaves workloads running when it stops: remove ours
             ctl("delete", "workload", name, env=env, check=False)
@@ -100,14 +101,14 @@ def dev_cluster(tmp: Path) -> Iterator[Dev]:
         proc.stop(signal.SIGINT)
 
 
-def _find_ca(cfg: Any) -> str:
-    """The CA file the saved persysctl config names (its layout: contexts or flat)."""
+def _find(cfg: Any, key: str) -> str:
+    """A file the saved persysctl config names (its layout: contexts or flat)."""
     found: list[str] = []
 
     def walk(v: Any) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
-                if k == "ca" and isinstance(x, str):
+                if k == key and isinstance(x, str):
                     found.append(x)
                 walk(x)
         elif isinstance(v, list):
@@ -129,8 +130,9 @@ class Browser:
         self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         self.outside: list[str] = []
 
-    def context(self, width: int = 1280, height: int = 800) -> Any:
-        ctx = self.browser.new_context(ignore_https_errors=True, viewport={"width": width, "height": height})
+    def context(self, width: int = 1280, height: int = 800, **options: Any) -> Any:
+        ctx = self.browser.new_context(ignore_https_errors=True, viewport={"width": width, "height": height},
+                                       **options)
 
         def guard(route: Any) -> None:
             host = urlsplit(route.request.url).hostname or ""
@@ -161,6 +163,6 @@ def live(page: Any) -> None:
     page.wait_for_selector("body[data-live='live']", timeout=10_000)
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, full: bool = False) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)

@@ -103,6 +103,29 @@ def test_sign_in_with_a_token(dev: Dev, browser: Browser, page_as: Any) -> None:
     assert page.locator("li.tile:visible").count() == 1
 
 
+def test_sign_in_with_a_client_certificate(dev: Dev, browser: Browser) -> None:
+    ctx = browser.context(client_certificates=[{"origin": dev.url, "certPath": dev.cert, "keyPath": dev.key}])
+    try:
+        page = ctx.new_page()
+        page.goto(dev.url + "/")
+        button = page.locator("form[action='/ui/signin'] button", has_text="client certificate")
+        label = button.inner_text()
+        button.click()
+        page.wait_for_selector("main h1:text('Overview')")
+        principal = text(page, ".principal")
+        assert principal in label and "admin" in text(page, ".who")
+    finally:
+        ctx.close()
+    # Without the certificate the same browser is offered the token form only.
+    plain = browser.context()
+    try:
+        page = plain.new_page()
+        page.goto(dev.url + "/")
+        assert page.locator("button", has_text="client certificate").count() == 0
+    finally:
+        plain.close()
+
+
 def test_apply_from_the_ui_reaches_running_without_reload(dev: Dev, page_as: Any) -> None:
     page = page_as("operator", "/ui/apply")
     page.fill("#manifest", process_manifest("web-ui"))
@@ -110,7 +133,7 @@ def test_apply_from_the_ui_reaches_running_without_reload(dev: Dev, page_as: Any
     preview = text(page, "#preview")
     assert "web-ui-0 →" in preview or "web-ui →" in preview, preview
     assert "rejected" in preview and "gpu" in preview  # the tainted node, with its reason
-    shot(page, "apply-preview")
+    shot(page, "apply-preview", full=True)
     page.click("button[value=apply]")
     page.wait_for_url(re.compile(r".*/ui/workloads/web-ui$"))
     dev.created.append("web-ui")
@@ -146,7 +169,7 @@ def test_pending_workload_shows_every_nodes_reasons(dev: Dev, page_as: Any) -> N
     assert "insufficient memory" in rows["tiny"]
     assert "taint" in rows["gpu"] and "gpu=true" in rows["gpu"]
     assert "0/3 nodes available" in text(page, "#placement")
-    shot(page, "workload-pending")
+    shot(page, "workload-pending", full=True)
 
 
 def test_viewer_sees_no_mutating_control_and_a_forged_post_is_refused(dev: Dev, page_as: Any) -> None:
@@ -196,7 +219,7 @@ def test_live_connection_dropped_and_resumed_shows_every_event_once(dev: Dev, br
         live(page)
         before = set(page.eval_on_selector_all("#events-table tr[data-event]", "rs => rs.map(r => r.dataset.event)"))
         proxy.reset()  # every connection through it closed, new ones refused
-        page.wait_for_function("document.body.dataset.live !== 'live'", timeout=10_000)
+        page.wait_for_selector("body:not([data-live='live'])", state="attached", timeout=10_000)
         names = [f"drop-{i}" for i in range(4)]
         for n in names:
             dev.apply(process_manifest(n))

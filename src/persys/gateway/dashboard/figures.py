@@ -112,7 +112,7 @@ def filter_nodes(nodes: Iterable[Mapping[str, Any]], query: str = "", status: st
     wanted = parse_labels(label)
     q = query.strip().lower()
     out = [n for n in nodes
-           if (not status or node_status(n).split(",")[0] == status or status in node_status(n))
+           if (not status or status in node_status(n).split(","))
            and (not wanted or _labels_match(n.get("labels") or {}, wanted))
            and (not q or q in str(n.get("id", "")).lower()
                 or any(q in str(v).lower() for v in (n.get("labels") or {}).values()))]

@@ -34,6 +34,7 @@ class Page:
     subject: str = ""  # events of one object only (workload/web, node/n1)
     last_event: str = ""  # the newest event id the page shows: the live stream resumes after it
     status: int = 200
+    version: int = -1  # the live view's version before the page read it: the stream catches up from it
 
 
 NAV = (("overview", "/", "Overview", None), ("workloads", "/ui/workloads", "Workloads", None),
@@ -87,7 +88,7 @@ def document(page: Page, session: Session | None) -> Html:
             tag("div", "", id="gap", role="alert", hidden=True),
             tag("main", tag("h1", page.title), body, id="main", tabindex="-1"),
             data_topics=",".join(page.topics) or None, data_subject=page.subject or None,
-            data_last_event=page.last_event or None),
+            data_last_event=page.last_event or None, data_version=str(page.version)),
         lang="en"))
 
 

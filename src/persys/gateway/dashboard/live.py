@@ -67,7 +67,7 @@ async def _events_feed(dash: Dashboard, subject: str, last: str, queue: asyncio.
 
 
 async def _feeds(dash: Dashboard, session: Session, topics: set[str], subject: str, last: str,
-                 queue: asyncio.Queue[str]) -> list[asyncio.Task[None]] | Response:
+                 queue: asyncio.Queue[str], since_version: int) -> list[asyncio.Task[None]] | Response:
     tasks: list[asyncio.Task[None]] = []
     if "events" in topics and session.can("list", "events"):
         feed = await _events_feed(dash, subject, last, queue)
@@ -81,7 +81,7 @@ async def _feeds(dash: Dashboard, session: Session, topics: set[str], subject: s
             for t in tasks:
                 t.cancel()
             return JSONResponse({"error": err.message}, status_code=503)
-        tasks.append(asyncio.create_task(_pump_changes(dash, queue)))
+        tasks.append(asyncio.create_task(_pump_changes(dash, queue, since_version)))
     return tasks
 
 
@@ -114,7 +114,9 @@ async def open_live(dash: Dashboard, request: Request) -> Response:
     queue: asyncio.Queue[str] = asyncio.Queue(maxsize=1000)
     token = forwarding.forward(dash.metadata(session, f"live-{uuid.uuid4().hex[:12]}"))
     try:
-        tasks = await _feeds(dash, session, topics, q.get("subject", "")[:512], last, queue)
+        version = q.get("version", "")
+        since_version = int(version) if version.lstrip("-").isdigit() and len(version) < 20 else -1
+        tasks = await _feeds(dash, session, topics, q.get("subject", "")[:512], last, queue, since_version)
     finally:
         forwarding.reset(token)
     if isinstance(tasks, Response):
@@ -144,12 +146,15 @@ async def _pump_events(stream: AsyncIterator[watch_pb2.WatchEventMessage], first
         await stream.aclose()  # type: ignore[attr-defined]
 
 
-async def _pump_changes(dash: Dashboard, queue: asyncio.Queue[str]) -> None:
+async def _pump_changes(dash: Dashboard, queue: asyncio.Queue[str], since_version: int) -> None:
     with dash.view.subscribe() as listener:
+        if dash.view.version != since_version:  # changed since the page was rendered: all of it is stale
+            await queue.put(f"event: change\ndata: {json.dumps({'all': True, 'version': dash.view.version})}\n\n")
         while True:
             await listener.wake.wait()
             await asyncio.sleep(COALESCE_SECONDS)  # many changes at once: one notice
             topics = sorted(listener.take())
             if len(topics) > MAX_TOPICS_PER_CHANGE:  # the kinds alone: every such section refreshes
                 topics = sorted({t for t in topics if "/" not in t})
-            await queue.put(f"event: change\ndata: {json.dumps({'topics': topics})}\n\n")
+            body = {"topics": topics, "version": dash.view.version}
+            await queue.put(f"event: change\ndata: {json.dumps(body)}\n\n")

@@ -37,8 +37,7 @@ def counts(title: str, values: dict[str, int], href: str, param: str) -> Html:
 def health_card(h: dict[str, object]) -> Html:
     mode = str(h.get("mode", "?"))
     rows = [("Mode", badge(mode) + esc(f" {h.get('detail') or ''}")),
-            ("Answered by", f"{h.get('replicaId', '?')} ({h.get('role', '?')}, "
-                            f"{'active' if h.get('active') else 'standby'})"),
+            ("Answered by", f"replica {h.get('replicaId', '?')} ({'active' if h.get('active') else 'standby'})"),
             ("Leader", h.get("leader") or "-"),
             ("Sharded", f"yes: this replica owns {h.get('ownedNodes', 0)} nodes" if h.get("sharded") else "no"),
             ("Store", f"{h.get('storeBackend', '?')} {'ok' if h.get('storeOk') else 'NOT OK'}"),

@@ -107,9 +107,11 @@ class Dashboard:
             return to_signin(request)
         rid = uuid.uuid4().hex
         ctx = Ctx(request, session, self, rid)
+        version = self.view.version  # before anything is read: a change after it reaches the page live
         token = forwarding.forward(self.metadata(session, rid))
         try:
             page = await build(ctx)
+            page.version = version
         except Refused as err:
             return html_answer(*error_page("Refused" if err.status == 403 else "Error", err.message, session,
                                            err.status))

@@ -77,6 +77,7 @@
     const params = new URLSearchParams({ topics: topics.join(",") });
     if (body.dataset.subject) params.set("subject", body.dataset.subject);
     if (last) params.set("last", last);
+    if (body.dataset.version) params.set("version", body.dataset.version);
     source = new EventSource("/ui/live?" + params.toString());
     setState("connecting");
     source.onopen = () => { setState("live"); retryMs = 1000; };
@@ -98,7 +99,15 @@
       addRow(d.html);
       touched(new Set(["events", d.subject]));
     });
-    source.addEventListener("change", (m) => touched(new Set(JSON.parse(m.data).topics)));
+    source.addEventListener("change", (m) => {
+      const d = JSON.parse(m.data);
+      if (d.all) {  // the page is older than the live view: every live section is re-fetched
+        document.querySelectorAll("section[data-live]").forEach((s) => schedule(s.id, 50));
+      } else {
+        touched(new Set(d.topics));
+      }
+      if (d.version !== undefined) body.dataset.version = String(d.version);
+    });
     source.addEventListener("gap", (m) => {
       const d = JSON.parse(m.data);
       const gap = document.getElementById("gap");

@@ -143,7 +143,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(join_router(client))
     app.state.dashboard = Dashboard(client)  # the web console at / (docs/dashboard.md)
     app.include_router(dashboard_router(app.state.dashboard, parser, agent_tls))
-    authorization.install(app, client)  # who calls is checked before anything is read
+    # Who calls is checked before anything is read; the dashboard's terminal WebSockets by session.
+    authorization.install(app, client, app.state.dashboard.websocket_caller)
     # Outside authorization: its refusals are counted and timed too.
     app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])
     app.state.metrics = metrics

@@ -14,13 +14,17 @@ address fails the test. Each test saves screenshots of the pages it visits into 
 
 from __future__ import annotations
 
+import json
 import re
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from tests.e2e.harness import eventually
 from tests.gateway.dashboard.browser import Browser, Dev, dev_cluster, live, process_manifest, shot, sign_in
@@ -283,3 +287,49 @@ def test_keyboard_and_narrow_screens(dev: Dev, page_as: Any) -> None:
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "main"
+
+
+def test_exec_in_a_workload_through_the_browser_terminal(dev: Dev, page_as: Any) -> None:
+    dev.apply(process_manifest("shell"))
+    eventually(lambda: dev.workload("shell")["phase"] == "Running", 20, "shell Running")
+    page = page_as("operator", "/ui/workloads/shell")
+    page.click("a[href='/ui/workloads/shell/terminal']")
+    page.wait_for_selector("#terminal .xterm")
+    page.fill("#term-command", "sh")
+    page.click("#term-connect")
+    page.wait_for_selector("#term-status[data-state=connected]", timeout=15_000)
+    page.locator("#terminal .xterm").click()
+    page.keyboard.type("echo dash$((6*7))board; exit 3\n")
+    page.wait_for_selector("#term-status[data-state=ended]", timeout=15_000)
+    assert "exit code 3" in text(page, "#term-status")
+    assert "dash42board" in text(page, "#terminal .xterm-rows")  # the shell's output, rendered by xterm.js
+    shot(page, "terminal")
+    with dev.api() as c:
+        records = c.get("/v1/audit", params={"who": "operator1"}).json()["items"]
+    assert any(r["action"] == "GET /v1/workloads/{workload_id}/terminal" and r["object"].get("command") == "sh"
+               for r in records), records
+    # A viewer has no terminal link, and the WebSocket refuses the viewer's session.
+    viewer = page_as("viewer", "/ui/workloads/shell")
+    assert viewer.locator("a[href='/ui/workloads/shell/terminal']").count() == 0
+    viewer.goto(dev.url + "/ui/workloads/shell/terminal")
+    assert "may not exec workloads" in text(viewer, "main")
+    opened = viewer.evaluate("""() => new Promise((done) => {
+        const ws = new WebSocket(`wss://${location.host}/v1/workloads/shell/terminal?command=sh`);
+        ws.onopen = () => done("open"); ws.onclose = (e) => done("closed");
+    })""")
+    assert opened == "closed"
+    with dev.api() as c:
+        records = c.get("/v1/audit", params={"who": "viewer1"}).json()["items"]
+    assert any(r["result"] == "403" and r["action"] == "GET /v1/workloads/{workload_id}/terminal" for r in records)
+    # The operator's session cookie from another site's page (its Origin) opens nothing.
+    sid = next(c["value"] for c in page.context.cookies() if c["name"] == "persys_session")
+    ctx = ssl.create_default_context(cafile=dev.ca)
+    uri = dev.url.replace("https://", "wss://") + "/v1/workloads/shell/terminal?command=sh"
+    for origin, refused in (("https://evil.example", True), (dev.url, False)):
+        try:
+            with ws_connect(uri, ssl=ctx, additional_headers={"cookie": f"persys_session={sid}", "origin": origin},
+                            open_timeout=30) as ws:
+                assert json.loads(ws.recv(timeout=15))["ready"]
+                assert not refused
+        except InvalidStatus as err:
+            assert refused and err.response.status_code == 401, err

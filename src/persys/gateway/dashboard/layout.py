@@ -34,6 +34,9 @@ class Page:
     subject: str = ""  # events of one object only (workload/web, node/n1)
     last_event: str = ""  # the newest event id the page shows: the live stream resumes after it
     status: int = 200
+    scripts: tuple[str, ...] = ()  # more of the package's own assets, for this page only
+    styles: tuple[str, ...] = ()
+    inline_styles: bool = False  # xterm.js sets its theme in a <style> element: CSP allows it on that page
     version: int = -1  # the live view's version before the page read it: the stream catches up from it
 
 
@@ -80,7 +83,9 @@ def document(page: Page, session: Session | None) -> Html:
             tag("meta", name="viewport", content="width=device-width, initial-scale=1"),
             tag("title", f"{page.title} · Persys"),
             tag("link", rel="stylesheet", href=f"/ui/static/app.css?v={ASSET_VERSION}"),
-            tag("script", src=f"/ui/static/app.js?v={ASSET_VERSION}", defer=True)),
+            *(tag("link", rel="stylesheet", href=f"/ui/static/{s}?v={ASSET_VERSION}") for s in page.styles),
+            tag("script", src=f"/ui/static/app.js?v={ASSET_VERSION}", defer=True),
+            *(tag("script", src=f"/ui/static/{s}?v={ASSET_VERSION}", defer=True) for s in page.scripts)),
         tag("body",
             tag("a", "Skip to content", href="#main", class_="skip"),
             tag("header", tag("a", "Persys", href="/", class_="brand"),

@@ -25,12 +25,13 @@ from persys.gateway.dashboard.overview_page import overview_page
 from persys.gateway.dashboard.signin import signin_routes
 from persys.gateway.dashboard.storage_page import audit_page, buckets_page, secrets_page, volumes_page
 from persys.gateway.dashboard.web import Ctx, Dashboard, Refused
-from persys.gateway.dashboard.workloads_page import apply_page, workload_page, workloads_page
+from persys.gateway.dashboard.workloads_page import apply_page, terminal_page, workload_page, workloads_page
 from persys.gateway.routes.common import NodeId, WorkloadId
 from persys.gateway.routes.logs import instance_target
 from persys.tlsfiles import TLSFiles
 
-STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+CSS, JS = "text/css; charset=utf-8", "text/javascript; charset=utf-8"
+STATIC_TYPES = {"app.css": CSS, "app.js": JS, "terminal.js": JS, "vendor/xterm.js": JS, "vendor/xterm.css": CSS}
 LOG_LINES = 200
 
 
@@ -63,7 +64,7 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
     router.include_router(action_routes(dash, parser))
     assets = {name: _static(name) for name in STATIC_TYPES}  # read once: they ship with the package
 
-    @router.get("/ui/static/{name}")
+    @router.get("/ui/static/{name:path}")
     async def static(name: str) -> Response:
         if name not in assets:
             return Response("not found", status_code=404)
@@ -85,6 +86,10 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
     @router.get("/ui/workloads/{workload_id}/logs")
     async def logs(request: Request, workload_id: str = WorkloadId) -> Response:
         return await dash.serve(request, lambda ctx: _logs_page(ctx, agent_tls, workload_id))
+
+    @router.get("/ui/workloads/{workload_id}/terminal")
+    async def terminal(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id))
 
     @router.get("/ui/apply")
     async def apply(request: Request) -> Response:

@@ -18,9 +18,10 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import Scope
 
 from persys.client import SchedulerClient, SchedulerError
-from persys.gateway.authorization import PEER_CERT, _identity_of_der
+from persys.gateway.authorization import PEER_CERT, Caller, _identity_of_der
 from persys.gateway.dashboard.cluster_view import ClusterView
 from persys.gateway.dashboard.html import tag
 from persys.gateway.dashboard.layout import Page, document, error_page
@@ -100,6 +101,28 @@ class Dashboard:
                 return None
         return s
 
+    def websocket_caller(self, scope: Scope, headers: dict[str, str]) -> Caller | None:
+        """The signed-in user of a WebSocket opened by a dashboard page (its terminal): the
+        session cookie, from a page of this very origin (a WebSocket is not subject to CORS, so
+        the Origin check is what stops another site's page using the cookie; SameSite=Strict
+        keeps browsers from sending it there anyway)."""
+        origin, host = headers.get("origin", ""), headers.get("host", "")
+        if not origin or not host or urlsplit(origin).netloc != host:
+            return None
+        sid = ""
+        for part in headers.get("cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE:
+                sid = value[:100]
+        s = self.sessions.get(sid) if sid else None
+        if s is None:
+            return None
+        if s.token is None:
+            der = (scope.get("state") or {}).get(PEER_CERT)
+            if not der or _identity_of_der(der).principal != s.identity.principal:
+                return None
+        return Caller(s.identity, s.token, s.credential)
+
     async def serve(self, request: Request, build: Callable[[Ctx], Awaitable[Page]]) -> Response:
         """A page (or, with `part`, one of its sections) for the signed-in session."""
         session = self.session_of(request)
@@ -127,7 +150,10 @@ class Dashboard:
                 if s.id == part:
                     return HTMLResponse(s.render(), headers=NO_STORE)
             return HTMLResponse("no such part", status_code=404)
-        return html_answer(document(page, session), page.status)
+        answer = html_answer(document(page, session), page.status)
+        if page.inline_styles:
+            answer.headers["content-security-policy"] = CSP_INLINE_STYLES
+        return answer
 
     async def act(self, request: Request, verb: str, resource: str,
                   do: Callable[[Ctx, dict[str, str]], Awaitable[Response]]) -> Response:
@@ -183,6 +209,7 @@ NO_STORE = {"cache-control": "no-store"}
 # Nothing but this gateway's own assets: no inline script, no other origin.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP_INLINE_STYLES = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 PAGE_HEADERS = {**NO_STORE, "content-security-policy": CSP, "x-content-type-options": "nosniff",
                 "referrer-policy": "same-origin", "x-frame-options": "DENY"}
 

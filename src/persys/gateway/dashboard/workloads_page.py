@@ -135,6 +135,8 @@ def _actions(ctx: Ctx, w: Mapping[str, Any]) -> Html:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/start", "Start"))
         else:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/stop", "Stop"))
+    if ctx.session.can("exec", "workloads"):
+        buttons.append(tag("a", "Terminal", href=f"/ui/workloads/{wid}/terminal", class_="button"))
     if ctx.session.can("apply", "workloads"):
         buttons.append(tag("a", "Edit manifest", href=f"/ui/apply?from={wid}", class_="button"))
     if ctx.session.can("delete", "workloads"):
@@ -225,3 +227,21 @@ def plan_preview(plan: Mapping[str, Any], current: Mapping[str, Any] | None, new
         parts.append(tag("p", rep.get("explanation", ""), class_="muted"))
         parts.append(placement_rows(figures.node_rejections(rep, node_ids)))
     return join(parts)
+
+
+async def terminal_page(ctx: Ctx, wid: str) -> Page:
+    """A shell (or any command) on a TTY in the workload's first instance, in the browser: xterm.js
+    over the gateway's terminal WebSocket (/v1/workloads/NAME/terminal), authenticated by this
+    session and audited as `exec workloads` with the command line, as `persysctl exec -t` is."""
+    ctx.require("exec", "workloads")
+    w = await ctx.client.get_workload(wid)
+    instances = [str(i.get("instance", "")) for i in w.get("instances") or []]
+    form = tag("form", tag("label", "Command", tag("input", name="command", id="term-command", value="sh",
+                                                    spellcheck="false")),
+               tag("label", "Instance", tag("select", join(tag("option", i, value=i) for i in instances),
+                                            id="term-instance")),
+               tag("button", "Connect", type="submit", id="term-connect"), class_="filters", id="term-form")
+    body = join((form, tag("p", "not connected", id="term-status", role="status", class_="muted"),
+                 tag("div", "", id="terminal", data_workload=wid, class_="terminal")))
+    return Page(f"Terminal: {w.get('name', wid)}", "workloads", [Section("term", body)],
+                scripts=("vendor/xterm.js", "terminal.js"), styles=("vendor/xterm.css",), inline_styles=True)

@@ -73,7 +73,7 @@
   }
 
   function connect() {
-    if (!topics.length) return;
+    if (!topics.length) { setState("off"); return; }
     const params = new URLSearchParams({ topics: topics.join(",") });
     if (body.dataset.subject) params.set("subject", body.dataset.subject);
     if (last) params.set("last", last);

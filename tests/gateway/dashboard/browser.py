@@ -150,12 +150,31 @@ class Browser:
         self._pw.stop()
 
 
+def goto(page: Any, url: str) -> None:
+    """page.goto, again when chromium saw the machine's network change under it (another test
+    creating a Docker network or a veth: ERR_NETWORK_CHANGED aborts the navigation)."""
+    for attempt in range(5):
+        try:
+            page.goto(url)
+            return
+        except Exception as err:
+            if not network_changed(err) or attempt == 4:
+                raise
+
+
+def network_changed(err: Exception) -> bool:
+    return "ERR_NETWORK_CHANGED" in str(err) or "chrome-error://" in str(err)
+
+
 def sign_in(page: Any, url: str, token: str, path: str = "/") -> None:
-    page.goto(url + path)
-    page.wait_for_url(re.compile(r".*/ui/signin.*"))
-    page.fill("#token", token)
-    page.click("form[action='/ui/signin'] button[type=submit]")
-    page.wait_for_load_state("domcontentloaded")
+    for attempt in range(5):
+        goto(page, url + path)
+        page.wait_for_url(re.compile(r".*/ui/signin.*"))
+        page.fill("#token", token)
+        page.click("form[action='/ui/signin'] button[type=submit]")
+        page.wait_for_load_state("domcontentloaded")
+        if not page.url.startswith("chrome-error://") or attempt == 4:  # see goto
+            return
 
 
 def live(page: Any) -> None:

@@ -27,7 +27,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from tests.e2e.harness import eventually
-from tests.gateway.dashboard.browser import Browser, Dev, dev_cluster, live, process_manifest, shot, sign_in
+from tests.gateway.dashboard.browser import Browser, Dev, dev_cluster, goto, live, process_manifest, shot, sign_in
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -74,7 +74,7 @@ def text(page: Any, selector: str) -> str:
 def test_sign_in_with_a_token(dev: Dev, browser: Browser, page_as: Any) -> None:
     ctx = browser.context()
     page = ctx.new_page()
-    page.goto(dev.url + "/ui/workloads")
+    goto(page, dev.url + "/ui/workloads")
     assert "/ui/signin" in page.url
     shot(page, "signin")
     page.fill("#token", "persys_0000000000000000_wrong")
@@ -99,10 +99,10 @@ def test_sign_in_with_a_token(dev: Dev, browser: Browser, page_as: Any) -> None:
                                ("/ui/volumes", "volumes", "Volumes"), ("/ui/buckets", "buckets", "Buckets"),
                                ("/ui/secrets", "secrets", "Values are never shown"),
                                ("/ui/nodes/big", "node", "Runtimes and storage")):
-        page.goto(dev.url + path)
+        goto(page, dev.url + path)
         assert needle in text(page, "main"), (path, text(page, "main")[:500])
         shot(page, name)
-    page.goto(dev.url + "/ui/topology")
+    goto(page, dev.url + "/ui/topology")
     page.fill("#topology-search", "tin")
     assert page.locator("li.tile:visible").count() == 1
 
@@ -111,7 +111,7 @@ def test_sign_in_with_a_client_certificate(dev: Dev, browser: Browser) -> None:
     ctx = browser.context(client_certificates=[{"origin": dev.url, "certPath": dev.cert, "keyPath": dev.key}])
     try:
         page = ctx.new_page()
-        page.goto(dev.url + "/")
+        goto(page, dev.url + "/")
         button = page.locator("form[action='/ui/signin'] button", has_text="client certificate")
         label = button.inner_text()
         button.click()
@@ -124,7 +124,7 @@ def test_sign_in_with_a_client_certificate(dev: Dev, browser: Browser) -> None:
     plain = browser.context()
     try:
         page = plain.new_page()
-        page.goto(dev.url + "/")
+        goto(page, dev.url + "/")
         assert page.locator("button", has_text="client certificate").count() == 0
     finally:
         plain.close()
@@ -152,7 +152,7 @@ def test_apply_from_the_ui_reaches_running_without_reload(dev: Dev, page_as: Any
     print(f"Running shown {took:.2f}s after the page opened")
 
     # A change made elsewhere shows within 2 s, still without reload: a restart from the API.
-    page.goto(dev.url + "/ui/workloads?label=suite%3Ddashboard")
+    goto(page, dev.url + "/ui/workloads?label=suite%3Ddashboard")
     live(page)
     page.evaluate("window.__notReloaded = true")
     dev.apply(process_manifest("web-ui-2"))
@@ -180,7 +180,7 @@ def test_viewer_sees_no_mutating_control_and_a_forged_post_is_refused(dev: Dev, 
     dev.apply(process_manifest("guarded"))
     page = page_as("viewer", "/ui/workloads/guarded")
     for path in ("/ui/workloads/guarded", "/ui/nodes/big", "/", "/ui/workloads"):
-        page.goto(dev.url + path)
+        goto(page, dev.url + path)
         posts = page.locator("form[method=post]:not([action='/ui/signout'])")
         assert posts.count() == 0, (path, [posts.nth(i).get_attribute("action") for i in range(posts.count())])
         assert page.locator("nav a[href='/ui/apply'], nav a[href='/ui/audit']").count() == 0
@@ -189,7 +189,7 @@ def test_viewer_sees_no_mutating_control_and_a_forged_post_is_refused(dev: Dev, 
     forged = page.request.post(dev.url + "/ui/workloads/guarded/stop", form={"csrf": csrf},
                                headers={"origin": dev.url})
     assert forged.status == 403 and "may not control workloads" in forged.text()
-    page.goto(dev.url + "/ui/apply")
+    goto(page, dev.url + "/ui/apply")
     assert "may not apply workloads" in text(page, "main")
     assert dev.workload("guarded")["desiredState"] == "Running" and dev.workload("guarded")["generation"] == before
     with dev.api() as c:
@@ -311,7 +311,7 @@ def test_exec_in_a_workload_through_the_browser_terminal(dev: Dev, page_as: Any)
     # A viewer has no terminal link, and the WebSocket refuses the viewer's session.
     viewer = page_as("viewer", "/ui/workloads/shell")
     assert viewer.locator("a[href='/ui/workloads/shell/terminal']").count() == 0
-    viewer.goto(dev.url + "/ui/workloads/shell/terminal")
+    goto(viewer, dev.url + "/ui/workloads/shell/terminal")
     assert "may not exec workloads" in text(viewer, "main")
     opened = viewer.evaluate("""() => new Promise((done) => {
         const ws = new WebSocket(`wss://${location.host}/v1/workloads/shell/terminal?command=sh`);
@@ -333,3 +333,20 @@ def test_exec_in_a_workload_through_the_browser_terminal(dev: Dev, page_as: Any)
                 assert not refused
         except InvalidStatus as err:
             assert refused and err.response.status_code == 401, err
+
+
+def test_usage_charts_from_the_meter(dev: Dev, page_as: Any) -> None:
+    dev.apply(process_manifest("metered"))
+    eventually(lambda: dev.workload("metered")["phase"] == "Running", 20, "metered Running")
+    page = page_as("viewer", "/ui/workloads/metered?range=15m")
+    assert page.locator("#usage figure svg.chart").count() == 4  # CPU, memory, disk, network
+
+    def drawn() -> bool:
+        page.reload()
+        return page.locator("#usage svg.chart circle").count() >= 6  # a sample of each of the six metrics
+    eventually(drawn, 90, "the meter's samples drawn")
+    label = page.get_attribute("#usage svg.chart >> nth=1", "aria-label")
+    assert label is not None and label.startswith("Memory (bytes), latest: metered") and "no samples" not in label
+    shot(page, "workload-usage", full=True)
+    goto(page, dev.url + "/ui/nodes/big?range=15m")
+    eventually(lambda: page.reload() or page.locator("#usage svg.chart polyline").count() >= 1, 60, "node usage")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from persys.gateway.dashboard import figures
+from persys.gateway.dashboard.charts import usage_section
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, ago, badge, esc, join, link, mib, table, tag
 from persys.gateway.dashboard.layout import Page, Section, action_button
@@ -135,6 +136,7 @@ async def node_page(ctx: Ctx, nid: str) -> Page:
         Section("info", tag("dl", *(tag("div", tag("dt", k), tag("dd", v)) for k, v in info), class_="kv"), (topic,)),
         Section("drain", drain_progress(drain), (topic, "workloads"), "Cordon and drain"),
         Section("capacity", _capacity(n), (topic,), "Capacity"),
+        Section("usage", await usage_section(ctx, "node", nid, f"/ui/nodes/{nid}"), (), "Usage"),
         Section("runtimes", _runtimes(caps) + _storage(caps), (topic,), "Runtimes and storage"),
         Section("workloads", table(("Workload", "Phase", "Ready"),
                                    [(link(f"/ui/workloads/{w['id']}", w.get("name", w["id"])),

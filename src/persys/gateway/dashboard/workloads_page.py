@@ -13,6 +13,7 @@ import yaml
 
 from persys.client import SchedulerError
 from persys.gateway.dashboard import figures
+from persys.gateway.dashboard.charts import usage_section
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, ago, badge, esc, join, link, table, tag
 from persys.gateway.dashboard.layout import Page, Section, action_button, csrf_field
@@ -173,6 +174,7 @@ async def workload_page(ctx: Ctx, wid: str) -> Page:
         Section("actions", _actions(ctx, w), (topic,)),
         Section("status", _status(w), (topic,), "Status"),
         Section("placement", await placement_section(ctx, w, sorted(view.nodes)), (topic, "nodes"), "Placement"),
+        Section("usage", await usage_section(ctx, "workload", wid, f"/ui/workloads/{wid}"), (topic,), "Usage"),
         Section("revisions", table(("Generation", "Revision", "Created", "Change", ""), rev_rows), (topic,),
                 "Revisions"),
         Section("events", event_table(events, "workload-events"), (), "Events"),

@@ -163,6 +163,29 @@ def test_apply_from_the_ui_reaches_running_without_reload(dev: Dev, page_as: Any
     shot(page, "workloads")
 
 
+def test_edit_a_manifest_see_the_diff_and_roll_back(dev: Dev, page_as: Any) -> None:
+    dev.apply(process_manifest("edited"))
+    page = page_as("operator", "/ui/workloads/edited")
+    page.click("a[href='/ui/apply?from=edited']")
+    manifest = page.input_value("#manifest")
+    assert "name: edited" in manifest and "cpuMillicores: 10" in manifest
+    page.fill("#manifest", manifest.replace("cpuMillicores: 10", "cpuMillicores: 20"))
+    page.click("button[value=plan]")
+    diff = text(page, "#preview pre.diff")
+    assert "-    cpuMillicores: 10" in diff and "+    cpuMillicores: 20" in diff, diff
+    page.click("button[value=apply]")
+    page.wait_for_url(re.compile(r".*/ui/workloads/edited$"))
+    page.wait_for_selector("#revisions form[action='/ui/workloads/edited/rollback']")
+    page.click("#revisions summary")
+    assert "+  cpuMillicores: 20" in text(page, "#revisions pre.diff")  # the spec alone
+    shot(page, "workload-revisions", full=True)
+    page.click("#revisions form[action='/ui/workloads/edited/rollback'] button")
+    page.wait_for_url(re.compile(r".*/ui/workloads/edited$"))
+    w = dev.workload("edited")
+    assert w["generation"] == 3 and w["spec"]["resources"]["cpuMillicores"] == 10
+    assert "rollback of 1" in text(page, "#revisions")
+
+
 def test_pending_workload_shows_every_nodes_reasons(dev: Dev, page_as: Any) -> None:
     dev.apply(process_manifest("too-big", memory_mb=6000))
     eventually(lambda: dev.workload("too-big")["reason"] == "Unschedulable", 15, "too-big Unschedulable")
@@ -249,30 +272,47 @@ def test_live_connection_dropped_and_resumed_shows_every_event_once(dev: Dev, br
     assert browser.outside == []
 
 
-def test_drain_a_node_and_see_progress(dev: Dev, page_as: Any) -> None:
+PINNED = """
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {name: pinned, labels: {suite: dashboard}}
+spec:
+  type: process
+  resources: {cpuMillicores: 10, memoryMb: 16}
+  process: {command: [sleep, "3600"]}
+  volumes:
+    - {name: data, driver: local, sizeMb: 16, mountPath: /data}
+"""
+
+
+def test_drain_a_node_and_see_progress_and_the_stuck_workload(dev: Dev, page_as: Any) -> None:
+    dev.apply(PINNED)  # its node-local volume keeps it where it is: a drain cannot move it
+    node = eventually(lambda: dev.workload("pinned")["node"] if dev.workload("pinned")["phase"] == "Running"
+                      else None, 60, "pinned Running")[0]
     dev.apply(process_manifest("mover"))
-    node = eventually(lambda: dev.workload("mover")["node"] if dev.workload("mover")["phase"] == "Running" else None,
-                      20, "mover Running")[0]
+    eventually(lambda: dev.workload("mover")["phase"] == "Running", 20, "mover Running")
+    moves = dev.workload("mover")["node"] == node
     page = page_as("operator", f"/ui/nodes/{node}")
     live(page)
     assert "Schedulable" in text(page, "#drain")
-    page.evaluate("window.__notReloaded = true")
     page.click(f"form[action='/ui/nodes/{node}/drain'] button")
     page.wait_for_url(re.compile(rf".*/ui/nodes/{node}$"))
     live(page)
-    page.wait_for_selector("#drain .drain-summary", timeout=10_000)
     page.evaluate("window.__notReloaded = true")
-    try:
-        page.wait_for_selector("#drain .drain-summary[data-state=drained]", timeout=30_000)
+    try:  # progress arrives live: the stuck workload and why, nothing left to move
+        page.wait_for_selector("#drain .drain-summary:text('0 remaining, 0 moving, 1 stuck')", timeout=30_000)
     except Exception:
         raise AssertionError(text(page, "#drain")) from None
-    assert page.evaluate("window.__notReloaded === true")  # progress arrived live
-    assert "0 remaining, 0 moving, 0 stuck" in text(page, "#drain")
-    shot(page, "node-drain")
-    assert eventually(lambda: dev.workload("mover")["node"] != node and dev.workload("mover")["phase"] == "Running",
-                      30, "mover elsewhere")
+    assert page.evaluate("window.__notReloaded === true")
+    stuck = text(page, "#drain table.stuck")
+    assert "pinned" in stuck and f"node-local volume lives on {node}" in stuck
+    shot(page, "node-drain", full=True)
+    if moves:
+        eventually(lambda: dev.workload("mover")["node"] != node and dev.workload("mover")["phase"] == "Running",
+                   30, "mover elsewhere")
     page.click(f"form[action='/ui/nodes/{node}/uncordon'] button")
     page.wait_for_selector("#drain >> text=Schedulable", timeout=10_000)
+    dev.delete("pinned")
 
 
 def test_keyboard_and_narrow_screens(dev: Dev, page_as: Any) -> None:

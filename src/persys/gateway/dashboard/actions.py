@@ -79,6 +79,16 @@ class Actions:
 
         return await self.dash.act(request, "delete", "workloads", do)
 
+    async def rollback(self, request: Request, workload_id: str = WorkloadId) -> Response:
+        async def do(ctx: Ctx, form: dict[str, str]) -> Response:
+            generation = form.get("generation", "")
+            if not generation.isdigit() or len(generation) > 12:
+                return html_answer(tag("p", "generation: a revision's number"), 400)
+            await ctx.client.rollback(workload_id, int(generation))
+            return see_other(f"/ui/workloads/{workload_id}")
+
+        return await self.dash.act(request, "apply", "workloads", do)
+
     async def control(self, request: Request, workload_id: str = WorkloadId, action: str = CONTROL) -> Response:
         async def do(ctx: Ctx, _form: dict[str, str]) -> Response:
             await ctx.client.control(workload_id, action)
@@ -106,6 +116,7 @@ def action_routes(dash: Dashboard, parser: bodies.BodyParser) -> APIRouter:
     a = Actions(dash, parser)
     router.add_api_route("/ui/apply", a.apply, methods=["POST"])
     router.add_api_route("/ui/workloads/{workload_id}/delete", a.delete, methods=["POST"])
+    router.add_api_route("/ui/workloads/{workload_id}/rollback", a.rollback, methods=["POST"])
     router.add_api_route("/ui/workloads/{workload_id}/{action}", a.control, methods=["POST"])
     router.add_api_route("/ui/nodes/{node_id}/{action}", a.node, methods=["POST"])
     return router

@@ -6,6 +6,7 @@ they come (the placement engine grows new ones)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,22 +162,47 @@ def _status(w: Mapping[str, Any]) -> Html:
         tag("h3", "Instances") + inst
 
 
+def spec_diff(before: Mapping[str, Any], after: Mapping[str, Any], old: str, new: str) -> str:
+    a = yaml.safe_dump(dict(before), sort_keys=True).splitlines()
+    b = yaml.safe_dump(dict(after), sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, old, new, lineterm="", n=2)) or "no change"
+
+
+def revisions_table(ctx: Ctx, wid: str, revisions: list[dict[str, Any]]) -> Html:
+    """Every kept revision, what changed from the one before it (a diff of the specs), and a
+    rollback to it for those whose role may apply."""
+    rows = []
+    for i, r in enumerate(revisions):
+        gen = r.get("generation", "")
+        diff = Html("")
+        if i > 0:
+            prev = revisions[i - 1]
+            diff = tag("details", tag("summary", "diff"), tag("pre", spec_diff(
+                prev.get("spec") or {}, r.get("spec") or {}, f"generation {prev.get('generation')}",
+                f"generation {gen}"), class_="diff"))
+        act: object = "current" if r.get("current") else ""
+        if not r.get("current") and ctx.session.can("apply", "workloads"):
+            act = action_button(ctx.session, f"/ui/workloads/{wid}/rollback", f"Roll back to {gen}",
+                                confirm=f"Apply generation {gen}'s spec again?", fields={"generation": str(gen)})
+        rollback_of = f" (rollback of {r['rollbackOf']})" if r.get("rollbackOf") else ""
+        rows.append((gen, r.get("revision", ""), ago(float(r.get("createdAt", 0))),
+                     join((esc(str(r.get("change", "")) + rollback_of), diff)), act))
+    return table(("Generation", "Revision", "Created", "Change", ""), rows, "No revisions kept.")
+
+
 async def workload_page(ctx: Ctx, wid: str) -> Page:
     ctx.require("get", "workloads")
     w = await ctx.client.get_workload(wid)
     view = await ctx.cluster()
     topic = f"workload/{wid}"
     revisions = await ctx.client.revisions(wid)
-    rev_rows = [(r.get("generation", ""), r.get("revision", ""), ago(float(r.get("createdAt", 0))),
-                 r.get("change", ""), "current" if r.get("current") else "") for r in revisions]
     events = await recent(ctx, 50, topic)
     sections = [
         Section("actions", _actions(ctx, w), (topic,)),
         Section("status", _status(w), (topic,), "Status"),
         Section("placement", await placement_section(ctx, w, sorted(view.nodes)), (topic, "nodes"), "Placement"),
         Section("usage", await usage_section(ctx, "workload", wid, f"/ui/workloads/{wid}"), (topic,), "Usage"),
-        Section("revisions", table(("Generation", "Revision", "Created", "Change", ""), rev_rows), (topic,),
-                "Revisions"),
+        Section("revisions", revisions_table(ctx, wid, revisions), (topic,), "Revisions"),
         Section("events", event_table(events, "workload-events"), (), "Events"),
     ]
     if ctx.session.can("logs", "workloads"):
@@ -216,8 +242,6 @@ def plan_preview(plan: Mapping[str, Any], current: Mapping[str, Any] | None, new
     if current is not None:
         old = yaml.safe_dump(manifest_of(current), sort_keys=True).splitlines()
         fresh = yaml.safe_dump(new, sort_keys=True).splitlines()
-        import difflib
-
         diff = list(difflib.unified_diff(old, fresh, "current", "new", lineterm="", n=2))
         parts.append(tag("h3", "Changes"))
         parts.append(tag("pre", "\n".join(diff) if diff else "no change", class_="diff"))

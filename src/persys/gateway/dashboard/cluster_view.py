@@ -61,6 +61,8 @@ class ClusterView:
         run; wait until both have delivered the current set."""
         for kind in ("workloads", "nodes"):
             task = self._tasks.get(kind)
+            if task is not None and task.done() and not task.cancelled():
+                task.exception()  # seen (logged by _watch already): not "never retrieved"
             if task is None or task.done():
                 token = forwarding.forward(metadata)  # the task copies this context
                 try:

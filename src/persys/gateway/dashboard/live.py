@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -85,10 +85,11 @@ async def _feeds(dash: Dashboard, session: Session, topics: set[str], subject: s
     return tasks
 
 
-async def _frames(queue: asyncio.Queue[str], tasks: list[asyncio.Task[None]]) -> AsyncIterator[str]:
+async def _frames(queue: asyncio.Queue[str], tasks: list[asyncio.Task[None]], signed_in: Callable[[], bool]
+                  ) -> AsyncIterator[str]:
     yield "retry: 1000\n: connected\n\n"
     try:
-        while True:
+        while signed_in():  # signed out (or expired): the stream ends, and the reconnect is refused
             try:
                 yield await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
             except TimeoutError:
@@ -121,7 +122,9 @@ async def open_live(dash: Dashboard, request: Request) -> Response:
         forwarding.reset(token)
     if isinstance(tasks, Response):
         return tasks
-    return StreamingResponse(_frames(queue, tasks), media_type="text/event-stream", headers=SSE_HEADERS)
+    sid = session.sid
+    return StreamingResponse(_frames(queue, tasks, lambda: dash.sessions.get(sid) is not None),
+                             media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def live_routes(dash: Dashboard) -> APIRouter:

@@ -172,7 +172,11 @@ def sign_in(page: Any, url: str, token: str, path: str = "/") -> None:
         page.wait_for_url(re.compile(r".*/ui/signin.*"))
         page.fill("#token", token)
         page.click("form[action='/ui/signin'] button[type=submit]")
-        page.wait_for_load_state("domcontentloaded")
+        try:  # signed in once the form's answer has taken the page elsewhere (its cookie set)
+            page.wait_for_url(lambda u: "/ui/signin" not in u, timeout=30_000)
+        except Exception as err:
+            if not network_changed(err) or attempt == 4:
+                raise
         if not page.url.startswith("chrome-error://") or attempt == 4:  # see goto
             return
 

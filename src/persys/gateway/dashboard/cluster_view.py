@@ -22,7 +22,7 @@ from persys.client import SchedulerClient, SchedulerError
 from persys.security import forwarding
 
 log = logging.getLogger(__name__)
-SYNC_WAIT_SECONDS = 20.0
+SYNC_WAIT_SECONDS = 10.0  # then the page says the view is still loading (the watch goes on)
 RETRY_SECONDS = 1.0
 
 
@@ -52,6 +52,7 @@ class ClusterView:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._listeners: set[Listener] = set()
         self.version = 0  # bumped on every change: caches of derived figures key on it
+        self.loading = {"workloads": 0, "nodes": 0}  # read so far, while a watch delivers the current set
 
     def running(self) -> bool:
         return len(self._tasks) == 2 and not any(t.done() for t in self._tasks.values())
@@ -77,7 +78,8 @@ class ClusterView:
                     task = self._tasks[kind]
                     if task.done() and task.exception() is not None:
                         raise task.exception() from None  # type: ignore[misc]
-                    raise SchedulerError("UNAVAILABLE", f"the scheduler has not listed {kind} yet") from None
+                    raise SchedulerError("UNAVAILABLE", f"the gateway is still reading the cluster's {kind} "
+                                         f"({self.loading[kind]:,} so far): reload in a few seconds") from None
 
     async def close(self) -> None:
         for task in self._tasks.values():
@@ -106,6 +108,8 @@ class ClusterView:
                         target.pop(msg.id, None)
                     else:
                         target[msg.id] = json.loads(msg.json)
+                    if not synced:
+                        self.loading[kind] = len(fresh)
                     if synced:
                         self._notify((kind, f"{single}/{msg.id}"))
             except SchedulerError as err:

@@ -28,8 +28,13 @@ def meter(label: str, cap: figures.Capacity, unit: str) -> Html:
 
 
 def counts(title: str, values: dict[str, int], href: str, param: str) -> Html:
-    items = join(tag("li", tag("a", badge(k.split(",")[0]), f" {k} ", tag("strong", v),
-                               href=f"{href}?{param}={k.split(',')[0]}")) for k, v in values.items())
+    def item(key: str, count: int) -> Html:
+        first, _, rest = key.partition(",")  # Ready,Cordoned: the status, then what an operator set
+        target = rest.split(",")[0] if rest else first
+        return tag("li", tag("a", badge(first), f" {rest.replace(',', ', ')} " if rest else " ", tag("strong", count),
+                             href=f"{href}?{param}={target}"))
+
+    items = join(item(k, v) for k, v in values.items())
     listing = tag("ul", items, class_="counts") if values else tag("p", "none", class_="muted")
     return tag("div", tag("h3", title), listing, class_="card")
 

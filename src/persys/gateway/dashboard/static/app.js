@@ -119,10 +119,10 @@
     });
   }
 
-  // Live drop for tests and for a user who wants to pause: window.persysLive.drop() / .resume().
+  // Live drop for tests and for a user who wants to pause: window.persysLive.drop() / .resume([after id]).
   window.persysLive = {
     drop() { if (source) { source.close(); source = null; setState("paused"); } },
-    resume() { if (!source) connect(); },
+    resume(fromId) { if (fromId) last = String(fromId); if (!source) connect(); },
     get last() { return last; },
   };
 

@@ -35,6 +35,7 @@ HTTP_OF = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "AB
            "FAILED_PRECONDITION": 409, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "UNAVAILABLE": 503,
            "DEADLINE_EXCEEDED": 504, "RESOURCE_EXHAUSTED": 413}
 _PART = re.compile(r"^[a-z0-9-]{1,40}$")
+MAX_PARTS = 20
 
 
 class Refused(Exception):
@@ -143,13 +144,14 @@ class Dashboard:
         finally:
             forwarding.reset(token)
         part = request.query_params.get("part", "")
-        if part:
-            if not _PART.match(part):
+        if part:  # live refreshes: the sections asked for (a,b,c), from one build of the page
+            wanted = part.split(",")
+            if len(wanted) > MAX_PARTS or not all(_PART.match(w) for w in wanted):
                 return HTMLResponse("bad part", status_code=400)
-            for s in page.sections:
-                if s.id == part:
-                    return HTMLResponse(s.render(), headers=NO_STORE)
-            return HTMLResponse("no such part", status_code=404)
+            found = [s.render() for s in page.sections if s.id in wanted]
+            if not found:
+                return HTMLResponse("no such part", status_code=404)
+            return HTMLResponse("".join(found), headers=NO_STORE)
         answer = html_answer(document(page, session), page.status)
         if page.inline_styles:
             answer.headers["content-security-policy"] = CSP_INLINE_STYLES

@@ -10,8 +10,6 @@
   let last = body.dataset.lastEvent || "";
   let source = null;
   let retryMs = 1000;
-  const timers = new Map();
-  const busy = new Set();
   let received = 0;
 
   function setState(s) {
@@ -25,34 +23,53 @@
     return u.pathname + u.search;
   }
 
-  async function refresh(id) {
-    const section = document.getElementById(id);
-    if (!section) return;
-    if (busy.has(id) || section.contains(document.activeElement) && document.activeElement !== document.body) {
-      schedule(id, 500);  // busy, or someone is typing in it: later
-      return;
-    }
-    busy.add(id);
+  // Stale sections are re-fetched together: one request (?part=a,b,c) builds the page once.
+  const pending = new Set();
+  let timer = null;
+  let inflight = false;
+
+  function typingIn(section) {
+    const active = document.activeElement;
+    return active && active !== document.body && section.contains(active);
+  }
+
+  async function flush() {
+    timer = null;
+    if (inflight) { timer = setTimeout(flush, 200); return; }
+    const ids = [];
+    const later = [];
+    pending.forEach((id) => {
+      const s = document.getElementById(id);
+      if (!s) return;
+      (typingIn(s) ? later : ids).push(id);  // someone is typing in it: later
+    });
+    pending.clear();
+    later.forEach((id) => pending.add(id));
+    if (later.length) timer = setTimeout(flush, 500);
+    if (!ids.length) return;
+    inflight = true;
     try {
-      const resp = await fetch(partUrl(id), { credentials: "same-origin", headers: { "x-persys-part": id } });
+      const resp = await fetch(partUrl(ids.join(",")), { credentials: "same-origin", headers: { "x-persys-part": "1" } });
       if (resp.status === 401) { window.location.assign("/ui/signin?next=" + encodeURIComponent(location.pathname)); return; }
       if (!resp.ok) return;
       const t = document.createElement("template");
       t.innerHTML = (await resp.text()).trim();
-      const fresh = t.content.firstElementChild;
-      const now = document.getElementById(id);
-      if (fresh && now) { now.replaceWith(fresh); wire(fresh); }
+      Array.from(t.content.children).forEach((fresh) => {
+        const now = fresh.id && document.getElementById(fresh.id);
+        if (now) { now.replaceWith(fresh); wire(fresh); }
+      });
       body.dataset.refreshes = String(Number(body.dataset.refreshes || "0") + 1);
     } catch (e) {
-      schedule(id, 1000);
+      ids.forEach((id) => pending.add(id));
+      if (!timer) timer = setTimeout(flush, 1000);
     } finally {
-      busy.delete(id);
+      inflight = false;
     }
   }
 
   function schedule(id, ms) {
-    if (timers.has(id)) return;
-    timers.set(id, setTimeout(() => { timers.delete(id); refresh(id); }, ms));
+    pending.add(id);
+    if (!timer) timer = setTimeout(flush, ms);
   }
 
   function touched(names) {

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import yaml
+from playwright.sync_api import expect
 
 from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
 
@@ -173,7 +174,8 @@ def sign_in(page: Any, url: str, token: str, path: str = "/") -> None:
         page.fill("#token", token)
         page.click("form[action='/ui/signin'] button[type=submit]")
         try:  # signed in once the form's answer has taken the page elsewhere (its cookie set)
-            page.wait_for_url(lambda u: "/ui/signin" not in u, timeout=30_000)
+            expect(page).not_to_have_url(re.compile(r".*/ui/signin.*"), timeout=30_000)
+            page.wait_for_load_state("domcontentloaded")
         except Exception as err:
             if not network_changed(err) or attempt == 4:
                 raise

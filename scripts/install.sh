@@ -35,6 +35,8 @@ if ((want_test)); then
   # image pulls: a real registry (distribution 2.8; the tests start it themselves, never its unit)
   # with htpasswd authentication (apache2-utils' htpasswd writes the bcrypt file)
   apt_install docker-registry apache2-utils
+  # the dashboard's browser tests drive Debian's chromium through Playwright (never a downloaded browser)
+  apt_install chromium
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -205,6 +205,8 @@ def dev(
             )
             print(
                 f"Persys dev cluster ready in {time.monotonic() - t0:.1f}s\n"
+                f"  dashboard: https://{host}:{gw.port}/  (sign in with a token: persysctl auth token create me "
+                f"--role admin)\n"
                 f"  API:       https://{host}:{gw.port}  (docs: /docs, OpenAPI: /openapi.json, metrics: /metrics)\n"
                 f"{node_lines}"
                 f"  automation: running as {AUTOMATION_USER} (persysctl automation status)\n"

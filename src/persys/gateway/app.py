@@ -25,6 +25,8 @@ from persys.gateway.auth_routes import auth_router
 from persys.gateway.automation_routes import automation_router
 from persys.gateway.body_limit import BodyLimit, BodyTooLarge
 from persys.gateway.bucket_routes import bucket_router
+from persys.gateway.dashboard.routes import dashboard_router
+from persys.gateway.dashboard.web import Dashboard
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
 from persys.gateway.intelligence_routes import intelligence_routes
 from persys.gateway.join_routes import join_router
@@ -66,6 +68,8 @@ def body_limit_for(limits: GatewayLimits) -> Any:
             return limits.small_body_bytes
         if path in ("/v1/workloads", "/v1/plan"):
             return limits.manifest_bytes
+        if path == "/ui/apply":  # the dashboard's manifest form: URL-encoding can triple it
+            return 3 * limits.manifest_bytes
         if path == "/v1/workloads:batch":
             return limits.batch_bytes
         if path == "/v1/admin/restore":
@@ -142,7 +146,10 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(automation_router(client, parser))
     app.include_router(join_router(client))
     app.include_router(intelligence_routes(client, agent_tls))
-    authorization.install(app, client)  # who calls is checked before anything is read
+    app.state.dashboard = Dashboard(client)  # the web console at / (docs/dashboard.md)
+    app.include_router(dashboard_router(app.state.dashboard, parser, agent_tls))
+    # Who calls is checked before anything is read; the dashboard's terminal WebSockets by session.
+    authorization.install(app, client, app.state.dashboard.websocket_caller)
     # Outside authorization (a token check asks the scheduler too), inside the metrics: a storm is
     # refused at once with 503 + Retry-After beyond the bound, and the refusals are counted.
     app.add_middleware(Shedding, max_in_flight=limits.max_in_flight)

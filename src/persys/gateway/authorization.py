@@ -42,6 +42,13 @@ AUDIT_DETAIL = "persys_audit_detail"
 TOKEN_CACHE_SECONDS = 2.0
 TOKEN_CACHE_MAX = 1024
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+DASHBOARD_PREFIX = "/ui/"
+
+
+def is_dashboard_path(path: str) -> bool:
+    """The web console's pages (gateway/dashboard): it checks its own sessions (a cookie, not a
+    token or certificate on every call) against the same role rules."""
+    return path == "/" or path.startswith(DASHBOARD_PREFIX)
 
 
 class PeerCertProtocol(H11Protocol):
@@ -119,12 +126,18 @@ class RouteTable:
         return (best[1] if best else None), any_method
 
 
+# A WebSocket from the dashboard's pages (its browser terminal) carries the dashboard's session
+# cookie, not a token: this finds the session's caller (None: no such session), set by the dashboard.
+SessionCaller = Callable[[Scope, dict[str, str]], "Caller | None"]
+
+
 class Authorization:
-    def __init__(self, app: ASGIApp, client: SchedulerClient, paths: Callable[[], dict[str, dict[str, Any]]]
-                 ) -> None:
+    def __init__(self, app: ASGIApp, client: SchedulerClient, paths: Callable[[], dict[str, dict[str, Any]]],
+                 session_caller: SessionCaller | None = None) -> None:
         self.app = app
         self.client = client
         self.paths = paths
+        self.session_caller = session_caller
         self._table: RouteTable | None = None
         self._tokens: dict[str, tuple[float, Identity, str]] = {}
         self._token_failures = TokenFailures()
@@ -137,7 +150,8 @@ class Authorization:
     @staticmethod
     def public(method: str, path: str) -> bool:
         return (("GET" if method == "HEAD" else method), path) in PUBLIC_ROUTES \
-            or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/"))
+            or (method in ("GET", "HEAD") and path.startswith("/static-offline-docs/")) \
+            or is_dashboard_path(path)  # the dashboard checks its own sessions (dashboard/web.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -226,6 +240,10 @@ class Authorization:
                 raise SchedulerError("UNAUTHENTICATED", "Authorization: expected 'Bearer <token>'")
             identity, credential = await self._token_identity(token.strip(), rid)
             return Caller(identity, token.strip(), credential)
+        if scope["type"] == "websocket" and self.session_caller is not None:
+            caller = self.session_caller(scope, headers)
+            if caller is not None:
+                return caller
         der = (scope.get("state") or {}).get(PEER_CERT)
         if not der:
             return None
@@ -265,6 +283,7 @@ class Authorization:
             log.warning("audit: could not record %s %s by %s: %s", method, template, principal, err.message)
 
 
-def install(app: Any, client: SchedulerClient) -> None:
+def install(app: Any, client: SchedulerClient, session_caller: SessionCaller | None = None) -> None:
     """Put authorization in front of every route of `app` (outermost: before bodies are read)."""
-    app.add_middleware(Authorization, client=client, paths=lambda: app.openapi()["paths"])
+    app.add_middleware(Authorization, client=client, paths=lambda: app.openapi()["paths"],
+                       session_caller=session_caller)

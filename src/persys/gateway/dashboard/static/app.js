@@ -1,0 +1,168 @@
+// Persys dashboard: one live connection per tab (Server-Sent Events, /ui/live), carrying every
+// topic the page shows. Event rows are prepended to the page's event tables; a change notice
+// re-fetches only the sections it makes stale (?part=<id>). No framework, no other origin.
+(() => {
+  "use strict";
+  const body = document.body;
+  const topics = (body.dataset.topics || "").split(",").filter(Boolean);
+  const liveState = document.getElementById("live-state");
+  const MAX_ROWS = 200;
+  let last = body.dataset.lastEvent || "";
+  let source = null;
+  let retryMs = 1000;
+  let received = 0;
+
+  function setState(s) {
+    if (liveState) { liveState.textContent = s; liveState.dataset.state = s; }
+    body.dataset.live = s;
+  }
+
+  function partUrl(id) {
+    const u = new URL(window.location.href);
+    u.searchParams.set("part", id);
+    return u.pathname + u.search;
+  }
+
+  // Stale sections are re-fetched together: one request (?part=a,b,c) builds the page once.
+  const pending = new Set();
+  let timer = null;
+  let inflight = false;
+
+  function typingIn(section) {
+    const active = document.activeElement;
+    return active && active !== document.body && section.contains(active);
+  }
+
+  async function flush() {
+    timer = null;
+    if (inflight) { timer = setTimeout(flush, 200); return; }
+    const ids = [];
+    const later = [];
+    pending.forEach((id) => {
+      const s = document.getElementById(id);
+      if (!s) return;
+      (typingIn(s) ? later : ids).push(id);  // someone is typing in it: later
+    });
+    pending.clear();
+    later.forEach((id) => pending.add(id));
+    if (later.length) timer = setTimeout(flush, 500);
+    if (!ids.length) return;
+    inflight = true;
+    try {
+      const resp = await fetch(partUrl(ids.join(",")), { credentials: "same-origin", headers: { "x-persys-part": "1" } });
+      if (resp.status === 401) { window.location.assign("/ui/signin?next=" + encodeURIComponent(location.pathname)); return; }
+      if (!resp.ok) return;
+      const t = document.createElement("template");
+      t.innerHTML = (await resp.text()).trim();
+      Array.from(t.content.children).forEach((fresh) => {
+        const now = fresh.id && document.getElementById(fresh.id);
+        if (now) { now.replaceWith(fresh); wire(fresh); }
+      });
+      body.dataset.refreshes = String(Number(body.dataset.refreshes || "0") + 1);
+    } catch (e) {
+      ids.forEach((id) => pending.add(id));
+      if (!timer) timer = setTimeout(flush, 1000);
+    } finally {
+      inflight = false;
+    }
+  }
+
+  function schedule(id, ms) {
+    pending.add(id);
+    if (!timer) timer = setTimeout(flush, ms);
+  }
+
+  function touched(names) {
+    document.querySelectorAll("section[data-live]").forEach((s) => {
+      if (s.dataset.live.split(" ").some((t) => names.has(t))) schedule(s.id, 150);
+    });
+  }
+
+  function addRow(html) {
+    document.querySelectorAll("table[data-events] tbody").forEach((tbody) => {
+      const t = document.createElement("template");
+      t.innerHTML = html.trim();
+      const row = t.content.firstElementChild;
+      if (!row) return;
+      tbody.prepend(row);
+      while (tbody.rows.length > MAX_ROWS) tbody.deleteRow(tbody.rows.length - 1);
+    });
+  }
+
+  function connect() {
+    if (!topics.length) { setState("off"); return; }
+    const params = new URLSearchParams({ topics: topics.join(",") });
+    if (body.dataset.subject) params.set("subject", body.dataset.subject);
+    if (last) params.set("last", last);
+    if (body.dataset.version) params.set("version", body.dataset.version);
+    source = new EventSource("/ui/live?" + params.toString());
+    setState("connecting");
+    source.onopen = () => { setState("live"); retryMs = 1000; };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) {  // refused (not a drop): try again ourselves
+        setState("offline");
+        source = null;
+        setTimeout(connect, retryMs);
+        retryMs = Math.min(retryMs * 2, 15000);
+      } else {
+        setState("reconnecting");  // the browser reconnects itself, sending Last-Event-ID
+      }
+    };
+    source.addEventListener("ev", (m) => {
+      last = m.lastEventId || last;
+      const d = JSON.parse(m.data);
+      received += 1;
+      body.dataset.received = String(received);
+      addRow(d.html);
+      touched(new Set(["events", d.subject]));
+    });
+    source.addEventListener("change", (m) => {
+      const d = JSON.parse(m.data);
+      if (d.all) {  // the page is older than the live view: every live section is re-fetched
+        document.querySelectorAll("section[data-live]").forEach((s) => schedule(s.id, 50));
+      } else {
+        touched(new Set(d.topics));
+      }
+      if (d.version !== undefined) body.dataset.version = String(d.version);
+    });
+    source.addEventListener("gap", (m) => {
+      const d = JSON.parse(m.data);
+      const gap = document.getElementById("gap");
+      if (gap) {
+        gap.textContent = "Some events were lost while disconnected (" + d.gap + "); the tables were reloaded.";
+        gap.hidden = false;
+      }
+      document.querySelectorAll("section[data-live]").forEach((s) => schedule(s.id, 50));
+    });
+  }
+
+  // Live drop for tests and for a user who wants to pause: window.persysLive.drop() / .resume([after id]).
+  window.persysLive = {
+    drop() { if (source) { source.close(); source = null; setState("paused"); } },
+    resume(fromId) { if (fromId) last = String(fromId); if (!source) connect(); },
+    get last() { return last; },
+  };
+
+  function wire(root) {
+    root.querySelectorAll("form[data-confirm]").forEach((f) => {
+      f.addEventListener("submit", (e) => { if (!window.confirm(f.dataset.confirm)) e.preventDefault(); });
+    });
+    root.querySelectorAll("input[data-filter]").forEach((input) => {
+      const apply = () => {
+        const q = input.value.trim().toLowerCase();
+        let shown = 0;
+        document.querySelectorAll(input.dataset.filter).forEach((el) => {
+          const hit = !q || (el.dataset.search || "").includes(q);
+          el.hidden = !hit;
+          if (hit) shown += 1;
+        });
+        input.setAttribute("aria-description", shown + " shown");
+      };
+      input.addEventListener("input", apply);
+      apply();
+    });
+  }
+
+  wire(document);
+  connect();
+})();

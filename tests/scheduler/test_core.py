@@ -380,3 +380,29 @@ async def test_the_placement_snapshot_is_prepared_ahead_in_small_steps(make: Cal
     s.placement.reset()
     built = s.placement.base()  # the same inputs, computed in one piece
     assert prepared.effective == built.effective and len(built) == 300
+
+
+async def test_pending_says_every_reason_per_node_in_status_event_and_explain(make: Callable) -> None:
+    s = await make()
+    await s.register(node("small", cpu=500, mem=256))
+    await s.register(node("tainted", cpu=500, mem=4096, taints=(Taint(key="gpu", value="true"),)))
+    (m,) = parse_manifests(manifest("big", cpu=1000, mem=1024))
+    await s.apply(m)
+    await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
+    message = s.workload_view("big")["message"]
+    # The aggregated line counts each node once (its first reason), as before ...
+    assert message.startswith("0/2 nodes available: 1 insufficient cpu (needs 1000m, best node has 500m free), "
+                              "1 untolerated taint gpu=true:NoSchedule. Per node: "), message
+    # ... then every failing filter of each node, with its figures.
+    assert ("small: insufficient cpu (needs 1000m, node has 500m free, short by 500m); insufficient memory "
+            "(needs 1024 MiB, node has 256 MiB free, short by 768 MiB)") in message
+    assert "tainted: untolerated taint gpu=true:NoSchedule; insufficient cpu (needs 1000m, node has 500m free, " \
+           "short by 500m)" in message
+    reasons = s.workload_view("big")["placement"]["reasons"]
+    assert [r["code"] for r in reasons["small"]] == ["insufficient_cpu", "insufficient_memory"]
+    assert reasons["small"][1] | {} == {"code": "insufficient_memory", "message": reasons["small"][1]["message"],
+                                         "needed": 1024, "available": 256, "shortBy": 768, "unit": "MiB"}
+    events = [e for e in await s.events.recent(50) if e.kind == "WorkloadPending"]
+    assert events and "small: insufficient cpu" in events[-1].message and "insufficient memory" in events[-1].message
+    replica = s.explain("big")["replicas"][0]
+    assert replica["decision"]["reasons"] == reasons and "Per node: small:" in replica["explanation"]

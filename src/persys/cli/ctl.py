@@ -55,7 +55,7 @@ from persys.cli.api import (
 )
 from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.config_cmds import config_app
-from persys.cli.describe_text import node_text, score_lines, workload_text
+from persys.cli.describe_text import node_text, reason_lines, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.printed_doc import printed
@@ -417,8 +417,9 @@ def plan(
         for rep in r["replicas"]:
             target = rep["node"] or "nowhere (would stay Pending)"
             out.print(f"workload/{rep['instance']} -> {target}", highlight=False)
-            out.print(f"  {rep['explanation']}", markup=False, highlight=False)
-            out.print("\n".join(score_lines(rep["decision"])), markup=False, highlight=False)
+            out.print(f"  {rep['explanation'].split('. Per node: ', 1)[0]}", markup=False, highlight=False)
+            lines = score_lines(rep["decision"]) or reason_lines(rep["decision"], "    ")
+            out.print("\n".join(lines), markup=False, highlight=False)
     if output != "text":
         emit(results, output)
 
@@ -438,7 +439,12 @@ def explain(
     for rep in r["replicas"]:
         where = rep["node"] or "no node"
         out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
-        out.print(f"  {rep['explanation'] or 'not evaluated yet'}", markup=False, highlight=False)
+        decision = rep.get("decision") or {}
+        text = rep["explanation"] or "not evaluated yet"
+        if decision.get("reasons"):
+            text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
+                "\n".join(reason_lines(decision, "    "))
+        out.print(f"  {text}", markup=False, highlight=False)
         lines = score_lines(rep.get("decision") or {})
         if lines:
             out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)

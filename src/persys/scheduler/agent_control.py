@@ -347,8 +347,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await self.policy.admit([manifest])
             return {
                 "workload": manifest.metadata.name,
-                "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}
-                             for inst, d in self.s.plan(manifest)],
+                "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain_detailed(),
+                              "decision": d.to_dict()} for inst, d in self.s.plan(manifest)],
             }
 
         return await self._document(context, plan)

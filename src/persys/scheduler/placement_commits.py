@@ -90,7 +90,7 @@ def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]])
 
 def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
     """The status of an instance no node fits (None: it says so already)."""
-    reason = decision.explain()
+    reason = decision.explain_detailed()
     if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
         return None
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,

@@ -34,6 +34,9 @@ class PlacementView(BaseModel):
     evaluated: int = 0
     scores: list[Score] = []
     explanation: str = ""
+    # Pending: every failing filter of each detailed node ({code, message} and, for a fit
+    # failure, needed, available, shortBy, unit).
+    reasons: dict[str, list[dict[str, Any]]] = {}
 
 
 class UsageView(View):

@@ -42,7 +42,23 @@ def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
         "scores": [[s.node_id, round(s.total, 3), [round(s.breakdown[k], 3) for k in names]]
                    for s in decision.scores],
         "explanation": explanation,
+        **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
     }
+
+
+def reasons_doc(decision: pl.Decision) -> dict[str, list[dict[str, Any]]]:
+    """A pending decision's every failing filter per detailed node: code and message, with the
+    figures (needed, available, shortBy, unit) of a fit failure."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node_id, statuses in decision.reasons.items():
+        items = []
+        for st in statuses:
+            item: dict[str, Any] = {"code": st.code, "message": st.message}
+            if st.needed is not None:
+                item.update(needed=st.needed, available=st.available, shortBy=st.short_by, unit=st.unit)
+            items.append(item)
+        out[node_id] = items
+    return out
 
 
 def placement_view(doc: dict[str, Any]) -> dict[str, Any]:

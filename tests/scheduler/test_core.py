@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from persys.model import (
 )
 from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.errors import MutationRefused
+from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
@@ -406,3 +407,46 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
     assert events and "small: insufficient cpu" in events[-1].message and "insufficient memory" in events[-1].message
     replica = s.explain("big")["replicas"][0]
     assert replica["decision"]["reasons"] == reasons and "Per node: small:" in replica["explanation"]
+
+
+async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
+    from persys.model import ManifestError
+    from persys.scheduler import whatif_api
+
+    s = await make()
+    await s.register(node("a", cpu=2000))
+    await s.register(node("b", cpu=1000))
+    for name, cpu in (("web", 600), ("api", 900)):
+        (m,) = parse_manifests(manifest(name, cpu=cpu, extra="  nodeSelector: {}\n"))
+        await s.apply(m)
+    await settle(s, lambda: {s.state.placement_of.get("web"), s.state.placement_of.get("api")} <= {"a", "b"}
+                 and len(s.state.placement_of) == 2)
+    # A workload too big for either node.
+    (m,) = parse_manifests(manifest("big", cpu=1800))
+    await s.apply(m)
+    await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
+    before, reserved = await s.store.current_revision(), sorted(r.id for r in s.placement.ledger)
+    on_a = sorted(i for i, n in s.state.placement_of.items() if n == "a")
+    plan = whatif_api.plan_operation(s.state, s.placement, {"kind": "drain", "nodes": ["a"]})
+    assert plan["affectedNodes"] == ["a"]
+    assert sorted(m["instance"] for m in plan["moves"] + plan["pending"]) == on_a
+    added = whatif_api.plan_operation(s.state, s.placement, {"kind": "add-node", "nodes": [
+        {"name": "c", "cpuMillicores": 4000, "memoryMb": 4096, "labels": {"zone": "z"}, "taints": ["x=y:NoSchedule"]}]})
+    assert added["affectedNodes"] == ["c"] and added["moves"] == []
+    for bad, field in (({"kind": "explode"}, "kind"), ({"kind": "drain", "nodes": ["nope"]}, "nodes"),
+                       ({"kind": "lose-label", "label": "zone"}, "label"), ({"kind": "drain"}, "nodes"),
+                       ({"kind": "add-node", "nodes": [{"name": "c", "cpuMillicores": -1}]}, "nodes[0].cpuMillicores"),
+                       ({"kind": "add-node", "nodes": [{"name": "a"}]}, "nodes"), ({"kind": "drain", "x": 1}, "x")):
+        with pytest.raises(ManifestError, match=f"^{re.escape(field)}: "):
+            whatif_api.plan_operation(s.state, s.placement, bad)
+    # big: a smaller request, or moving what is on a node.
+    answer = whatif_api.what_if(s.state, s.placement, "big")
+    changes = answer["replicas"][0]["changes"]
+    assert answer["replicas"][0]["pending"] and changes
+    assert {c["kind"] for c in changes} >= {"resources", "free-node"}, changes
+    assert added["placed"] == [] or added["placed"][0]["instance"] == "big"
+    # Nothing written, nothing reserved by the questions.
+    assert await s.store.current_revision() == before
+    assert sorted(r.id for r in s.placement.ledger) == reserved
+    with pytest.raises(NotFound):
+        whatif_api.what_if(s.state, s.placement, "ghost")

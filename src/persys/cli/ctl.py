@@ -429,8 +429,9 @@ def plan(
         fail("nothing to plan: give manifests (-f FILE) or an operation (--drain, --cordon, --lose-node, "
              "--lose-label, --add-node)")
     results = []
-    for _source, doc in _read_manifest_files(files):
-        r = api.request("POST", "/v1/plan", json=doc)
+    read = _read_files(files)
+    for _source, doc in read.docs:
+        r = api.request("POST", "/v1/plan", json=whatif_cmds.with_declared_volumes(doc, read.volumes))
         results.append(r)
         if output != "text":
             continue

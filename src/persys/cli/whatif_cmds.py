@@ -102,3 +102,25 @@ def what_if(api: Api, name: str, output: str) -> None:
             for i, c in enumerate(rep["changes"], 1):
                 lines.append(f"  {i}. {c['summary']}  [{c['kind']}, lands on {c['landsOn']}]")
     out.print("\n".join(lines), markup=False, highlight=False)
+
+
+def with_declared_volumes(doc: dict[str, Any], volumes: list[Any]) -> dict[str, Any]:
+    """A manifest to plan, its claims of Volumes declared in the same files (not applied yet)
+    written as inline volumes of their driver and size: the plan then places it where that driver
+    is offered, as the apply will (it used to ignore them: a VM needing ceph-rbd planned on a
+    node without it). Volumes already in the cluster are read there by the scheduler."""
+    declared = {v.metadata.name: v.spec for v in volumes}
+    spec = doc.get("spec") or {}
+    mounts = spec.get("volumes") or []
+    if not declared or not any(isinstance(m, dict) and m.get("claim") in declared for m in mounts):
+        return doc
+    rewritten = []
+    for m in mounts:
+        vol = declared.get(m.get("claim")) if isinstance(m, dict) else None
+        if vol is None:
+            rewritten.append(m)
+            continue
+        inline = {k: v for k, v in m.items() if k != "claim"}
+        inline.update(driver=vol.driver, sizeMb=vol.size_mb)
+        rewritten.append(inline)
+    return {**doc, "spec": {**spec, "volumes": rewritten}}

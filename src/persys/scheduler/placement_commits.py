@@ -93,9 +93,12 @@ def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: floa
     reason = decision.explain_detailed()
     if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
         return None
+    # An instance moved off a node (drain, loss) that fits nowhere is still being moved: keeping
+    # where it came from keeps it in the drain's progress (it used to vanish from it, and the
+    # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
                           placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
-                          updated_at=now)
+                          relocating_from=prev.relocating_from if prev else "", updated_at=now)
 
 
 class Placer:

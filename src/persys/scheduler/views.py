@@ -177,8 +177,10 @@ def drain_status(state: ClusterState, live: Mapping[str, LiveNode], node_id: str
             blocked.append({"instance": inst, "reason": f"its node-local volume lives on {node_id}"})
         else:
             remaining.append({"instance": inst, "phase": str(st.value.phase) if st else ""})
+    # Off the node: placed elsewhere and starting, or waiting for room (reason Unschedulable, no
+    # node: the message says why). Both keep the drain from being done.
     moving = [{"instance": inst, "phase": str(st.value.phase), "node": state.placement_of.get(inst, ""),
-               "message": st.value.message}
+               "message": st.value.message, "reason": st.value.reason}
               for inst, st in state.statuses.items() if st.value.relocating_from == node_id and inst not in on_node]
     n = cur.value
     done = n.draining and not remaining and not moving and not blocked

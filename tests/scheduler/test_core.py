@@ -450,3 +450,23 @@ async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothi
     assert sorted(r.id for r in s.placement.ledger) == reserved
     with pytest.raises(NotFound):
         whatif_api.what_if(s.state, s.placement, "ghost")
+
+
+async def test_topology_spread_max_skew_from_the_manifest(make: Callable) -> None:
+    s = await make()
+    for node_id, zone in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        await s.register(node(node_id, cpu=4000, mem=4096))
+        await s.label(node_id, {"zone": zone}, [])
+    spread = "  replicas: 4\n  topologySpread: [{label: zone, maxSkew: 1, whenUnsatisfiable: DoNotSchedule}]\n"
+    (m,) = parse_manifests(manifest("web", extra=spread))
+    await s.apply(m)
+    await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 4)
+    zones = {"a1": "a", "a2": "a", "b1": "b"}
+    placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
+    assert sorted(placed) == ["a", "a", "b", "b"]  # b1 alone holds zone b's two: the skew stays <= 1
+    (m,) = parse_manifests(manifest("web", extra=spread.replace("replicas: 4", "replicas: 6")))
+    await s.apply(m)
+    await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 6)
+    placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
+    assert placed.count("a") == 3 and placed.count("b") == 3
+    assert "topologySpread" not in parse_manifests(manifest("plain"))[0].spec.to_doc()  # unset: same revision

@@ -94,6 +94,17 @@ class Toleration(Model):
         return v
 
 
+class TopologySpread(Model):
+    """Kubernetes' topologySpreadConstraints: replicas of the workload's spread group (its
+    service label, else the workload) per value of `label` may differ by at most `maxSkew`
+    between the domains its nodes could go to; DoNotSchedule refuses a node that would exceed it,
+    ScheduleAnyway only prefers the emptier domains (as spreadBy)."""
+
+    label: LabelKey
+    max_skew: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+
+
 class LabelConstraint(Model):
     """One requirement on a node's labels. The model refuses what the placement engine cannot
     evaluate (its LabelConstraint raises on it), so a stored workload always places."""
@@ -350,6 +361,9 @@ class WorkloadSpec(Model):
                                  Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # A topology label (e.g. "zone") to spread replicas across.
     spread_by: Annotated[StrictStr, Field(max_length=253)] = ""
+    # Hard or soft limits on how unevenly replicas spread over a label's values (unset stays out
+    # of the revision hash).
+    topology_spread: Annotated[list[TopologySpread], Field(max_length=8)] | None = None
     volumes: Annotated[list[VolumeSpec], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # Unset: Stop when a volume is single-writer (see VolumeSpec.single_writer), Keep otherwise;
     # unset stays out of the revision hash, so specs written before the field keep their revision.

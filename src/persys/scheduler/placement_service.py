@@ -72,7 +72,10 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
         excluded_nodes=frozenset(spec.avoid_nodes),
         required_features=frozenset(spec.required_features),
         service=service_of(w),
-        spread_label=spec.spread_by or None,
+        # Scores prefer the emptier domains of the first spread label (hard ones are filtered too).
+        spread_label=spec.spread_by or next((t.label for t in spec.topology_spread or ()), None),
+        spread_constraints=tuple(pl.SpreadConstraint(t.label, t.max_skew, t.when_unsatisfiable == "DoNotSchedule")
+                                 for t in spec.topology_spread or ()),
     )
 
 

@@ -81,6 +81,15 @@ class Toleration(Model):
     operator: Literal["Equal", "Exists"] = "Equal"
     value: LabelValue = ""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    # NoExecute only: how long the instance may stay on a node after the taint was added, then it
+    # is moved off (Kubernetes' tolerationSeconds). Unset: as long as the taint stays.
+    toleration_seconds: Annotated[StrictInt, Field(ge=0, le=10**9)] | None = None
+
+    @model_validator(mode="after")
+    def _seconds_for_no_execute(self) -> Toleration:
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds: only with effect NoExecute")
+        return self
 
     @field_validator("value")
     @classmethod

@@ -66,7 +66,10 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
         disk_mb=spec.resources.disk_mb,
         node_selector=dict(spec.node_selector),
         constraints=tuple(pl.LabelConstraint(c.key, c.operator, tuple(c.values)) for c in spec.constraints),
-        tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations),
+        # A toleration with tolerationSeconds lets an instance stay a while on a NoExecute-tainted
+        # node, not arrive there (else it would be placed back after each eviction).
+        tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations
+                          if t.toleration_seconds is None),
         volume_drivers=volume_needs(w, vols),
         pinned_node=pinned_node or (volume_home(w, vols) if vols else None),
         excluded_nodes=frozenset(spec.avoid_nodes),

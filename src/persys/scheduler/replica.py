@@ -33,7 +33,7 @@ from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
-from persys.scheduler import event_trace, failures, replica_metrics, views
+from persys.scheduler import event_trace, failures, replica_metrics, taint_eviction, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -127,6 +127,7 @@ class Scheduler:
         # operations are this replica's API.
         self.delivery = Delivery(self.state, self.require_owner)
         self.monitor = NodeMonitor(self)
+        self.evictions = taint_eviction.EvictionTimers(self.state, self.enqueue_node_workloads, time.time)
         self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
         self.placer = Placer(self)
         self.worker = ReconcileWorker(self, self.placer)
@@ -287,6 +288,7 @@ class Scheduler:
         pending = [t for t in [*self._tasks, *self._active_tasks] if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=STOP_WAIT_SECONDS)
+        self.evictions.close()
         await self.state.stop()
         self.heap.uninstall()
         if self.stall_watchdog is not None:
@@ -325,6 +327,7 @@ class Scheduler:
             node = self.state.nodes.get(ident)
             if node is not None and node.value.draining:
                 self.enqueue_node_workloads(ident)
+            self.evictions.node_changed(ident)  # NoExecute taints: move off now or at tolerationSeconds
 
     def _settled(self, inst: str) -> bool:
         """An instance running where it is assigned, of a workload not being deleted, with no move

@@ -88,3 +88,33 @@ def test_plan_drain_matches_the_drain_and_a_counterfactual_places_it(tmp_path: P
         for name in applied:  # persys dev leaves running workloads alone when it stops: remove ours
             ctl("delete", "workload", name, env=env, check=False)
         dev.stop(signal.SIGINT)
+
+
+NODES = """
+nodes:
+  - {name: small-disk, runtimes: [process], diskMb: 1000, cpuMillicores: 2000, memoryMb: 2048}
+  - {name: roomy, runtimes: [process], diskMb: 50000, cpuMillicores: 2000, memoryMb: 2048}
+"""
+
+
+def test_dev_nodes_describe_runtimes_and_disk(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "nodes.yaml").write_text(NODES)
+    env = {"PERSYS_HOME": str(home)}
+    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(tmp_path / "nodes.yaml")), tmp_path, env=env)
+    try:
+        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        nodes = {n["id"]: n for n in json.loads(ctl("get", "nodes", "-o", "json", env=env).stdout)}
+        assert set(nodes["small-disk"]["capabilities"]["runtimes"]) == {"process"}
+        assert nodes["small-disk"]["capabilities"]["diskMb"] == 1000
+        disk = manifest("disky", 64).replace("memoryMb: 64}", "memoryMb: 64, diskMb: 1500}")
+        plan = json.loads(ctl("plan", "-f", "-", "-o", "json", env=env, stdin=disk).stdout)[0]["replicas"][0]
+        assert plan["node"] == "roomy"
+        assert plan["decision"]["rejections"]["small-disk"]["code"] == "insufficient_disk"
+        # What if a node like roomy but tainted joined: nothing Pending, nothing moves.
+        (tmp_path / "add.yaml").write_text("- {name: extra, cpuMillicores: 1000, taints: ['t=1:NoSchedule']}\n")
+        added = json.loads(ctl("plan", "--add-node", str(tmp_path / "add.yaml"), "-o", "json", env=env).stdout)
+        assert added["affectedNodes"] == ["extra"] and added["moves"] == [] and added["placed"] == []
+    finally:
+        dev.stop(signal.SIGINT)

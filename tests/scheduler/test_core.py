@@ -412,6 +412,7 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
 async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
     from persys.model import ManifestError
     from persys.scheduler import whatif_api
+    from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
 
     s = await make()
     await s.register(node("a", cpu=2000))
@@ -427,23 +428,25 @@ async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothi
     await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
     before, reserved = await s.store.current_revision(), sorted(r.id for r in s.placement.ledger)
     on_a = sorted(i for i, n in s.state.placement_of.items() if n == "a")
-    plan = whatif_api.plan_operation(s.state, s.placement, {"kind": "drain", "nodes": ["a"]})
+    plan = await whatif_api.plan_operation(s.state, s.placement, {"kind": "drain", "nodes": ["a"]})
     assert plan["affectedNodes"] == ["a"]
     assert sorted(m["instance"] for m in plan["moves"] + plan["pending"]) == on_a
-    added = whatif_api.plan_operation(s.state, s.placement, {"kind": "add-node", "nodes": [
+    added = await whatif_api.plan_operation(s.state, s.placement, {"kind": "add-node", "nodes": [
         {"name": "c", "cpuMillicores": 4000, "memoryMb": 4096, "labels": {"zone": "z"}, "taints": ["x=y:NoSchedule"]}]})
     assert added["affectedNodes"] == ["c"] and added["moves"] == []
+    WhatIfPlanView.model_validate(plan), WhatIfPlanView.model_validate(added)  # the OpenAPI document's shapes
     for bad, field in (({"kind": "explode"}, "kind"), ({"kind": "drain", "nodes": ["nope"]}, "nodes"),
                        ({"kind": "lose-label", "label": "zone"}, "label"), ({"kind": "drain"}, "nodes"),
                        ({"kind": "add-node", "nodes": [{"name": "c", "cpuMillicores": -1}]}, "nodes[0].cpuMillicores"),
                        ({"kind": "add-node", "nodes": [{"name": "a"}]}, "nodes"), ({"kind": "drain", "x": 1}, "x")):
         with pytest.raises(ManifestError, match=f"^{re.escape(field)}: "):
-            whatif_api.plan_operation(s.state, s.placement, bad)
+            await whatif_api.plan_operation(s.state, s.placement, bad)
     # big: a smaller request, or moving what is on a node.
     answer = whatif_api.what_if(s.state, s.placement, "big")
     changes = answer["replicas"][0]["changes"]
     assert answer["replicas"][0]["pending"] and changes
     assert {c["kind"] for c in changes} >= {"resources", "free-node"}, changes
+    WhatIfView.model_validate(answer)
     assert added["placed"] == [] or added["placed"][0]["instance"] == "big"
     # Nothing written, nothing reserved by the questions.
     assert await s.store.current_revision() == before

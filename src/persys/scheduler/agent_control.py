@@ -368,7 +368,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 doc = json.loads(request.operation_json or b"{}")
             except ValueError as err:
                 raise ManifestError([f"operation: not JSON ({err})"]) from None
-            return whatif_api.plan_operation(self.s.state, self.s.placement, doc)
+            return await whatif_api.plan_operation(self.s.state, self.s.placement, doc)
 
         return await self._document(context, plan)
 

@@ -285,7 +285,8 @@ class WhatIfPlanView(View):
     pending: list[WhatIfOutcome]  # off an affected node, to nowhere
     stays: list[WhatIfStay]
     placed: list[WhatIfOutcome]  # Pending now, placed after the operation
-    still_pending: list[dict[str, Any]]
+    still_pending: list[dict[str, Any]]  # the first 100 Pending before and after
+    still_pending_count: int
 
 
 class WhatIfChange(View):

@@ -6,6 +6,8 @@ reserves nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal, cast
 
@@ -138,23 +140,18 @@ def operation_from_doc(doc: Any, snapshot: pl.Snapshot) -> pl.Operation:
 
 
 def cluster_of(state: ClusterState, placement: PlacementService) -> pl.Cluster:
-    """The mirror as a what-if sees it: the snapshot the next decision would use, every assigned
-    instance (with why it could not move: a node-local volume lives on its node), and the
-    Pending instances, in order."""
+    """The mirror as a what-if sees it: the snapshot the next decision would use, the Pending
+    instances in order, and each node's assigned instances (with why one could not move: a
+    node-local volume lives on its node), built only for the nodes a question asks about (at
+    tens of thousands of instances, building them all would hold the event loop)."""
     snapshot = placement.snapshot()
-    running = []
-    for node_id, assigned in sorted(state.assignments.items()):
-        for inst in assigned:
-            cur = state.workloads.get(workload_of(inst))
-            if cur is None:
-                continue
-            w = cur.value
-            st = state.statuses.get(inst)
-            volume_node = st.value.volume_node if st else ""
-            stays = ""
-            if has_local_volumes(w) and (volume_node or node_id) == node_id:
-                stays = f"its node-local volume lives on {node_id}"
-            running.append(pl.Running(to_request(w, inst, volume_node or None, state.volumes), node_id, stays))
+    built: dict[str, tuple[pl.Running, ...]] = {}
+
+    def on_node(node_id: str) -> tuple[pl.Running, ...]:
+        if node_id not in built:
+            built[node_id] = tuple(_running(state, node_id))
+        return built[node_id]
+
     pending = []
     for inst in sorted(state.pending, key=_order):
         cur = state.workloads.get(workload_of(inst))
@@ -162,13 +159,39 @@ def cluster_of(state: ClusterState, placement: PlacementService) -> pl.Cluster:
             continue
         st = state.statuses.get(inst)
         pending.append(to_request(cur.value, inst, (st.value.volume_node if st else "") or None, state.volumes))
-    return pl.Cluster(snapshot, tuple(running), tuple(pending))
+    return pl.Cluster(snapshot, (), tuple(pending), on_node)
 
 
-def plan_operation(state: ClusterState, placement: PlacementService, doc: Any) -> dict[str, Any]:
+def _running(state: ClusterState, node_id: str) -> list[pl.Running]:
+    out = []
+    for inst in sorted(state.assignments.get(node_id, {}), key=_order):
+        cur = state.workloads.get(workload_of(inst))
+        if cur is None:
+            continue
+        w = cur.value
+        st = state.statuses.get(inst)
+        volume_node = st.value.volume_node if st else ""
+        stays = ""
+        if has_local_volumes(w) and (volume_node or node_id) == node_id:
+            stays = f"its node-local volume lives on {node_id}"
+        out.append(pl.Running(to_request(w, inst, volume_node or None, state.volumes), node_id, stays))
+    return out
+
+
+async def plan_operation(state: ClusterState, placement: PlacementService, doc: Any) -> dict[str, Any]:
+    """Read the mirror on the event loop (the snapshot, the affected nodes' instances), then plan
+    in a worker thread: losing a zone re-places thousands of instances (seconds at thousands of
+    nodes), and the loop keeps serving heartbeats and placements meanwhile. The plan only reads
+    copies: the snapshot is immutable and the engine decides on a changed copy of it."""
     cluster = cluster_of(state, placement)
     operation = operation_from_doc(doc, cluster.snapshot)
-    return pl.plan_operation(cluster, operation, placement.config).to_dict()
+    affected = pl.affected_nodes(cluster.snapshot, operation)
+    ready = dataclasses.replace(cluster, running=tuple(r for n in affected for r in cluster.on_node(n)), lookup=None)
+
+    def plan() -> dict[str, Any]:
+        return pl.plan_operation(ready, operation, placement.config).to_dict()
+
+    return await asyncio.to_thread(plan)
 
 
 def what_if(state: ClusterState, placement: PlacementService, wid: str) -> dict[str, Any]:

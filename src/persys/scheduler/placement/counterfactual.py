@@ -41,6 +41,7 @@ FIELDS = {"cpu": "cpu_millicores", "memory": "memory_mb", "disk": "disk_mb"}
 LABEL_CODES = {"node_selector_mismatch", "label_constraint"}
 MAX_CHANGES = 10
 MAX_PER_KIND = 3
+MAX_NODES_TO_FREE = 16  # nodes whose instances are weighed for a free-node change
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ def counterfactuals(cluster: Cluster, request: WorkloadRequest, config: Placemen
     found += _tolerations(base, request, config, reasons)
     found += _labels(base, request, config, reasons)
     found += _uncordon(base, request, config, reasons)
-    found += _free_node(base, cluster.running, request, config, reasons)
+    found += _free_node(base, cluster, request, config, reasons)
     found.sort(key=lambda c: (c.cost, -c.fits, c.summary))
     return Counterfactuals(request.id, now, tuple(found[:limit]))
 
@@ -335,18 +336,20 @@ def victims(node: NodeInfo, request: WorkloadRequest, on_node: Sequence[Running]
     return sorted(chosen, key=lambda r: r.request.id)
 
 
-def _free_node(snapshot: Snapshot, running: Sequence[Running], request: WorkloadRequest, config: PlacementConfig,
+def _free_node(snapshot: Snapshot, cluster: Cluster, request: WorkloadRequest, config: PlacementConfig,
                reasons: Mapping[str, tuple[Status, ...]]) -> list[Change]:
-    by_node: dict[str, list[Running]] = {}
-    for r in running:
-        by_node.setdefault(r.node_id, []).append(r)
-    proposals = []
+    fit_only = []
     for node_id, statuses in reasons.items():
-        if not _only(statuses, FIT) or node_id not in by_node:
-            continue
-        node = snapshot.node(node_id)
-        assert node is not None
-        chosen = victims(node, request, by_node[node_id])
+        if _only(statuses, FIT):
+            node = snapshot.node(node_id)
+            assert node is not None
+            shortfall = _cut(request, {r: max(_free(node, r), 0) for r in _deficit(node, request)})
+            fit_only.append((shortfall, node_id, node))
+    proposals = []
+    # The nodes closest to fitting first, a bounded number: their instances are looked up one
+    # node at a time (a caller with many instances builds them only for these).
+    for _, node_id, node in sorted(fit_only)[:MAX_NODES_TO_FREE]:
+        chosen = victims(node, request, cluster.on_node(node_id))
         if chosen:
             proposals.append((len(chosen), node_id, node, chosen))
     out = []
@@ -400,7 +403,7 @@ def apply_change(cluster: Cluster, request: WorkloadRequest, change: Change) -> 
         return _with_nodes(base, [dataclasses.replace(node, schedulable=True)]), request
     if change.kind == "free-node":
         moved = {i for i, _ in change.moves}
-        gone = [r.request for r in cluster.running if r.node_id == node.id and r.request.id in moved]
+        gone = [r.request for r in cluster.on_node(node.id) if r.request.id in moved]
         freed = dataclasses.replace(
             node,
             committed_cpu=node.committed_cpu - sum(g.cpu_millicores for g in gone),

@@ -14,7 +14,7 @@ the same room, the scheduler places them as they come, which may differ.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from .engine import DEFAULT_CONFIG, Decision, PlacementConfig, place_many
 from .snapshot import NodeInfo, Reservations, Snapshot, WorkloadRequest
 
 KINDS = ("drain", "cordon", "lose-node", "lose-label", "add-node")
+MAX_STILL_PENDING = 100  # listed in a plan's answer (all are counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +66,19 @@ class Running:
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """What a plan starts from: the snapshot the engine would decide on now, the assigned
-    instances, and the Pending ones (in the order they would be placed)."""
+    instances, and the Pending ones (in the order they would be placed). A caller with many
+    instances may give `lookup` instead of `running`: the instances of one node, asked only for
+    the nodes a question is about."""
 
     snapshot: Snapshot
     running: tuple[Running, ...] = ()
     pending: tuple[WorkloadRequest, ...] = ()
+    lookup: Callable[[str], Sequence[Running]] | None = None
+
+    def on_node(self, node_id: str) -> list[Running]:
+        if self.lookup is not None:
+            return list(self.lookup(node_id))
+        return [r for r in self.running if r.node_id == node_id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +93,16 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "from": self.from_node, "to": self.to_node,
-                "explanation": self.decision.explain_detailed(), "decision": self.decision.to_dict()}
+                "explanation": self.decision.explain_detailed(), "decision": compact(self.decision)}
+
+
+def compact(d: Decision) -> dict[str, Any]:
+    """A decision without its per-node rejections (at thousands of nodes, per instance, they
+    would be most of the answer): the counts, the top candidates, every reason of the detailed
+    nodes, the explanation."""
+    full = d.to_dict()
+    full.pop("rejections")
+    return full
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +145,10 @@ class WhatIfPlan:
             "pending": [o.to_dict() for o in self.stranded],
             "stays": [s.to_dict() for s in self.stays],
             "placed": [o.to_dict() for o in self.newly_placed],
-            "stillPending": [{"instance": o.instance, "explanation": o.decision.explain()} for o in self.still_pending],
+            # Pending before and after: the first ones, and how many (a cluster may hold thousands).
+            "stillPending": [{"instance": o.instance, "explanation": o.decision.explain()}
+                             for o in self.still_pending[:MAX_STILL_PENDING]],
+            "stillPendingCount": len(self.still_pending),
         }
 
 
@@ -189,7 +210,8 @@ def plan_operation(cluster: Cluster, operation: Operation, config: PlacementConf
     and which Pending instances it would place. Pure: decides on a changed copy of the snapshot."""
     snapshot = cluster.snapshot
     affected = affected_nodes(snapshot, operation)
-    on_affected = sorted((r for r in cluster.running if r.node_id in set(affected)), key=lambda r: _order(r.request.id))
+    on_affected = sorted((r for node_id in affected for r in cluster.on_node(node_id)),
+                         key=lambda r: _order(r.request.id))
     moving = operation.kind not in ("cordon", "add-node")
     stays = [Stay(r.request.id, r.node_id, r.stays) for r in on_affected if moving and r.stays]
     if not moving:
@@ -197,7 +219,9 @@ def plan_operation(cluster: Cluster, operation: Operation, config: PlacementConf
         stays = [Stay(r.request.id, r.node_id, why) for r in on_affected]
     leaving = [r for r in on_affected if moving and not r.stays]
     after = changed_snapshot(snapshot, operation, affected, leaving)
-    requests = [r.request for r in leaving] + list(cluster.pending)
+    # Only an added node brings room: after the other operations the Pending instances stay
+    # Pending (deciding each of them again costs a pass over every node, for nothing).
+    requests = [r.request for r in leaving] + (list(cluster.pending) if operation.kind == "add-node" else [])
     decisions = place_many(after, requests, Reservations(), config)
     origin: Mapping[str, str] = {r.request.id: r.node_id for r in leaving}
     outcomes = [Outcome(req.id, origin.get(req.id, ""), d.node_id, d) for req, d in zip(requests, decisions,

@@ -116,5 +116,9 @@ def test_dev_nodes_describe_runtimes_and_disk(tmp_path: Path) -> None:
         (tmp_path / "add.yaml").write_text("- {name: extra, cpuMillicores: 1000, taints: ['t=1:NoSchedule']}\n")
         added = json.loads(ctl("plan", "--add-node", str(tmp_path / "add.yaml"), "-o", "json", env=env).stdout)
         assert added["affectedNodes"] == ["extra"] and added["moves"] == [] and added["placed"] == []
+        bad = ctl("plan", "--drain", "nope", env=env, check=False)  # a 400 naming the field, nothing written
+        assert bad.returncode != 0 and "nodes: no node 'nope'" in bad.stderr, bad.stderr
+        placed = ctl("explain", "disky", "--what-if", env=env, check=False)
+        assert placed.returncode != 0 and "disky" in placed.stderr  # never applied: not found
     finally:
         dev.stop(signal.SIGINT)

@@ -66,11 +66,17 @@ class NodeMonitor:
                 # rather than in one piece inside the next decision (after a start or failover
                 # that is every node).
                 await self.s.placement.prepare()
-                if self.pending_dirty or self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
-                    # Coalesced: a burst of node changes costs one pass over the workloads.
+                if self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
+                    # Now and then every Pending instance, whatever changed (the safety net).
                     self.pending_dirty = False
                     last_retry = self.s.clock()
+                    self.s.hints.take()
                     self.s.enqueue_pending()
+                elif self.pending_dirty:
+                    # Coalesced: a burst of node changes costs one pass, over the Pending instances
+                    # those changes could help only (queueing hints).
+                    self.pending_dirty = False
+                    self.s.enqueue_pending(self.s.hints.take())
             except StoreUnavailable as err:
                 log.warning("node monitor: store unavailable: %s", err)
             except Exception:

@@ -37,6 +37,7 @@ class PlacementView(BaseModel):
     # Pending: every failing filter of each detailed node ({code, message} and, for a fit
     # failure, needed, available, shortBy, unit).
     reasons: dict[str, list[dict[str, Any]]] = {}
+    codes: list[str] = []  # Pending: the codes nodes were rejected with
 
 
 class UsageView(View):

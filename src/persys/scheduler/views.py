@@ -15,6 +15,7 @@ from persys.scheduler import quarantine
 from persys.scheduler.errors import NotFound
 from persys.scheduler.liveness import GuardState
 from persys.scheduler.pages import Page, SortedIds, take_page
+from persys.scheduler.placement.verdicts import Rejections
 from persys.scheduler.placement_service import has_local_volumes
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
@@ -43,7 +44,16 @@ def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
                    for s in decision.scores],
         "explanation": explanation,
         **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
+        # Pending: the codes nodes were rejected with (queueing hints: which node changes help).
+        **({"codes": sorted(_codes(decision))} if decision.node_id is None else {}),
     }
+
+
+def _codes(decision: pl.Decision) -> set[str]:
+    rejections = decision.rejections
+    if isinstance(rejections, Rejections):
+        return set(rejections.code_counts())
+    return {st.code for st in rejections.values()}
 
 
 def reasons_doc(decision: pl.Decision) -> dict[str, list[dict[str, Any]]]:

@@ -86,6 +86,7 @@ class AgentApi:
         live = self._heard(node_id)
         live.last_heartbeat_wall = time.time()
         live.usage = usage
+        live.recent.add(usage.cpu_percent, usage.memory_used_mb)
         self.s.telemetry.node(node_id, usage)
         return True
 

@@ -37,6 +37,7 @@ class NodeMonitor:
         self.guard = GuardState()  # the mass-loss guard (liveness.py)
         self.started_at = shell.clock()  # since when this replica judges (started, elected, unfrozen)
         self.pending_dirty = False  # a node changed: Pending workloads may fit now
+        self.load_taken = float("-inf")  # when observed utilisation last went into the snapshot
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
@@ -65,6 +66,10 @@ class NodeMonitor:
                 # A quiet moment: bring the placement snapshot up to date now, in small steps,
                 # rather than in one piece inside the next decision (after a start or failover
                 # that is every node).
+                if (self.s.config.load_aware_weight > 0
+                        and self.s.clock() - self.load_taken >= self.s.config.load_refresh_seconds):
+                    self.load_taken = self.s.clock()
+                    self.s.placement.observations_changed()  # load-aware scoring: fresh p95s
                 await self.s.placement.prepare()
                 if self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
                     # Now and then every Pending instance, whatever changed (the safety net).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from persys.model import NodeStatus, Workload
@@ -110,6 +110,9 @@ class PlacementService:
         self._static_stale: set[str] = set()
         self.decision_seconds: deque[float] = deque(maxlen=10_000)  # the engine's time per decision, latest
         self.decision_histogram: LoopHistogram | None = None  # the same times, for metrics (set by the replica)
+        # Load-aware scoring: a node's recent p95 (cpu %, memory MiB), None when not measured;
+        # unset: nodes carry no observation (the observed_load scorer is off by default).
+        self.observed: Callable[[str], tuple[float, int] | None] | None = None
         state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
@@ -130,6 +133,12 @@ class PlacementService:
                 # Removed, changed, or written by someone else: recompute that node.
                 self._dirty.add(node_id)
                 self._base = None
+
+    def observations_changed(self) -> None:
+        """Take the nodes' latest observed utilisation into the next snapshot (their static facts
+        did not change: the static verdicts stay)."""
+        self._dirty.update(self._infos)
+        self._base = None
 
     def reset(self) -> None:
         """Forget every reservation and derived index: the next decision starts from the mirror."""
@@ -217,6 +226,7 @@ class PlacementService:
             w = workloads.get(workload_of(a.workload_id))
             services[service_of(w.value) if w else workload_of(a.workload_id)] += 1
         caps = n.capabilities
+        seen = self.observed(node_id) if self.observed is not None else None
         return pl.NodeInfo(
             id=n.id,
             ready=n.status == NodeStatus.READY,
@@ -235,6 +245,8 @@ class PlacementService:
             committed_disk_mb=sum(a.disk_mb for a in assigned),
             workload_count=len(assigned),
             service_counts=dict(services),
+            observed_cpu_percent=seen[0] if seen else None,
+            observed_memory_mb=seen[1] if seen else None,
         )
 
     def snapshot(self) -> pl.Snapshot:

@@ -87,10 +87,13 @@ class Scheduler:
         self.sorted_nodes = SortedIds("node", self.state.nodes)
         self.state.subscribe(self.sorted_workloads.on_change)
         self.state.subscribe(self.sorted_nodes.on_change)
+        weights = {**pl.DEFAULT_WEIGHTS, "observed_load": self.config.load_aware_weight}
         self.placement = PlacementService(
-            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
-        )
+            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent,
+                                           weights=weights))
         self.live: dict[str, LiveNode] = {}
+        if self.config.load_aware_weight > 0:
+            self.placement.observed = lambda n: self.live[n].recent.p95() if n in self.live else None
         self.usage: dict[str, WorkloadUsage] = {}
         self.metrics = ReplicaMetrics(metrics or Metrics(process=False))
         self.placement.decision_histogram = self.metrics.decision_seconds

@@ -121,6 +121,10 @@ class NodeInfo:
     committed_disk_mb: int = 0
     workload_count: int = 0
     service_counts: Mapping[str, int] = field(default_factory=lambda: _EMPTY, hash=False)
+    # Observed utilisation (recent p95 of the node's heartbeats; None: not measured). Only the
+    # optional `observed_load` scorer reads them: requests stay the fit rule.
+    observed_cpu_percent: float | None = None
+    observed_memory_mb: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "runtimes", frozenset(self.runtimes))

@@ -370,6 +370,9 @@ class WorkloadSpec(Model):
                                  Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # A topology label (e.g. "zone") to spread replicas across.
     spread_by: Annotated[StrictStr, Field(max_length=253)] = ""
+    # Priority: a Pending workload may preempt (move off a node) instances of a lower priority
+    # when that makes it fit (docs/placement.md). Unset: 0, and out of the revision hash.
+    priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] | None = None
     # Hard or soft limits on how unevenly replicas spread over a label's values (unset stays out
     # of the revision hash).
     topology_spread: Annotated[list[TopologySpread], Field(max_length=8)] | None = None

@@ -84,6 +84,8 @@ _CATALOGUE: tuple[Family, ...] = (
     _f("persys_placement_refusals_total", "counter",
        "Decisions that found no node, by the most common rejection's code (insufficient_memory, taint, ...).",
        ("reason",)),
+    _f("persys_preemptions_total", "counter", "Instances preempted (moved off a node) to make room for a "
+       "Pending instance of a higher priority.", ()),
     _f("persys_placement_decision_duration_seconds", "histogram",
        "The placement engine's time for one decision.", (), "scheduler", DECISION_BUCKETS),
     _f("persys_placement_reservations", "gauge",

@@ -18,6 +18,7 @@ from persys.scheduler import failures, keys, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
 from persys.scheduler.placement_service import has_local_volumes, to_request
+from persys.scheduler.preemption_commits import try_preempt
 from persys.scheduler.reconcile import Need
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import Versioned, put_doc
@@ -193,8 +194,10 @@ class Placer:
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
         self.s.metrics.decided(decisions)
         placed: list[Placed] = []
-        for n, decision in zip(needs, decisions, strict=True):
+        for n, decision, request in zip(needs, decisions, requests, strict=True):
             if decision.node_id is None:
+                if request.priority > 0 and await self.preempt(n, request):
+                    continue
                 reason = await self.mark_pending(n, decision)
                 if started_ns:
                     placement_tracing.record(n, decision, "Pending", started_ns, reason)
@@ -210,6 +213,13 @@ class Placer:
             task = asyncio.create_task(self.commit(placed[i : i + PLACEMENTS_PER_TXN]))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    async def preempt(self, n: Need, request: pl.WorkloadRequest) -> bool:
+        def place_unit(decision: pl.Decision, now: float) -> Unit:
+            st = self.s.state.statuses.get(n.instance)
+            return placement_unit(Placed(n, decision), st.value if st else None, now)
+
+        return await try_preempt(self.s, n, request, place_unit)
 
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""

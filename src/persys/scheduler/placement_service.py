@@ -77,6 +77,7 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
         service=service_of(w),
         # Scores prefer the emptier domains of the first spread label (hard ones are filtered too).
         spread_label=spec.spread_by or next((t.label for t in spec.topology_spread or ()), None),
+        priority=spec.priority or 0,
         spread_constraints=tuple(pl.SpreadConstraint(t.label, t.max_skew, t.when_unsatisfiable == "DoNotSchedule")
                                  for t in spec.topology_spread or ()),
     )
@@ -296,6 +297,13 @@ class PlacementService:
             if r.id not in planned:
                 scratch.reserve(r)
         return pl.place_many(self.base(), requests, scratch, self.config)
+
+    def reserve_decided(self, request: pl.WorkloadRequest, node_id: str) -> None:
+        """Reserve a placement decided outside `place` (a preemption), as `place` reserves."""
+        self.ledger.reserve(pl.Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb,
+                                           request.disk_mb, request.group))
+        self._fresh.add(request.id)
+        self._current = None
 
     def evaluate(self, request: pl.WorkloadRequest, node_id: str) -> pl.NodeEvaluation | None:
         return pl.evaluate_node(self.snapshot(), request, node_id, self.config)

@@ -6,7 +6,8 @@ add}) and ``expect``: ``affected`` [ids], ``moves`` {instance: node}, ``pending`
 substring of its explanation}, ``stays`` {instance: substring}, ``placed`` {instance: node},
 ``still_pending`` [ids], ``error`` (substring of the ValueError). Counterfactual cases: ``workload``
 instead of ``operation``, expect ``changes`` [summaries, in rank order] (exact) or
-``changes_contain``, ``kinds`` [kinds in order], ``none`` (no change found).
+``changes_contain``, ``kinds`` [kinds in order], ``none`` (no change found). Preemption cases:
+``preempt`` (the Pending request), expect ``node`` and ``victims`` [ids], or ``none``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from placement_helpers import config_from_data, node_from_data, request_from_data
 from whatif_helpers import cluster_from_data
 
-from persys.scheduler.placement import Operation, counterfactuals, decide, plan_operation
+from persys.scheduler.placement import Operation, counterfactuals, decide, plan_operation, preemption
 
 CASES = Path(__file__).parent / "whatif_cases"
 
@@ -38,6 +39,36 @@ def _operation(data: dict[str, Any]) -> Operation:
     return Operation(data["kind"], nodes=tuple(data.get("nodes", ())),
                      label=tuple(label.split("=", 1)) if label else None,  # type: ignore[arg-type]
                      add=tuple(node_from_data(n) for n in data.get("add", ())))
+
+
+def check_preemption(cluster: Any, case: dict[str, Any], config: Any) -> None:
+    expect = case["expect"]
+    pre = preemption(cluster, request_from_data(case["preempt"]), config)
+    if expect.get("none"):
+        assert pre is None, pre
+        return
+    assert pre is not None and pre.node_id == expect["node"], pre
+    assert [v.request.id for v in pre.victims] == expect["victims"]
+    assert pre.decision.node_id == expect["node"]
+
+
+def check_counterfactuals(cluster: Any, case: dict[str, Any], config: Any) -> None:
+    expect = case["expect"]
+    request = request_from_data(case["workload"])
+    found = counterfactuals(cluster, request, config)
+    summaries = [c.summary for c in found.changes]
+    where = json.dumps(found.to_dict(), indent=1)
+    if "changes" in expect:
+        assert summaries == expect["changes"], where
+    for text in expect.get("changes_contain", []):
+        assert text in summaries, where
+    if "kinds" in expect:
+        assert [c.kind for c in found.changes] == expect["kinds"], where
+    if expect.get("none"):
+        assert found.changes == (), where
+    for change in found.changes:  # every change was verified: its own figures say it fits
+        assert change.fits >= 1 and change.lands_on, where
+    assert decide(cluster.snapshot, request, config).node_id == found.decision.node_id
 
 
 @pytest.mark.parametrize("case", _cases())
@@ -68,18 +99,7 @@ def test_whatif_case(case: dict[str, Any]) -> None:
         if "summary" in expect:
             assert plan.summary == expect["summary"]
         return
-    request = request_from_data(case["workload"])
-    found = counterfactuals(cluster, request, config)
-    summaries = [c.summary for c in found.changes]
-    where = json.dumps(found.to_dict(), indent=1)
-    if "changes" in expect:
-        assert summaries == expect["changes"], where
-    for text in expect.get("changes_contain", []):
-        assert text in summaries, where
-    if "kinds" in expect:
-        assert [c.kind for c in found.changes] == expect["kinds"], where
-    if expect.get("none"):
-        assert found.changes == (), where
-    for change in found.changes:  # every change was verified: its own figures say it fits
-        assert change.fits >= 1 and change.lands_on, where
-    assert decide(cluster.snapshot, request, config).node_id == found.decision.node_id
+    if "preempt" in case:
+        check_preemption(cluster, case, config)
+        return
+    check_counterfactuals(cluster, case, config)

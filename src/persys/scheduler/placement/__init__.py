@@ -20,6 +20,7 @@ from .engine import (
 from .evaluate import NodeEvaluation, evaluate_node
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
+from .preemption import Preemption, preemption
 from .reasons import every_reason
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
@@ -58,6 +59,7 @@ __all__ = [
     "PlacementBatch",
     "PlacementConfig",
     "PlacementContext",
+    "Preemption",
     "Reservation",
     "ReservationView",
     "Reservations",
@@ -81,5 +83,6 @@ __all__ = [
     "place_many",
     "place_many_from",
     "plan_operation",
+    "preemption",
     "refresh_static_verdicts",
 ]

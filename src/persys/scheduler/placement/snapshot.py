@@ -180,6 +180,7 @@ class WorkloadRequest:
     service: str = ""  # spread group; "" means the workload id
     spread_label: str | None = None  # topology label, e.g. "zone"
     spread_constraints: tuple[SpreadConstraint, ...] = ()
+    priority: int = 0  # preemption only (placement/preemption.py): filters and scores ignore it
 
     def __post_init__(self) -> None:
         if min(self.cpu_millicores, self.memory_mb, self.disk_mb) < 0:

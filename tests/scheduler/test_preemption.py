@@ -30,6 +30,8 @@ async def test_a_higher_priority_preempts_a_lower_one(s: Scheduler) -> None:  # 
     kinds = {e.kind: e.message for e in await s.events.recent(100)}
     assert kinds["Preempting"] == "urgent (priority 100) preempted low (priority 0) on n1"
     assert kinds["Preempted"] == "low: preempted on n1 by urgent (priority 100)"
+    explained = s.explain("urgent")["replicas"][0]["explanation"]
+    assert explained.startswith("placed on n1") and "preempted low (priority 0) on n1 (priority 100)" in explained
     assert "persys_preemptions_total 1" in s.metrics.metrics.exposition().decode()
 
     await s.report("n1", [], complete=True)  # the agent stopped low: it needs room elsewhere

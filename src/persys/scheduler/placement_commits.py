@@ -49,7 +49,7 @@ class Placed:
 
 
 def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
-                   homes: Sequence[Versioned[Volume]] = ()) -> Unit:
+                   homes: Sequence[Versioned[Volume]] = (), note: str = "") -> Unit:
     """The compares and puts that make one decision durable: its assignment (created only if
     absent, only while the workload is at the revision decided on) and its status; `homes`:
     local volume records without a node yet, which now live where the instance goes. Records on
@@ -64,7 +64,7 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     )
     volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
     p.moved_from = prev.relocating_from if prev else ""
-    p.explanation = p.decision.explain()
+    p.explanation = p.decision.explain() + note  # note: e.g. whom it preempted
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
         placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
@@ -215,9 +215,9 @@ class Placer:
             task.add_done_callback(self.tasks.discard)
 
     async def preempt(self, n: Need, request: pl.WorkloadRequest) -> bool:
-        def place_unit(decision: pl.Decision, now: float) -> Unit:
+        def place_unit(decision: pl.Decision, now: float, note: str) -> Unit:
             st = self.s.state.statuses.get(n.instance)
-            return placement_unit(Placed(n, decision), st.value if st else None, now)
+            return placement_unit(Placed(n, decision), st.value if st else None, now, note=note)
 
         return await try_preempt(self.s, n, request, place_unit)
 

@@ -30,7 +30,7 @@ def victim_status(prev: WorkloadStatus | None, node_id: str, preemptor: str, pri
 
 
 async def try_preempt(s: Shell, need: Need, request: pl.WorkloadRequest,
-                      place_unit: Callable[[pl.Decision, float], Unit]) -> bool:
+                      place_unit: Callable[[pl.Decision, float, str], Unit]) -> bool:
     """Place `need` by preempting lower-priority instances on one node (`place_unit`: the writes
     that place it, as placement_commits builds them); False: no such node, or the transaction
     lost a race (the instance stays Pending, and is retried)."""
@@ -55,13 +55,13 @@ async def try_preempt(s: Shell, need: Need, request: pl.WorkloadRequest,
         ops += [Delete(akey), put_doc(keys.status(inst),
                                       victim_status(st.value if st else None, node_id, need.instance,
                                                     request.priority, now))]
-    unit = place_unit(found.decision, now)
+    names = ", ".join(f"{v.request.id} (priority {v.request.priority})" for v in found.victims)
+    unit = place_unit(found.decision, now, f"; preempted {names} on {node_id} (priority {request.priority})")
     s.placement.reserve_decided(request, node_id)
     (ok,) = await commit_units(state.commit, [Unit([*compares, *unit.compares], [*ops, *unit.ops])])
     if not ok:
         s.placement.release(need.instance)
         return False
-    names = ", ".join(f"{v.request.id} (priority {v.request.priority})" for v in found.victims)
     wid = need.workload.id
     s.emit("Preempting", f"workload/{wid}", f"{need.instance} (priority {request.priority}) preempted {names} "
            f"on {node_id}", "Preemption", node=node_id)

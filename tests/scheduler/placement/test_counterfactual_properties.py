@@ -114,3 +114,25 @@ def test_operation_plans_account_for_every_affected_instance(drawn: tuple[Cluste
     accounted = [o.instance for o in plan.moves + plan.stranded] + [s.instance for s in plan.stays]
     assert sorted(accounted) == sorted(on_node)  # each exactly once
     assert all(o.to_node != node for o in plan.moves)  # never back onto the node taken away
+
+
+@SETTINGS
+@given(cluster_st())
+def test_every_reason_starts_with_the_counted_one(drawn: tuple[Cluster, WorkloadRequest]) -> None:
+    """A pending decision's detailed nodes: their first reason is the one the aggregated line
+    counts, and each listed reason is a filter that rejects the node when asked alone."""
+    from persys.scheduler.placement import DEFAULT_FILTERS, PlacementContext
+
+    cluster, request = drawn
+    d = decide(cluster.snapshot, request, CONFIG)
+    if d.placed:
+        assert not d.reasons
+        return
+    assert set(d.reasons) <= set(d.rejections)
+    ctx = PlacementContext(cluster.snapshot, request)
+    for node_id, statuses in d.reasons.items():
+        assert statuses and statuses[0] == d.rejections[node_id]
+        node = cluster.snapshot.node(node_id)
+        assert node is not None
+        failing = [f.check(node, request, ctx) for f in DEFAULT_FILTERS if f.applies(request, ctx)]
+        assert list(statuses) == [st for st in failing if st is not None]

@@ -138,6 +138,14 @@ class SchedulerClient:
         resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id))
         return _document(resp.json)
 
+    async def plan_operation(self, operation: dict[str, Any]) -> dict[str, Any]:
+        """What-if plan of an operation (docs/placement.md, "What-if plans")."""
+        return await self._doc("PlanOperation", pb.PlanOperationRequest(operation_json=json.dumps(operation).encode()))
+
+    async def what_if(self, workload_id: str) -> dict[str, Any]:
+        """A Pending workload's counterfactuals (docs/placement.md, "Counterfactuals")."""
+        return await self._doc("WhatIfWorkload", pb.ExplainRequest(workload_id=workload_id))
+
     async def control(self, workload_id: str, action: str) -> dict[str, Any]:
         return await self._doc("ControlWorkload", pb.ControlWorkloadRequest(workload_id=workload_id, action=action))
 

@@ -25,3 +25,16 @@ def test_a_bad_storage_section_names_node_and_field(tmp_path: Path) -> None:
     f.write_text("nodes:\n  - name: a\n    storage: {simulate: {ceph-rbd: [tape]}}\n")
     with pytest.raises(ServerError, match=r"nodes\[0\]\.storage\.simulate\.ceph-rbd"):
         dev_nodes(f)
+
+
+def test_runtimes_and_disk_per_node(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.yaml"
+    f.write_text("nodes:\n  - {name: a, runtimes: [process], diskMb: 2048}\n  - {name: b}\n")
+    a, b = dev_nodes(f)
+    assert (a.runtimes, a.disk_mb) == (("process",), 2048) and (b.runtimes, b.disk_mb) == ((), 0)
+    f.write_text("nodes:\n  - {name: a, runtimes: [gpu]}\n")
+    with pytest.raises(ServerError, match=r"nodes\[0\]\.runtimes: a list among container"):
+        dev_nodes(f)
+    f.write_text("nodes:\n  - {name: a, diskMb: -1}\n")
+    with pytest.raises(ServerError, match=r"nodes\[0\]\.diskMb"):
+        dev_nodes(f)

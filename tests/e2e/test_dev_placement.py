@@ -46,8 +46,14 @@ def test_plan_and_explain(tmp_path: Path) -> None:
         ctl("apply", "-f", "-", env=env, stdin=HUGE)
         view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
             json.loads(ctl("get", "workloads", "huge", "-o", "json", env=env).stdout)), 10, "huge Pending")
-        assert view["phase"] == "Pending" and view["message"] == expected
-        assert expected in ctl("describe", "workload", "huge", env=env).stdout
+        # The aggregated line, then every failing filter of each node with its figures.
+        assert view["phase"] == "Pending" and view["message"].startswith(expected + ". Per node: ")
+        every = ("gpu: untolerated taint gpu=true:NoSchedule", "tiny: insufficient memory (needs 6000 MiB, node has "
+                 "256 MiB free, short by 5744 MiB)", "big: insufficient memory (needs 6000 MiB, node has 4096 MiB "
+                 "free, short by 1904 MiB)")
+        assert all(text in view["message"] for text in every), view["message"]
+        described = ctl("describe", "workload", "huge", env=env).stdout
+        assert expected in described and all(text in described for text in every), described
         explained = ctl("explain", "huge", "--node", "gpu", env=env).stdout
         assert expected in explained
         assert "FAIL taint_toleration  untolerated taint gpu=true:NoSchedule" in explained
@@ -104,7 +110,8 @@ def test_vm_is_tcg_here_and_kvm_cannot_be_required(tmp_path: Path) -> None:
         ctl("apply", "-f", "-", env=env, stdin=KVM_VM)
         view, _ = eventually(lambda: (lambda w: w if w["reason"] == "Unschedulable" else None)(
             json.loads(ctl("get", "workloads", "needs-kvm", "-o", "json", env=env).stdout)), 10, "Pending")
-        assert view["message"] == "0/1 nodes available: 1 missing runtime feature vm:accel:kvm"
+        assert view["message"] == ("0/1 nodes available: 1 missing runtime feature vm:accel:kvm. "
+                                   f"Per node: {node['id']}: missing runtime feature vm:accel:kvm")
         ctl("delete", "workload", "needs-kvm", env=env)
     finally:
         dev.stop(signal.SIGINT)

@@ -45,6 +45,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("POST", "/v1/workloads:batch"): ("/v1/workloads:batch", {"content": b"not a list"}),
     ("POST", "/v1/plan"): ("/v1/plan", {"json": MANIFEST}),
     ("GET", "/v1/workloads/{workload_id}/explain"): ("/v1/workloads/ghost/explain", {}),
+    ("POST", "/v1/plan/operation"): ("/v1/plan/operation", {"json": {"kind": "lose-label", "label": "zone=none"}}),
+    ("GET", "/v1/workloads/{workload_id}/whatif"): ("/v1/workloads/ghost/whatif", {}),
     ("GET", "/v1/workloads"): ("/v1/workloads?limit=5", {}),
     ("GET", "/v1/workloads/{workload_id}"): ("/v1/workloads/ghost", {}),
     ("DELETE", "/v1/workloads/{workload_id}"): ("/v1/workloads/ghost", {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from persys.model import (
 )
 from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.errors import MutationRefused
+from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
@@ -399,3 +400,95 @@ async def test_the_placement_snapshot_is_prepared_ahead_in_small_steps(make: Cal
     s.placement.reset()
     built = s.placement.base()  # the same inputs, computed in one piece
     assert prepared.effective == built.effective and len(built) == 300
+
+
+async def test_pending_says_every_reason_per_node_in_status_event_and_explain(make: Callable) -> None:
+    s = await make()
+    await s.register(node("small", cpu=500, mem=256))
+    await s.register(node("tainted", cpu=500, mem=4096, taints=(Taint(key="gpu", value="true"),)))
+    (m,) = parse_manifests(manifest("big", cpu=1000, mem=1024))
+    await s.apply(m)
+    await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
+    message = s.workload_view("big")["message"]
+    # The aggregated line counts each node once (its first reason), as before ...
+    assert message.startswith("0/2 nodes available: 1 insufficient cpu (needs 1000m, best node has 500m free), "
+                              "1 untolerated taint gpu=true:NoSchedule. Per node: "), message
+    # ... then every failing filter of each node, with its figures.
+    assert ("small: insufficient cpu (needs 1000m, node has 500m free, short by 500m); insufficient memory "
+            "(needs 1024 MiB, node has 256 MiB free, short by 768 MiB)") in message
+    assert "tainted: untolerated taint gpu=true:NoSchedule; insufficient cpu (needs 1000m, node has 500m free, " \
+           "short by 500m)" in message
+    reasons = s.workload_view("big")["placement"]["reasons"]
+    assert [r["code"] for r in reasons["small"]] == ["insufficient_cpu", "insufficient_memory"]
+    assert reasons["small"][1] | {} == {"code": "insufficient_memory", "message": reasons["small"][1]["message"],
+                                         "needed": 1024, "available": 256, "shortBy": 768, "unit": "MiB"}
+    events = [e for e in await s.events.recent(50) if e.kind == "WorkloadPending"]
+    assert events and "small: insufficient cpu" in events[-1].message and "insufficient memory" in events[-1].message
+    replica = s.explain("big")["replicas"][0]
+    assert replica["decision"]["reasons"] == reasons and "Per node: small:" in replica["explanation"]
+
+
+async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
+    from persys.model import ManifestError
+    from persys.scheduler import whatif_api
+    from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
+
+    s = await make()
+    await s.register(node("a", cpu=2000))
+    await s.register(node("b", cpu=1000))
+    for name, cpu in (("web", 600), ("api", 900)):
+        (m,) = parse_manifests(manifest(name, cpu=cpu, extra="  nodeSelector: {}\n"))
+        await s.apply(m)
+    await settle(s, lambda: {s.state.placement_of.get("web"), s.state.placement_of.get("api")} <= {"a", "b"}
+                 and len(s.state.placement_of) == 2)
+    # A workload too big for either node.
+    (m,) = parse_manifests(manifest("big", cpu=1800))
+    await s.apply(m)
+    await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
+    before, reserved = await s.store.current_revision(), sorted(r.id for r in s.placement.ledger)
+    on_a = sorted(i for i, n in s.state.placement_of.items() if n == "a")
+    plan = await whatif_api.plan_operation(s.state, s.placement, {"kind": "drain", "nodes": ["a"]})
+    assert plan["affectedNodes"] == ["a"]
+    assert sorted(m["instance"] for m in plan["moves"] + plan["pending"]) == on_a
+    added = await whatif_api.plan_operation(s.state, s.placement, {"kind": "add-node", "nodes": [
+        {"name": "c", "cpuMillicores": 4000, "memoryMb": 4096, "labels": {"zone": "z"}, "taints": ["x=y:NoSchedule"]}]})
+    assert added["affectedNodes"] == ["c"] and added["moves"] == []
+    WhatIfPlanView.model_validate(plan), WhatIfPlanView.model_validate(added)  # the OpenAPI document's shapes
+    for bad, field in (({"kind": "explode"}, "kind"), ({"kind": "drain", "nodes": ["nope"]}, "nodes"),
+                       ({"kind": "lose-label", "label": "zone"}, "label"), ({"kind": "drain"}, "nodes"),
+                       ({"kind": "add-node", "nodes": [{"name": "c", "cpuMillicores": -1}]}, "nodes[0].cpuMillicores"),
+                       ({"kind": "add-node", "nodes": [{"name": "a"}]}, "nodes"), ({"kind": "drain", "x": 1}, "x")):
+        with pytest.raises(ManifestError, match=f"^{re.escape(field)}: "):
+            await whatif_api.plan_operation(s.state, s.placement, bad)
+    # big: a smaller request, or moving what is on a node.
+    answer = whatif_api.what_if(s.state, s.placement, "big")
+    changes = answer["replicas"][0]["changes"]
+    assert answer["replicas"][0]["pending"] and changes
+    assert {c["kind"] for c in changes} >= {"resources", "free-node"}, changes
+    WhatIfView.model_validate(answer)
+    assert added["placed"] == [] or added["placed"][0]["instance"] == "big"
+    # Nothing written, nothing reserved by the questions.
+    assert await s.store.current_revision() == before
+    assert sorted(r.id for r in s.placement.ledger) == reserved
+    with pytest.raises(NotFound):
+        whatif_api.what_if(s.state, s.placement, "ghost")
+
+
+async def test_topology_spread_max_skew_from_the_manifest(make: Callable) -> None:
+    s = await make()
+    for node_id, zone in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        await s.register(node(node_id, cpu=4000, mem=4096))
+        await s.label(node_id, {"zone": zone}, [])
+    spread = "  replicas: 4\n  topologySpread: [{label: zone, maxSkew: 1, whenUnsatisfiable: DoNotSchedule}]\n"
+    (m,) = parse_manifests(manifest("web", extra=spread))
+    await s.apply(m)
+    await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 4)
+    zones = {"a1": "a", "a2": "a", "b1": "b"}
+    placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
+    assert sorted(placed) == ["a", "a", "b", "b"]  # b1 alone holds zone b's two: the skew stays <= 1
+    (m,) = parse_manifests(manifest("web", extra=spread.replace("replicas: 4", "replicas: 6")))
+    await s.apply(m)
+    await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 6)
+    placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
+    assert placed.count("a") == 3 and placed.count("b") == 3
+    assert "topologySpread" not in parse_manifests(manifest("plain"))[0].spec.to_doc()  # unset: same revision

@@ -155,3 +155,27 @@ async def test_mass_silence_suspends_liveness_instead_of_relocating_everything(s
         s.heartbeat(f"m{i}", NodeUsage())  # heartbeats flow again, except from m9
     await until(lambda: s.state.nodes["m9"].value.status == "NotReady")
     assert sum(n.value.status == "Ready" for n in s.state.nodes.values()) == 9
+
+
+async def test_a_drained_instance_that_fits_nowhere_keeps_the_drain_unfinished(s: Scheduler) -> None:
+    await s.register(node("n1", cpu=4000))
+    await s.apply(parse_manifests(manifest("big", cpu=3000))[0])
+    await until(lambda: s.state.placement_of.get("big") == "n1")
+    await running(s, "big", "n1")
+    await s.report("n1", [WorkloadReport("big", s.state.workloads["big"].value.revision, 1, Phase.RUNNING)],
+                   complete=True)
+    await s.register(node("n2", cpu=1000))
+    await s.drain("n1", 60)
+    await until(lambda: "big" not in s.state.placement_of)
+    await s.report("n1", [], complete=True)  # the agent on n1 stopped it
+    await until(lambda: s.state.statuses["big"].value.reason == "Unschedulable")
+    status = s.drain_status("n1")
+    # It used to vanish from the drain (its Pending status forgot where it came from): done.
+    assert not status["done"] and status["remaining"] == []
+    (moving,) = status["moving"]
+    assert moving["instance"] == "big" and moving["node"] == "" and moving["reason"] == "Unschedulable"
+    assert "n2: insufficient cpu (needs 3000m, node has 1000m free, short by 2000m)" in moving["message"]
+    await s.register(node("n3", cpu=4000))  # room at last: it moves, then runs, and the drain is done
+    await until(lambda: s.state.placement_of.get("big") == "n3")
+    await running(s, "big", "n3")
+    await until(lambda: s.drain_status("n1")["done"])

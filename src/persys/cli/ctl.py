@@ -36,6 +36,7 @@ from persys.cli import (
     rollout_cmds,
     secret_cmds,
     volume_cmds,
+    whatif_cmds,
 )
 from persys.cli.admin_cmds import admin_app
 from persys.cli.api import (
@@ -58,7 +59,7 @@ from persys.cli.api import (
 )
 from persys.cli.auth_cmds import audit_command, auth_app
 from persys.cli.config_cmds import config_app
-from persys.cli.describe_text import node_text, score_lines, workload_text
+from persys.cli.describe_text import node_text, reason_lines, score_lines, workload_text
 from persys.cli.join_cmds import node_app
 from persys.cli.policy_cmd import policy_app
 from persys.cli.printed_doc import printed
@@ -432,24 +433,45 @@ def describe(
 
 @app.command()
 def plan(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
-                                      "or a folder of them (repeatable)."),
+    files: list[Path] = typer.Option(None, "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
+                                     "or a folder of them (repeatable)."),
+    drain: list[str] = typer.Option(None, "--drain", help="What if NODE were drained (repeatable)."),
+    cordon: list[str] = typer.Option(None, "--cordon", help="What if NODE were cordoned (repeatable)."),
+    lose_node: list[str] = typer.Option(None, "--lose-node", help="What if NODE were lost (repeatable)."),
+    lose_label: str = typer.Option("", "--lose-label", help="What if every node labelled key=value were lost."),
+    add_node: Path | None = typer.Option(None, "--add-node", help="What if the nodes of this file joined (the "
+                                         "`persys dev --nodes` format: name, labels, taints, cpuMillicores, "
+                                         "memoryMb, diskMb, runtimes, storageDrivers)."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Dry run: show where workloads would be placed and why. Writes and reserves nothing."""
+    """Dry run: where workloads would be placed and why (-f), or what an operation would do:
+    where every instance it affects would go, what would stay Pending and why (--drain, --cordon,
+    --lose-node, --lose-label, --add-node). Decided by the real engine on the current cluster;
+    writes and reserves nothing."""
     api = Api(server)
+    op = whatif_cmds.operation_doc(drain or [], cordon or [], lose_node or [], lose_label, add_node)
+    if op is not None:
+        if files:
+            fail("plan either manifests (-f) or an operation, not both")
+        whatif_cmds.plan_operation(api, op, output)
+        return
+    if not files:
+        fail("nothing to plan: give manifests (-f FILE) or an operation (--drain, --cordon, --lose-node, "
+             "--lose-label, --add-node)")
     results = []
-    for _source, doc in _read_manifest_files(files):
-        r = api.request("POST", "/v1/plan", json=doc)
+    read = _read_files(files)
+    for _source, doc in read.docs:
+        r = api.request("POST", "/v1/plan", json=whatif_cmds.with_declared_volumes(doc, read.volumes))
         results.append(r)
         if output != "text":
             continue
         for rep in r["replicas"]:
             target = rep["node"] or "nowhere (would stay Pending)"
             out.print(f"workload/{rep['instance']} -> {target}", highlight=False)
-            out.print(f"  {rep['explanation']}", markup=False, highlight=False)
-            out.print("\n".join(score_lines(rep["decision"])), markup=False, highlight=False)
+            out.print(f"  {rep['explanation'].split('. Per node: ', 1)[0]}", markup=False, highlight=False)
+            lines = score_lines(rep["decision"]) or reason_lines(rep["decision"], "    ")
+            out.print("\n".join(lines), markup=False, highlight=False)
     if output != "text":
         emit(results, output)
 
@@ -458,10 +480,16 @@ def plan(
 def explain(
     name: str = typer.Argument(..., help="Workload name."),
     node: str = typer.Option("", "--node", help="Also show every filter's verdict and the scores for this node."),
+    what_if: bool = typer.Option(False, "--what-if", help="For a Pending workload: the smallest changes that "
+                                 "would make it fit (a smaller request, a toleration, a label, a node to uncordon, "
+                                 "instances to move), each checked by the engine."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
     """Explain why a workload went where it went, or why it went nowhere."""
+    if what_if:
+        whatif_cmds.what_if(Api(server), name, output)
+        return
     r = Api(server).request("GET", f"/v1/workloads/{name}/explain", params={"node": node} if node else None)
     if output != "text":
         emit(r, output)
@@ -469,7 +497,12 @@ def explain(
     for rep in r["replicas"]:
         where = rep["node"] or "no node"
         out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
-        out.print(f"  {rep['explanation'] or 'not evaluated yet'}", markup=False, highlight=False)
+        decision = rep.get("decision") or {}
+        text = rep["explanation"] or "not evaluated yet"
+        if decision.get("reasons"):
+            text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
+                "\n".join(reason_lines(decision, "    "))
+        out.print(f"  {text}", markup=False, highlight=False)
         lines = score_lines(rep.get("decision") or {})
         if lines:
             out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)

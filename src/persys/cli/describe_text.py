@@ -26,13 +26,17 @@ def workload_text(w: dict[str, Any]) -> str:
         f"Usage:          cpu {w['usage'].get('cpuPercent', 0):.1f}%, "
         f"memory {w['usage'].get('memoryBytes', 0) / 1048576:.1f} MiB",
     ]
+    placement = w.get("placement") or {}
     if w["message"]:
         label = "Why pending:" if w["phase"] == "Pending" else "Message:"
-        lines.append(f"{label:<16}{w['message']}")
+        message = w["message"]
+        if placement.get("reasons"):  # the per-node part as lines of its own (below)
+            message = message.split(". Per node: ", 1)[0]
+        lines.append(f"{label:<16}{message}")
+        lines += reason_lines(placement)
     for d in w.get("drift", []):
         lines.append(f"Drift:          {d['instance']}: {d['kind']}: {d['rule']}")
         lines.append(f"  remediation:  {d['action']}")
-    placement = w.get("placement") or {}
     if placement.get("scores"):
         lines.append("Placement:")
         lines += score_lines(placement)
@@ -42,6 +46,14 @@ def workload_text(w: dict[str, Any]) -> str:
             why = f"  {i['reason']}" if i["phase"] != "Running" and i["reason"] else ""
             lines.append(f"  {i['instance']:<24} {i['phase']:<10} {i['node'] or '-'}{why}")
     return "\n".join(lines)
+
+
+def reason_lines(decision: dict[str, Any], indent: str = "  ") -> list[str]:
+    """Every failing filter of each detailed node of a pending decision, a node per line."""
+    lines = []
+    for node_id, reasons in (decision.get("reasons") or {}).items():
+        lines.append(f"{indent}{node_id}: " + "; ".join(r.get("message", r.get("code", "?")) for r in reasons))
+    return lines
 
 
 def score_lines(decision: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -46,12 +47,18 @@ class DevNode:
     cpu_millicores: int = 0
     memory_mb: int = 0
     storage: StorageConfig | None = None  # this node's own (its `storage:`), else persys dev's
+    disk_mb: int = 0  # 0: what the host has
+    runtimes: tuple[str, ...] = ()  # the runtimes this node offers, among the host's (empty: all)
+
+
+DEV_RUNTIMES = ("container", "compose", "vm", "microvm", "process")
 
 
 def dev_nodes(path: Path) -> list[DevNode]:
     """Nodes for `persys dev --nodes FILE`: a YAML list of {name, labels, taints, cpuMillicores,
-    memoryMb, storage} (`storage`: a storage file's sections, e.g. `simulate: {ceph-rbd: [vm-disk]}`
-    to try storage-aware placement without the hardware)."""
+    memoryMb, diskMb, runtimes, storage} (`storage`: a storage file's sections, e.g. `simulate:
+    {ceph-rbd: [vm-disk]}` to try storage-aware placement without the hardware; `runtimes`: the
+    ones this node offers, among those the host has, e.g. [process] for a node without Docker)."""
     if not path.exists():
         raise ServerError(f"{path}: no such file")
     try:
@@ -61,31 +68,36 @@ def dev_nodes(path: Path) -> list[DevNode]:
     items = doc.get("nodes") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:
         raise ServerError(f"{path}: expected a list of nodes (or a mapping with `nodes:`)")
-    out = []
-    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb", "storage"}
-    for i, item in enumerate(items):
-        where = f"{path}: nodes[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ServerError(f"{where}.name: required")
-        unknown = set(item) - known
-        if unknown:
-            raise ServerError(f"{where}.{sorted(unknown)[0]}: unknown field")
-        for num in ("cpuMillicores", "memoryMb"):
-            if not isinstance(item.get(num, 0), int) or item.get(num, 0) < 0:
-                raise ServerError(f"{where}.{num}: must be a non-negative integer")
-        labels = item.get("labels") or {}
-        if not isinstance(labels, dict):
-            raise ServerError(f"{where}.labels: must be a mapping")
-        try:
-            storage = parse_storage_config(item["storage"]) if "storage" in item else None
-        except StorageConfigError as e:
-            raise ServerError(f"{where}.{e}") from None
-        out.append(DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
-                           parse_taints([str(t) for t in item.get("taints") or []]),
-                           item.get("cpuMillicores", 0), item.get("memoryMb", 0), storage))
+    out = [_dev_node(item, f"{path}: nodes[{i}]") for i, item in enumerate(items)]
     if len({n.name for n in out}) != len(out):
         raise ServerError(f"{path}: node names must be unique")
     return out
+
+
+def _dev_node(item: Any, where: str) -> DevNode:
+    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb", "diskMb", "runtimes", "storage"}
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise ServerError(f"{where}.name: required")
+    unknown = set(item) - known
+    if unknown:
+        raise ServerError(f"{where}.{sorted(unknown)[0]}: unknown field")
+    for num in ("cpuMillicores", "memoryMb", "diskMb"):
+        if not isinstance(item.get(num, 0), int) or item.get(num, 0) < 0:
+            raise ServerError(f"{where}.{num}: must be a non-negative integer")
+    runtimes = item.get("runtimes") or []
+    if not isinstance(runtimes, list) or not all(r in DEV_RUNTIMES for r in runtimes):
+        raise ServerError(f"{where}.runtimes: a list among {', '.join(DEV_RUNTIMES)}")
+    labels = item.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ServerError(f"{where}.labels: must be a mapping")
+    try:
+        storage = parse_storage_config(item["storage"]) if "storage" in item else None
+    except StorageConfigError as e:
+        raise ServerError(f"{where}.{e}") from None
+    return DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
+                   parse_taints([str(t) for t in item.get("taints") or []]),
+                   item.get("cpuMillicores", 0), item.get("memoryMb", 0), storage,
+                   item.get("diskMb", 0), tuple(runtimes))
 
 
 def dev_admin(ca: ClusterCA, folder: Path) -> TLSFiles:
@@ -104,7 +116,8 @@ def dev(
     label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
-                                    "(name, labels, taints, cpuMillicores, memoryMb); see examples/dev-3-nodes.yaml."),
+                                    "(name, labels, taints, cpuMillicores, memoryMb, diskMb, runtimes, storage); see "
+                                    "examples/dev-3-nodes.yaml."),
     storage: Path = typer.Option(None, "--storage", help="The nodes' volume backends (a storage file, "
                                  "docs/storage.md) instead of the default local pool under the data dir; its "
                                  "nfs and ceph-rbd sections are also driven by the control plane (provision, "
@@ -173,14 +186,15 @@ def dev(
                     AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
-                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb,
+                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
                                 # Embedded default: local volumes in a pool under the node's folder.
                                 storage=spec.storage or storage_config
                                 or StorageConfig(local=LocalConfig(str(state / "volumes")))),
                     # As the policy defaults; the cluster id from the data dir's CA (a second
                     # `persys dev` elsewhere is another cluster on the same engine).
-                    default_runtimes(state, spec.name, allow_node_paths=[data],
-                                     cluster_id=cluster_id_of_file(ca.ca_cert_path)),
+                    [r for r in default_runtimes(state, spec.name, allow_node_paths=[data],
+                                                 cluster_id=cluster_id_of_file(ca.ca_cert_path))
+                     if not spec.runtimes or r.name in spec.runtimes],
                 )
                 await agent.start()
                 parts.append(agent.stop)

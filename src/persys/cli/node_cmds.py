@@ -148,22 +148,39 @@ def drain(
         out.print(f"node/{node} draining", highlight=False)
         return
     end = time.monotonic() + deadline
+    seen: set[str] = set()  # instances seen on the node or moving off it: what the drain moved
     with err_console.status(f"draining node/{node} ...") as spinner:
-        while not status["done"]:
-            if status["blocked"] and not status["remaining"] and not status["moving"]:
+        while True:
+            seen.update(i["instance"] for i in status["remaining"] + status["moving"])
+            if status["done"] or (status["blocked"] and not status["remaining"] and not status["moving"]):
                 break
             if time.monotonic() > end:
-                stuck = ", ".join(i["instance"] for i in status["remaining"] + status["moving"])
-                fail(f"node/{node} still has {len(status['remaining'])} on it and {len(status['moving'])} moving "
-                     f"after {deadline:.0f}s: {stuck}")
-            spinner.update(f"draining node/{node}: {len(status['remaining'])} still on the node, "
-                           f"{len(status['moving'])} moving, {len(status['blocked'])} blocked")
+                fail(f"node/{node} not drained after {deadline:.0f}s: {drain_progress(status)}; " +
+                     "; ".join(_stuck(i) for i in status["remaining"] + status["moving"]))
+            spinner.update(f"draining node/{node}: {drain_progress(status)}")
             time.sleep(0.5)
             status = api.request("GET", f"/v1/nodes/{node}/drain")
     if status["blocked"]:
         fail(f"node/{node} cannot be drained completely: " +
              "; ".join(f"{b['instance']}: {b['reason']}" for b in status["blocked"]))
-    out.print(f"node/{node} drained", highlight=False)
+    out.print(f"node/{node} drained ({len(seen)} instance(s) moved off it)", highlight=False)
+
+
+def drain_progress(status: dict[str, Any]) -> str:
+    """`2 still on the node, 3 moving (1 waiting for room), 0 blocked`: a Pending instance with
+    no node is moving too, waiting for a node it fits on."""
+    waiting = sum(1 for m in status["moving"] if not m.get("node"))
+    return (f"{len(status['remaining'])} still on the node, {len(status['moving'])} moving "
+            f"({waiting} waiting for room), {len(status['blocked'])} blocked")
+
+
+def _stuck(i: dict[str, Any]) -> str:
+    if i.get("node"):
+        return f"{i['instance']}: {i.get('phase', '')} on {i['node']}"
+    if "phase" in i and "message" not in i:
+        return f"{i['instance']}: still on the node ({i['phase'] or 'unknown'})"
+    why = (i.get("message") or "").split(". Per node: ", 1)[0]
+    return f"{i['instance']}: {i.get('phase', '')} ({i.get('reason', '')}): {why}"
 
 
 def label(

@@ -109,6 +109,10 @@ def scheduler(
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_to_score: int = typer.Option(2, "--nodes-to-score-percent", min=1, max=100,
                                        help="Stop filtering once max(100, this % of nodes) fit; 100 = all."),
+    load_aware_weight: float = typer.Option(0.0, "--load-aware-weight", min=0.0, max=100.0,
+                                            help="Weight of load-aware scoring (nodes' recent p95 cpu and memory "
+                                            "from heartbeats) beside the request-based scores (headroom 1, spread "
+                                            "2); 0 = off. Requests stay the fit rule."),
     data_dir: Path = typer.Option(Path("/var/lib/persys/scheduler"), "--data-dir",
                                   help="Remembers the cluster id (to recognise a wiped store) and rolling backups."),
     replica_id: str = typer.Option("", "--replica-id", help="Unique name of this replica (default: random)."),
@@ -228,6 +232,7 @@ def scheduler(
             with backend_opts.refusals():  # a wrong password: one line, no traceback
                 s = await start_scheduler(store, events, listen, tls, SchedulerConfig(
                     node_grace_seconds=node_grace, nodes_to_score_percent=nodes_to_score, data_dir=data_dir,
+                    load_aware_weight=load_aware_weight,
                     replica_id=replica_id, advertise=adv, sharded=sharded, stall_log_seconds=stall_log_ms / 1000,
                     liveness_suspension_seconds=liveness_suspension, restart_grace_seconds=restart_grace,
                     liveness_guard_min_nodes=liveness_guard_min_nodes),

@@ -42,6 +42,7 @@ from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.rollout import rollout_routes
 from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.terminal_routes import terminal_routes
+from persys.gateway.routes.whatif_routes import whatif_routes
 from persys.gateway.routes.workloads import workload_routes
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
@@ -131,6 +132,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(exec_routes(client, agent_tls))
     app.include_router(terminal_routes(client, agent_tls))
     app.include_router(workload_routes(client, parser))
+    app.include_router(whatif_routes(client, parser))  # what-if plans and counterfactuals
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true
     app.include_router(node_routes(client))

@@ -20,6 +20,9 @@ class Taint(Model):
     key: StrictStr
     value: StrictStr = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    # When an operator added it (wall clock): NoExecute's tolerationSeconds count from here.
+    # Unset (an agent's own taints): since the node registered.
+    added_at: float | None = None
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}:{self.effect}"

@@ -82,6 +82,15 @@ class Toleration(Model):
     operator: Literal["Equal", "Exists"] = "Equal"
     value: LabelValue = ""
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    # NoExecute only: how long the instance may stay on a node after the taint was added, then it
+    # is moved off (Kubernetes' tolerationSeconds). Unset: as long as the taint stays.
+    toleration_seconds: Annotated[StrictInt, Field(ge=0, le=10**9)] | None = None
+
+    @model_validator(mode="after")
+    def _seconds_for_no_execute(self) -> Toleration:
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds: only with effect NoExecute")
+        return self
 
     @field_validator("value")
     @classmethod
@@ -93,6 +102,17 @@ class Toleration(Model):
             # An empty key matches every taint only with Exists; Equal would match none.
             raise ValueError("an empty key needs operator Exists")
         return v
+
+
+class TopologySpread(Model):
+    """Kubernetes' topologySpreadConstraints: replicas of the workload's spread group (its
+    service label, else the workload) per value of `label` may differ by at most `maxSkew`
+    between the domains its nodes could go to; DoNotSchedule refuses a node that would exceed it,
+    ScheduleAnyway only prefers the emptier domains (as spreadBy)."""
+
+    label: LabelKey
+    max_skew: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
 
 
 class LabelConstraint(Model):
@@ -368,6 +388,12 @@ class WorkloadSpec(Model):
                                  Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # A topology label (e.g. "zone") to spread replicas across.
     spread_by: Annotated[StrictStr, Field(max_length=253)] = ""
+    # Priority: a Pending workload may preempt (move off a node) instances of a lower priority
+    # when that makes it fit (docs/placement.md). Unset: 0, and out of the revision hash.
+    priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] | None = None
+    # Hard or soft limits on how unevenly replicas spread over a label's values (unset stays out
+    # of the revision hash).
+    topology_spread: Annotated[list[TopologySpread], Field(max_length=8)] | None = None
     volumes: Annotated[list[VolumeSpec], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
     # Unset: Stop when a volume is single-writer (see VolumeSpec.single_writer), Keep otherwise;
     # unset stays out of the revision hash, so specs written before the field keep their revision.

@@ -87,6 +87,8 @@ _CATALOGUE: tuple[Family, ...] = (
     _f("persys_automation_decisions_total", "counter",
        "Automation decisions recorded, by policy sort, outcome (acted, dry-run, none, paused, failed) and the "
        "limit that held it (none when nothing did).", ("sort", "outcome", "held_by")),
+    _f("persys_preemptions_total", "counter", "Instances preempted (moved off a node) to make room for a "
+       "Pending instance of a higher priority.", ()),
     _f("persys_placement_decision_duration_seconds", "histogram",
        "The placement engine's time for one decision.", (), "scheduler", DECISION_BUCKETS),
     _f("persys_placement_reservations", "gauge",

@@ -78,7 +78,10 @@ class AgentApi:
                             f"runtimes: {', '.join(sorted(node.capabilities.runtimes)) or 'none'}")
                 break
             await self.s.refresh(key)
-        self.s.enqueue_pending()
+        # What waited for this agent (instances being moved, whose status has no rejection codes);
+        # Unschedulable ones are looked at again if the node's change could help them (the node
+        # event's queueing hints: queueing_hints.py).
+        self.s.enqueue_pending(frozenset())
 
     def heartbeat(self, node_id: str, usage: NodeUsage) -> bool:
         """Record liveness in memory. False when the node is unknown and must register."""
@@ -88,6 +91,7 @@ class AgentApi:
         live = self._heard(node_id)
         live.last_heartbeat_wall = time.time()
         live.usage = usage
+        live.recent.add(usage.cpu_percent, usage.memory_used_mb)
         self.s.telemetry.node(node_id, usage)
         return True
 

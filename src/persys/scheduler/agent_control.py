@@ -37,7 +37,7 @@ from persys.model import (
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import node_admission, revisions, volume_rules
+from persys.scheduler import node_admission, revisions, volume_rules, whatif_api
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -350,8 +350,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             await self.policy.admit([manifest])
             return {
                 "workload": manifest.metadata.name,
-                "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain(), "decision": d.to_dict()}
-                             for inst, d in self.s.plan(manifest)],
+                "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain_detailed(),
+                              "decision": d.to_dict()} for inst, d in self.s.plan(manifest)],
             }
 
         return await self._document(context, plan)
@@ -361,6 +361,25 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return self.s.explain(request.workload_id, request.node_id)
 
         return await self._document(context, explain)
+
+    async def PlanOperation(self, request: pb.PlanOperationRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        await self._as_client(context)
+        await self._check_size(context, self.limits.manifest_problem(request.operation_json, "operation_json"))
+
+        async def plan() -> dict[str, Any]:
+            try:
+                doc = json.loads(request.operation_json or b"{}")
+            except ValueError as err:
+                raise ManifestError([f"operation: not JSON ({err})"]) from None
+            return await whatif_api.plan_operation(self.s.state, self.s.placement, doc)
+
+        return await self._document(context, plan)
+
+    async def WhatIfWorkload(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def what_if() -> dict[str, Any]:
+            return whatif_api.what_if(self.s.state, self.s.placement, request.workload_id)
+
+        return await self._document(context, what_if)
 
     async def ControlWorkload(self, request: pb.ControlWorkloadRequest, context: grpc.aio.ServicerContext
                               ) -> pb.Document:

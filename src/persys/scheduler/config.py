@@ -28,6 +28,10 @@ class SchedulerConfig:
     # nodes, 2% is about 4x faster per decision than kube's adaptive 10%. Pending decisions
     # always evaluate every node, so refusals are always complete.
     nodes_to_score_percent: int = 2
+    # Load-aware scoring: the weight of the observed_load scorer (recent p95 cpu and memory of
+    # each node) beside the request-based ones (cpu/memory headroom 1, spread 2); 0: off.
+    load_aware_weight: float = 0.0
+    load_refresh_seconds: float = 30.0  # how often observations are taken into the snapshot
     # Where the scheduler remembers its cluster's id and keeps a rolling backup (None: nowhere,
     # which disables recognising a wiped store after a restart of the scheduler itself).
     data_dir: Path | None = None

@@ -80,7 +80,12 @@ class NodeApi:
         def change(n: Node) -> Node:
             kept = [t for t in n.admin_taints if not dropped(t) and (t.key, t.effect) not in
                     {(a.key, a.effect) for a in add}]
-            n.admin_taints = kept + add
+            # When each taint was added (NoExecute's tolerationSeconds count from it); adding the
+            # same taint again keeps its time.
+            since = {(t.key, t.value, t.effect): t.added_at for t in n.admin_taints}
+            now = time.time()
+            added = [t.model_copy(update={"added_at": since.get((t.key, t.value, t.effect)) or now}) for t in add]
+            n.admin_taints = kept + added
             return n
 
         return await self.update_node(node_id, change)

@@ -43,6 +43,7 @@ class NodeMonitor:
         # Lost nodes whose Stop instances wait for the node guard (reconcile.relocation): node ->
         # wall-clock time at which their workloads are looked at again.
         self.held: dict[str, float] = {}
+        self.load_taken = float("-inf")  # when observed utilisation last went into the snapshot
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
@@ -75,12 +76,22 @@ class NodeMonitor:
                 # A quiet moment: bring the placement snapshot up to date now, in small steps,
                 # rather than in one piece inside the next decision (after a start or failover
                 # that is every node).
+                if (self.s.config.load_aware_weight > 0
+                        and self.s.clock() - self.load_taken >= self.s.config.load_refresh_seconds):
+                    self.load_taken = self.s.clock()
+                    self.s.placement.observations_changed()  # load-aware scoring: fresh p95s
                 await self.s.placement.prepare()
-                if self.pending_dirty or self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
-                    # Coalesced: a burst of node changes costs one pass over the workloads.
+                if self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
+                    # Now and then every Pending instance, whatever changed (the safety net).
                     self.pending_dirty = False
                     last_retry = self.s.clock()
+                    self.s.hints.take()
                     self.s.enqueue_pending()
+                elif self.pending_dirty:
+                    # Coalesced: a burst of node changes costs one pass, over the Pending instances
+                    # those changes could help only (queueing hints).
+                    self.pending_dirty = False
+                    self.s.enqueue_pending(self.s.hints.take())
             except StoreUnavailable as err:
                 log.warning("node monitor: store unavailable: %s", err)
             except Exception:

@@ -18,6 +18,7 @@ from persys.scheduler import failures, keys, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
 from persys.scheduler.placement_service import has_local_volumes, to_request
+from persys.scheduler.preemption_commits import try_preempt
 from persys.scheduler.reconcile import Need
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import Versioned, put_doc
@@ -27,6 +28,7 @@ from persys.store.base import Compare, Put, StoreUnavailable
 
 log = logging.getLogger(__name__)
 PLACE_CHUNK = 128  # placements decided between two yields to the event loop
+PREEMPTIONS_PER_PASS = 4  # preemption attempts per engine pass (each ~0.1 s at 5,000 nodes)
 # Each placement carries two compares and two puts; with the leader fence that stays within
 # etcd's default --max-txn-ops of 128 per branch.
 PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
@@ -48,7 +50,7 @@ class Placed:
 
 
 def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
-                   homes: Sequence[Versioned[Volume]] = ()) -> Unit:
+                   homes: Sequence[Versioned[Volume]] = (), note: str = "") -> Unit:
     """The compares and puts that make one decision durable: its assignment (created only if
     absent, only while the workload is at the revision decided on) and its status; `homes`:
     local volume records without a node yet, which now live where the instance goes. Records on
@@ -63,7 +65,7 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     )
     volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
     p.moved_from = prev.relocating_from if prev else ""
-    p.explanation = p.decision.explain()
+    p.explanation = p.decision.explain() + note  # note: e.g. whom it preempted
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
         placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
@@ -90,12 +92,15 @@ def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]])
 
 def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
     """The status of an instance no node fits (None: it says so already)."""
-    reason = decision.explain()
+    reason = decision.explain_detailed()
     if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
         return None
+    # An instance moved off a node (drain, loss) that fits nowhere is still being moved: keeping
+    # where it came from keeps it in the drain's progress (it used to vanish from it, and the
+    # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
                           placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
-                          updated_at=now)
+                          relocating_from=prev.relocating_from if prev else "", updated_at=now)
 
 
 class Placer:
@@ -190,8 +195,13 @@ class Placer:
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
         self.s.metrics.decided(decisions)
         placed: list[Placed] = []
-        for n, decision in zip(needs, decisions, strict=True):
+        attempts = 0  # each costs a fresh snapshot (O(nodes)): a few per pass, the rest retried later
+        for n, decision, request in zip(needs, decisions, requests, strict=True):
             if decision.node_id is None:
+                if request.priority > 0 and attempts < PREEMPTIONS_PER_PASS:
+                    attempts += 1
+                    if await self.preempt(n, request):
+                        continue
                 reason = await self.mark_pending(n, decision)
                 if started_ns:
                     placement_tracing.record(n, decision, "Pending", started_ns, reason)
@@ -207,6 +217,13 @@ class Placer:
             task = asyncio.create_task(self.commit(placed[i : i + PLACEMENTS_PER_TXN]))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    async def preempt(self, n: Need, request: pl.WorkloadRequest) -> bool:
+        def place_unit(decision: pl.Decision, now: float, note: str) -> Unit:
+            st = self.s.state.statuses.get(n.instance)
+            return placement_unit(Placed(n, decision), st.value if st else None, now, note=note)
+
+        return await try_preempt(self.s, n, request, place_unit)
 
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""

@@ -66,13 +66,20 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
         disk_mb=spec.resources.disk_mb,
         node_selector=dict(spec.node_selector),
         constraints=tuple(pl.LabelConstraint(c.key, c.operator, tuple(c.values)) for c in spec.constraints),
-        tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations),
+        # A toleration with tolerationSeconds lets an instance stay a while on a NoExecute-tainted
+        # node, not arrive there (else it would be placed back after each eviction).
+        tolerations=tuple(pl.Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations
+                          if t.toleration_seconds is None),
         volume_drivers=volume_needs(w, vols),
         pinned_node=pinned_node or (volume_home(w, vols) if vols else None),
         excluded_nodes=frozenset(spec.avoid_nodes),
         required_features=frozenset(spec.required_features),
         service=service_of(w),
-        spread_label=spec.spread_by or None,
+        # Scores prefer the emptier domains of the first spread label (hard ones are filtered too).
+        spread_label=spec.spread_by or next((t.label for t in spec.topology_spread or ()), None),
+        priority=spec.priority or 0,
+        spread_constraints=tuple(pl.SpreadConstraint(t.label, t.max_skew, t.when_unsatisfiable == "DoNotSchedule")
+                                 for t in spec.topology_spread or ()),
     )
 
 
@@ -107,6 +114,9 @@ class PlacementService:
         # Whether a node's agent was heard from since this replica became active (set by the
         # replica; node_monitor.NodeMonitor.heard): a stored Ready alone is no proof of life.
         self.heard: Callable[[str], bool] = lambda node_id: True
+        # Load-aware scoring: a node's recent p95 (cpu %, memory MiB), None when not measured;
+        # unset: nodes carry no observation (the observed_load scorer is off by default).
+        self.observed: Callable[[str], tuple[float, int] | None] | None = None
         state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
@@ -135,6 +145,12 @@ class PlacementService:
     def refresh_nodes(self) -> None:
         """Whether nodes were heard from changed for all of them (this replica became active)."""
         self._on_change("reset", "")
+
+    def observations_changed(self) -> None:
+        """Take the nodes' latest observed utilisation into the next snapshot (their static facts
+        did not change: the static verdicts stay)."""
+        self._dirty.update(self._infos)
+        self._base = None
 
     def reset(self) -> None:
         """Forget every reservation and derived index: the next decision starts from the mirror."""
@@ -222,6 +238,7 @@ class PlacementService:
             w = workloads.get(workload_of(a.workload_id))
             services[service_of(w.value) if w else workload_of(a.workload_id)] += 1
         caps = n.capabilities
+        seen = self.observed(node_id) if self.observed is not None else None
         return pl.NodeInfo(
             id=n.id,
             ready=n.status == NodeStatus.READY and self.heard(n.id),
@@ -240,6 +257,8 @@ class PlacementService:
             committed_disk_mb=sum(a.disk_mb for a in assigned),
             workload_count=len(assigned),
             service_counts=dict(services),
+            observed_cpu_percent=seen[0] if seen else None,
+            observed_memory_mb=seen[1] if seen else None,
         )
 
     def snapshot(self) -> pl.Snapshot:
@@ -289,6 +308,13 @@ class PlacementService:
             if r.id not in planned:
                 scratch.reserve(r)
         return pl.place_many(self.base(), requests, scratch, self.config)
+
+    def reserve_decided(self, request: pl.WorkloadRequest, node_id: str) -> None:
+        """Reserve a placement decided outside `place` (a preemption), as `place` reserves."""
+        self.ledger.reserve(pl.Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb,
+                                           request.disk_mb, request.group))
+        self._fresh.add(request.id)
+        self._current = None
 
     def evaluate(self, request: pl.WorkloadRequest, node_id: str) -> pl.NodeEvaluation | None:
         return pl.evaluate_node(self.snapshot(), request, node_id, self.config)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from persys.model import NodeStatus, OnDisconnect, Phase, Workload, WorkloadStatus
 from persys.model.workload import index_of, instance_id
-from persys.scheduler import failures, keys, quarantine, volume_rules
+from persys.scheduler import failures, keys, quarantine, taint_eviction, volume_rules
 from persys.scheduler.group_commit import TXN_MAX_OPS, chunk_ops
 from persys.scheduler.placement_service import has_local_volumes
 from persys.scheduler.state import ClusterState
@@ -175,7 +175,10 @@ def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: 
     elif node.value.status == NodeStatus.NOT_READY:
         why = f"node {node_id} is lost ({node.value.status_reason})"
     else:
-        return None
+        evict = taint_eviction.eviction(node.value, w.spec.tolerations)
+        if evict is None or evict.due > now:
+            return None
+        why = evict.why(node_id)
     st = state.statuses.get(inst)
     prev = st.value if st else WorkloadStatus()
     guard = [Compare(keys.workload(w.id), wrev)]
@@ -194,8 +197,9 @@ def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: 
         "phase": Phase.PENDING, "reason": "Relocating", "message": f"{why}; moving it elsewhere",
         "relocating_from": node_id, "left_node": "", "updated_at": now,
     })
+    reason = "TaintEviction" if why.endswith("(NoExecute)") else "Relocating"
     return Write(guard, [Delete(keys.assignment(node_id, inst)), Put(keys.status(inst), new.to_json())],
-                 [Event("Relocating", f"workload/{w.id}", f"{inst}: {why}", "Relocating")])
+                 [Event("Relocating", f"workload/{w.id}", f"{inst}: {why}", reason)])
 
 
 def sync_write(state: ClusterState, w: Workload, inst: str, node_id: str) -> Write | None:

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any
 
@@ -33,7 +33,7 @@ from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
-from persys.scheduler import event_trace, failures, replica_metrics, views
+from persys.scheduler import event_trace, failures, queueing_hints, replica_metrics, taint_eviction, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -88,10 +88,13 @@ class Scheduler:
         self.sorted_nodes = SortedIds("node", self.state.nodes)
         self.state.subscribe(self.sorted_workloads.on_change)
         self.state.subscribe(self.sorted_nodes.on_change)
+        weights = {**pl.DEFAULT_WEIGHTS, "observed_load": self.config.load_aware_weight}
         self.placement = PlacementService(
-            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent)
-        )
+            self.state, pl.PlacementConfig(percentage_of_nodes_to_score=self.config.nodes_to_score_percent,
+                                           weights=weights))
         self.live: dict[str, LiveNode] = {}
+        if self.config.load_aware_weight > 0:
+            self.placement.observed = lambda n: self.live[n].recent.p95() if n in self.live else None
         self.usage: dict[str, WorkloadUsage] = {}
         self.metrics = ReplicaMetrics(metrics or Metrics(process=False))
         self.placement.decision_histogram = self.metrics.decision_seconds
@@ -130,6 +133,8 @@ class Scheduler:
         self.delivery = Delivery(self.state, self.require_owner)
         self.monitor = NodeMonitor(self)
         self.placement.heard = self.monitor.heard  # only nodes heard from since this replica became active
+        self.evictions = taint_eviction.EvictionTimers(self.state, self.enqueue_node_workloads, time.time)
+        self.hints = queueing_hints.PendingHints()
         self._check_nodes, self.resume_liveness = self.monitor.check_nodes, self.monitor.resume_liveness
         self.placer = Placer(self)
         self.worker = ReconcileWorker(self, self.placer)
@@ -319,6 +324,7 @@ class Scheduler:
         pending = [t for t in [*self._tasks, *self._active_tasks] if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=STOP_WAIT_SECONDS)
+        self.evictions.close()
         await self.state.stop()
         self.heap.uninstall()
         if self.stall_watchdog is not None:
@@ -347,6 +353,8 @@ class Scheduler:
         elif kind == "status":
             if not self._settled(ident):
                 self.enqueue(workload_of(ident))
+        elif kind == "reset":
+            self.hints.reset()  # the mirror was reloaded: node changes in between are unknown
         elif kind == "replicas":
             self._spawn(self.membership.sync_shards())
         elif kind == "shards":
@@ -355,8 +363,10 @@ class Scheduler:
             self.delivery.wake(ident)
             self.monitor.pending_dirty = True  # a node changed: Pending workloads may fit now
             node = self.state.nodes.get(ident)
+            self.hints.node_changed(ident, node.value if node is not None else None)  # which ones: queueing_hints
             if node is not None and node.value.draining:
                 self.enqueue_node_workloads(ident)
+            self.evictions.node_changed(ident)  # NoExecute taints: move off now or at tolerationSeconds
 
     def _settled(self, inst: str) -> bool:
         """An instance running where it is assigned, of a workload not being deleted, with no move
@@ -389,8 +399,12 @@ class Scheduler:
         for inst in list(self.state.assignments.get(node_id, {})):
             self.enqueue(workload_of(inst))
 
-    def enqueue_pending(self) -> None:
-        for inst in self.state.pending:
+    def enqueue_pending(self, hinted: frozenset[str] | None = None) -> None:
+        pending: Iterable[str] = self.state.pending
+        if hinted is not None:  # only those the node changes could help (queueing_hints)
+            statuses = {i: st.value for i in self.state.pending if (st := self.state.statuses.get(i)) is not None}
+            pending = queueing_hints.helped(self.state.pending, statuses, hinted)
+        for inst in pending:
             self.enqueue(workload_of(inst))
 
     def runs_on(self, inst: str, node_id: str) -> bool:

@@ -44,6 +44,7 @@ class ReplicaMetrics:
         self.reconcile_seconds = metrics.histogram("persys_reconcile_duration_seconds")
         self.placements = metrics.counter("persys_placements_total")
         self.refusals = metrics.counter("persys_placement_refusals_total")
+        self.preemptions = metrics.counter("persys_preemptions_total")
         self.decision_seconds = metrics.histogram("persys_placement_decision_duration_seconds")
         self.batch_sizes = metrics.histogram("persys_group_commit_batch_size")
 

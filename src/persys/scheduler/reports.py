@@ -10,6 +10,7 @@ from typing import Any
 from persys.model import NodeStatus, NodeUsage, Phase, Workload, WorkloadStatus, WorkloadUsage
 from persys.model.base import Model
 from persys.model.status import PROGRESS_REASONS
+from persys.scheduler.load_window import UsageWindow
 from persys.scheduler.state import ClusterState, Versioned
 
 
@@ -41,6 +42,7 @@ class LiveNode:
     # When the agent itself last spoke (heartbeat, report, registration). Unlike last_heartbeat,
     # which fresh grace periods move forward, only this can make a node Ready (liveness.py).
     heard_at: float = float("-inf")
+    recent: UsageWindow = field(default_factory=UsageWindow)  # for load-aware scoring (load_window.py)
 
 
 def usage_of(r: WorkloadReport) -> WorkloadUsage | None:

@@ -10,6 +10,7 @@ from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.queueing_hints import PendingHints
 from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
@@ -28,6 +29,7 @@ class Shell(Protocol):
     usage: dict[str, WorkloadUsage]
     metrics: ReplicaMetrics
     telemetry: Telemetry  # samples for Persys Meter (never blocks)
+    hints: PendingHints  # the rejection codes node changes lifted since the monitor last looked
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the
@@ -36,8 +38,9 @@ class Shell(Protocol):
     def enqueue(self, wid: str) -> None:
         """Have the reconcile worker look at a workload (de-duplicated)."""
 
-    def enqueue_pending(self) -> None:
-        """Look at every Pending instance's workload again (the cluster changed)."""
+    def enqueue_pending(self, hinted: frozenset[str] | None = None) -> None:
+        """Look at every Pending instance's workload again (the cluster changed); with `hinted`
+        (queueing_hints), only those a rejection code of which is in it."""
 
     def require_normal(self) -> None:
         """Raise Frozen unless the control plane accepts changes."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -34,6 +34,10 @@ class PlacementView(BaseModel):
     evaluated: int = 0
     scores: list[Score] = []
     explanation: str = ""
+    # Pending: every failing filter of each detailed node ({code, message} and, for a fit
+    # failure, needed, available, shortBy, unit).
+    reasons: dict[str, list[dict[str, Any]]] = {}
+    codes: list[str] = []  # Pending: the codes nodes were rejected with
 
 
 class UsageView(View):
@@ -251,3 +255,68 @@ class Health(View):
     mirror: MirrorView
     liveness: LivenessView
     dependencies: list[DependencyView] = []
+
+
+class WhatIfOutcome(BaseModel):
+    """One instance in a what-if plan: where it is (`from`, "" when Pending now), where it would
+    be (`to`, null: it would stay Pending), why (the engine's decision on the changed snapshot)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    instance: str
+    from_: str = Field(alias="from")
+    to: str | None
+    explanation: str
+    decision: dict[str, Any]
+
+
+class WhatIfStay(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instance: str
+    node: str
+    reason: str
+
+
+class WhatIfPlanView(View):
+    """POST /v1/plan/operation: what an operation would do, decided on the current snapshot."""
+
+    operation: dict[str, Any]
+    affected_nodes: list[str]
+    summary: str
+    moves: list[WhatIfOutcome]
+    pending: list[WhatIfOutcome]  # off an affected node, to nowhere
+    stays: list[WhatIfStay]
+    placed: list[WhatIfOutcome]  # Pending now, placed after the operation
+    still_pending: list[dict[str, Any]]  # the first 100 Pending before and after
+    still_pending_count: int
+
+
+class WhatIfChange(View):
+    """A counterfactual: kind (resources | tolerate | label-node | uncordon | free-node), what it
+    changes, its cost (ranked ascending), how many nodes fit once changed and where it would land."""
+
+    kind: str
+    summary: str
+    cost: float
+    fits: int
+    lands_on: str
+    node: str | None = None
+    resources: dict[str, int] | None = None
+    tolerations: list[dict[str, str]] | None = None
+    labels: dict[str, str | None] | None = None
+    moves: list[dict[str, str | None]] | None = None
+
+
+class WhatIfReplica(View):
+    instance: str
+    node: str
+    pending: bool
+    changes: list[WhatIfChange]
+    explanation: str | None = None
+    placed_now: str | None = None
+
+
+class WhatIfView(View):
+    """GET /v1/workloads/{id}/whatif: each Pending replica's smallest verified changes."""
+
+    workload: str
+    replicas: list[WhatIfReplica]

@@ -15,6 +15,7 @@ from persys.scheduler import quarantine
 from persys.scheduler.errors import NotFound
 from persys.scheduler.liveness import GuardState
 from persys.scheduler.pages import Page, SortedIds, take_page
+from persys.scheduler.placement.verdicts import Rejections
 from persys.scheduler.placement_service import has_local_volumes
 from persys.scheduler.reports import LiveNode
 from persys.scheduler.state import ClusterState
@@ -42,7 +43,32 @@ def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
         "scores": [[s.node_id, round(s.total, 3), [round(s.breakdown[k], 3) for k in names]]
                    for s in decision.scores],
         "explanation": explanation,
+        **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
+        # Pending: the codes nodes were rejected with (queueing hints: which node changes help).
+        **({"codes": sorted(_codes(decision))} if decision.node_id is None else {}),
     }
+
+
+def _codes(decision: pl.Decision) -> set[str]:
+    rejections = decision.rejections
+    if isinstance(rejections, Rejections):
+        return set(rejections.code_counts())
+    return {st.code for st in rejections.values()}
+
+
+def reasons_doc(decision: pl.Decision) -> dict[str, list[dict[str, Any]]]:
+    """A pending decision's every failing filter per detailed node: code and message, with the
+    figures (needed, available, shortBy, unit) of a fit failure."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node_id, statuses in decision.reasons.items():
+        items = []
+        for st in statuses:
+            item: dict[str, Any] = {"code": st.code, "message": st.message}
+            if st.needed is not None:
+                item.update(needed=st.needed, available=st.available, shortBy=st.short_by, unit=st.unit)
+            items.append(item)
+        out[node_id] = items
+    return out
 
 
 def placement_view(doc: dict[str, Any]) -> dict[str, Any]:
@@ -161,8 +187,10 @@ def drain_status(state: ClusterState, live: Mapping[str, LiveNode], node_id: str
             blocked.append({"instance": inst, "reason": f"its node-local volume lives on {node_id}"})
         else:
             remaining.append({"instance": inst, "phase": str(st.value.phase) if st else ""})
+    # Off the node: placed elsewhere and starting, or waiting for room (reason Unschedulable, no
+    # node: the message says why). Both keep the drain from being done.
     moving = [{"instance": inst, "phase": str(st.value.phase), "node": state.placement_of.get(inst, ""),
-               "message": st.value.message}
+               "message": st.value.message, "reason": st.value.reason}
               for inst, st in state.statuses.items() if st.value.relocating_from == node_id and inst not in on_node]
     n = cur.value
     done = n.draining and not remaining and not moving and not blocked

@@ -81,6 +81,8 @@ RPC_RULES: dict[str, Rule] = {
     CONTROL + "GetWorkload": _r("get", "workloads"),
     CONTROL + "PlanWorkload": _r("plan", "workloads"),
     CONTROL + "ExplainWorkload": _r("get", "workloads"),
+    CONTROL + "PlanOperation": _r("plan", "workloads"),  # a what-if: reads, writes nothing
+    CONTROL + "WhatIfWorkload": _r("plan", "workloads"),
     CONTROL + "ListWorkloads": _r("list", "workloads"),
     CONTROL + "ListRevisions": _r("get", "workloads"),
     CONTROL + "RollbackWorkload": _m("apply", "workloads"),
@@ -159,6 +161,8 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/workloads:batch"): _m("apply", "workloads"),
     ("POST", "/v1/plan"): _r("plan", "workloads"),
     ("GET", "/v1/workloads/{workload_id}/explain"): _r("get", "workloads"),
+    ("POST", "/v1/plan/operation"): _r("plan", "workloads"),
+    ("GET", "/v1/workloads/{workload_id}/whatif"): _r("plan", "workloads"),
     ("GET", "/v1/workloads"): _r("list", "workloads"),
     ("GET", "/v1/workloads/{workload_id}"): _r("get", "workloads"),
     ("DELETE", "/v1/workloads/{workload_id}"): _m("delete", "workloads"),

@@ -8,6 +8,7 @@ from persys.scheduler.placement import (
     LabelConstraint,
     NodeInfo,
     PlacementConfig,
+    SpreadConstraint,
     Taint,
     Toleration,
     WorkloadRequest,
@@ -40,6 +41,7 @@ def request_from_data(data: dict[str, Any]) -> WorkloadRequest:
         LabelConstraint(c["key"], c["operator"], tuple(str(v) for v in c.get("values", ())))
         for c in d.get("constraints", ())
     )
+    d["spread_constraints"] = tuple(SpreadConstraint(**c) for c in d.get("spread_constraints", ()))
     for key in ("volume_drivers", "excluded_nodes", "required_features"):
         if key in d:
             d[key] = frozenset(d[key])

@@ -3,7 +3,10 @@
 Case format (see scenarios/*.yaml): ``nodes``, optional ``config``, and ``workloads`` placed in
 order with ``place_many`` (each success reserves capacity). Each workload may carry ``expect``:
 ``node`` (id or null = pending), ``feasible``, ``reasons`` {node: substring}, ``codes``
-{node: code}, ``explain`` (exact), ``explain_contains`` [substrings], ``top`` [node ids in order].
+{node: code}, ``explain`` (exact), ``explain_contains`` [substrings], ``top`` [node ids in order],
+``every_reason`` {node: [code, ...]} (a pending decision's every failing filter of that node, in
+filter order; exactly the detailed nodes when given), ``detailed`` (exact `explain_detailed()`),
+``detailed_contains`` [substrings].
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 import yaml
 from placement_helpers import config_from_data, node_from_data, request_from_data
 
-from persys.scheduler.placement import Reservations, Snapshot, place_many
+from persys.scheduler.placement import Decision, Reservations, Snapshot, place_many
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -28,6 +31,17 @@ def _cases() -> list[Any]:
         for case in doc["cases"]:
             params.append(pytest.param(case, id=f"{path.stem}:{case['name']}"))
     return params
+
+
+def check_every_reason(expect: dict[str, Any], decision: Decision) -> None:
+    where = decision.explain_detailed()
+    if "every_reason" in expect:
+        got = {node_id: [st.code for st in statuses] for node_id, statuses in decision.reasons.items()}
+        assert got == expect["every_reason"], where
+    if "detailed" in expect:
+        assert where == expect["detailed"]
+    for text in expect.get("detailed_contains", []):
+        assert text in where, where
 
 
 @pytest.mark.parametrize("case", _cases())
@@ -54,6 +68,7 @@ def test_scenario(case: dict[str, Any]) -> None:
             assert decision.explain() == expect["explain"]
         for text in expect.get("explain_contains", []):
             assert text in decision.explain(), where
+        check_every_reason(expect, decision)
         if "top" in expect:
             assert [s.node_id for s in decision.scores] == expect["top"], where
         json.dumps(decision.to_dict())  # always JSON-serialisable

@@ -13,6 +13,7 @@ from typing import Any
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
 from .nodebits import LabelBits, range_bits
+from .reasons import describe_node, every_reason
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
     NodeInfo,
@@ -38,6 +39,11 @@ class PlacementConfig:
     # cluster is feasible. None = adaptive (50% - nodes/125, at least 5%, at least 100 nodes);
     # 100 = always evaluate every node. Pending decisions always evaluate every node.
     percentage_of_nodes_to_score: int | None = None
+    # A pending decision lists every failing filter (not only the first) of up to this many
+    # rejected nodes, at most `detail_per_reason` per distinct first reason (0: none). Bounded:
+    # at thousands of nodes a full list would cost a pass of every filter over every node.
+    detail_nodes: int = 32
+    detail_per_reason: int = 8
 
     def __post_init__(self) -> None:
         names = {s.name for s in self.scorers}
@@ -48,6 +54,8 @@ class PlacementConfig:
             raise ValueError("scorer weights must be >= 0")
         if self.top_candidates < 1:
             raise ValueError("top_candidates must be >= 1")
+        if self.detail_nodes < 0 or self.detail_per_reason < 1:
+            raise ValueError("detail_nodes must be >= 0 and detail_per_reason >= 1")
         pct = self.percentage_of_nodes_to_score
         if pct is not None and not 0 < pct <= 100:
             raise ValueError("percentage_of_nodes_to_score must be in (0, 100]")
@@ -86,10 +94,27 @@ class Decision:
     feasible: int  # feasible among the evaluated nodes
     total: int
     evaluated: int  # == total unless sampling stopped early (see percentage_of_nodes_to_score)
+    # Pending decisions: every failing filter of a bounded sample of the rejected nodes (see
+    # PlacementConfig.detail_nodes), node id -> statuses in filter order.
+    reasons: Mapping[str, tuple[Status, ...]] = field(default_factory=lambda: _NO_REASONS)
 
     @property
     def placed(self) -> bool:
         return self.node_id is not None
+
+    def explain_nodes(self) -> str:
+        """Every reason per detailed node: `n1: insufficient cpu (...); insufficient memory (...) |
+        n2: ...`, and how many rejected nodes are not detailed ("" when none are)."""
+        if not self.reasons:
+            return ""
+        text = " | ".join(f"{node_id}: {describe_node(statuses)}" for node_id, statuses in self.reasons.items())
+        rest = len(self.rejections) - len(self.reasons)
+        return f"{text} | (+{rest} more nodes: explain --node N)" if rest > 0 else text
+
+    def explain_detailed(self) -> str:
+        """The aggregated line, then every reason of each detailed node (a pending status says this)."""
+        nodes = self.explain_nodes()
+        return f"{self.explain()}. Per node: {nodes}" if nodes else self.explain()
 
     def explain(self) -> str:
         rejections = self.rejections
@@ -117,8 +142,12 @@ class Decision:
             "evaluated": self.evaluated,
             "scores": [s.to_dict() for s in self.scores],
             "rejections": {k: v.to_dict() for k, v in sorted(self.rejections.items())},
+            "reasons": {k: [s.to_dict() for s in v] for k, v in self.reasons.items()},
             "explanation": self.explain(),
         }
+
+
+_NO_REASONS: Mapping[str, tuple[Status, ...]] = MappingProxyType({})
 
 
 def aggregate_rejections(statuses: Iterable[Status]) -> str:
@@ -292,7 +321,11 @@ def decide(
     feasible, rejected_nodes, evaluated = _filter_nodes(snapshot, request, config, ctx)
     n = len(snapshot.effective)
     if not feasible:
-        return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated)
+        reasons = _NO_REASONS
+        if config.detail_nodes and n:
+            sample = rejected_nodes.sample(config.detail_per_reason, config.detail_nodes)
+            reasons = MappingProxyType(every_reason(snapshot, request, config.filters, sample, ctx))
+        return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated, reasons)
     scores = _rank(snapshot.effective, feasible, request, config, ctx)
     return Decision(request.id, scores[0].node_id, scores, rejected_nodes, len(feasible), n, evaluated)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from .framework import Filter, PlacementContext
 from .nodebits import NodeBits
-from .snapshot import LabelConstraint, NodeInfo, WorkloadRequest
+from .snapshot import LabelConstraint, NodeInfo, SpreadConstraint, WorkloadRequest
 from .status import Status
 from .storage_offers import offered, refusal
 
@@ -180,6 +180,53 @@ def _accepts(c: LabelConstraint) -> Callable[[str | None], bool]:
     return lambda value: c.matches({} if value is None else {c.key: value})
 
 
+class TopologySpread(Filter):
+    """Hard topology spread (Kubernetes' maxSkew with DoNotSchedule): placing here must not make
+    this node's domain hold more than `max_skew` replicas of the group beyond the emptiest domain.
+    Domains are the label's values on the nodes the request's selector and constraints allow
+    (a node without the label is refused: it belongs to no domain). Counts include reservations."""
+
+    name = "topology_spread"
+    static = False
+
+    def applies(self, request: WorkloadRequest, ctx: PlacementContext) -> bool:
+        return any(c.hard for c in request.spread_constraints)
+
+    def check(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> Status | None:
+        for c in request.spread_constraints:
+            if not c.hard:
+                continue
+            value = node.labels.get(c.label)
+            if value is None:
+                return Status("topology_spread", f"no {c.label} label (topology spread)", self.name)
+            counts = _domain_counts(ctx, request, c)
+            skew = counts.get(value, 0) + 1 - min(counts.values(), default=0)
+            if skew > c.max_skew:
+                return Status("topology_spread",
+                              f"topology spread {c.label}={value}: skew {skew} > maxSkew {c.max_skew}", self.name)
+        return None
+
+
+def _domain_counts(ctx: PlacementContext, request: WorkloadRequest, c: SpreadConstraint) -> dict[str, int]:
+    """Replicas of the request's group per value of c.label over the eligible nodes, once per
+    decision (ctx.scratch)."""
+    key = f"topology_spread.{c.label}"
+    cached: dict[str, int] | None = ctx.scratch.get(key)
+    if cached is not None:
+        return cached
+    group, selector, constraints = request.group, request.node_selector, request.constraints
+    counts: dict[str, int] = {}
+    for n in ctx.snapshot.effective:
+        value = n.labels.get(c.label)
+        if value is None or any(n.labels.get(k) != v for k, v in selector.items()):
+            continue
+        if constraints and not all(x.matches(n.labels) for x in constraints):
+            continue
+        counts[value] = counts.get(value, 0) + n.service_counts.get(group, 0)
+    ctx.scratch[key] = counts
+    return counts
+
+
 # Fit filters compare requests against committed + reserved requests, never observed usage:
 # usage fluctuates, and a decision must be reproducible from the snapshot alone.
 
@@ -236,6 +283,7 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     StorageDrivers(),
     NodeSelector(),
     LabelConstraints(),
+    TopologySpread(),
     CpuFit(),
     MemoryFit(),
     DiskFit(),

@@ -134,12 +134,39 @@ class TaintPenalty(Scorer):
         return out
 
 
+class ObservedLoad(Scorer):
+    """Load-aware scoring (optional, weight 0 by default): a node whose observed utilisation
+    (recent p95 cpu and memory, from its heartbeats) is lower scores higher, beside the
+    request-based headroom: `100 * (1 - (cpu% / 100 + used memory / capacity) / 2)`; a node not
+    measured scores 50. Requests stay the fit rule: observation only orders feasible nodes."""
+
+    name = "observed_load"
+
+    def constant(self, request: WorkloadRequest, ctx: PlacementContext) -> float | None:
+        return None
+
+    def score(self, node: NodeInfo, request: WorkloadRequest, ctx: PlacementContext) -> float:
+        return self.score_many((node,), request, ctx)[0]
+
+    def score_many(self, nodes: Sequence[NodeInfo], request: WorkloadRequest, ctx: PlacementContext) -> list[float]:
+        out = []
+        for n in nodes:
+            if n.observed_cpu_percent is None or n.observed_memory_mb is None:
+                out.append(50.0)
+                continue
+            cpu = min(max(n.observed_cpu_percent, 0.0), 100.0) / 100.0
+            mem = min(max(n.observed_memory_mb / n.memory_mb, 0.0), 1.0) if n.memory_mb > 0 else 1.0
+            out.append(100.0 * (1.0 - (cpu + mem) / 2.0))
+        return out
+
+
 DEFAULT_SCORERS: tuple[Scorer, ...] = (
     CpuHeadroom(),
     MemoryHeadroom(),
     Spread(),
     Commitments(),
     TaintPenalty(),
+    ObservedLoad(),
 )
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -148,4 +175,5 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "spread": 2.0,  # availability beats bin-packing for replicated services
     "commitments": 0.5,
     "taint_penalty": 1.0,
+    "observed_load": 0.0,  # optional: `persys scheduler --load-aware-weight`
 }

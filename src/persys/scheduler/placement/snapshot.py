@@ -121,6 +121,10 @@ class NodeInfo:
     committed_disk_mb: int = 0
     workload_count: int = 0
     service_counts: Mapping[str, int] = field(default_factory=lambda: _EMPTY, hash=False)
+    # Observed utilisation (recent p95 of the node's heartbeats; None: not measured). Only the
+    # optional `observed_load` scorer reads them: requests stay the fit rule.
+    observed_cpu_percent: float | None = None
+    observed_memory_mb: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "runtimes", frozenset(self.runtimes))
@@ -145,6 +149,21 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """At most `max_skew` more replicas of the request's group in one value of `label` than in
+    the emptiest value its nodes could take; `hard`: refuse a node that would exceed it
+    (DoNotSchedule), else only a preference (ScheduleAnyway, scored by `spread`)."""
+
+    label: str
+    max_skew: int = 1
+    hard: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_skew < 1 or not self.label:
+            raise ValueError("a spread constraint needs a label and max_skew >= 1")
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadRequest:
     id: str
     type: str = "container"
@@ -160,6 +179,8 @@ class WorkloadRequest:
     required_features: frozenset[str] = frozenset()
     service: str = ""  # spread group; "" means the workload id
     spread_label: str | None = None  # topology label, e.g. "zone"
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    priority: int = 0  # preemption only (placement/preemption.py): filters and scores ignore it
 
     def __post_init__(self) -> None:
         if min(self.cpu_millicores, self.memory_mb, self.disk_mb) < 0:
@@ -170,6 +191,7 @@ class WorkloadRequest:
         object.__setattr__(self, "volume_drivers", frozenset(self.volume_drivers))
         object.__setattr__(self, "excluded_nodes", frozenset(self.excluded_nodes))
         object.__setattr__(self, "required_features", frozenset(self.required_features))
+        object.__setattr__(self, "spread_constraints", tuple(self.spread_constraints))
 
     @property
     def group(self) -> str:

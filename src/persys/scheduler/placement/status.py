@@ -23,12 +23,20 @@ class Status:
     unit: str = ""  # "cpu" (millicores) or "MiB"
 
     @property
+    def short_by(self) -> int | None:
+        """How much more the node would need free (fit failures only)."""
+        if self.needed is None or self.available is None:
+            return None
+        return self.needed - max(self.available, 0)
+
+    @property
     def message(self) -> str:
-        """Per-node human message."""
+        """Per-node human message: the figures too (needs, has, short by) for fit failures."""
         if self.needed is None or self.available is None:
             return self.reason
         needed, free = fmt_amount(self.needed, self.unit), fmt_amount(self.available, self.unit)
-        return f"{self.reason} (needs {needed}, node has {free} free)"
+        short = fmt_amount(self.needed - max(self.available, 0), self.unit)
+        return f"{self.reason} (needs {needed}, node has {free} free, short by {short})"
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -38,7 +46,7 @@ class Status:
             "message": self.message,
         }
         if self.needed is not None:
-            d.update(needed=self.needed, available=self.available, unit=self.unit)
+            d.update(needed=self.needed, available=self.available, short_by=self.short_by, unit=self.unit)
         return d
 
 

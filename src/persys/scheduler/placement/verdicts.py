@@ -200,6 +200,28 @@ class Rejections(Mapping[str, Status]):
             out[status.code] = out.get(status.code, 0) + 1
         return out
 
+    def sample(self, per_group: int, limit: int) -> list[str]:
+        """Up to `limit` rejected node ids, in id order, at most `per_group` of each distinct
+        first reason, so every reason of the summary has nodes to show in detail: taken from the
+        bit-set groups without expanding them."""
+        chosen: set[str] = set()
+        taken: dict[str, int] = {}  # by reason text: a str caches its hash, a Status does not
+        for node_id, status in self._each.items():
+            k = taken.get(status.reason, 0)
+            if k < per_group:
+                taken[status.reason] = k + 1
+                chosen.add(node_id)
+        order = self._order
+        for _, bits in self._groups:
+            rest = bits
+            for _ in range(per_group):
+                if not rest:
+                    break
+                low = rest & -rest
+                chosen.add(order[low.bit_length() - 1].id)
+                rest ^= low
+        return sorted(chosen)[:limit]  # ids sort as the nodes' positions do
+
     def summary(self) -> str:
         counted: list[tuple[Status, int]] = [(s, bits.bit_count()) for s, bits in self._groups]
         counted.extend((s, 1) for s in self._each.values())

@@ -43,7 +43,7 @@ def test_no_execute_eviction_and_preemption(tmp_path: Path) -> None:
     applied: list[str] = []
 
     def view(name: str) -> dict:  # type: ignore[type-arg]
-        return json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0]  # type: ignore[no-any-return]
+        return json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)  # type: ignore[no-any-return]
 
     def running_on(name: str, node: str) -> bool:
         w = view(name)

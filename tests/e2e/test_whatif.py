@@ -42,10 +42,10 @@ def test_plan_drain_matches_the_drain_and_a_counterfactual_places_it(tmp_path: P
     applied: list[str] = []
 
     def where(name: str) -> str:
-        return str(json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0]["node"] or "")
+        return str(json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)["node"] or "")
 
     def running_on(name: str, node: str) -> bool:
-        w = json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)[0]
+        w = json.loads(ctl("get", "workloads", name, "-o", "json", env=env).stdout)
         return bool(w["phase"] == "Running" and w["node"] == node)
 
     try:

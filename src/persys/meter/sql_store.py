@@ -16,6 +16,7 @@ from persys.events.samples import METRICS, NODE, WORKLOAD, Sample
 from persys.meter import sql
 from persys.meter.base import Maintenance, Summary
 from persys.meter.query import (
+    FINISH,
     MAX_POINTS,
     MAX_SERIES,
     Query,
@@ -23,7 +24,6 @@ from persys.meter.query import (
     Series,
     check,
     check_window,
-    finish,
     plan,
     rollup_target,
 )
@@ -109,19 +109,23 @@ class SqlMeterStore:
         group = "node" if q.selector == "node" else "instance"
         per_series = int((q.end - q.start) / q.step) + 2
         limit = (MAX_SERIES + 1) * per_series * len(segments)
+        one = q.value if q.selector == "workload" and q.value != "*" else ""
         statement = sql.query_sql(self.d, segments, sql.selection(self.d, q.selector, q.value), group, q.step,
-                                  [q.metric], limit)
+                                  [q.metric], limit, sql.NEEDS[q.agg], one)
         out: dict[str, Series] = {}
-        for (g, b), (wl, nd, n, _lts, s, lo, hi, last) in sorted(
-                sql.merge_partials(self.x.rows(statement), 1, limit).items()):
-            series = out.get(g)
-            if series is None:
+        value = FINISH[q.agg]
+        series, key = Series(""), None
+        for (g, b), (wl, nd, n, _lts, s, lo, hi, last) in sql.merge_partials(self.x.rows(statement), 1,
+                                                                             limit).items():
+            if g != key:  # rows come ordered by series, then time
                 if len(out) >= MAX_SERIES:
                     break
-                series = out[g] = Series(g, str(wl), str(nd))
-            series.node = str(nd)  # the latest bucket's: an instance may have moved
-            series.points.append((b, finish(q.agg, float(n), float(s), float(lo), float(hi), float(last))))
+                series, key = Series(g, str(wl), str(nd)), g
+                out[g] = series
+            series.points.append((b, value(n, s, lo, hi, last)))
+            series.node = nd  # the latest bucket's: an instance may have moved
         for series in out.values():
+            series.node = str(series.node)
             del series.points[MAX_POINTS:]
         return list(out.values())
 
@@ -158,6 +162,7 @@ class SqlMeterStore:
             got = self.x.rows(f"SELECT max(ts) FROM {sql.table_name(self.d, raw)}")
             self._newest = float(got[0][0]) if got and got[0][0] is not None else 0.0
         marks = self._marks(fresh=True)
+        m1_before = marks.get(m1.name, 0.0)
         rolled: dict[str, float] = {}
         target_m1 = rollup_target(m1.resolution, now, self._newest, self.grace)
         for src, dst, target in ((raw, m1, target_m1), (m1, h1, None)):
@@ -165,7 +170,10 @@ class SqlMeterStore:
                 target = (marks.get(m1.name, 0.0) // h1.resolution) * h1.resolution
             since = marks.get(dst.name, 0.0)
             if target > since:
-                self._roll(src, dst, since, target)
+                # The minutes of these hours are rewritten in order unless this pass wrote them all
+                # at once (sorted already: a backfill, or a meter catching up).
+                compact = self.d.sorted_rollups and src is m1 and m1_before > since
+                self._roll(src, dst, since, target, compact)
                 marks[dst.name] = rolled[dst.name] = target
         deleted = {}
         for t in self.tables:
@@ -175,8 +183,10 @@ class SqlMeterStore:
         self._marks_cache, self._marks_at = marks, time.monotonic()
         return Maintenance(rolled, deleted)
 
-    def _roll(self, src: Any, dst: Any, since: float, target: float) -> None:
+    def _roll(self, src: Any, dst: Any, since: float, target: float, compact: bool = False) -> None:
         statements = [sql.rollup_sql(self.d, src, dst, since, target), sql.mark_sql(self.d, dst.name, target)]
+        if compact:  # the source's rows of these hours are final now
+            statements = sql.compact_sql(self.d, src, since, target) + statements
         if self.x.transactional:
             statements = ["BEGIN TRANSACTION", *statements, "COMMIT"]
         for s in statements:

@@ -129,13 +129,32 @@ def selection(d: Dialect, selector: str, value: str) -> str:
     return cond
 
 
+# A raw segment this short (the minutes after the rollups' watermark) is read as its rows, each a
+# partial of one sample merged by `merge_partials`: a handful of rows per series, no hash
+# aggregation in the engine.
+TAIL_SECONDS = 600
+
+
+def _as_rows(seg: Segment, step: int) -> bool:
+    raw = seg.table.resolution == 0
+    return step == seg.table.resolution or (raw and seg.end - seg.start <= TAIL_SECONDS)
+
+
+def rows_per_series(segments: Sequence[Segment], step: int) -> int:
+    """At most how many rows one series gets from `query_sql`: a bucket per step and segment, and
+    for a short raw segment read as rows, one per second (samples come every 10 s or more)."""
+    return sum(int(seg.end - seg.start) + 1 if seg.table.resolution == 0 and _as_rows(seg, step)
+               else int((seg.end - seg.start) / step) + 2 for seg in segments)
+
+
 def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, step: int,
               metrics: Sequence[str], limit: int, needs: frozenset[str] = ALL_PARTS, workload: str = "") -> str:
     """Partial aggregates per group (instance, workload or node) and step bucket from each segment
     (g, b, workload, node, n, last_ts, then sum, min, max, last per metric; 0 for a part not in
     `needs`), one row per group and bucket and segment: `merge_partials` combines a bucket's rows
     from several tables. A segment whose rows already are the step's buckets is read without
-    aggregating (the common case: a 1-minute step over minute rollups). `workload`: the one
+    aggregating (the common case: a 1-minute step over minute rollups), and so is a short raw
+    segment (a series' last minutes, not rolled up yet). `workload`: the one
     workload the condition selects, written as a constant rather than read from every row."""
     parts = []
     wl_col = d.quote(workload) if workload else "workload"
@@ -144,10 +163,11 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
         time_col = "ts" if raw else "bucket"
         tail = (f" FROM {table_name(d, seg.table)} WHERE {where} AND {time_col} >= {seg.start!r} "
                 f"AND {time_col} < {seg.end!r}")
-        if step and step == seg.table.resolution and group == "instance":
-            cols = [time_col, wl_col, "node", "n", "last_ts"]
+        if step and group == "instance" and _as_rows(seg, step):
+            bucket = time_col if step == seg.table.resolution else f"floor({time_col} / {step}) * {step}"
+            cols = [bucket, wl_col, "node", "1" if raw else "n", time_col if raw else "last_ts"]
             for m in metrics:
-                cols += [c if p in needs else "0" for p, c in zip(PARTS, _cols(False, m), strict=True)]
+                cols += [c if p in needs else "0" for p, c in zip(PARTS, _cols(raw, m), strict=True)]
             parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
             continue
         bucket = f"floor({time_col} / {step}) * {step}" if step else "0"

@@ -107,8 +107,7 @@ class SqlMeterStore:
         if not segments:
             return []
         group = "node" if q.selector == "node" else "instance"
-        per_series = int((q.end - q.start) / q.step) + 2
-        limit = (MAX_SERIES + 1) * per_series * len(segments)
+        limit = (MAX_SERIES + 1) * sql.rows_per_series(segments, q.step)
         one = q.value if q.selector == "workload" and q.value != "*" else ""
         statement = sql.query_sql(self.d, segments, sql.selection(self.d, q.selector, q.value), group, q.step,
                                   [q.metric], limit, sql.NEEDS[q.agg], one)

@@ -180,39 +180,39 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
     return f"{body} ORDER BY 1, 2 LIMIT {int(limit)}"
 
 
-Partial = list[Any]  # [workload, node, n, last_ts, then per metric: sum, min, max, last]
+Partial = Sequence[Any]  # [group, bucket, workload, node, n, last_ts, then per metric: sum, min, max, last]
 
 
-def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> dict[tuple[str, float], Partial]:
-    """(group, bucket) -> the merged partial aggregate of its rows (sums and counts add, min and
-    max fold, the last value and the node are those of the latest sample), in the rows' order.
+def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> list[Partial]:
+    """One row per (group, bucket), in the rows' order: the rows of a bucket merged (sums and
+    counts add, min and max fold, the last value and the node are those of the latest sample).
     Rows come ordered by group and bucket (`query_sql`), so the rows of one bucket are adjacent:
-    one pass, no sorting. When `limit` cut them, the last group may be incomplete and is left out."""
+    one pass, and a bucket served by one table (most) is its row as it came. When `limit` cut
+    the rows, the last group may be incomplete and is left out."""
     if len(rows) >= limit and rows:
         cut = rows[-1][0]
         rows = [r for r in rows if r[0] != cut]
-    out: dict[tuple[str, float], Partial] = {}
-    key: tuple[str, float] | None = None
-    cur: Partial = []
+    out: list[Partial] = []
+    last: Partial = ()
     for row in rows:
-        k = (str(row[0]), float(row[1]))
-        if k != key:  # most buckets come from one table: taken as they are
-            key, cur = k, list(row[2:])
-            out[k] = cur
+        if not last or row[0] != last[0] or row[1] != last[1]:
+            out.append(row)
+            last = row
             continue
+        cur = [*last[:4], *(float(v) for v in last[4:])]
         new = [float(v) for v in row[4:]]
-        cur[2:] = [float(v) for v in cur[2:]]
-        later = new[1] >= cur[3]
-        cur[2] += new[0]
+        later = new[1] >= cur[5]
+        cur[4] += new[0]
         for i in range(metrics):
-            j = 4 + 4 * i
-            cur[j] += new[j - 2]
-            cur[j + 1] = min(cur[j + 1], new[j - 1])
-            cur[j + 2] = max(cur[j + 2], new[j])
+            j = 6 + 4 * i
+            cur[j] += new[j - 4]
+            cur[j + 1] = min(cur[j + 1], new[j - 3])
+            cur[j + 2] = max(cur[j + 2], new[j - 2])
             if later:
-                cur[j + 3] = new[j + 1]
+                cur[j + 3] = new[j - 1]
         if later:
-            cur[0], cur[1], cur[3] = row[2], row[3], new[1]
+            cur[2], cur[3], cur[5] = row[2], row[3], new[1]
+        out[-1] = last = cur
     return out
 
 

@@ -114,14 +114,13 @@ class SqlMeterStore:
         out: dict[str, Series] = {}
         value = FINISH[q.agg]
         series, key = Series(""), None
-        for (g, b), (wl, nd, n, _lts, s, lo, hi, last) in sql.merge_partials(self.x.rows(statement), 1,
-                                                                             limit).items():
+        for g, b, wl, nd, n, _lts, s, lo, hi, last in sql.merge_partials(self.x.rows(statement), 1, limit):
             if g != key:  # rows come ordered by series, then time
                 if len(out) >= MAX_SERIES:
                     break
-                series, key = Series(g, str(wl), str(nd)), g
-                out[g] = series
-            series.points.append((b, value(n, s, lo, hi, last)))
+                series, key = Series(str(g), str(wl), str(nd)), g
+                out[series.key] = series
+            series.points.append((float(b), value(n, s, lo, hi, last)))
             series.node = nd  # the latest bucket's: an instance may have moved
         for series in out.values():
             series.node = str(series.node)
@@ -141,12 +140,13 @@ class SqlMeterStore:
         rows = (limit + 1) * len(segments)
         statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, rows)
         out = []
-        for (g, _b), p in sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows).items())[:limit]:
-            n = float(p[2])
-            item = Summary(g, int(n), node=str(p[1]) if not node else "")
+        merged = sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows), key=lambda r: str(r[0]))
+        for p in merged[:limit]:
+            n = float(p[4])
+            item = Summary(str(p[0]), int(n), node=str(p[3]) if not node else "")
             for i, m in enumerate(METRICS):
-                item.avg[m] = float(p[4 + 4 * i]) / n if n else 0.0
-                item.max[m] = float(p[6 + 4 * i])
+                item.avg[m] = float(p[6 + 4 * i]) / n if n else 0.0
+                item.max[m] = float(p[8 + 4 * i])
             out.append(item)
         return out
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from persys.events.samples import METRICS
 
@@ -126,20 +124,12 @@ def plan(tables: tuple[Table, ...], watermarks: dict[str, float], step: int, sta
     return out
 
 
-# A bucket's value from its merged partial aggregate (n, sum, min, max, last), per aggregation;
-# looked up once per query, not once per point (a day at one minute is 1,440 of them).
-FINISH: dict[str, Callable[[Any, Any, Any, Any, Any], float]] = {
-    "avg": lambda n, total, low, high, last: float(total) / float(n) if n else 0.0,
-    "sum": lambda n, total, low, high, last: float(total),
-    "min": lambda n, total, low, high, last: float(low),
-    "max": lambda n, total, low, high, last: float(high),
-    "last": lambda n, total, low, high, last: float(last),
-}
-
-
-def finish(agg: str, n: float, total: float, low: float, high: float, last: float) -> float:
-    """A bucket's value from its merged partial aggregate."""
-    return FINISH[agg](n, total, low, high, last)
+def finish(agg: str, n: float, part: float) -> float:
+    """A bucket's value from its count and the one partial aggregate its aggregation reads (the
+    sum for avg and sum, the minimum for min, the maximum for max, the last value for last)."""
+    if agg == "avg":
+        return part / n if n else 0.0
+    return part
 
 
 def rollup_target(resolution: int, now: float, newest: float, grace: float) -> float:

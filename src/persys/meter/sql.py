@@ -48,23 +48,21 @@ def _cols(raw: bool, metric: str) -> tuple[str, str, str, str]:
 
 
 PARTS = ("sum", "min", "max", "last")
-# The partial aggregates each aggregation reads (n and last_ts always): the others are not read
-# from the table (a constant 0 stands in their place), so a query scans only its columns.
-NEEDS: dict[str, frozenset[str]] = {"avg": frozenset({"sum"}), "sum": frozenset({"sum"}),
-                                    "min": frozenset({"min"}), "max": frozenset({"max"}),
-                                    "last": frozenset({"last"})}
-ALL_PARTS = frozenset(PARTS)
+# The partial aggregates each aggregation reads (n and last_ts always): the others are neither
+# read from the table nor sent back, so a query scans and returns only its columns.
+NEEDS: dict[str, tuple[str, ...]] = {"avg": ("sum",), "sum": ("sum",), "min": ("min",), "max": ("max",),
+                                     "last": ("last",)}
 
 
-def partials(d: Dialect, raw: bool, metrics: Sequence[str], needs: frozenset[str] = ALL_PARTS) -> list[str]:
+def partials(d: Dialect, raw: bool, metrics: Sequence[str], needs: Sequence[str] = PARTS) -> list[str]:
     """Aggregates over a table's rows that merge into a rollup row: n, last_ts, then per metric
-    sum, min, max, last (in that order; 0 for a part not in `needs`)."""
+    sum, min, max, last (in that order; only those in `needs`)."""
     t = "ts" if raw else "last_ts"
     out = ["count(*)" if raw else "sum(n)", f"max({t})"]
     for m in metrics:
         s, lo, hi, last = _cols(raw, m)
         exprs = (f"sum({s})", f"min({lo})", f"max({hi})", f"{d.arg_max}({last}, {t})")
-        out += [e if p in needs else "0" for p, e in zip(PARTS, exprs, strict=True)]
+        out += [e for p, e in zip(PARTS, exprs, strict=True) if p in needs]
     return out
 
 
@@ -148,14 +146,14 @@ def rows_per_series(segments: Sequence[Segment], step: int) -> int:
 
 
 def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, step: int,
-              metrics: Sequence[str], limit: int, needs: frozenset[str] = ALL_PARTS, workload: str = "") -> str:
+              metrics: Sequence[str], limit: int, needs: Sequence[str] = PARTS, workload: str = "") -> str:
     """Partial aggregates per group (instance, workload or node) and step bucket from each segment
-    (g, b, workload, node, n, last_ts, then sum, min, max, last per metric; 0 for a part not in
-    `needs`), one row per group and bucket and segment: `merge_partials` combines a bucket's rows
-    from several tables. A segment whose rows already are the step's buckets is read without
-    aggregating (the common case: a 1-minute step over minute rollups), and so is a short raw
-    segment (a series' last minutes, not rolled up yet). `workload`: the one
-    workload the condition selects, written as a constant rather than read from every row."""
+    (g, b, workload, node, n, last_ts, then per metric the parts in `needs`, in PARTS order), one
+    row per group and bucket and segment: `merge_partials` combines a bucket's rows from several
+    tables. A segment whose rows already are the step's buckets is read without aggregating (the
+    common case: a 1-minute step over minute rollups), and so is a short raw segment (a series'
+    last minutes, not rolled up yet). `workload`: the one workload the condition selects, written
+    as a constant rather than read from every row."""
     parts = []
     wl_col = d.quote(workload) if workload else "workload"
     for seg in segments:
@@ -167,7 +165,7 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
             bucket = time_col if step == seg.table.resolution else f"floor({time_col} / {step}) * {step}"
             cols = [bucket, wl_col, "node", "1" if raw else "n", time_col if raw else "last_ts"]
             for m in metrics:
-                cols += [c if p in needs else "0" for p, c in zip(PARTS, _cols(raw, m), strict=True)]
+                cols += [c for p, c in zip(PARTS, _cols(raw, m), strict=True) if p in needs]
             parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
             continue
         bucket = f"floor({time_col} / {step}) * {step}" if step else "0"
@@ -180,15 +178,16 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
     return f"{body} ORDER BY 1, 2 LIMIT {int(limit)}"
 
 
-Partial = Sequence[Any]  # [group, bucket, workload, node, n, last_ts, then per metric: sum, min, max, last]
+Partial = Sequence[Any]  # [group, bucket, workload, node, n, last_ts, then the parts asked for]
 
 
-def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> list[Partial]:
-    """One row per (group, bucket), in the rows' order: the rows of a bucket merged (sums and
-    counts add, min and max fold, the last value and the node are those of the latest sample).
-    Rows come ordered by group and bucket (`query_sql`), so the rows of one bucket are adjacent:
-    one pass, and a bucket served by one table (most) is its row as it came. When `limit` cut
-    the rows, the last group may be incomplete and is left out."""
+def merge_partials(rows: Sequence[Sequence[Any]], parts: Sequence[str], limit: int) -> list[Partial]:
+    """One row per (group, bucket), in the rows' order: the rows of a bucket merged (counts and
+    sums add, min and max fold, the last value and the node are those of the latest sample);
+    `parts` names the columns after last_ts (sum, min, max or last each). Rows come ordered by
+    group and bucket (`query_sql`), so the rows of one bucket are adjacent: one pass, and a
+    bucket served by one table (most) is its row as it came. When `limit` cut the rows, the last
+    group may be incomplete and is left out."""
     if len(rows) >= limit and rows:
         cut = rows[-1][0]
         rows = [r for r in rows if r[0] != cut]
@@ -203,13 +202,16 @@ def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> l
         new = [float(v) for v in row[4:]]
         later = new[1] >= cur[5]
         cur[4] += new[0]
-        for i in range(metrics):
-            j = 6 + 4 * i
-            cur[j] += new[j - 4]
-            cur[j + 1] = min(cur[j + 1], new[j - 3])
-            cur[j + 2] = max(cur[j + 2], new[j - 2])
-            if later:
-                cur[j + 3] = new[j - 1]
+        for k, part in enumerate(parts):
+            v = new[2 + k]
+            if part == "sum":
+                cur[6 + k] += v
+            elif part == "min":
+                cur[6 + k] = min(cur[6 + k], v)
+            elif part == "max":
+                cur[6 + k] = max(cur[6 + k], v)
+            elif later:
+                cur[6 + k] = v
         if later:
             cur[2], cur[3], cur[5] = row[2], row[3], new[1]
         out[-1] = last = cur

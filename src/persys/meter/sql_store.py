@@ -16,7 +16,6 @@ from persys.events.samples import METRICS, NODE, WORKLOAD, Sample
 from persys.meter import sql
 from persys.meter.base import Maintenance, Summary
 from persys.meter.query import (
-    FINISH,
     MAX_POINTS,
     MAX_SERIES,
     Query,
@@ -24,6 +23,7 @@ from persys.meter.query import (
     Series,
     check,
     check_window,
+    finish,
     plan,
     rollup_target,
 )
@@ -112,15 +112,14 @@ class SqlMeterStore:
         statement = sql.query_sql(self.d, segments, sql.selection(self.d, q.selector, q.value), group, q.step,
                                   [q.metric], limit, sql.NEEDS[q.agg], one)
         out: dict[str, Series] = {}
-        value = FINISH[q.agg]
         series, key = Series(""), None
-        for g, b, wl, nd, n, _lts, s, lo, hi, last in sql.merge_partials(self.x.rows(statement), 1, limit):
+        for g, b, wl, nd, n, _lts, v in sql.merge_partials(self.x.rows(statement), sql.NEEDS[q.agg], limit):
             if g != key:  # rows come ordered by series, then time
                 if len(out) >= MAX_SERIES:
                     break
                 series, key = Series(str(g), str(wl), str(nd)), g
                 out[series.key] = series
-            series.points.append((float(b), value(n, s, lo, hi, last)))
+            series.points.append((float(b), finish(q.agg, float(n), float(v))))
             series.node = nd  # the latest bucket's: an instance may have moved
         for series in out.values():
             series.node = str(series.node)
@@ -140,7 +139,8 @@ class SqlMeterStore:
         rows = (limit + 1) * len(segments)
         statement = sql.query_sql(self.d, segments, where, "node" if node else "workload", 0, METRICS, rows)
         out = []
-        merged = sorted(sql.merge_partials(self.x.rows(statement), len(METRICS), rows), key=lambda r: str(r[0]))
+        merged = sorted(sql.merge_partials(self.x.rows(statement), sql.PARTS * len(METRICS), rows),
+                        key=lambda r: str(r[0]))
         for p in merged[:limit]:
             n = float(p[4])
             item = Summary(str(p[0]), int(n), node=str(p[3]) if not node else "")

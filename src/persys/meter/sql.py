@@ -88,13 +88,16 @@ def rollup_sql(d: Dialect, src: Table, dst: Table, lo: float, hi: float) -> str:
 COMPACTING = "meter_compacting"
 
 
-def compact_sql(d: Dialect, t: Table, lo: float, hi: float) -> list[str]:
+def compact_sql(d: Dialect, t: Table, lo: float, hi: float, i: int = 0, slices: int = 1) -> list[str]:
     """Rewrite a rollup's rows of [lo, hi) in (kind, workload, instance, bucket) order, for an
     engine with `sorted_rollups`: each rollup pass appends a few minutes of every workload, so a
     day of one workload lies in every row group; rewritten per closed hour, it lies in about one
-    row group per hour. Run in one transaction with the hourly rollup."""
+    row group per hour. Slice `i` of `slices` (workloads by hash) is rewritten: one transaction
+    each, run by the caller; the rows are the same, so a slice not done yet only reads slower."""
     name = table_name(d, t)
     span = f"bucket >= {lo!r} AND bucket < {hi!r}"
+    if slices > 1:
+        span += f" AND hash(workload) % {int(slices)} = {int(i)}"
     return [f"CREATE TEMPORARY TABLE {COMPACTING} AS SELECT * FROM {name} WHERE {span} "
             f"ORDER BY {', '.join(ORDER)}, bucket",
             f"DELETE FROM {name} WHERE {span}",

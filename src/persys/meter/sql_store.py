@@ -29,6 +29,7 @@ from persys.meter.query import (
 )
 
 MARKS_TTL = 30.0
+COMPACT_SLICE_ROWS = 100_000  # minute rows rewritten per transaction (~0.4 s on DuckDB here)
 ROLLUP_GRACE_SECONDS = 60.0  # a bucket is closed this long after the newest sample stored passed it
 
 
@@ -67,6 +68,7 @@ class SqlMeterStore:
         self._newest: float | None = None
         self._marks_cache: dict[str, float] = {}
         self._marks_at = float("-inf")
+        self._to_compact: list[tuple[float, float]] = []  # closed hours of m1 to rewrite in key order
         for t in self.tables:
             executor.run(self.d.create(sql.table_name(self.d, t), t.resolution > 0))
         executor.run(self.d.create_marks)
@@ -153,7 +155,26 @@ class SqlMeterStore:
     # ------------------------------------------------------------------ rollups and retention
 
     async def maintain(self, now: float) -> Maintenance:
-        return await self._off_loop(self._maintain, now)  # type: ignore[no-any-return]
+        done: Maintenance = await self._off_loop(self._maintain, now)
+        # The closed hours' minutes rewritten in key order, a slice of workloads per transaction,
+        # the lock released between slices: queries wait for one slice, not for the hour's rows.
+        while self._to_compact:
+            lo, hi = self._to_compact[0]
+            slices = await self._off_loop(self._slices, lo, hi)
+            for i in range(slices):
+                await self._off_loop(self._compact, lo, hi, i, slices)
+            self._to_compact.pop(0)
+        return done
+
+    def _slices(self, lo: float, hi: float) -> int:
+        got = self.x.rows(f"SELECT count(*) FROM {sql.table_name(self.d, self.tables[1])} "
+                          f"WHERE bucket >= {lo!r} AND bucket < {hi!r}")
+        return max(1, -(-int(got[0][0]) // COMPACT_SLICE_ROWS))
+
+    def _compact(self, lo: float, hi: float, i: int, slices: int) -> None:
+        statements = ["BEGIN TRANSACTION", *sql.compact_sql(self.d, self.tables[1], lo, hi, i, slices), "COMMIT"]
+        for statement in statements:
+            self.x.run(statement)
 
     def _maintain(self, now: float) -> Maintenance:
         raw, m1, h1 = self.tables
@@ -171,8 +192,9 @@ class SqlMeterStore:
             if target > since:
                 # The minutes of these hours are rewritten in order unless this pass wrote them all
                 # at once (sorted already: a backfill, or a meter catching up).
-                compact = self.d.sorted_rollups and src is m1 and m1_before > since
-                self._roll(src, dst, since, target, compact)
+                self._roll(src, dst, since, target)
+                if self.d.sorted_rollups and src is m1 and m1_before > since:
+                    self._to_compact.append((since, target))
                 marks[dst.name] = rolled[dst.name] = target
         deleted = {}
         for t in self.tables:
@@ -182,10 +204,8 @@ class SqlMeterStore:
         self._marks_cache, self._marks_at = marks, time.monotonic()
         return Maintenance(rolled, deleted)
 
-    def _roll(self, src: Any, dst: Any, since: float, target: float, compact: bool = False) -> None:
+    def _roll(self, src: Any, dst: Any, since: float, target: float) -> None:
         statements = [sql.rollup_sql(self.d, src, dst, since, target), sql.mark_sql(self.d, dst.name, target)]
-        if compact:  # the source's rows of these hours are final now
-            statements = sql.compact_sql(self.d, src, since, target) + statements
         if self.x.transactional:
             statements = ["BEGIN TRANSACTION", *statements, "COMMIT"]
         for s in statements:

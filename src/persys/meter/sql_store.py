@@ -172,9 +172,16 @@ class SqlMeterStore:
         return max(1, -(-int(got[0][0]) // COMPACT_SLICE_ROWS))
 
     def _compact(self, lo: float, hi: float, i: int, slices: int) -> None:
-        statements = ["BEGIN TRANSACTION", *sql.compact_sql(self.d, self.tables[1], lo, hi, i, slices), "COMMIT"]
-        for statement in statements:
-            self.x.run(statement)
+        """One slice, all or nothing. (An hour not rewritten, after a failure or a restart, holds
+        the same rows in the order they came: only its reads are slower.)"""
+        self.x.run("BEGIN TRANSACTION")
+        try:
+            for statement in sql.compact_sql(self.d, self.tables[1], lo, hi, i, slices):
+                self.x.run(statement)
+        except BaseException:
+            self.x.run("ROLLBACK")
+            raise
+        self.x.run("COMMIT")
 
     def _maintain(self, now: float) -> Maintenance:
         raw, m1, h1 = self.tables

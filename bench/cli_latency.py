@@ -13,6 +13,13 @@ A scheduler and a gateway run as processes (tests.gateway.cluster, SQLite store,
   persysctl get workloads -o json
   full client get workloads        the same command through the full client (python -m
                                    persys.cli.ctl: typer's command tree, rich, httpx), the baseline
+  persysctl describe workload W    two requests (the workload, its events) and its text: the quick
+  full client describe workload W  path (persys.cli.quick_verbs) and the full client
+  persysctl delete workload D      the delete and its --wait polling (the workload is applied again,
+  full client delete workload D    untimed, before each; no agent: it is gone at once)
+  full client apply -f one file    one small manifest, unchanged (apply has no quick path: it
+  python -c 'import persys.model.kinds, persys.cli.views'   validates with the pydantic models first,
+                                   and this is what loading them costs)
 
 Printed: the median and p90 wall time of each, and each persysctl figure as a ratio of the
 interpreter's start measured in the same run (kubectl answers `version --client` in ~40 ms and
@@ -68,12 +75,31 @@ def main() -> None:
                 "persysctl get workloads -o json": [str(BIN / "persysctl"), "get", "workloads", "-o", "json"],
                 "full client get workloads": [PY, "-m", "persys.cli.ctl", "get", "workloads"],
             }
-            for argv in cases.values():  # warm the page cache and the bytecode caches
-                timed(argv, env)
+            manifest = Path(tmp) / "one.yaml"
+            manifest.write_text(process_manifest("w-000"))
+            pctl, full = [str(BIN / "persysctl")], [PY, "-m", "persys.cli.ctl"]
+            cases |= {
+                "persysctl describe workload W": [*pctl, "describe", "workload", "w-000"],
+                "full client describe workload W": [*full, "describe", "workload", "w-000"],
+                "persysctl delete workload D": [*pctl, "delete", "workload", "d-quick"],
+                "full client delete workload D": [*full, "delete", "workload", "d-full"],
+                "full client apply -f one file": [*full, "apply", "-f", str(manifest)],
+                "python -c 'import persys.model.kinds, persys.cli.views'":
+                    [PY, "-c", "import persys.model.kinds, persys.cli.views"],
+            }
+            to_delete = {"persysctl delete workload D": "d-quick", "full client delete workload D": "d-full"}
+
+            def once(name: str) -> float:
+                if name in to_delete:  # something to delete, applied untimed
+                    ctl("apply", "-f", "-", env=env, stdin=process_manifest(to_delete[name]))
+                return timed(cases[name], env)
+
+            for name in cases:  # warm the page cache and the bytecode caches
+                once(name)
             times: dict[str, list[float]] = {name: [] for name in cases}
             for _ in range(args.rounds):  # interleaved: a load change hits every case alike
-                for name, argv in cases.items():
-                    times[name].append(timed(argv, env))
+                for name in cases:
+                    times[name].append(once(name))
         finally:
             cluster.stop()
     floor = statistics.median(times["python -c pass"])
@@ -82,8 +108,9 @@ def main() -> None:
         xs.sort()
         med, p90 = statistics.median(xs), xs[int(len(xs) * 0.9) - 1]
         print(f"{name:<52} {med * 1e3:7.1f}ms {p90 * 1e3:7.1f}ms {med / floor:14.1f}x")
-    quick, full = (statistics.median(times[k]) for k in ("persysctl get workloads", "full client get workloads"))
-    print(f"get workloads: the quick path takes {quick / full:.2f}x the full client's time")
+    for verb in ("get workloads", "describe workload W", "delete workload D"):
+        quick, full = (statistics.median(times[f"{who} {verb}"]) for who in ("persysctl", "full client"))
+        print(f"{verb}: the quick path takes {quick / full:.2f}x the full client's time (median, same run)")
     print(f"load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
 

@@ -122,6 +122,17 @@ def test_series_are_bounded(store: MeterStore) -> None:
     assert len(RUN(store.query(Query("label", "fan=out", "cpu", T0, T0 + 60, 60, "avg")))) == MAX_SERIES
 
 
+def test_series_read_as_rows_are_whole(store: MeterStore) -> None:
+    """The last minutes come from raw as rows (several per bucket): the row limit still lets
+    every one of MAX_SERIES series through whole."""
+    many = MAX_SERIES + 5
+    RUN(store.write([Sample(T0 + 10 * k, WORKLOAD, "n1", "tall", f"tall.{i:03d}", labels="tall=yes", cpu=float(k))
+                     for i in range(many) for k in range(60)]))
+    got = RUN(store.query(Query("label", "tall=yes", "cpu", T0, T0 + 600, 60, "avg")))
+    assert len(got) == MAX_SERIES and all(len(s.points) == 10 for s in got)
+    assert got[0].key == "tall.000" and got[0].points[:2] == [(T0, 2.5), (T0 + 60, 8.5)]
+
+
 def test_rollups_answer_as_raw_did_then_retention_deletes(store: MeterStore) -> None:
     name = "roll"
     batch = samples(name, 1, T0, 3 * 360)  # three hours at 10 s

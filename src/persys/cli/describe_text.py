@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from persys.cli.api import age_text
+from persys.cli.listing_rows import age_text  # (not cli.api: the quick path must not load httpx)
 
 
 def workload_text(w: dict[str, Any]) -> str:

@@ -1,35 +1,31 @@
 """persysctl's entry point: the commands run most often, answered without the full client.
 
 `persysctl get workloads` is typed all day; the full client (typer's command tree, rich, httpx)
-takes ~0.25 s to load before it sends a byte. This path answers `--version` and `get
+takes ~0.25 s to load before it sends a byte. This path answers `--version`, `get
 workloads|nodes` (no name, no selector, no watch; -o table|wide|json|name; --node, --chunk-size,
---server, --context, --token) with the standard library: one mutual-TLS HTTP/1.1 connection,
-the rows of `cli.listing_rows`, tables from `cli.plain_table`. Anything else, any option it does
-not know, and tracing switched on (`OTEL_EXPORTER_OTLP_*`) go to `cli.ctl.main` unchanged, and
-so does drawing a table it cannot draw exactly as rich would. The two paths print the same bytes
-for the same answer (tests/cli/test_quick_path.py compares them).
+--server, --context, --token), and `describe workload|node NAME` and `delete workload NAME`
+(`cli.quick_verbs`) with the standard library: one mutual-TLS HTTP/1.1 connection, the rows of
+`cli.listing_rows`, tables from `cli.plain_table`. Anything else, any option it does not know,
+and tracing switched on (`OTEL_EXPORTER_OTLP_*`) go to `cli.ctl.main` unchanged, and so does
+drawing a table it cannot draw exactly as rich would. The two paths print the same bytes for the
+same answer (tests/cli/test_quick_path.py and test_quick_verbs.py compare them).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
+
+from persys.cli.quick_gateway import GLOBAL, FullClient, Gateway, QuickError, fail
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 # Settings that change how rich draws (styles on a pipe, a forced terminal): the full client then.
 RICH_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
-TIMEOUT = 30.0  # seconds, as the full client's
-GLOBAL = ("--token", "--context", "--server")  # persysctl's options before a command (`get` has a --server too)
-
-
-class QuickError(Exception):
-    """One line for the user; exit code 1 (as the full client's CtlError)."""
 
 
 @dataclass
@@ -87,73 +83,6 @@ def parse(argv: list[str]) -> GetCommand | None:
 
 
 # --------------------------------------------------------------------------- transport
-
-
-class Gateway:
-    """One kept-alive HTTPS connection to the gateway, its certificate checked against the
-    cluster CA and the gateway role's name (as the full client's transport does)."""
-
-    def __init__(self, cmd: GetCommand) -> None:
-        import http.client
-        import ssl
-        from urllib.parse import urlsplit
-
-        from persys.cli.config import ConfigError, load_client_config
-        from persys.security import peer_names
-
-        try:
-            cfg = load_client_config(server=cmd.server, token=cmd.token, context=cmd.context)
-        except ConfigError as e:
-            raise QuickError(str(e)) from None
-        self.base = cfg.server.rstrip("/")
-        url = urlsplit(self.base)
-        if url.scheme != "https" or not url.hostname:
-            raise _FullClient
-        ctx = ssl.create_default_context(cafile=str(cfg.ca))
-        if cfg.cert is not None and cfg.key is not None:
-            ctx.load_cert_chain(str(cfg.cert), str(cfg.key))
-        host, port, sni = url.hostname, url.port or 443, peer_names.GATEWAY
-
-        class Connection(http.client.HTTPSConnection):
-            def connect(self) -> None:  # the TLS name is the gateway role's, whatever host we dial
-                raw = socket.create_connection((host, port), TIMEOUT)
-                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self.sock = ctx.wrap_socket(raw, server_hostname=sni)
-
-        self.http_error = http.client.HTTPException
-        self.conn = Connection(host, port, timeout=TIMEOUT, context=ctx)
-        self.prefix = url.path.rstrip("/")
-        self.headers = {"accept": "application/json"}
-        if cfg.token:
-            self.headers["authorization"] = f"Bearer {cfg.token}"
-
-    def get(self, path: str, query: dict[str, str]) -> Any:
-        from urllib.parse import urlencode
-
-        if self.conn.sock is None:  # (again, after the server closed a kept-alive connection)
-            try:
-                self.conn.connect()
-            except TimeoutError:
-                raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
-            except OSError:  # refused, no such host, the TLS handshake failed: as the full client says
-                raise QuickError(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)") from None
-        try:
-            self.conn.request("GET", f"{self.prefix}{path}?{urlencode(query)}", headers=self.headers)
-            resp = self.conn.getresponse()
-            body = resp.read()
-        except TimeoutError:
-            raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
-        except (OSError, self.http_error) as e:  # connection reset, a broken answer
-            raise QuickError(f"request to {self.base} failed: {e}") from None
-        if resp.status >= 400:
-            from persys.cli.refusal import refusal_text
-
-            raise QuickError(refusal_text(body, resp.reason))
-        return json.loads(body)
-
-
-class _FullClient(Exception):
-    """This command is the full client's after all (a plain-HTTP server, say)."""
 
 
 # --------------------------------------------------------------------------- output
@@ -225,13 +154,6 @@ def _print_with_rich(header: tuple[str, ...], rows: list[list[str]], show_header
 # --------------------------------------------------------------------------- entry
 
 
-def _fail(message: str) -> NoReturn:
-    from persys.cli.safe_text import printable
-
-    sys.stderr.write(f"error: {printable(message)}\n")
-    sys.exit(1)
-
-
 def run(argv: list[str]) -> bool:
     """Answer `argv` here; False when the full client must."""
     if any(os.environ.get(v) for v in TRACING_VARS):
@@ -245,16 +167,18 @@ def run(argv: list[str]) -> bool:
         return True
     cmd = parse(argv)
     if cmd is None:
-        return False
+        from persys.cli import quick_verbs
+
+        return quick_verbs.run(argv)
     try:
         gw = Gateway(cmd)
         from persys.cli.listing_rows import pages
 
         print_pages(cmd, pages(gw.get, cmd.kind, cmd.node, cmd.chunk))
-    except _FullClient:
+    except FullClient:
         return False
     except QuickError as e:
-        _fail(str(e))
+        fail(str(e))
     return True
 
 
@@ -268,7 +192,7 @@ def main() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except Exception as e:  # a bug must still end in one line, not a traceback
-        _fail(f"unexpected {type(e).__name__}: {e} (please report this)")
+        fail(f"unexpected {type(e).__name__}: {e} (please report this)")
     from persys.cli.ctl import main as full_client
 
     full_client()

@@ -124,11 +124,12 @@ def plan(tables: tuple[Table, ...], watermarks: dict[str, float], step: int, sta
     return out
 
 
-def finish(agg: str, n: float, total: float, low: float, high: float, last: float) -> float:
-    """A bucket's value from its merged partial aggregate."""
+def finish(agg: str, n: float, part: float) -> float:
+    """A bucket's value from its count and the one partial aggregate its aggregation reads (the
+    sum for avg and sum, the minimum for min, the maximum for max, the last value for last)."""
     if agg == "avg":
-        return total / n if n else 0.0
-    return {"sum": total, "min": low, "max": high, "last": last}[agg]
+        return part / n if n else 0.0
+    return part
 
 
 def rollup_target(resolution: int, now: float, newest: float, grace: float) -> float:

@@ -29,6 +29,13 @@ class Dialect:
     create: Callable[[str, bool], str]  # (table, is rollup) -> CREATE TABLE IF NOT EXISTS
     create_marks: str
     prefix: str = ""  # database qualifier, e.g. "persys."
+    # Rollup rows written in (kind, workload, instance, bucket) order: an engine with no clustered
+    # key (DuckDB) then skips, by its zone maps, the row groups and vectors of other workloads
+    # (ClickHouse's MergeTree sorts by its ORDER BY key itself).
+    sorted_rollups: bool = False
+
+
+ORDER = ("kind", "workload", "instance")  # what a query selects by, then time: the rollups' row order
 
 
 def table_name(d: Dialect, t: Table | str) -> str:
@@ -40,14 +47,22 @@ def _cols(raw: bool, metric: str) -> tuple[str, str, str, str]:
     return (metric,) * 4 if raw else (f"{metric}_sum", f"{metric}_min", f"{metric}_max", f"{metric}_last")
 
 
-def partials(d: Dialect, raw: bool, metrics: Sequence[str]) -> list[str]:
+PARTS = ("sum", "min", "max", "last")
+# The partial aggregates each aggregation reads (n and last_ts always): the others are neither
+# read from the table nor sent back, so a query scans and returns only its columns.
+NEEDS: dict[str, tuple[str, ...]] = {"avg": ("sum",), "sum": ("sum",), "min": ("min",), "max": ("max",),
+                                     "last": ("last",)}
+
+
+def partials(d: Dialect, raw: bool, metrics: Sequence[str], needs: Sequence[str] = PARTS) -> list[str]:
     """Aggregates over a table's rows that merge into a rollup row: n, last_ts, then per metric
-    sum, min, max, last (in that order)."""
+    sum, min, max, last (in that order; only those in `needs`)."""
     t = "ts" if raw else "last_ts"
     out = ["count(*)" if raw else "sum(n)", f"max({t})"]
     for m in metrics:
         s, lo, hi, last = _cols(raw, m)
-        out += [f"sum({s})", f"min({lo})", f"max({hi})", f"{d.arg_max}({last}, {t})"]
+        exprs = (f"sum({s})", f"min({lo})", f"max({hi})", f"{d.arg_max}({last}, {t})")
+        out += [e for p, e in zip(PARTS, exprs, strict=True) if p in needs]
     return out
 
 
@@ -64,9 +79,30 @@ def rollup_sql(d: Dialect, src: Table, dst: Table, lo: float, hi: float) -> str:
     time_col = "ts" if raw else "bucket"
     bucket = f"floor({time_col} / {dst.resolution}) * {dst.resolution}"
     cols = ", ".join(rollup_columns())
+    order = f" ORDER BY {', '.join(ORDER)}, b" if d.sorted_rollups else ""
     return (f"INSERT INTO {table_name(d, dst)} ({cols}) SELECT {bucket} AS b, {', '.join(KEYS)}, "
             f"{', '.join(partials(d, raw, METRICS))} FROM {table_name(d, src)} "
-            f"WHERE {time_col} >= {lo!r} AND {time_col} < {hi!r} GROUP BY b, {', '.join(KEYS)}")
+            f"WHERE {time_col} >= {lo!r} AND {time_col} < {hi!r} GROUP BY b, {', '.join(KEYS)}{order}")
+
+
+COMPACTING = "meter_compacting"
+
+
+def compact_sql(d: Dialect, t: Table, lo: float, hi: float, i: int = 0, slices: int = 1) -> list[str]:
+    """Rewrite a rollup's rows of [lo, hi) in (kind, workload, instance, bucket) order, for an
+    engine with `sorted_rollups`: each rollup pass appends a few minutes of every workload, so a
+    day of one workload lies in every row group; rewritten per closed hour, it lies in about one
+    row group per hour. Slice `i` of `slices` (workloads by hash) is rewritten: one transaction
+    each, run by the caller; the rows are the same, so a slice not done yet only reads slower."""
+    name = table_name(d, t)
+    span = f"bucket >= {lo!r} AND bucket < {hi!r}"
+    if slices > 1:
+        span += f" AND hash(workload) % {int(slices)} = {int(i)}"
+    return [f"CREATE TEMPORARY TABLE {COMPACTING} AS SELECT * FROM {name} WHERE {span} "
+            f"ORDER BY {', '.join(ORDER)}, bucket",
+            f"DELETE FROM {name} WHERE {span}",
+            f"INSERT INTO {name} SELECT * FROM {COMPACTING}",
+            f"DROP TABLE {COMPACTING}"]
 
 
 def delete_sql(d: Dialect, t: Table, before: float) -> str:
@@ -94,63 +130,94 @@ def selection(d: Dialect, selector: str, value: str) -> str:
     return cond
 
 
+# A raw segment this short (the minutes after the rollups' watermark) is read as its rows, each a
+# partial of one sample merged by `merge_partials`: a handful of rows per series, no hash
+# aggregation in the engine.
+TAIL_SECONDS = 600
+
+
+def _as_rows(seg: Segment, step: int) -> bool:
+    raw = seg.table.resolution == 0
+    return step == seg.table.resolution or (raw and seg.end - seg.start <= TAIL_SECONDS)
+
+
+def rows_per_series(segments: Sequence[Segment], step: int) -> int:
+    """At most how many rows one series gets from `query_sql`: a bucket per step and segment, and
+    for a short raw segment read as rows, one per second (samples come every 10 s or more)."""
+    return sum(int(seg.end - seg.start) + 1 if seg.table.resolution == 0 and _as_rows(seg, step)
+               else int((seg.end - seg.start) / step) + 2 for seg in segments)
+
+
 def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, step: int,
-              metrics: Sequence[str], limit: int) -> str:
+              metrics: Sequence[str], limit: int, needs: Sequence[str] = PARTS, workload: str = "") -> str:
     """Partial aggregates per group (instance, workload or node) and step bucket from each segment
-    (g, b, workload, node, n, last_ts, then sum, min, max, last per metric), one row per group and
-    bucket and segment: `merge_partials` combines a bucket's rows from several tables. A segment
-    whose rows already are the step's buckets is read without aggregating (the common case: a
-    1-minute step over minute rollups)."""
+    (g, b, workload, node, n, last_ts, then per metric the parts in `needs`, in PARTS order), one
+    row per group and bucket and segment: `merge_partials` combines a bucket's rows from several
+    tables. A segment whose rows already are the step's buckets is read without aggregating (the
+    common case: a 1-minute step over minute rollups), and so is a short raw segment (a series'
+    last minutes, not rolled up yet). `workload`: the one workload the condition selects, written
+    as a constant rather than read from every row."""
     parts = []
+    wl_col = d.quote(workload) if workload else "workload"
     for seg in segments:
         raw = seg.table.resolution == 0
         time_col = "ts" if raw else "bucket"
         tail = (f" FROM {table_name(d, seg.table)} WHERE {where} AND {time_col} >= {seg.start!r} "
                 f"AND {time_col} < {seg.end!r}")
-        if step and step == seg.table.resolution and group == "instance":
-            cols = [time_col, "workload", "node", "n", "last_ts"]
+        if step and group == "instance" and _as_rows(seg, step):
+            bucket = time_col if step == seg.table.resolution else f"floor({time_col} / {step}) * {step}"
+            cols = [bucket, wl_col, "node", "1" if raw else "n", time_col if raw else "last_ts"]
             for m in metrics:
-                cols += list(_cols(False, m))
+                cols += [c for p, c in zip(PARTS, _cols(raw, m), strict=True) if p in needs]
             parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
             continue
         bucket = f"floor({time_col} / {step}) * {step}" if step else "0"
-        parts.append(f"SELECT {group} AS g, {bucket} AS b, max(workload) AS wl, max(node) AS nd, "
-                     + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics)))
+        wl = wl_col if workload else "max(workload)"
+        parts.append(f"SELECT {group} AS g, {bucket} AS b, {wl} AS wl, max(node) AS nd, "
+                     + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics, needs)))
                      + tail + " GROUP BY g, b")
     # Ordered by group, so that a result cut at `limit` leaves only its last group incomplete.
-    return f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS u ORDER BY 1, 2 LIMIT {int(limit)}"
+    body = parts[0] if len(parts) == 1 else f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS u"
+    return f"{body} ORDER BY 1, 2 LIMIT {int(limit)}"
 
 
-Partial = list[Any]  # [workload, node, n, last_ts, then per metric: sum, min, max, last]
+Partial = Sequence[Any]  # [group, bucket, workload, node, n, last_ts, then the parts asked for]
 
 
-def merge_partials(rows: Sequence[Sequence[Any]], metrics: int, limit: int) -> dict[tuple[str, float], Partial]:
-    """(group, bucket) -> the merged partial aggregate of its rows (sums and counts add, min and
-    max fold, the last value and the node are those of the latest sample). Rows come ordered by
-    group: when `limit` cut them, the last group may be incomplete and is left out."""
+def merge_partials(rows: Sequence[Sequence[Any]], parts: Sequence[str], limit: int) -> list[Partial]:
+    """One row per (group, bucket), in the rows' order: the rows of a bucket merged (counts and
+    sums add, min and max fold, the last value and the node are those of the latest sample);
+    `parts` names the columns after last_ts (sum, min, max or last each). Rows come ordered by
+    group and bucket (`query_sql`), so the rows of one bucket are adjacent: one pass, and a
+    bucket served by one table (most) is its row as it came. When `limit` cut the rows, the last
+    group may be incomplete and is left out."""
     if len(rows) >= limit and rows:
         cut = rows[-1][0]
         rows = [r for r in rows if r[0] != cut]
-    out: dict[tuple[str, float], Partial] = {}
+    out: list[Partial] = []
+    last: Partial = ()
     for row in rows:
-        key = (str(row[0]), float(row[1]))
-        cur = out.get(key)
-        if cur is None:  # most buckets come from one table: taken as they are
-            out[key] = list(row[2:])
+        if not last or row[0] != last[0] or row[1] != last[1]:
+            out.append(row)
+            last = row
             continue
+        cur = [*last[:4], *(float(v) for v in last[4:])]
         new = [float(v) for v in row[4:]]
-        cur[2:] = [float(v) for v in cur[2:]]
-        later = new[1] >= cur[3]
-        cur[2] += new[0]
-        for i in range(metrics):
-            j = 4 + 4 * i
-            cur[j] += new[j - 2]
-            cur[j + 1] = min(cur[j + 1], new[j - 1])
-            cur[j + 2] = max(cur[j + 2], new[j])
-            if later:
-                cur[j + 3] = new[j + 1]
+        later = new[1] >= cur[5]
+        cur[4] += new[0]
+        for k, part in enumerate(parts):
+            v = new[2 + k]
+            if part == "sum":
+                cur[6 + k] += v
+            elif part == "min":
+                cur[6 + k] = min(cur[6 + k], v)
+            elif part == "max":
+                cur[6 + k] = max(cur[6 + k], v)
+            elif later:
+                cur[6 + k] = v
         if later:
-            cur[0], cur[1], cur[3] = row[2], row[3], new[1]
+            cur[2], cur[3], cur[5] = row[2], row[3], new[1]
+        out[-1] = last = cur
     return out
 
 

@@ -39,7 +39,8 @@ async def test_views_match_their_models(make: Callable) -> None:
     assert vm.Explanation.model_validate(s.explain("web", "n1")).replicas[0].decision.scores
     h = vm.Health.model_validate(await s.health())
     assert h.active and h.liveness.judged_nodes >= 0
-    await s.apply(parse_manifests(manifest("web"))[0])  # one replica: a second revision
+    # A new request (a replica count alone keeps the revision): a second revision.
+    await s.apply(parse_manifests(manifest("web", cpu=150).replace("spec:\n", "spec:\n  replicas: 2\n"))[0])
     listed = vm.RevisionList.model_validate({"workload": "web", "items": revisions.history(await s.revisions("web"))})
     assert [r.generation for r in listed.items] == [1, 2] and listed.items[-1].current
     assert listed.items[0].change == "created" and listed.items[0].rollback_of is None

@@ -357,7 +357,9 @@ def _with_system_malloc() -> None:
     if os.environ.get("PYTHONMALLOC") or os.environ.get("PERSYS_GATEWAY_PYMALLOC") == "1":
         return
     argv = list(getattr(sys, "orig_argv", []))
-    if not argv:
+    # Only the `persys` program itself: a caller running the command in its own process (a
+    # test's CliRunner, an embedding program) must never be replaced by a new interpreter.
+    if not argv or Path(sys.argv[0]).name != "persys":
         return
     os.execve(sys.executable, [sys.executable, *argv[1:]], {**os.environ, "PYTHONMALLOC": "malloc"})
 

@@ -123,7 +123,7 @@ def wait_running(api: Api, names: list[str], timeout: float, settle: float = SET
             break
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
         # Settling is polled at the first interval: the wait ends soon after it has held.
-        settling_now = any(last[n].detail.find(", settling (") >= 0 for n in open_names if n in last)
+        settling_now = any(settling[n].since is not None for n in open_names)
         interval = FIRST_INTERVAL if settling_now else min(interval * 2, MAX_INTERVAL)
     failed = [n for n in names if last[n].state == "failed"]
     waiting = [n for n in open_names if n not in failed]

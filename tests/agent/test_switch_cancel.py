@@ -17,7 +17,7 @@ import pytest
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.failover import AckDeadline
-from persys.agent.link import GrpcLink
+from persys.agent.link import PROBE_TIMEOUT, REPROBE_EVERY, GrpcLink
 from persys.agent.plan import Desired
 from persys.model import DesiredState, WorkloadSpec
 
@@ -114,7 +114,8 @@ async def test_ack_watchdog_rearms_when_there_is_nowhere_to_go(tmp_path: Path) -
     await _until(lambda: len(moves) >= 3)
     assert all(b - a >= 0.09 for a, b in itertools.pairwise(moves)), "a full deadline between tries"
     link._channel_gen += 1  # switched by another loop: this stream's watchdog is done
-    await asyncio.wait_for(watchdog, 1.0)
+    # It notices at its next look: after the re-probe pause, or after a probe already under way.
+    await asyncio.wait_for(watchdog, REPROBE_EVERY + PROBE_TIMEOUT + 5.0)
     agent.local.close()
 
 

@@ -17,9 +17,9 @@ A scheduler and a gateway run as processes (tests.gateway.cluster, SQLite store,
   full client describe workload W  path (persys.cli.quick_verbs) and the full client
   persysctl delete workload D      the delete and its --wait polling (the workload is applied again,
   full client delete workload D    untimed, before each; no agent: it is gone at once)
-  full client apply -f one file    one small manifest, unchanged (apply has no quick path: it
-  python -c 'import persys.model.kinds, persys.cli.views'   validates with the pydantic models first,
-                                   and this is what loading them costs)
+  persysctl apply -f one file      one small manifest, unchanged: the quick path (persys.cli.quick_apply:
+  full client apply -f one file    the gateway validates) and the full client (validates locally first)
+  python -c 'import persys.model.kinds, persys.cli.views'   what loading the full client's models costs
 
 Printed: the median and p90 wall time of each, and each persysctl figure as a ratio of the
 interpreter's start measured in the same run (kubectl answers `version --client` in ~40 ms and
@@ -83,6 +83,7 @@ def main() -> None:
                 "full client describe workload W": [*full, "describe", "workload", "w-000"],
                 "persysctl delete workload D": [*pctl, "delete", "workload", "d-quick"],
                 "full client delete workload D": [*full, "delete", "workload", "d-full"],
+                "persysctl apply -f one file": [*pctl, "apply", "-f", str(manifest)],
                 "full client apply -f one file": [*full, "apply", "-f", str(manifest)],
                 "python -c 'import persys.model.kinds, persys.cli.views'":
                     [PY, "-c", "import persys.model.kinds, persys.cli.views"],
@@ -108,7 +109,7 @@ def main() -> None:
         xs.sort()
         med, p90 = statistics.median(xs), xs[int(len(xs) * 0.9) - 1]
         print(f"{name:<52} {med * 1e3:7.1f}ms {p90 * 1e3:7.1f}ms {med / floor:14.1f}x")
-    for verb in ("get workloads", "describe workload W", "delete workload D"):
+    for verb in ("get workloads", "describe workload W", "delete workload D", "apply -f one file"):
         quick, full = (statistics.median(times[f"{who} {verb}"]) for who in ("persysctl", "full client"))
         print(f"{verb}: the quick path takes {quick / full:.2f}x the full client's time (median, same run)")
     print(f"load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

@@ -167,9 +167,9 @@ def run(argv: list[str]) -> bool:
         return True
     cmd = parse(argv)
     if cmd is None:
-        from persys.cli import quick_verbs
+        from persys.cli import quick_apply, quick_verbs
 
-        return quick_verbs.run(argv)
+        return quick_verbs.run(argv) or quick_apply.run(argv)
     try:
         gw = Gateway(cmd)
         from persys.cli.listing_rows import pages

@@ -65,8 +65,10 @@ class Gateway:
     def get(self, path: str, query: dict[str, str]) -> Any:
         return self.request("GET", path, query)
 
-    def request(self, method: str, path: str, query: dict[str, str] | None = None) -> Any:
-        """The JSON answer; QuickError with the full client's line for an error or a refusal."""
+    def request(self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None,
+                refused: tuple[int, ...] = ()) -> Any:
+        """The JSON answer; QuickError with the full client's line for an error or a refusal,
+        Refused for a status in `refused` (the caller hands over to the full client)."""
         from urllib.parse import urlencode
 
         if self.conn.sock is None:  # (again, after the server closed a kept-alive connection)
@@ -78,18 +80,26 @@ class Gateway:
                 raise QuickError(f"cannot reach the Persys gateway at {self.base} (is the cluster running?)") from None
         try:
             url = f"{self.prefix}{path}" + (f"?{urlencode(query)}" if query else "")
-            self.conn.request(method, url, headers=self.headers)
+            headers = self.headers if body is None else {**self.headers, "content-type": "application/json"}
+            data = None if body is None else json.dumps(body).encode()
+            self.conn.request(method, url, body=data, headers=headers)
             resp = self.conn.getresponse()
-            body = resp.read()
+            answer = resp.read()
         except TimeoutError:
             raise QuickError(f"the Persys gateway at {self.base} did not answer in time") from None
         except (OSError, self.http_error) as e:  # connection reset, a broken answer
             raise QuickError(f"request to {self.base} failed: {e}") from None
+        if resp.status in refused:
+            raise Refused(resp.status)
         if resp.status >= 400:
             from persys.cli.refusal import refusal_text
 
-            raise QuickError(refusal_text(body, resp.reason))
-        return json.loads(body)
+            raise QuickError(refusal_text(answer, resp.reason))
+        return json.loads(answer)
+
+
+class Refused(Exception):
+    """A refusal the caller asked to see as such (its status code in args[0])."""
 
 
 class FullClient(Exception):

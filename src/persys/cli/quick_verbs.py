@@ -9,10 +9,8 @@ kinds, -o json|yaml, -f, -l, --force, a name that is not a plain name) is the fu
 is a line rich would have changed (an emoji code like `:warning:` in a message, when rich's own
 replacement cannot be loaded).
 
-`apply -f` has no quick path: the full client validates a manifest locally with the pydantic
-models before sending anything (`persys.model.kinds`), and loading them alone takes several times
-the whole budget of a quick command (docs/benchmarks.md, "persysctl: quick paths"); sending the
-file unchecked would change what a refused manifest prints.
+`apply -f FILE` has its own quick path (`cli.quick_apply`): the gateway validates, and a manifest
+it refuses goes to the full client, which validates locally and prints its usual message.
 """
 
 from __future__ import annotations

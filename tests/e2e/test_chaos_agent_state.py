@@ -27,7 +27,9 @@ def _half_truncated(db: Path) -> None:
 
 
 def test_corrupt_agent_db_is_moved_aside_and_workloads_adopted(tmp_path: Path) -> None:
-    c = Components(tmp_path, f"sqlite:///{tmp_path / 'state.db'}")
+    # A node grace longer than an agent restart on a busy machine: this test is about the agent's
+    # own state, not node loss (an agent back after the grace finds its workload moved away).
+    c = Components(tmp_path, f"sqlite:///{tmp_path / 'state.db'}", scheduler_args=("--node-grace", "90"))
     agent = c.agents["n1"]
     db = tmp_path / "agent-n1" / "agent.db"
     pid = 0
@@ -45,7 +47,12 @@ def test_corrupt_agent_db_is_moved_aside_and_workloads_adopted(tmp_path: Path) -
             assert "is unreadable" in agent.text() and "agent.db.corrupt-" in agent.text()
             kept = [p for p in db.parent.glob("agent.db.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
             assert len(kept) == round_, kept  # each bad file kept for inspection
-            time.sleep(3)  # several reconcile passes of the new agent: a duplicate would show by now
+            # The new agent reports again (on a busy machine the node may be NotReady meanwhile
+            # and the workload's runtime id empty until it does), then several reconcile passes:
+            # a duplicate would show by then.
+            eventually(lambda: (w := c.workload("keep"))["phase"] == "Running" and w["runtimeId"] and w, 90,
+                       "keep Running and reported by the new agent")
+            time.sleep(3)
             after = c.workload("keep")
             assert int(after["runtimeId"]) == pid and after["restarts"] == 0 and after["phase"] == "Running"
             assert pid_alive(pid), "adopted, not restarted"

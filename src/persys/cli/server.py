@@ -332,7 +332,7 @@ def agent(
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
                         metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
-                        storage=storage_config, registry_auth=registry_auth),
+                        storage=storage_config, registry_auth=registry_auth, cluster_id=cluster_id_of_file(tls.ca)),
             default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth, uid_range,
                              cluster_id=cluster_id_of_file(tls.ca)),
         )

@@ -18,7 +18,7 @@ from persys.gateway.health_listener import HealthListener, LoopBeat, verdict
 from persys.gateway.server import start_gateway
 from persys.model.limits import GatewayLimits
 from persys.security.pki import ClusterCA
-from tests.gateway.test_tls_gate import _client, _connect
+from tests.gateway.test_tls_gate import _client, _connect, _hold
 
 
 @pytest.mark.parametrize(("lag", "status", "word"), [(0.0, 200, "ok"), (29.9, 200, "ok"), (30.0, 503, "stalled"),
@@ -46,7 +46,7 @@ async def test_healthz_answers_while_the_api_port_takes_no_more(tmp_path: Path) 
     try:
         assert gw.health is not None
         url = f"http://127.0.0.1:{gw.health.port}"
-        held.append(await asyncio.to_thread(_connect, ctx, gw.port))  # the API port's one connection
+        held.append(await asyncio.to_thread(_hold, ctx, gw.port))  # the API port's one connection
         with pytest.raises((ssl.SSLError, ConnectionError)):
             await asyncio.to_thread(_connect, ctx, gw.port)
         status, body = await asyncio.to_thread(_get, f"{url}/healthz")

@@ -49,3 +49,34 @@ def test_processes_get_their_volume_directories(tmp_path: Path) -> None:
     m = VolumeMount("data-dir", "/data", False, Attachment("v", "n", AttachKind.FILESYSTEM, False,
                                                             mount_path=str(tmp_path)))
     assert volume_env((m,), None, 0) == {"PERSYS_VOLUME_DATA_DIR": str(tmp_path)}
+
+
+class _Recorded:
+    """Stands in for a libvirt connection: only the secret XML defined is checked here (the
+    VM e2e tests define them in a real libvirtd)."""
+
+    def __init__(self) -> None:
+        self.defined: list[str] = []
+
+    def secretDefineXML(self, xml: str) -> _Recorded:  # noqa: N802 (libvirt's name)
+        self.defined.append(xml)
+        return self
+
+    def setValue(self, value: bytes) -> None:  # noqa: N802 (libvirt's name)
+        assert value
+
+
+def test_rbd_disk_secrets_carry_the_cluster() -> None:
+    rbd = DiskSource("rbd", "vols/data", hosts=(("127.0.0.1", 3300),), user="persys-node")
+    mount = (VolumeMount("d", "/dev/vdb", False, Attachment("data", "n", AttachKind.VM_DISK, False, disk=rbd),
+                         "QUFBQUFBQUFBQUFBQUFBQQ=="),)
+    uuids = {}
+    for cluster in ("", "c0ffee01", "c0ffee02"):
+        conn = _Recorded()
+        (disk,) = data_disks(conn, mount, cluster)
+        (xml,) = conn.defined
+        usage = ET.fromstring(xml).findtext("usage/name")
+        assert usage == ("persys-volume/" + (f"{cluster}/" if cluster else "") + "data")
+        assert ET.fromstring(xml).findtext("uuid") == disk.secret_uuid
+        uuids[cluster] = disk.secret_uuid
+    assert len(set(uuids.values())) == 3  # two clusters (and the layout before) never share a secret

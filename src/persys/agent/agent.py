@@ -98,12 +98,15 @@ class AgentConfig:
     # Run the node guard (persys.agent.node_guard): Stop instances are killed when this agent stops
     # renewing its lease for a node grace (killed, frozen). Off only where no real instance runs.
     node_guard: bool = True
+    # The cluster's id (security.cluster_id; the CLI gives it from the cluster CA): in the local
+    # pool's folder, so two clusters sharing a host and a pool never touch each other's volumes.
+    cluster_id: str = ""
 
 
 class Agent:
     def __init__(self, config: AgentConfig, runtimes: Sequence[Runtime], link: SchedulerLink | None = None) -> None:
         self.config = config
-        self.storage = storage_setup.open_drivers(config.storage, config.node_id)
+        self.storage = storage_setup.open_drivers(config.storage, config.node_id, config.cluster_id)
         self.storage_reports: list[DriverReport] = []  # probed at start
         self.volumes = VolumeAttacher(storage_setup.usable(self.storage))
         self.meter = AgentMetrics()

@@ -14,11 +14,11 @@ from persys.storage.probe import DriverReport, build_drivers
 KIND_ORDER = (AttachKind.FILESYSTEM, AttachKind.VM_DISK)
 
 
-def open_drivers(config: StorageConfig | None, node_id: str) -> dict[str, VolumeDriver | str]:
+def open_drivers(config: StorageConfig | None, node_id: str, cluster_id: str = "") -> dict[str, VolumeDriver | str]:
     """Driver name -> its instance, or why it could not be built; nothing configured: empty."""
     if config is None:
         return {}
-    return build_drivers(config, node_id, ceph=open_ceph)
+    return build_drivers(config, node_id, ceph=open_ceph, cluster_id=cluster_id)
 
 
 def usable(drivers: Mapping[str, VolumeDriver | str]) -> dict[str, VolumeDriver]:

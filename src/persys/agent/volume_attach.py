@@ -158,6 +158,9 @@ class VolumeAttacher:
                     if att.volume_id in users:
                         await self._adopt(driver, att, users[att.volume_id])
                         continue
+                    if att.legacy:  # from before cluster ids: maybe another cluster's, left alone
+                        log.info("volume %s attached in the layout before cluster ids: left alone", att.volume_id)
+                        continue
                     try:
                         await asyncio.to_thread(driver.detach, att.volume_id)
                         done.append(att.volume_id)

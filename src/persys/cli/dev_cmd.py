@@ -189,7 +189,8 @@ def dev(
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
                                 # Embedded default: local volumes in a pool under the node's folder.
                                 storage=spec.storage or storage_config
-                                or StorageConfig(local=LocalConfig(str(state / "volumes")))),
+                                or StorageConfig(local=LocalConfig(str(state / "volumes"))),
+                                cluster_id=cluster_id_of_file(ca.ca_cert_path)),
                     # As the policy defaults; the cluster id from the data dir's CA (a second
                     # `persys dev` elsewhere is another cluster on the same engine).
                     [r for r in default_runtimes(state, spec.name, allow_node_paths=[data],

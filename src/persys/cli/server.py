@@ -332,7 +332,7 @@ def agent(
                         cpu_millicores=cpu_millicores, memory_mb=memory_mb, listen=listen,
                         advertise_host=advertise_host, image_max_bytes=max_image_bytes, renew_certificate=renew,
                         metrics_listen=metrics_listen, metrics_plain_listen=metrics_plain_listen,
-                        storage=storage_config, registry_auth=registry_auth),
+                        storage=storage_config, registry_auth=registry_auth, cluster_id=cluster_id_of_file(tls.ca)),
             default_runtimes(state_dir, node_id, workload_user, allow_node_path, registry_auth, uid_range,
                              cluster_id=cluster_id_of_file(tls.ca)),
         )
@@ -382,6 +382,14 @@ def gateway(
     max_in_flight: int = typer.Option(64, "--max-in-flight", min=1, max=100_000,
                                       help="API requests answered at once; more are refused at once with 503 and "
                                       "Retry-After (probes, metrics and streams are not counted)."),
+    max_connections: int = typer.Option(1024, "--max-connections", min=1, max=100_000,
+                                        help="TLS connections open or handshaking at once; more are refused at "
+                                        "their first message with a TLS alert, before the handshake's costly part "
+                                        "(a storm of new connections cannot starve the ones being answered)."),
+    health_listen: str = typer.Option("", "--health-listen", metavar="HOST:PORT",
+                                      help="Also answer GET /healthz in plain HTTP on this address, from a thread "
+                                      "of its own: never behind API work or TLS handshakes (503 'stalled' if the "
+                                      "event loop hangs 30 s). Bind it to a local or management address."),
     identity_from: str = idopt.IDENTITY_FROM, vault_addr: str = idopt.VAULT_ADDR,
     vault_ca_file: Path = idopt.VAULT_CA_FILE, vault_role_id_file: Path = idopt.VAULT_ROLE_ID_FILE,
     vault_secret_id_file: Path = idopt.VAULT_SECRET_ID_FILE, vault_pki_mount: str = idopt.VAULT_PKI_MOUNT,
@@ -406,6 +414,8 @@ def gateway(
             raise ServerError(f"--listen {listen!r} must be host:port")
         if not port_free(host, int(port_s)):
             raise ServerError(f"port {port_s} on {host} is in use")
+        if health_listen:
+            check_listen(health_listen, "--health-listen")
         live = await idopt.start_identity(vault, "gateway") if identity_from == "openbao" else None
         tls = live.files if live else tls_from_dir(tls_dir, "gateway")
         holder = []
@@ -413,12 +423,17 @@ def gateway(
         async def started() -> None:
             limits = GatewayLimits(manifest_bytes=max_manifest_bytes, batch_bytes=max_batch_bytes,
                                    restore_bytes=max_restore_bytes, image_bytes=max_image_bytes,
-                                   max_in_flight=max_in_flight)
-            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits)
+                                   max_in_flight=max_in_flight, max_connections=max_connections)
+            from persys.observability.metrics_http import parse_listen
+
+            health = parse_listen(health_listen, "--health-listen") if health_listen else None  # checked above
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits, health)
             holder.append(gw)
             if live:
                 live.on_change(lambda _m: gw.reload_tls())
-            print(f"gateway ready on https://{host}:{gw.port} (metrics: https://{host}:{gw.port}/metrics)", flush=True)
+            also = f"; /healthz: http://{health[0]}:{gw.health.port}/healthz" if health and gw.health else ""
+            print(f"gateway ready on https://{host}:{gw.port} (metrics: https://{host}:{gw.port}/metrics{also})",
+                  flush=True)
 
         async def stop() -> None:
             for gw in holder:

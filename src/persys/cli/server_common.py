@@ -173,7 +173,12 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "",
     from persys.agent.runtimes.process import ProcessRuntime
     from persys.agent.runtimes.secret_files import secrets_root
     from persys.agent.runtimes.vm import LibvirtVMRuntime
+    from persys.agent.state_claim import StateDirTaken, claim_state_dir
 
+    try:  # the state folder is one cluster's: another's agent given it is refused (#31)
+        claim_state_dir(state_dir, cluster_id)
+    except StateDirTaken as err:
+        raise ServerError(str(err)) from None
     # Containers carry their node's name, so agents sharing one engine (tests, several
     # nodes on one host) never adopt or remove each other's containers.
     scope = {"persys.node": node_id}
@@ -183,16 +188,16 @@ def default_runtimes(state_dir: Path, node_id: str, workload_user: str = "",
     container_scope = {**scope, **({"persys.cluster": cluster_id} if cluster_id else {})}
     # Node paths workloads may name, re-checked here whatever the scheduler admitted.
     paths = NodePaths.for_agent(state_dir, allow_node_paths)
+    secrets_at = state_dir / "runtimes" / "container-secrets", state_dir / "runtimes" / "container"
     return [
-        DockerRuntime(extra_labels=container_scope,
-                      secrets_dir=secrets_root(state_dir / "runtimes" / "container-secrets",
-                                               state_dir / "runtimes" / "container"),
-                      registry_auth=registry_auth),
+        DockerRuntime(extra_labels=container_scope, secrets_dir=secrets_root(*secrets_at, cluster_id),
+                      legacy_secrets_dir=secrets_root(*secrets_at), registry_auth=registry_auth),
         ComposeRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, registry_auth=registry_auth,
                        cluster_id=cluster_id),
         LibvirtVMRuntime(state_dir / "runtimes", extra_labels=scope, node_paths=paths, cluster_id=cluster_id),
         MicroVMRuntime(state_dir / "runtimes", node_paths=paths),
-        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user, uid_range=uid_range),
+        ProcessRuntime(state_dir / "runtimes", agent_id=node_id, workload_user=workload_user, uid_range=uid_range,
+                       cluster_id=cluster_id),
     ]
 
 

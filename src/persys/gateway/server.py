@@ -13,8 +13,9 @@ import uvicorn
 
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
-from persys.gateway.authorization import PeerCertProtocol
+from persys.gateway.health_listener import HealthListener, LoopBeat
 from persys.gateway.routes.terminal_routes import TERMINAL_FRAME_MAX_BYTES
+from persys.gateway.tls_gate import HandshakeGate, gated_protocol
 from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
 from persys.observability.metrics import Metrics
@@ -40,6 +41,8 @@ class RunningGateway:
     tls_files: TLSFiles
     server_tls: ReloadingServerTLS
     metrics: Metrics
+    health: HealthListener | None = None  # --health-listen: /healthz answered by a thread
+    beat: asyncio.Task[None] | None = None
 
     async def reload_tls(self) -> None:
         """Its TLS files were replaced (a renewal): new handshakes, inbound and to the scheduler,
@@ -51,6 +54,10 @@ class RunningGateway:
         self.server.should_exit = True
         await self.task
         await self.client.close()
+        if self.health is not None:
+            await asyncio.to_thread(self.health.stop)
+        if self.beat is not None:
+            self.beat.cancel()
 
 
 # asyncio gives every TLS connection a 256 KiB plaintext read buffer (sslproto.SSLProtocol.max_size),
@@ -67,10 +74,13 @@ def _small_tls_buffers() -> None:
 
 
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
-                        limits: GatewayLimits | None = None) -> RunningGateway:
+                        limits: GatewayLimits | None = None, health_listen: tuple[str, int] | None = None
+                        ) -> RunningGateway:
     _small_tls_buffers()
     client = SchedulerClient(scheduler_target, tls)
     metrics = Metrics()
+    # TLS connections taken on at once: more are refused at their ClientHello (gateway.tls_gate).
+    gate = HandshakeGate((limits or GatewayLimits()).max_connections)
     config = uvicorn.Config(
         create_app(client, agent_tls=tls, limits=limits, metrics=metrics),
         host=host,
@@ -81,7 +91,7 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         # A certificate is verified when presented; without one a request needs a bearer token
         # (the authorization middleware answers 401 otherwise).
         ssl_cert_reqs=ssl.CERT_OPTIONAL,
-        http=PeerCertProtocol,
+        http=gated_protocol(gate),  # PeerCertProtocol, counted in the gate
         ws="websockets-sansio",  # interactive terminals (routes/terminal_routes.py)
         ws_max_size=TERMINAL_FRAME_MAX_BYTES,
         log_level="warning",
@@ -89,7 +99,7 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         # Idle keep-alive clients must not hold a shutdown forever.
         timeout_graceful_shutdown=3,
     )
-    server_tls = ReloadingServerTLS(config)
+    server_tls = ReloadingServerTLS(config, gate)
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(), name="gateway")
     while not server.started:
@@ -99,4 +109,11 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         await asyncio.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
     log.info("gateway listening on https://%s:%d", host, bound)
-    return RunningGateway(server, task, client, bound, tls, server_tls, metrics)
+    gw = RunningGateway(server, task, client, bound, tls, server_tls, metrics)
+    if health_listen is not None:
+        beat = LoopBeat()
+        gw.beat = asyncio.create_task(beat.run(), name="gateway-beat")
+        gw.health = HealthListener(*health_listen, beat)
+        gw.health.start()
+        log.info("gateway /healthz also on http://%s:%d (its own thread)", health_listen[0], gw.health.port)
+    return gw

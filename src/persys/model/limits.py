@@ -52,6 +52,9 @@ class GatewayLimits:
     max_depth: int = MAX_DEPTH
     # API requests answered at once; more are refused with 503 + Retry-After (gateway.shedding).
     max_in_flight: int = 64
+    # TLS connections open or handshaking at once; more are refused at their ClientHello with a
+    # TLS alert, before the handshake's costly part (gateway.tls_gate).
+    max_connections: int = 1024
 
 
 def human_bytes(n: int) -> str:

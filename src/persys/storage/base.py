@@ -91,6 +91,9 @@ class Attachment:
     read_only: bool
     mount_path: str = ""
     disk: DiskSource | None = None
+    # Found in a layout from before cluster ids (security.cluster_id): possibly another cluster's
+    # on a shared host, so adopted only by an instance that wants it, never swept as a leftover.
+    legacy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

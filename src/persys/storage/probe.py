@@ -128,12 +128,14 @@ def simulated_reports(config: StorageConfig) -> list[DriverReport]:
 
 
 def build_drivers(config: StorageConfig, node_id: str, *,
-                  ceph: Callable[[CephConfig, str], VolumeDriver] | None = None) -> dict[str, VolumeDriver | str]:
+                  ceph: Callable[[CephConfig, str], VolumeDriver] | None = None,
+                  cluster_id: str = "") -> dict[str, VolumeDriver | str]:
     """The node's drivers from its configuration (what `probe_drivers` takes). The ceph-rbd driver
-    comes from `ceph` (its module is built apart); without it a configured ceph-rbd is absent."""
+    comes from `ceph` (its module is built apart); without it a configured ceph-rbd is absent.
+    `cluster_id`: the local pool's images (and their loop devices) live in the cluster's folder."""
     out: dict[str, VolumeDriver | str] = {}
     if config.local is not None:
-        out["local"] = LocalDriver(Path(config.local.pool), node_id)
+        out["local"] = LocalDriver(Path(config.local.pool), node_id, cluster_id=cluster_id)
     if config.nfs is not None:
         exp = NfsExport(config.nfs.server, config.nfs.export, config.nfs.port)
         out["nfs"] = NfsDriver(exp, node_id, mount_root=config.nfs.mount_root)

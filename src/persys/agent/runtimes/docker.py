@@ -77,11 +77,14 @@ class DockerRuntime:
         stats_timeout: float = 5.0,
         extra_labels: dict[str, str] | None = None,
         secrets_dir: Path | None = None,
+        legacy_secrets_dir: Path | None = None,  # where agents before cluster ids wrote them
         registry_auth: Path | None = None,
         pull_timeout: float = PULL_TIMEOUT,
     ) -> None:
         # Where containers' secret files are written (bind-mounted read-only at /run/secrets).
         self._secrets_dir = secrets_dir
+        # A container started before cluster ids keeps its files there until it is removed.
+        self._legacy_secrets_dir = legacy_secrets_dir if legacy_secrets_dir != secrets_dir else None
         self._stop_timeout = stop_timeout
         self._stats_timeout = stats_timeout
         self._extra_labels = dict(extra_labels or {})
@@ -375,8 +378,9 @@ class DockerRuntime:
             data = await self._show(workload_id)
             if data is not None:
                 await self._delete(data["Id"])
-            if self._secrets_dir is not None:
-                remove_secret_files(self._secrets_dir / workload_id)
+            for root in (self._secrets_dir, self._legacy_secrets_dir):
+                if root is not None:
+                    remove_secret_files(root / workload_id)
 
     # ---- exec and copy (persysctl exec, cp) ----------------------------------------------------
 

@@ -114,7 +114,10 @@ class ProcessRuntime:
         cgroup_root: str | Path = "/sys/fs/cgroup",
         cgroup_parent: str = "persys",
         use_cgroups: bool | None = None,  # None: use them when writable
-        agent_id: str = "",  # the node id: cgroups are <parent>/<agent>/<instance>, never shared
+        agent_id: str = "",  # the node id: cgroups are <parent>/<cluster>-<agent>/<instance>, never shared
+        # The cluster's id (security.cluster_id), in cgroup and secret folder names: two clusters
+        # on one host, even with nodes named alike, never meet (issue #31).
+        cluster_id: str = "",
         # Who runs a process whose spec names no user: "" is a uid of its own from `uid_range`
         # where the agent isolates workloads, else DEFAULT_WORKLOAD_USER.
         workload_user: str = "",
@@ -124,7 +127,9 @@ class ProcessRuntime:
     ) -> None:
         self._dir = Path(state_dir) / "process"
         self._dirs = WorkDirs(self._dir, ProcessMeta)
-        self._secrets = secrets_root(self._dir.parent / "process-secrets", self._dir)
+        self._secrets = secrets_root(self._dir.parent / "process-secrets", self._dir, cluster_id)
+        # Where instances started before cluster ids keep their secret files until they stop.
+        self._legacy_secrets = secrets_root(self._dir.parent / "process-secrets", self._dir)
         self._workload_user = workload_user
         self._missing = tools_missing() if os.geteuid() == 0 else ["a root agent"]
         self._isolate = not self._missing if isolate is None else isolate
@@ -134,7 +139,7 @@ class ProcessRuntime:
         self._claims = UidClaims(Path(uid_claims), str(self._dir.resolve()), uid_range)
         self._grace = grace_seconds
         self._cg_root = Path(cgroup_root)
-        self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()))}"
+        self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()), cluster_id)}"
         self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
         self._cpu = CpuSampler(settle=0.1)
@@ -149,7 +154,7 @@ class ProcessRuntime:
 
     @property
     def cgroup_parent(self) -> str:
-        """This agent's cgroup directory under each controller (`persys/<agent>`)."""
+        """This agent's cgroup directory under each controller (`persys/<cluster>-<agent>`)."""
         return self._cg_parent
 
     # ---- cgroups -------------------------------------------------------------------------------
@@ -512,8 +517,13 @@ class ProcessRuntime:
         meta.finished_at = meta.finished_at or time.time()
         self._save(meta)
         self._cleanup_cgroups(meta)
-        remove_secret_files(self._secrets / workload_id)  # values live only while it runs
-        remove_secret_files(self._env_dir(workload_id))
+        self._remove_secrets(workload_id)  # values live only while it runs
+
+    def _remove_secrets(self, workload_id: str) -> None:
+        """Its secret files and environment, also where an agent before cluster ids wrote them."""
+        for root in dict.fromkeys((self._secrets, self._legacy_secrets)):
+            remove_secret_files(root / workload_id)
+            remove_secret_files(root / f".env-{workload_id}")
 
     async def stop(self, workload_id: str) -> None:
         async with self._lock:
@@ -522,7 +532,7 @@ class ProcessRuntime:
     async def remove(self, workload_id: str) -> None:
         async with self._lock:
             await self._stop_locked(workload_id)
-            remove_secret_files(self._secrets / workload_id)
+            self._remove_secrets(workload_id)
             meta = self._load(workload_id)
             iso = Isolation.from_doc(meta.isolation) if meta is not None else None
             if iso is not None and iso.dynamic:
@@ -574,7 +584,11 @@ class ProcessRuntime:
         iso = Isolation.from_doc(meta.isolation) if meta.isolation is not None else None
         if iso is None:
             return None
-        return Isolated(iso.uid, iso.gid, self._init, str(self._env_dir(meta.workload_id) / "environment"))
+        env = self._env_dir(meta.workload_id)
+        legacy = self._legacy_secrets / env.name  # an instance started before cluster ids: its own file
+        if not env.exists() and legacy.exists():
+            env = legacy
+        return Isolated(iso.uid, iso.gid, self._init, str(env / "environment"))
 
     def _running(self, workload_id: str, service: str) -> ProcessMeta:
         """The meta of a running instance to exec in; RuntimeFailure saying why there is none."""

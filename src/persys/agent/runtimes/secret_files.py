@@ -2,7 +2,7 @@
 (mode 0500, files 0400, owned by the user the workload runs as), removed when it stops or is
 removed. The only place the agent writes secret values, and only where the workload reads them.
 
-An agent running as root keeps them under /run/persys/secrets/<agent>/ (a tmpfs on most
+An agent running as root keeps them under /run/persys/secrets/<cluster>-<agent>/ (a tmpfs on most
 systems: never on disk; every directory above root-owned and 0711, so the workload's user
 reaches its own directory whatever the modes of the agent's state directory); otherwise
 beside the runtime's state.
@@ -22,12 +22,15 @@ from persys.agent.runtimes.base import RuntimeFailure
 RUN_ROOT = Path("/run/persys/secrets")
 
 
-def secrets_root(fallback: Path, agent_state: Path) -> Path:
+def secrets_root(fallback: Path, agent_state: Path, cluster_id: str = "") -> Path:
     """Where this agent's instances get their secret directories (see the module's text);
-    created by the first write, not here."""
+    created by the first write, not here. `cluster_id` (security.cluster_id) leads the folder's
+    name, so whose a folder is reads off the host; without it, the name agents before cluster ids
+    used (where their instances' files stay until they stop)."""
     if os.geteuid() == 0 and RUN_ROOT.parent.parent.is_dir():
         # One folder per agent state dir: agents sharing a host never touch each other's.
-        return RUN_ROOT / hashlib.sha256(str(agent_state.resolve()).encode()).hexdigest()[:16]
+        name = hashlib.sha256(str(agent_state.resolve()).encode()).hexdigest()[:16]
+        return RUN_ROOT / (f"{cluster_id}-{name}" if cluster_id else name)
     return fallback
 
 

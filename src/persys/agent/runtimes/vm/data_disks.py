@@ -1,6 +1,9 @@
 """A VM's volumes as libvirt disks: each attached volume (persys.agent.volume_attach) becomes a
 `DataDisk`; an rbd disk's cephx key goes into an ephemeral, private libvirt secret (never into
-the domain XML, a file or a log), defined once per volume and removed with the domain."""
+the domain XML, a file or a log), defined once per volume and removed with the domain. Its uuid
+and usage name carry the cluster's id (security.cluster_id): two clusters on one host with a
+volume named alike never redefine or remove each other's (a domain from before keeps the uuid its
+XML names, and its removal takes that one)."""
 
 from __future__ import annotations
 
@@ -15,20 +18,25 @@ from xml.sax.saxutils import escape
 from persys.agent.runtimes.base import RuntimeFailure, VolumeMount
 from persys.agent.runtimes.vm.domain import DataDisk
 
-SECRET_USAGE = "persys-volume/"  # + volume id: how the runtime finds its secrets again
+SECRET_USAGE = "persys-volume/"  # + [cluster id/] volume id: how the runtime finds its secrets again
 
 
-def secret_uuid(volume_id: str) -> str:
-    """Stable per volume, so a redefinition finds the same secret."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"persys:volume-secret:{volume_id}"))
+def _scoped(volume_id: str, cluster_id: str) -> str:
+    return f"{cluster_id}/{volume_id}" if cluster_id else volume_id
 
 
-def _secret_xml(volume_id: str) -> str:
-    return (f"<secret ephemeral='yes' private='yes'><uuid>{secret_uuid(volume_id)}</uuid>"
-            f"<usage type='ceph'><name>{escape(SECRET_USAGE + volume_id)}</name></usage></secret>")
+def secret_uuid(volume_id: str, cluster_id: str = "") -> str:
+    """Stable per volume (and cluster), so a redefinition finds the same secret."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"persys:volume-secret:{_scoped(volume_id, cluster_id)}"))
 
 
-def data_disks(conn: Any, mounts: tuple[VolumeMount, ...]) -> tuple[DataDisk, ...]:
+def _secret_xml(volume_id: str, cluster_id: str = "") -> str:
+    return (f"<secret ephemeral='yes' private='yes'><uuid>{secret_uuid(volume_id, cluster_id)}</uuid>"
+            f"<usage type='ceph'><name>{escape(SECRET_USAGE + _scoped(volume_id, cluster_id))}</name></usage>"
+            "</secret>")
+
+
+def data_disks(conn: Any, mounts: tuple[VolumeMount, ...], cluster_id: str = "") -> tuple[DataDisk, ...]:
     """The disks of `mounts` (VM_DISK attachments); rbd keys set as libvirt secrets on `conn`."""
     out = []
     for m in mounts:
@@ -52,13 +60,13 @@ def data_disks(conn: Any, mounts: tuple[VolumeMount, ...]) -> tuple[DataDisk, ..
         else:
             secret = ""
             if src.user:
-                secret = _define_secret(conn, m.attachment.volume_id, m.key)
+                secret = _define_secret(conn, m.attachment.volume_id, m.key, cluster_id)
             out.append(DataDisk("rbd", src.path, src.hosts, read_only=m.read_only, auth_user=src.user,
                                 secret_uuid=secret))
     return tuple(out)
 
 
-def _define_secret(conn: Any, volume_id: str, key: str) -> str:
+def _define_secret(conn: Any, volume_id: str, key: str, cluster_id: str = "") -> str:
     if not key:
         raise RuntimeFailure(f"volume {volume_id}: no cephx key on this node for the rbd disk",
                              code="VolumeUnavailable")
@@ -67,9 +75,9 @@ def _define_secret(conn: Any, volume_id: str, key: str) -> str:
     except (binascii.Error, ValueError):
         raise RuntimeFailure(f"volume {volume_id}: the node's cephx key is not base64", code="VolumeUnavailable",
                              terminal=True) from None
-    secret = conn.secretDefineXML(_secret_xml(volume_id))
+    secret = conn.secretDefineXML(_secret_xml(volume_id, cluster_id))
     secret.setValue(value)
-    return secret_uuid(volume_id)
+    return secret_uuid(volume_id, cluster_id)
 
 
 def forget_secrets(conn: Any, domain_xml: str) -> None:

@@ -412,7 +412,7 @@ class LibvirtVMRuntime:
             initrd=initrd,
             cmdline=vm.cmdline,
             networks=tuple(vm.networks),
-            data_disks=data_disks(self._connect(), w.mounts) if w.mounts else (),
+            data_disks=data_disks(self._connect(), w.mounts, self._cluster) if w.mounts else (),
         )
 
     def _boot_sync(self, cfg: DomainConfig) -> _Found:

@@ -84,7 +84,7 @@ class World:
         self.reconnect()  # a new agent opens a new stream
 
     def deliver(self) -> None:
-        assignments = [Assignment(workload_id=i, node_id="n1", revision=r, generation=g, desired_state=s)
+        assignments = [Assignment(instance_id=i, node_id="n1", revision=r, generation=g, desired_state=s)
                        for i, (r, g, s) in self.assigned.items()]
 
         def take_resync() -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from pydantic import ValidationError
 
+from persys.aborting import aborting
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.scheduler.errors import Frozen, MutationRefused, NotActive, NotFound
 from persys.store.base import StoreError, StoreFull, StoreUnavailable, TxnTooLarge
@@ -24,6 +25,7 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@aborting
 @contextlib.asynccontextmanager
 async def mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
     """Turn the scheduler's exceptions into gRPC statuses with a message for humans."""

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
+from persys.aborting import abort
 from persys.model.manifest import ManifestError
 from persys.policy import WorkloadPolicy
 from persys.scheduler.authorization import CALLER
@@ -41,8 +42,7 @@ class PolicyService(pb_grpc.PolicyServicer):
         try:
             return _doc(*await self.gate.current())
         except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
+            await abort(context, grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
 
     @override
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:

@@ -22,8 +22,10 @@ LINT = Path(sys.executable).with_name("lint-imports")
 PROBES = [
     ("scheduler/liveness.py", "import grpc",
      "Only the gRPC edges import grpc and the generated code", "persys.scheduler.liveness -> grpc"),
-    ("scheduler/reconcile.py", "from persys._pb.persys.v1 import control_pb2",
-     "Decisions reach no gRPC, store client, event log", "persys.scheduler.reconcile -> persys._pb"),
+    ("scheduler/reconcile.py", "from persys.scheduler import agent_control",  # grpc through a servicer
+     "Decisions reach no gRPC, store client", "persys.scheduler.reconcile -> persys.scheduler.agent_control"),
+    ("agent/decide/merge.py", "from persys._pb.persys.v1 import control_pb2",
+     "Only the gRPC edges import grpc and the generated code", "persys.agent.decide.merge -> persys._pb"),
     ("scheduler/liveness.py", "from persys.store import etcd",
      "Only the store opens its backends", "persys.scheduler.liveness -> persys.store.etcd"),
     ("scheduler/views.py", "import redis",

@@ -5,10 +5,12 @@ that after a restart it adopts the workloads that still run instead of starting 
 it removes nothing until the scheduler has sent a fresh desired state in normal mode: an
 agent that cannot reach its scheduler holds, it does not guess.
 
-One pass of `reconcile_once`: observe the runtimes (I/O), decide (`persys.agent.decide.plan`, pure),
-execute the actions (I/O), then build the report (`persys.agent.decide.report`, pure) that the link
-sends. Everything said to the scheduler goes through the link (`persys.agent.link`), the only
-agent code that speaks gRPC to it; the agent is the link's `LinkHandler`.
+A desired-state message is merged by `persys.agent.decide.merge` (pure) and written to the local
+records. One pass of `reconcile_once`: observe the runtimes (I/O), decide (`decide.plan`, pure),
+execute the actions (I/O), then build the report (`decide.report`, pure) that the link sends.
+Registration, heartbeats, reports, the desired-state stream and secret requests go through the
+link (`persys.agent.link`); the agent is its `LinkHandler`. Only joining (`join`) and certificate
+renewal (`cert_renewal`) dial the scheduler on their own channels.
 """
 
 from __future__ import annotations

@@ -27,10 +27,14 @@ def dumps(doc: Any) -> bytes:
 
 @aborting
 @contextlib.asynccontextmanager
-async def mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    """Turn the scheduler's exceptions into gRPC statuses with a message for humans."""
+async def mapped(context: grpc.aio.ServicerContext, *invalid: type[Exception]) -> AsyncIterator[None]:
+    """Turn the scheduler's exceptions into gRPC statuses with a message for humans; `invalid`:
+    a service's own errors that say the request is wrong (INVALID_ARGUMENT with their message).
+    Every servicer maps its errors this way (`async with mapped(context, ...)`)."""
     try:
         yield
+    except invalid as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     except NotActive as err:
         # Agents read the active replica's address from this trailer and reconnect there.
         context.set_trailing_metadata(((LEADER_METADATA, err.leader),))

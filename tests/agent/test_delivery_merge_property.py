@@ -1,8 +1,9 @@
 """The scheduler's delta sender (persys.scheduler.delivery.DeltaSender.step) against the agent's
 merge (persys.agent.decide.merge), as a property: under any sequence of assignment changes,
 spec updates (some unreadable to the agent), mode changes, resyncs, reconnects (a new stream, so
-a new sender and a full set), failed writes of the local records (the link reopens the stream)
-and agent restarts (the agent starts from its local records), once the stream has delivered, the
+a new sender and a full set), failed writes of the local records (the link reopens the stream),
+late messages of a deposed replica (older generations: fenced) and agent restarts (the agent
+starts from its local records), once the stream has delivered, the
 agent holds exactly what is assigned to its node: every assigned instance at its revision,
 generation and state (or listed unreadable), nothing else in normal mode. And whenever no write
 failed since the agent started, its local records restore to the set it holds.
@@ -107,6 +108,17 @@ class World:
         for wid, d in m.changed.items():
             self.records[wid] = merge.Item(wid, d.revision, d.generation, str(d.desired_state), d.spec.to_json())
 
+    def stale(self, inst: str) -> None:
+        """A late message from a replica that lost its lease: the instance at an older generation
+        (and another spec). Generation fencing keeps what the agent holds."""
+        held = self.held.desired.get(inst)
+        if held is None or held.generation <= 1:
+            return
+        old = merge.Item(inst, "r-stale", held.generation - 1, "Stopped", spec_json(workload_of(inst), "r-stale"))
+        m = merge.merge(self.held, merge.Delta((old,), self.mode))
+        assert m.changed == {} and m.held.desired[inst] is held, f"{inst}: an older generation replaced a newer one"
+        self.held = m.held
+
     def check(self) -> None:
         held = self.held
         for inst, (rev, gen, state) in self.assigned.items():
@@ -139,6 +151,7 @@ OPS = st.one_of(
     st.tuples(st.just("reconnect")),
     st.tuples(st.just("restart")),
     st.tuples(st.just("write_fails")),
+    st.tuples(st.just("stale"), instance),
     st.tuples(st.just("deliver")),
     st.tuples(st.just("deliver")),
 )
@@ -163,6 +176,8 @@ def run(world: World, ops: list[tuple[object, ...]]) -> None:
                 world.restart()
             case ("write_fails",):
                 world.write_fails = True
+            case ("stale", str(inst)):
+                world.stale(inst)
             case ("deliver",):
                 world.deliver()
                 world.check()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.agent.disconnect import AckClock, Snapshot, decide, heartbeat_interval, stop_after
+from persys.agent.decide.disconnect import AckClock, Snapshot, decide, heartbeat_interval, stop_after
 from persys.model import OnDisconnect, Workload
 from persys.model.manifest import ManifestError, validate_manifest
 

@@ -1,4 +1,4 @@
-"""The agent's local decision (persys.agent.plan), table-driven from tests/agent/plan_cases/:
+"""The agent's local decision (persys.agent.decide.plan), table-driven from tests/agent/plan_cases/:
 restart policy, backoff, orphan grace, disconnection stops. Pure: no runtime, no clock."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.agent import plan
+from persys.agent.decide import plan
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model import DesiredState, WorkloadSpec
 

@@ -1,4 +1,4 @@
-"""What the agent reports (persys.agent.report), table-driven from tests/agent/report_cases/.
+"""What the agent reports (persys.agent.decide.report), table-driven from tests/agent/report_cases/.
 Pure: the messages are built from plain state, no scheduler and no clock."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import report
+from persys.agent.decide import report
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model.status import WorkloadUsage
 from tests.agent.test_plan import desired, failure, observed

@@ -1,6 +1,6 @@
 """What an agent tells the scheduler, over the real protocol (process runtime, real processes):
 only what changed, and a complete report when something is gone. (Which reports go out is
-decided by the pure persys.agent.report, table-tested in test_report_builder.py.)"""
+decided by the pure persys.agent.decide.report, table-tested in test_report_builder.py.)"""
 
 from __future__ import annotations
 

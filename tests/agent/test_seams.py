@@ -27,7 +27,7 @@ def loaded_by(module: str) -> set[str]:
     ("persys.gateway.app", "persys.agent"),
     ("persys.agent.service", "persys.agent.agent"),
     ("persys.agent.link", "persys.agent.agent"),
-    ("persys.agent.plan", "grpc"),
+    ("persys.agent.decide.plan", "grpc"),
 ])
 def test_module_does_not_import(module: str, never: str) -> None:
     loaded = loaded_by(module)

@@ -16,9 +16,9 @@ import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.agent import Agent, AgentConfig
+from persys.agent.decide.plan import Desired
 from persys.agent.failover import AckDeadline
 from persys.agent.link import PROBE_TIMEOUT, REPROBE_EVERY, GrpcLink
-from persys.agent.plan import Desired
 from persys.model import DesiredState, WorkloadSpec
 
 

@@ -241,7 +241,7 @@ async def test_desired_stream_follows_assignments(make: Callable) -> None:
     first = await asyncio.wait_for(anext(stream), 5)
     while not first:
         first = await asyncio.wait_for(anext(stream), 5)
-    assert [a.workload_id for a in first] == ["web"]
+    assert [a.instance_id for a in first] == ["web"]
 
 
 def zoned(node_id: str, zone: str) -> Node:

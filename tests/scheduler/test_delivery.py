@@ -20,7 +20,7 @@ CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.re
 
 def assignment(inst: str, doc: str) -> Assignment:
     revision, _, state = doc.partition("/")
-    return Assignment(workload_id=inst, node_id="n1", revision=revision, generation=1,
+    return Assignment(instance_id=inst, node_id="n1", revision=revision, generation=1,
                       desired_state=state or "Running", created_at=0.0)
 
 

@@ -17,7 +17,7 @@ CASES = yaml.safe_load((Path(__file__).parent / "drift_cases" / "cases.yaml").re
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_drift_case(case: dict[str, Any]) -> None:
     assigned = {
-        inst: Assignment(workload_id=inst, node_id="n1", revision=a["revision"], generation=1,
+        inst: Assignment(instance_id=inst, node_id="n1", revision=a["revision"], generation=1,
                          desired_state=DesiredState(a.get("desired_state", "Running")),
                          created_at=a.get("created_at", 0.0))
         for inst, a in case["assigned"].items()

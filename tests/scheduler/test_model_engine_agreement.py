@@ -176,7 +176,7 @@ def test_accepted_manifests_never_raise_in_the_engine(manifests: list[dict[str, 
     # Some already committed capacity, from accepted workloads' own requests.
     for (wid, w), node_id in zip(list(workloads.items())[:committed], sorted(state.nodes), strict=False):
         r = w.spec.resources
-        a = Assignment(workload_id=wid, node_id=node_id, revision=w.revision, generation=1,
+        a = Assignment(instance_id=wid, node_id=node_id, revision=w.revision, generation=1,
                        desired_state=DesiredState.RUNNING, cpu_millicores=r.cpu_millicores, memory_mb=r.memory_mb,
                        disk_mb=r.disk_mb)
         state.assignments.setdefault(node_id, {})[wid] = Versioned(a, 1)

@@ -63,7 +63,7 @@ def mirror(case: dict[str, Any]) -> ClusterState:
     for inst, d in (case.get("assigned") or {}).items():
         d = d if isinstance(d, dict) else {"node": d}
         w = workloads.get(workload_of(inst))  # None: a workload that is gone, or refused
-        a = Assignment(workload_id=inst, node_id=d["node"], revision=d.get("revision", w.revision if w else "r1"),
+        a = Assignment(instance_id=inst, node_id=d["node"], revision=d.get("revision", w.revision if w else "r1"),
                        generation=w.generation if w else 1,
                        desired_state=d.get("desired", w.spec.desired_state if w else "Running"), created_at=0.0)
         put(keys.assignment(d["node"], inst), a.to_json())

@@ -5,10 +5,12 @@ that after a restart it adopts the workloads that still run instead of starting 
 it removes nothing until the scheduler has sent a fresh desired state in normal mode: an
 agent that cannot reach its scheduler holds, it does not guess.
 
-One pass of `reconcile_once`: observe the runtimes (I/O), decide (`persys.agent.plan`, pure),
-execute the actions (I/O), then build the report (`persys.agent.report`, pure) that the link
-sends. Everything said to the scheduler goes through the link (`persys.agent.link`), the only
-agent code that speaks gRPC to it; the agent is the link's `LinkHandler`.
+A desired-state message is merged by `persys.agent.decide.merge` (pure) and written to the local
+records. One pass of `reconcile_once`: observe the runtimes (I/O), decide (`decide.plan`, pure),
+execute the actions (I/O), then build the report (`decide.report`, pure) that the link sends.
+Registration, heartbeats, reports, the desired-state stream and secret requests go through the
+link (`persys.agent.link`); the agent is its `LinkHandler`. Only joining (`join`) and certificate
+renewal (`cert_renewal`) dial the scheduler on their own channels.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ import grpc
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect, plan, report, start_tracing, storage_setup
+from persys.agent import start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
+from persys.agent.decide import disconnect, merge, plan, report
+from persys.agent.decide.plan import Desired, Failure
 from persys.agent.guard_keeper import GuardKeeper, fence_entries
 from persys.agent.host import UsageSampler, capacity
 from persys.agent.link import DesiredNotRecorded, GrpcLink, LinkOptions, SchedulerLink
 from persys.agent.localstate import LocalState
-from persys.agent.plan import Desired, Failure
 from persys.agent.runtimes.base import (
     ObservedWorkload,
     Probe,
@@ -146,7 +149,7 @@ class Agent:
         self._stopping = False  # stop() is ending the tasks: their end is expected
         self._reported: dict[str, report.Fingerprint] | None = None  # what the scheduler was last told
         self._last_full_report = 0.0
-        # Loss of every replica (persys.agent.disconnect): when this agent started, when the
+        # Loss of every replica (persys.agent.decide.disconnect): when this agent started, when the
         # latest full desired set arrived, and the instances stopped for disconnection -> when.
         self._started_at = time.monotonic()
         self._full_set_at: float | None = None
@@ -164,15 +167,14 @@ class Agent:
         return self.link.registered
 
     def _load_local(self) -> None:
-        for wid, rec in self.local.desired().items():
-            try:
-                spec = WorkloadSpec.model_validate_json(rec.spec_json)
-            except ValueError:
-                log.error("unreadable local record for %s: an instance of it is kept as it is", wid)
-                self._unreadable.add(wid)
-                continue
-            self.desired[wid] = Desired(rec.revision, rec.generation, DesiredState(rec.desired_state), spec)
-            self._known.add(wid)
+        held, refused = merge.restore(
+            merge.Item(wid, rec.revision, rec.generation, rec.desired_state, rec.spec_json)
+            for wid, rec in self.local.desired().items())
+        for wid in refused:
+            log.error("unreadable local record for %s: an instance of it is kept as it is", wid)
+        self.desired = dict(held.desired)
+        self._unreadable = set(held.unreadable)
+        self._known.update(held.desired)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -398,44 +400,23 @@ class Agent:
         return d.spec.type, self.runtimes.get(d.spec.type)
 
     async def accept_desired(self, ds: pb.AssignmentSet) -> None:
-        """Take a full desired set or a delta (see DesiredState in the proto)."""
-        self.mode = ds.mode or "normal"
-        changed: dict[str, Desired] = {}
-        unreadable: set[str] = set()
-        dropped = set(self._unreadable)
-        for a in ds.workloads:
-            try:
-                spec = WorkloadSpec.model_validate_json(a.spec_json)
-            except ValueError as err:
-                if a.instance_id not in self._unreadable:
-                    log.error("scheduler sent an unreadable spec for %s: %s", a.instance_id, err)
-                unreadable.add(a.instance_id)
-                continue
-            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec, a.fence_node)
-            old = self.desired.get(a.instance_id)
-            if old is not None and old.generation > d.generation:
-                continue  # fencing: never go back to an older generation
-            changed[a.instance_id] = d
-            self.trace_parents[a.instance_id] = a.traceparent
-        holding = self.mode != "normal"  # hold: accept updates but never remove anything
-        if ds.full and not holding:
+        """Take a full desired set or a delta (see DesiredState in the proto): the pure
+        `merge.merge` decides, this applies its result and writes it down."""
+        m = merge.merge(merge.Held(self.desired, frozenset(self._unreadable)), delta_of(ds))
+        for wid, why in m.refused.items():
+            log.error("scheduler sent an unreadable spec for %s: %s", wid, why)
+        self.mode = m.mode
+        if m.synced:
             self.synced = True
             self._full_set_at = time.monotonic()
-            removed = set(self.desired) - {a.instance_id for a in ds.workloads}
-            self._unreadable = unreadable  # the scheduler's list replaces what we had
-        else:
-            removed = set() if holding else set(ds.removed) & set(self.desired)
-            if not holding:
-                self._unreadable -= set(ds.removed)
-            self._unreadable = (self._unreadable - set(changed)) | unreadable
+        self._unreadable = set(m.held.unreadable)
         self._kept_logged &= self._unreadable
-        removed |= dropped - self._unreadable - set(changed)  # unreadable local records no longer listed
-        for wid in removed:
+        self.trace_parents.update(m.traces)
+        for wid in m.removed:
             self.trace_parents.pop(wid, None)
-        incoming = {wid: d for wid, d in self.desired.items() if wid not in removed}
-        incoming.update(changed)
-        self.desired = incoming
-        self._known.update(changed)
+        self.desired = dict(m.held.desired)
+        self._known.update(m.changed)
+        removed, changed = m.removed, m.changed
 
         def persist() -> None:
             for wid in removed:
@@ -739,6 +720,13 @@ async def stop_tasks(tasks: Sequence[asyncio.Task[None]], within: float = STOP_T
     for t in tasks:
         if t.done() and not t.cancelled() and t.exception() is not None:
             log.warning("agent loop %s ended with %r", t.get_name(), t.exception())
+
+
+def delta_of(ds: pb.AssignmentSet) -> merge.Delta:
+    """A desired-state message as the pure merge takes it."""
+    return merge.Delta(tuple(merge.Item(a.instance_id, a.revision, a.generation, a.desired_state, a.spec_json,
+                                        a.fence_node, a.traceparent) for a in ds.workloads),
+                       ds.mode or merge.NORMAL, ds.full, tuple(ds.removed))
 
 
 def _task_stack(task: asyncio.Task[None]) -> str:

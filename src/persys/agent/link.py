@@ -27,7 +27,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys._pb.persys.v1 import secrets_pb2 as spb
 from persys._pb.persys.v1 import secrets_pb2_grpc as spb_grpc
-from persys.agent import disconnect
+from persys.agent.decide import disconnect
 from persys.agent.failover import (
     ACK_DEADLINE,
     ACTIVE,
@@ -96,7 +96,7 @@ class SchedulerLink(Protocol):
 
     @property
     def last_ack(self) -> float | None:
-        """Send time of the latest heartbeat a replica acknowledged (persys.agent.disconnect)."""
+        """Send time of the latest heartbeat a replica acknowledged (persys.agent.decide.disconnect)."""
         ...
 
     @property

@@ -1,7 +1,7 @@
 """The node guard: at most one live copy of an `onDisconnect: Stop` instance, without the agent.
 
 The agent stops its Stop instances itself when it loses every scheduler replica
-(persys.agent.disconnect). A killed (kill -9) or frozen (SIGSTOP, a hung host process) agent
+(persys.agent.decide.disconnect). A killed (kill -9) or frozen (SIGSTOP, a hung host process) agent
 cannot: its instances ran on while the scheduler relocated them, two live copies (issue #31).
 So a separate process on the node, the guard (`python -m persys.agent.node_guard DIR`, started
 by the agent in its own session, so it outlives it), watches a lease the agent renews every

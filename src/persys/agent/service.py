@@ -19,6 +19,7 @@ import grpc
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys._pb.persys.v1 import agent_pb2_grpc as apb_grpc
+from persys.aborting import abort
 from persys.agent.image_usage import images_in_use
 from persys.agent.images_catalog import CatalogError, list_images, remove_image
 from persys.agent.images_loader import LoadError, load_image
@@ -110,8 +111,7 @@ class AgentServiceImpl(apb_grpc.AgentServiceServicer):
                     return rt
             except RuntimeFailure as err:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        await context.abort(grpc.StatusCode.NOT_FOUND, f"{wid} is not on node {self.node.node_id}")
-        raise AssertionError("unreachable")
+        await abort(context, grpc.StatusCode.NOT_FOUND, f"{wid} is not on node {self.node.node_id}")
 
     async def GetLogs(self, request: apb.LogsRequest, context: grpc.aio.ServicerContext) -> apb.LogsResponse:
         rt = await self._log_runtime(request.instance_id, context, "GetLogs")
@@ -240,8 +240,7 @@ class WorkloadAccess:
         try:
             return self.find(instance_id, what)
         except Refused as r:
-            await context.abort(r.code, r.message)
-            raise AssertionError("unreachable") from None
+            await abort(context, r.code, r.message)
 
     @staticmethod
     async def failed(context: grpc.aio.ServicerContext, err: RuntimeFailure) -> None:
@@ -306,8 +305,7 @@ class WorkloadAccess:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "no opening message (instance_id, what)")
             rt, term = await self.open_terminal(first)
         except Refused as r:
-            await context.abort(r.code, r.message)
-            raise AssertionError("unreachable") from None
+            await abort(context, r.code, r.message)
 
         feeder = asyncio.create_task(_feed(term, first, request_iterator))
         code = NO_EXIT_CODE
@@ -371,8 +369,7 @@ class WorkloadAccess:
             finally:
                 tmp.unlink(missing_ok=True)
         except Refused as r:
-            await context.abort(r.code, r.message)
-            raise AssertionError("unreachable") from None
+            await abort(context, r.code, r.message)
 
 
 async def _feed(term: Terminal, first: apb.TerminalInput, rest: AsyncIterator[apb.TerminalInput]) -> None:

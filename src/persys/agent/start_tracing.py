@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from opentelemetry.trace import Span, Status, StatusCode
 
-from persys.agent.plan import Action, Desired
+from persys.agent.decide.plan import Action, Desired
 from persys.agent.runtimes.base import RuntimeFailure, StartPending
 from persys.model.workload import workload_of
 from persys.observability import tracing

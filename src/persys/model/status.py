@@ -6,7 +6,7 @@ import operator
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from persys.model.base import Model
 from persys.model.workload import DesiredState
@@ -92,13 +92,16 @@ class WorkloadStatus(Model):
 
 
 class Assignment(Model):
-    """Stored at `/persys/assignments/<node>/<workload>`: the desired state one agent must apply.
+    """Stored at `/persys/assignments/<node>/<instance>`: the desired state one agent must apply.
 
     `generation` fences stale copies: an agent only acts on the newest generation it has seen
-    for a workload.
+    for an instance.
     """
 
-    workload_id: str
+    # An instance id (`web.0`). Stored and shown as `workloadId`, its name before the rename: the
+    # documents already in a store, and replicas of the previous version, read that key.
+    instance_id: str = Field(validation_alias=AliasChoices("workloadId", "instanceId"),
+                             serialization_alias="workloadId")
     node_id: str
     revision: str
     generation: int

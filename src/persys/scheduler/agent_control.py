@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
+from persys.aborting import aborting
 from persys.model import (
     Capabilities,
     DesiredState,
@@ -111,6 +112,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         if self.revocations is not None and self.revocations.is_revoked(node_id):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(NodeRevokedError(node_id)))
 
+    @aborting
     @contextlib.asynccontextmanager
     async def _budget(self, budget: CallBudget, node_id: str, context: grpc.aio.ServicerContext
                       ) -> AsyncIterator[None]:
@@ -134,7 +136,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         async with mapped(context):
             return pb.Document(json=dumps(await make()))
-        raise AssertionError("unreachable")  # _mapped aborts on every error
 
     # ---------------------------------------------------------------- agent side
 
@@ -143,7 +144,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_node(request.node_id, context)
         async with self._budget(self.call_budget, request.node_id, context):
             return await self._register(request, context)
-        raise AssertionError("unreachable")  # _budget aborts when over
 
     async def _register(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
                         ) -> pb.RegisterNodeResponse:
@@ -225,7 +225,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._check_usage(request, context)
         async with self._budget(self.call_budget, request.node_id, context), mapped(context):
             return self._heartbeat(request)
-        raise AssertionError("unreachable")
 
     async def ReportStatus(self, request: pb.ReportStatusRequest, context: grpc.aio.ServicerContext
                            ) -> pb.ReportStatusResponse:
@@ -318,7 +317,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
             return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
                                             workload_json=dumps(view))
-        raise AssertionError("unreachable")
 
     async def ApplyWorkloads(self, request: pb.ApplyWorkloadsRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ApplyWorkloadsResponse:
@@ -338,7 +336,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return pb.ApplyWorkloadsResponse(results=[
                 pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)
                 for w, created, changed in results])
-        raise AssertionError("unreachable")
 
     async def PlanWorkload(self, request: pb.ApplyWorkloadRequest, context: grpc.aio.ServicerContext
                            ) -> pb.Document:
@@ -402,7 +399,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         async with mapped(context):
             items = revisions.history(await self.s.revisions(request.id))
             return pb.DocumentList(items=[dumps(i) for i in items])
-        raise AssertionError("unreachable")
 
     async def RollbackWorkload(self, request: pb.RollbackRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def rollback() -> dict[str, Any]:
@@ -424,7 +420,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         async with mapped(context):
             deleted, gone = await self.s.delete(request.workload_id)
             return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
-        raise AssertionError("unreachable")
 
     async def GetWorkload(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def view() -> dict[str, Any]:
@@ -542,7 +537,6 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         await self._as_client(context)
         async with mapped(context):
             return pb.Document(json=await self.s.backup_json())
-        raise AssertionError("unreachable")
 
     async def Restore(self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def restore() -> dict[str, Any]:

@@ -14,12 +14,13 @@ import grpc
 
 from persys._pb.persys.v1 import auth_pb2 as pb
 from persys._pb.persys.v1 import auth_pb2_grpc as pb_grpc
+from persys.aborting import abort
 from persys.scheduler.audit import AuditLog
 from persys.scheduler.authorization import CALLER, MAX_FIELD_CHARS, Caller, peer_of
+from persys.scheduler.grpc_status import mapped
 from persys.scheduler.token_store import TokenStore
 from persys.security.roles import all_grants, decide, roles_of
 from persys.security.tokens import TokenError
-from persys.store.base import StoreError
 
 MAX_AUDIT_QUERY = 10_000
 # The fields a gateway's own record may carry (anything else is dropped), each a short string.
@@ -67,21 +68,15 @@ class AuthService(pb_grpc.AuthServicer):
     async def CreateToken(self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CreateTokenResponse:
         c: Caller = CALLER.get()
-        try:
+        async with mapped(context, TokenError):
             secret, record = await self.tokens.create(request.name, request.role, request.ttl_seconds,
                                                       c.identity.principal, request.description)
-        except TokenError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.CreateTokenResponse(token=secret, token_json=_dumps(record.public(time.time())))
 
     async def ListTokens(self, request: pb.ListTokensRequest, context: grpc.aio.ServicerContext
                          ) -> pb.ListTokensResponse:
-        try:
+        async with mapped(context):
             records = await self.tokens.list()
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         now = time.time()
         return pb.ListTokensResponse(items=[_dumps(r.public(now)) for r in records])
 
@@ -89,13 +84,10 @@ class AuthService(pb_grpc.AuthServicer):
                           ) -> pb.RevokeTokenResponse:
         if not request.id.isalnum() or len(request.id) > 64:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "id: a token id (hexadecimal)")
-        try:
+        async with mapped(context):
             record = await self.tokens.revoke(request.id, CALLER.get().identity.principal)
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         if record is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"token {request.id} not found")
-        assert record is not None
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"token {request.id} not found")
         return pb.RevokeTokenResponse(token_json=_dumps(record.public(time.time())))
 
     async def ListAudit(self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
@@ -103,10 +95,8 @@ class AuthService(pb_grpc.AuthServicer):
         if request.limit < 0 or request.limit > MAX_AUDIT_QUERY or request.since < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"limit: 0 to {MAX_AUDIT_QUERY}; since: a time after 1970")
-        try:
+        async with mapped(context):
             records = await self.audit.query(request.since, request.who, request.limit or 100)
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.ListAuditResponse(items=[_dumps(r) for r in records], kept=self.audit.keep)
 
     async def RecordAudit(self, request: pb.RecordAuditRequest, context: grpc.aio.ServicerContext

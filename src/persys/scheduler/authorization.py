@@ -26,6 +26,7 @@ from cryptography import x509
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from persys.aborting import abort
 from persys.scheduler.audit import AuditLog
 from persys.scheduler.token_store import TokenRefusedError, TokenStore
 from persys.security import forwarding
@@ -146,8 +147,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
     def _guarded(self, method: str, rule: Rule | None, behavior: Behavior) -> Behavior:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if rule is None:
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{method} has no authorization rule")
-                raise AssertionError("unreachable")
+                await abort(context, grpc.StatusCode.PERMISSION_DENIED, f"{method} has no authorization rule")
             try:
                 caller = await self.resolve(context, rule)
             except CallRefusedError as err:
@@ -156,8 +156,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
                     who = Caller(ANONYMOUS, peer.principal, "token (refused)") if peer.kind is Kind.GATEWAY \
                         else Caller(peer, "", "token (refused)")
                     await self._record(who, method, request, None, err.code.name)
-                await context.abort(err.code, str(err))
-                raise AssertionError("unreachable") from None
+                await abort(context, err.code, str(err))
             refusal: tuple[grpc.StatusCode, str] | None
             if caller.identity == ANONYMOUS:
                 refusal = (grpc.StatusCode.UNAUTHENTICATED, f"{method} needs an identity ({caller.via or 'peer'} "
@@ -197,8 +196,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
             try:
                 caller = await self.resolve(context, rule)
             except CallRefusedError as err:
-                await context.abort(err.code, str(err))
-                raise AssertionError("unreachable") from None
+                await abort(context, err.code, str(err))
             if caller.identity == ANONYMOUS:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                     f"{method} needs an identity ({caller.via or 'peer'} forwarded none)")

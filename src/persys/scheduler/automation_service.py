@@ -49,20 +49,17 @@ class AutomationService(pb_grpc.AutomationServicer):
                 raise ManifestError([str(err)]) from None
             p, created, changed = await self.api.apply(validate_policy(doc), _caller(), request.dry_run)
             return pb.AutomationPolicyAnswer(policy_json=dumps(p.view()), created=created, changed=changed)
-        raise AssertionError("unreachable")
 
     async def GetAutomationPolicy(self, request: pb.AutomationPolicyName,  # noqa: N802
                                   context: grpc.aio.ServicerContext) -> pb.AutomationPolicyAnswer:
         await self._name(context, request.name)
         async with mapped(context):
             return pb.AutomationPolicyAnswer(policy_json=dumps((await self.api.get(request.name)).view()))
-        raise AssertionError("unreachable")
 
     async def ListAutomationPolicies(self, request: pb.ListAutomationPoliciesRequest,  # noqa: N802
                                      context: grpc.aio.ServicerContext) -> pb.ListAutomationPoliciesResponse:
         async with mapped(context):
             return await self._listing()
-        raise AssertionError("unreachable")
 
     async def DeleteAutomationPolicy(self, request: pb.AutomationPolicyName,  # noqa: N802
                                      context: grpc.aio.ServicerContext) -> pb.DeleteAutomationPolicyResponse:
@@ -70,7 +67,6 @@ class AutomationService(pb_grpc.AutomationServicer):
         async with mapped(context):
             deleted, gone = await self.api.delete(request.name)
             return pb.DeleteAutomationPolicyResponse(deleted=deleted, already_gone=gone)
-        raise AssertionError("unreachable")
 
     async def SetAutomationPause(self, request: pb.SetAutomationPauseRequest,  # noqa: N802
                                  context: grpc.aio.ServicerContext) -> pb.ListAutomationPoliciesResponse:
@@ -81,7 +77,6 @@ class AutomationService(pb_grpc.AutomationServicer):
         async with mapped(context):
             await self.api.set_pause(request.policy, request.paused, _caller(), request.reason)
             return await self._listing()
-        raise AssertionError("unreachable")
 
     async def RecordDecisions(self, request: pb.RecordDecisionsRequest,  # noqa: N802
                               context: grpc.aio.ServicerContext) -> pb.RecordDecisionsResponse:
@@ -91,7 +86,6 @@ class AutomationService(pb_grpc.AutomationServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         async with mapped(context):
             return pb.RecordDecisionsResponse(ids=await self.api.record(list(request.decisions), _caller()))
-        raise AssertionError("unreachable")
 
     async def ListDecisions(self, request: pb.ListDecisionsRequest,  # noqa: N802
                             context: grpc.aio.ServicerContext) -> pb.ListDecisionsResponse:
@@ -100,4 +94,3 @@ class AutomationService(pb_grpc.AutomationServicer):
         async with mapped(context):
             items = await self.api.list_decisions(request.policy, request.since, request.limit, request.outcome)
             return pb.ListDecisionsResponse(items=[dumps(d) for d in items])
-        raise AssertionError("unreachable")

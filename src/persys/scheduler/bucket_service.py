@@ -11,6 +11,7 @@ import grpc
 
 from persys._pb.persys.v1 import buckets_pb2 as pb
 from persys._pb.persys.v1 import buckets_pb2_grpc as pb_grpc
+from persys.aborting import aborting
 from persys.model.bucket import KEY_ID_RE, BucketManifest, bucket_name_rule
 from persys.model.documents import DocumentError, load_json
 from persys.model.kinds import validate_bucket
@@ -31,6 +32,7 @@ def parse_bucket(raw: bytes) -> BucketManifest:
     return validate_bucket(doc)
 
 
+@aborting
 @contextlib.asynccontextmanager
 async def bucket_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
     async with mapped(context):
@@ -61,20 +63,17 @@ class BucketsService(pb_grpc.BucketsServicer):
         async with bucket_errors(context):
             b, created = await self.api.create(parse_bucket(request.manifest_json), request.dry_run)
             return pb.BucketAnswer(bucket_json=dumps(self.api.view(b)), created=created)
-        raise AssertionError("unreachable")
 
     async def GetBucket(self, request: pb.GetBucketRequest, context: grpc.aio.ServicerContext  # noqa: N802
                         ) -> pb.BucketAnswer:
         await self._name(context, request.name)
         async with bucket_errors(context):
             return pb.BucketAnswer(bucket_json=dumps(await self.api.get(request.name)))
-        raise AssertionError("unreachable")
 
     async def ListBuckets(self, request: pb.ListBucketsRequest, context: grpc.aio.ServicerContext  # noqa: N802
                           ) -> pb.ListBucketsResponse:
         async with bucket_errors(context):
             return pb.ListBucketsResponse(items=[dumps(d) for d in await self.api.list_all()])
-        raise AssertionError("unreachable")
 
     async def DeleteBucket(self, request: pb.DeleteBucketRequest, context: grpc.aio.ServicerContext  # noqa: N802
                            ) -> pb.DeleteBucketResponse:
@@ -82,7 +81,6 @@ class BucketsService(pb_grpc.BucketsServicer):
         async with bucket_errors(context):
             deleted, gone = await self.api.delete(request.name, request.purge)
             return pb.DeleteBucketResponse(deleted=deleted, already_gone=gone)
-        raise AssertionError("unreachable")
 
     async def CreateBucketKey(self, request: pb.CreateBucketKeyRequest,  # noqa: N802
                               context: grpc.aio.ServicerContext) -> pb.BucketKeyAnswer:
@@ -90,14 +88,12 @@ class BucketsService(pb_grpc.BucketsServicer):
         async with bucket_errors(context):
             key = await self.api.create_key(request.bucket, request.role)
             return pb.BucketKeyAnswer(key_json=dumps(key.to_doc()))
-        raise AssertionError("unreachable")
 
     async def ListBucketKeys(self, request: pb.ListBucketKeysRequest,  # noqa: N802
                              context: grpc.aio.ServicerContext) -> pb.ListBucketKeysResponse:
         await self._name(context, request.bucket, "bucket")
         async with bucket_errors(context):
             return pb.ListBucketKeysResponse(items=[dumps(k) for k in await self.api.list_keys(request.bucket)])
-        raise AssertionError("unreachable")
 
     async def DeleteBucketKey(self, request: pb.DeleteBucketKeyRequest,  # noqa: N802
                               context: grpc.aio.ServicerContext) -> pb.DeleteBucketKeyResponse:
@@ -107,4 +103,3 @@ class BucketsService(pb_grpc.BucketsServicer):
         async with bucket_errors(context):
             deleted, gone = await self.api.delete_key(request.bucket, request.key_id)
             return pb.DeleteBucketKeyResponse(deleted=deleted, already_gone=gone)
-        raise AssertionError("unreachable")

@@ -56,7 +56,7 @@ class DeltaSender:
         `trace_of(workload id)`: the trace context sent with an item (none without it)."""
         full = not self.deltas or mode != self.last_mode or resync()
         self.last_mode = mode
-        current = {a.workload_id: a for a in assignments}
+        current = {a.instance_id: a for a in assignments}
         removed = [] if full else [wid for wid in self.sent if wid not in current]
         for wid in removed:
             del self.sent[wid]

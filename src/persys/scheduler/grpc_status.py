@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from pydantic import ValidationError
 
+from persys.aborting import aborting
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.scheduler.errors import Frozen, MutationRefused, NotActive, NotFound
 from persys.store.base import StoreError, StoreFull, StoreUnavailable, TxnTooLarge
@@ -24,11 +25,16 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@aborting
 @contextlib.asynccontextmanager
-async def mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    """Turn the scheduler's exceptions into gRPC statuses with a message for humans."""
+async def mapped(context: grpc.aio.ServicerContext, *invalid: type[Exception]) -> AsyncIterator[None]:
+    """Turn the scheduler's exceptions into gRPC statuses with a message for humans; `invalid`:
+    a service's own errors that say the request is wrong (INVALID_ARGUMENT with their message).
+    Every servicer maps its errors this way (`async with mapped(context, ...)`)."""
     try:
         yield
+    except invalid as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     except NotActive as err:
         # Agents read the active replica's address from this trailer and reconnect there.
         context.set_trailing_metadata(((LEADER_METADATA, err.leader),))

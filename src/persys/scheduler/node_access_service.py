@@ -15,16 +15,18 @@ import grpc
 
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
+from persys.aborting import abort
 from persys.model.node_names import node_id_problem
 from persys.scheduler import cert_registry, keys
 from persys.scheduler.authorization import CALLER
+from persys.scheduler.grpc_status import mapped
 from persys.scheduler.join_token_store import JoinTokenStore
 from persys.scheduler.node_revocations import MAX_REASON, NodeRevocations
 from persys.scheduler.revoke_rules import KnownAs, revoke_refusal
 from persys.security.ca_pin import pin_of_pem
 from persys.security.join_tokens import TOKEN_ID, JoinTokenError
 from persys.security.signer import CertificateSigner
-from persys.store.base import StateStore, StoreError
+from persys.store.base import StateStore
 
 
 def _dumps(doc: Any) -> bytes:
@@ -41,26 +43,18 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
     async def CreateJoinToken(self, request: pb.CreateJoinTokenRequest, context: grpc.aio.ServicerContext
                               ) -> pb.CreateJoinTokenResponse:
         if self.signer is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "this scheduler signs no node certificates: start it with --ca-dir and "
-                                "--join-listen")
-        assert self.signer is not None
-        try:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                        "this scheduler signs no node certificates: start it with --ca-dir and --join-listen")
+        async with mapped(context, JoinTokenError):
             pin = pin_of_pem(await self.signer.ca_bundle())
             token, record = await self.tokens.create(request.ttl_seconds, request.node_id,
                                                      CALLER.get().identity.principal, request.description)
-        except JoinTokenError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.CreateJoinTokenResponse(token=token, ca_pin=pin, token_json=_dumps(record.public(time.time())))
 
     async def ListJoinTokens(self, request: pb.ListJoinTokensRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ListJoinTokensResponse:
-        try:
+        async with mapped(context):
             records = await self.tokens.list()
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         now = time.time()
         return pb.ListJoinTokensResponse(items=[_dumps(r.public(now)) for r in records])
 
@@ -68,13 +62,10 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
                               ) -> pb.JoinTokenResponse:
         if not TOKEN_ID.match(request.id):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "id: a join token id (6 letters and digits)")
-        try:
+        async with mapped(context):
             record = await self.tokens.revoke(request.id, CALLER.get().identity.principal)
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         if record is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"join token {request.id} not found")
-        assert record is not None
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"join token {request.id} not found")
         return pb.JoinTokenResponse(token_json=_dumps(record.public(time.time())))
 
     async def RevokeNode(self, request: pb.RevokeNodeRequest, context: grpc.aio.ServicerContext
@@ -84,7 +75,7 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
         if len(request.reason) > MAX_REASON or not request.reason.isprintable():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"reason: printable text, at most {MAX_REASON} characters")
-        try:
+        async with mapped(context):
             refusal = revoke_refusal(request.node_id, await self._known_as(request.node_id), request.force)
             if refusal:
                 await context.abort(grpc.StatusCode.NOT_FOUND, refusal)
@@ -93,8 +84,6 @@ class NodeAccessService(pb_grpc.NodeAccessServicer):
             for rec in await cert_registry.list_records(self.store):
                 if rec.identity == f"node:{request.node_id}" and not rec.revoked_at:
                     await cert_registry.mark_revoked(self.store, rec.serial)
-        except StoreError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         return pb.RevokeNodeResponse(revocation_json=_dumps(doc))
 
     async def _known_as(self, node_id: str) -> KnownAs:

@@ -22,6 +22,7 @@ import grpc
 
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
+from persys.aborting import abort
 from persys.scheduler import keys
 from persys.scheduler.audit import AuditLog
 from persys.scheduler.join_token_store import JoinTokenStore
@@ -157,8 +158,7 @@ class NodeJoinService(pb_grpc.NodeJoinServicer):
             principal = f"node:{obj['node_id']}" if obj["node_id"] else "anonymous"
             await self._record_refusal(principal, credential, obj, err.code.name)
             log.warning("join refused (%s): %s", credential, err)
-            await context.abort(err.code, str(err))
-            raise AssertionError("unreachable") from None
+            await abort(context, err.code, str(err))
         obj["serial"] = signed.serial
         await self.c.record(JOIN, f"node:{node}", credential, obj, "OK")
         log.info("node %s joined with %s (certificate %s until %s)", node, credential, signed.serial,

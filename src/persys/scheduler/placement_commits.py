@@ -59,7 +59,7 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     assert node_id is not None
     w, inst = p.need.workload, p.instance
     assignment = Assignment(
-        workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
+        instance_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
         desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
         memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
     )

@@ -235,8 +235,8 @@ class PlacementService:
         assigned = [a.value for a in self.state.assignments.get(node_id, {}).values()]
         services: Counter[str] = Counter()
         for a in assigned:
-            w = workloads.get(workload_of(a.workload_id))
-            services[service_of(w.value) if w else workload_of(a.workload_id)] += 1
+            w = workloads.get(workload_of(a.instance_id))
+            services[service_of(w.value) if w else workload_of(a.instance_id)] += 1
         caps = n.capabilities
         seen = self.observed(node_id) if self.observed is not None else None
         return pl.NodeInfo(

@@ -11,12 +11,11 @@ from typing_extensions import override
 
 from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
-from persys.model.manifest import ManifestError
 from persys.policy import WorkloadPolicy
 from persys.scheduler.authorization import CALLER
+from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.workload_policy import PolicyGate, parse_policy
-from persys.store.base import StoreUnavailable
 
 POLICY_MAX_BYTES = 64 << 10
 
@@ -38,11 +37,8 @@ class PolicyService(pb_grpc.PolicyServicer):
     @override
     async def GetPolicy(self, request: pb.GetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
         await self._allow(context)
-        try:
+        async with mapped(context):
             return _doc(*await self.gate.current())
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
-        raise AssertionError("unreachable")
 
     @override
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyDocument:
@@ -50,16 +46,12 @@ class PolicyService(pb_grpc.PolicyServicer):
         if len(request.policy_json) > POLICY_MAX_BYTES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"policy_json: {len(request.policy_json)} bytes exceeds {POLICY_MAX_BYTES}")
-        try:
+        async with mapped(context):  # a ManifestError names each problem
             policy = parse_policy(request.policy_json)
-        except ManifestError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(err.problems))
         if self.s.mode != "normal":
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"control plane is {self.s.mode}; the policy cannot be changed now")
-        try:
+        async with mapped(context):
             await self.gate.save(policy)
-        except StoreUnavailable as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state store unavailable: {err}")
         self.s.emit("PolicyChanged", "cluster/policy", "workload policy replaced")
         return _doc(policy, True)

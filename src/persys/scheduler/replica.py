@@ -3,11 +3,13 @@ decisions decide, the shell does the I/O). It holds the queue, the loops (reconc
 node monitor, health, election, membership) and the commits, and wires the components:
 
 * decisions (pure): reconcile.py (a workload's plan of writes), liveness.py (node
-  transitions), drift.py, reports.py (status changes), delivery.py (the delta protocol),
-  views.py, backup.py's documents;
-* components doing I/O through the `Shell` protocol (shell.py): placement_commits.py (the
-  placement pipeline), workload_api.py and node_api.py (clients' changes), agent_api.py
-  (agents' calls), backup.py (backup and restore).
+  transitions), drift.py, reports.py (status changes), delivery.py's DeltaSender (the delta
+  protocol), views.py, backup.py's documents;
+* components doing I/O through the `Shell` protocol (shell.py): placement_commits.py and
+  reconcile_worker.py (the placement pipeline), workload_api.py and node_api.py (clients'
+  changes), agent_api.py (agents' calls), node_monitor.py (the liveness loop), node_volumes.py,
+  backup.py (backup and restore); delivery.py (desired-state streams) takes the mirror. The
+  volume, bucket and automation APIs take the shell too (created with their servicers).
 
 One worker drains a de-duplicating queue of workload ids and reconciles each one against the
 mirror of the durable state (level-triggered: it looks at what is, not at what happened).

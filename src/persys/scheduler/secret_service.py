@@ -22,6 +22,7 @@ import grpc
 
 from persys._pb.persys.v1 import secrets_pb2 as pb
 from persys._pb.persys.v1 import secrets_pb2_grpc as pb_grpc
+from persys.aborting import abort, aborting
 from persys.model.workload import workload_of
 from persys.observability.health_checks import CheckResult, NamedCheck
 from persys.scheduler import node_admission
@@ -55,6 +56,7 @@ def _dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@aborting
 @contextlib.asynccontextmanager
 async def secret_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
     """Secret store failures as gRPC statuses; their messages never carry a value."""
@@ -228,8 +230,7 @@ class SecretDeliveryService(pb_grpc.SecretDeliveryServicer):
                     values[name] = (await self.secrets.get(name))[0]
         m = refs.material(w.value.spec.secrets, values)
         if isinstance(m, str):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, m)
-            raise AssertionError("unreachable")
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, m)
         return pb.ResolveSecretsResponse(env=m.env, files=m.files, registry_auth=m.registry_auth,
                                          revision=w.value.revision)
 

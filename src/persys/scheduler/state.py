@@ -305,10 +305,10 @@ class ClusterState:
                 return self._fold_storage(key, value, rev, doc)
             if key.startswith(keys.ASSIGNMENTS):
                 a = doc if isinstance(doc, Assignment) else Assignment.model_validate_json(value)
-                self.assignments.setdefault(a.node_id, {})[a.workload_id] = Versioned(a, rev)
-                self.placement_of[a.workload_id] = a.node_id
-                self.instances.setdefault(workload_of(a.workload_id), set()).add(a.workload_id)
-                return "assignment", f"{a.node_id}/{a.workload_id}"
+                self.assignments.setdefault(a.node_id, {})[a.instance_id] = Versioned(a, rev)
+                self.placement_of[a.instance_id] = a.node_id
+                self.instances.setdefault(workload_of(a.instance_id), set()).add(a.instance_id)
+                return "assignment", f"{a.node_id}/{a.instance_id}"
             if key == keys.CLUSTER:
                 self.cluster_marker = json.loads(value)
                 return "cluster", ""

@@ -168,7 +168,7 @@ def node_view(state: ClusterState, live: Mapping[str, LiveNode], node_id: str) -
         "diskMb": sum(a.disk_mb for a in assigned),
         "workloads": len(assigned),
     }
-    doc["workloads"] = sorted(a.workload_id for a in assigned)  # instance ids
+    doc["workloads"] = sorted(a.instance_id for a in assigned)  # instance ids
     return doc
 
 

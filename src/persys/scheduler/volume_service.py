@@ -52,14 +52,12 @@ class VolumesService(pb_grpc.VolumesServicer):
         async with mapped(context):
             v, created, changed = await self.api.apply(parse_volume(request.manifest_json), request.dry_run)
             return pb.VolumeAnswer(volume_json=_dumps(v.to_doc()), created=created, changed=changed)
-        raise AssertionError("unreachable")
 
     async def GetVolume(self, request: pb.GetVolumeRequest, context: grpc.aio.ServicerContext  # noqa: N802
                         ) -> pb.VolumeAnswer:
         await self._name(context, request.name)
         async with mapped(context):
             return pb.VolumeAnswer(volume_json=_dumps(self.api.get(request.name)))
-        raise AssertionError("unreachable")
 
     async def ListVolumes(self, request: pb.ListVolumesRequest, context: grpc.aio.ServicerContext  # noqa: N802
                           ) -> pb.ListVolumesResponse:
@@ -71,7 +69,6 @@ class VolumesService(pb_grpc.VolumesServicer):
         async with mapped(context):
             v, changed = await self.api.snapshot(request.name, request.snapshot[:200], request.delete)
             return pb.VolumeAnswer(volume_json=_dumps(v.to_doc()), changed=changed)
-        raise AssertionError("unreachable")
 
     async def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: grpc.aio.ServicerContext  # noqa: N802
                            ) -> pb.DeleteVolumeResponse:
@@ -79,4 +76,3 @@ class VolumesService(pb_grpc.VolumesServicer):
         async with mapped(context):
             deleted, gone = await self.api.delete(request.name)
             return pb.DeleteVolumeResponse(deleted=deleted, already_gone=gone)
-        raise AssertionError("unreachable")

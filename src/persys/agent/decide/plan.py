@@ -7,7 +7,7 @@ loop observes (I/O), plans (here), executes the actions (I/O) and records their 
 `after_restart` / `after_failure`, which are pure too (the jitter comes in as an argument).
 
 Rules, in order, for each desired instance: no working runtime for its type is a terminal
-failure; an instance stopped for disconnection (`persys.agent.disconnect`) is kept stopped;
+failure; an instance stopped for disconnection (`persys.agent.decide.disconnect`) is kept stopped;
 desired Stopped is stopped; running at the desired revision is left alone (and clears a
 retryable failure); one that exited by itself is started again as its restartPolicy says
 (Never: not; OnFailure: unless exit code 0); nothing is started during a failure's backoff or
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from persys.agent import disconnect
+from persys.agent.decide import disconnect
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model import DesiredState, RestartPolicy, WorkloadSpec
 
@@ -101,7 +101,7 @@ class Action:
 
 @dataclass(frozen=True)
 class Contact:
-    """What `persys.agent.disconnect` needs besides the desired set."""
+    """What `persys.agent.decide.disconnect` needs besides the desired set."""
 
     started_at: float
     last_ack: float | None

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect
-from persys.agent.plan import RESTARTED, Desired, Failure
+from persys.agent.decide import disconnect
+from persys.agent.decide.plan import RESTARTED, Desired, Failure
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model import DesiredState
 

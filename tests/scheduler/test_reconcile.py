@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -17,9 +17,10 @@ import yaml
 from persys.model import Assignment, Capabilities, Node, Workload, WorkloadManifest, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys, reconcile
+from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.mirror import fold
 from persys.scheduler.reconcile import Write
-from persys.scheduler.state import ClusterState
-from persys.store.base import Delete, KeyValue, StateStore
+from persys.store.base import Delete, KeyValue
 
 CASE_DIR = Path(__file__).parent / "reconcile_cases"
 CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
@@ -39,8 +40,8 @@ def workload(name: str, doc: dict[str, Any]) -> Workload:
     return Workload.from_manifest(m, 1000.0).model_copy(update={"deleting": doc.get("deleting", False)})
 
 
-def mirror(case: dict[str, Any]) -> ClusterState:
-    """The case's mirror, filled with `replace` (the way a replica loads it): no store is read."""
+def mirror(case: dict[str, Any]) -> Mirror:
+    """The case's mirror, filled by the fold of a snapshot (the way a replica loads it): no store."""
     kvs: list[KeyValue] = []
     rev = 0
 
@@ -75,8 +76,8 @@ def mirror(case: dict[str, Any]) -> ClusterState:
     for n, generations in (case.get("revisions") or {}).items():  # the mirror indexes their keys only
         for g in generations:
             put(keys.revision(n, g), b"{}")
-    state = ClusterState(cast(StateStore, None))
-    state.replace(kvs, rev)
+    state = Mirror()
+    fold.fold_snapshot(state, kvs, rev)
     return state
 
 

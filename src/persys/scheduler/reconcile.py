@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from persys.model import NodeStatus, OnDisconnect, Phase, Workload, WorkloadStatus
 from persys.model.workload import index_of, instance_id
 from persys.scheduler import failures, keys, quarantine, taint_eviction, volume_rules
+from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.group_commit import TXN_MAX_OPS, chunk_ops
 from persys.scheduler.placement_service import has_local_volumes
-from persys.scheduler.state import ClusterState
 from persys.store.base import Compare, Delete, Put
 
 # Whether a node's agent still runs an instance, as far as the replica can tell (reports.runs_on).
@@ -61,7 +61,7 @@ class Plan:
     needs: list[Need] = field(default_factory=list)
 
 
-def plan(state: ClusterState, wid: str, inflight: set[str], runs_on: RunsOn, now: float,
+def plan(state: Mirror, wid: str, inflight: set[str], runs_on: RunsOn, now: float,
          stop_delay: float = 0.0) -> Plan:
     """What converges workload `wid` (`inflight`: instances whose placement is being committed;
     `stop_delay`: see `relocation`)."""
@@ -93,7 +93,7 @@ def plan(state: ClusterState, wid: str, inflight: set[str], runs_on: RunsOn, now
     return out
 
 
-def refused_writes(state: ClusterState, wid: str, existing: set[str], runs_on: RunsOn, now: float) -> list[Write]:
+def refused_writes(state: Mirror, wid: str, existing: set[str], runs_on: RunsOn, now: float) -> list[Write]:
     """A stored workload the model refuses: never placed, never removed unasked; its unplaced
     instances say why (see quarantine)."""
     cur = state.refused[wid]
@@ -110,7 +110,7 @@ def refused_writes(state: ClusterState, wid: str, existing: set[str], runs_on: R
     return out
 
 
-def orphan_writes(state: ClusterState, instances: set[str]) -> list[Write]:
+def orphan_writes(state: Mirror, instances: set[str]) -> list[Write]:
     """Withdraw instances of no wanted replica: their assignments and statuses go."""
     ops: list[Put | Delete] = []
     for inst in sorted(instances, key=index_of):  # sorted: the same plan every time
@@ -122,7 +122,7 @@ def orphan_writes(state: ClusterState, instances: set[str]) -> list[Write]:
     return [Write([], chunk) for chunk in chunk_ops(ops, TXN_MAX_OPS)]
 
 
-def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str], runs_on: RunsOn,
+def deletion_writes(state: Mirror, wid: str, wrev: int, instances: set[str], runs_on: RunsOn,
                     now: float) -> list[Write]:
     """Withdraw every assignment first; once no agent runs an instance, delete the workload."""
     withdraw: list[Put | Delete] = []
@@ -160,7 +160,7 @@ def deletion_writes(state: ClusterState, wid: str, wrev: int, instances: set[str
                   then=rest, forget_usage=sorted(instances))]
 
 
-def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: str, now: float,
+def relocation(state: Mirror, w: Workload, wrev: int, inst: str, node_id: str, now: float,
                stop_delay: float = 0.0) -> Write | None:
     """Move an instance off a draining or lost node (None: its node is fine, or not yet). An
     instance with a node-local volume cannot follow: it stays (a drain reports it as blocking)
@@ -202,7 +202,7 @@ def relocation(state: ClusterState, w: Workload, wrev: int, inst: str, node_id: 
                  [Event("Relocating", f"workload/{w.id}", f"{inst}: {why}", reason)])
 
 
-def sync_write(state: ClusterState, w: Workload, inst: str, node_id: str) -> Write | None:
+def sync_write(state: Mirror, w: Workload, inst: str, node_id: str) -> Write | None:
     """Bring an instance's assignment up to its workload's revision and desired state."""
     cur = state.assignments.get(node_id, {}).get(inst)
     if cur is None:
@@ -219,7 +219,7 @@ def sync_write(state: ClusterState, w: Workload, inst: str, node_id: str) -> Wri
     return Write([Compare(akey, cur.mod_revision)], [Put(akey, updated.to_json())], requeue=w.id)
 
 
-def still_on_old_node(state: ClusterState, inst: str, runs_on: RunsOn) -> bool:
+def still_on_old_node(state: Mirror, inst: str, runs_on: RunsOn) -> bool:
     """While a reachable node still runs an instance being moved off it, do not start a second
     copy elsewhere: a single-instance workload must never run twice."""
     st = state.statuses.get(inst)

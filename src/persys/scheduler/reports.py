@@ -10,8 +10,8 @@ from typing import Any
 from persys.model import NodeStatus, NodeUsage, Phase, Workload, WorkloadStatus, WorkloadUsage
 from persys.model.base import Model
 from persys.model.status import PROGRESS_REASONS
+from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.load_window import UsageWindow
-from persys.scheduler.state import ClusterState, Versioned
 
 
 @dataclass
@@ -96,7 +96,7 @@ def status_event(prev: WorkloadStatus, new: WorkloadStatus) -> str | None:
             Phase.STOPPED: "WorkloadStopped"}.get(new.phase, "WorkloadStatus")
 
 
-def runs_on(state: ClusterState, live: dict[str, LiveNode], owns: bool, inst: str, node_id: str) -> bool:
+def runs_on(state: Mirror, live: dict[str, LiveNode], owns: bool, inst: str, node_id: str) -> bool:
     """Whether `node_id`'s agent still runs `inst`, as far as this replica can tell (`owns`: it
     serves that node's agent, so its own record of the agent's last complete report counts)."""
     node = state.nodes.get(node_id)

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.delivery import Delivery
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.queueing_hints import PendingHints
@@ -30,6 +31,7 @@ class Shell(Protocol):
     metrics: ReplicaMetrics
     telemetry: Telemetry  # samples for Persys Meter (never blocks)
     hints: PendingHints  # the rejection codes node changes lifted since the monitor last looked
+    delivery: Delivery  # desired-state delivery to agents (wake-ups, resyncs)
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the

@@ -20,10 +20,10 @@ from persys.model import Capabilities, Node, NodeStatus, Phase, Workload, Worklo
 from persys.model.node import RuntimeInfo
 from persys.model.workload import workload_of
 from persys.scheduler.decide import step
-from persys.scheduler.decide.effects import Effects, Event, Guard, Intent, Write, follow, put
+from persys.scheduler.decide.effects import Effects, Event, Intent, Write, follow
 from persys.scheduler.decide.liveness import GuardConfig, GuardState, Heard
 from persys.scheduler.decide.mirror import Mirror
-from persys.scheduler.decide.placed import Placed, on_placed, pending_status
+from persys.scheduler.decide.placed import Placed, on_placed, pending_write
 from persys.scheduler.decide.report import Report, WorkloadReport
 from persys.scheduler.interpret.ops import key_of, operation
 from persys.scheduler.mirror import fold
@@ -153,11 +153,9 @@ class World:
                 placed.append(Placed(need, decision))
                 continue
             st = self.m.statuses.get(need.instance)
-            status = pending_status(st.value if st else None, decision, self.now)
-            if status is not None:
-                wid = need.workload.id
-                self.write(Write([Guard("workload", wid, need.wrev)], [put("status", need.instance, status)],
-                                 [Event("WorkloadPending", f"workload/{wid}", status.message)]))
+            pending = pending_write(need, st.value if st else None, decision, self.now)
+            if pending is not None:
+                self.write(pending)
         batch, broken = on_placed(self.m, placed, self.now)
         assert not broken, broken
         for p, w in zip(placed, batch.writes, strict=True):

@@ -14,11 +14,10 @@ from persys.scheduler import keys
 from persys.scheduler.decide import step
 from persys.scheduler.decide.report import DriftKnown, Report
 from persys.scheduler.delivery import Delivery
-from persys.scheduler.interpret import interpreter
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.node_volumes import NodeVolumes, VolumeReport
 from persys.scheduler.reports import LiveNode, WorkloadReport, same_node, usage_of
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.store.base import Compare, Put
 
 REGISTER_ATTEMPTS = 10
@@ -48,7 +47,7 @@ class AgentApi:
         self.volumes = volumes
         self.drift: dict[str, DriftKnown] = {}  # node -> open findings
         # Concurrent reports from many nodes share transactions (the planner's group commit).
-        self.interpreter = interpreter.for_shell(shell)
+        self.interpreter = interpreter_for(shell)
 
     def _heard(self, node_id: str) -> LiveNode:
         usable = self.s.placement.heard(node_id)

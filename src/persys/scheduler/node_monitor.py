@@ -13,10 +13,9 @@ from persys.model import Node, NodeStatus
 from persys.scheduler import liveness, views
 from persys.scheduler.decide import step
 from persys.scheduler.ha import LeaderElection
-from persys.scheduler.interpret import interpreter
 from persys.scheduler.liveness import GuardState, end_suspension
 from persys.scheduler.mode_guard import Mode
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.state import Versioned
 from persys.store.base import StoreUnavailable
 
@@ -46,7 +45,7 @@ class NodeMonitor:
         # wall-clock time at which their workloads are looked at again.
         self.held: dict[str, float] = {}
         self.load_taken = float("-inf")  # when observed utilisation last went into the snapshot
-        self.interpreter = interpreter.for_shell(shell)
+        self.interpreter = interpreter_for(shell)
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);

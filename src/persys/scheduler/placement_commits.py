@@ -16,13 +16,12 @@ from persys.observability import tracing
 from persys.scheduler import failures, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.effects import Guard, Need, Write, put
-from persys.scheduler.decide.placed import Placed, on_placed, pending_status, placement_write
+from persys.scheduler.decide.placed import Placed, on_placed, pending_write, placement_write
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
-from persys.scheduler.interpret import interpreter
 from persys.scheduler.interpret.ops import store_write
 from persys.scheduler.placement_service import to_request
 from persys.scheduler.preemption_commits import try_preempt
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.state import Versioned
 from persys.store.base import StoreUnavailable
 
@@ -46,7 +45,7 @@ class Placer:
         self.inflight: set[str] = set()  # instances whose placement is being committed
         self.slots = asyncio.Semaphore(shell.config.commit_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.interpreter = interpreter.for_shell(shell)
+        self.interpreter = interpreter_for(shell)
 
     async def place_isolated(self, needs: list[Need]) -> None:
         """`place` the batch; if it raises, place its workloads one by one so that only the one
@@ -166,13 +165,12 @@ class Placer:
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
-        status = pending_status(st.value if st else None, decision, time.time())
-        if status is None:
+        w = pending_write(n, st.value if st else None, decision, time.time())
+        if w is None:
             return st.value.message if st else ""
-        w, inst = n.workload, n.instance
-        await self.interpreter.write(Write([Guard("workload", w.id, n.wrev)], [put("status", inst, status)]))
-        self.s.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {status.message}" if inst != w.id
-                    else status.message, "Unschedulable")
+        await self.interpreter.write(w)  # WorkloadPending is published once it is written
+        status = w.intents[0].doc
+        assert isinstance(status, WorkloadStatus)
         return status.message
 
     @staticmethod

@@ -15,10 +15,9 @@ from typing import Any, Protocol
 from persys.scheduler import failures
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Need
-from persys.scheduler.interpret import interpreter
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.placement_commits import Placer
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StoreUnavailable
 
@@ -45,7 +44,7 @@ class ReconcileWorker:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.queued: set[str] = set()
         self.backlog_low = asyncio.Event()  # the backlog is short enough for bulk applies
-        self.interpreter = interpreter.for_shell(shell)
+        self.interpreter = interpreter_for(shell)
 
     def enqueue(self, wid: str) -> None:
         if wid not in self.queued:

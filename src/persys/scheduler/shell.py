@@ -9,6 +9,8 @@ from typing import Protocol
 from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.delivery import Delivery
+from persys.scheduler.interpret.interpreter import Interpreter
+from persys.scheduler.interpret.planner import StorePlanner
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.queueing_hints import PendingHints
@@ -49,3 +51,10 @@ class Shell(Protocol):
 
     async def refresh(self, key: str) -> None:
         """After a lost compare-and-swap, fold the winner's write into the mirror."""
+
+
+def interpreter_for(shell: Shell) -> Interpreter:
+    """The replica's interpreter of the step's effects: the store planner over its mirror, its
+    events, its delivery (each component that hands effects over holds one)."""
+    return Interpreter(StorePlanner(shell.state, shell.metrics.batch_sizes), shell, shell.delivery.wake,
+                       shell.delivery.ask_resync)

@@ -15,14 +15,15 @@ from persys.model.volume import (
     VolumeManifest,
     VolumeObjectSpec,
     VolumePhase,
-    has_data,
     inline_spec,
     inline_volume_id,
 )
 from persys.model.workload import Workload, WorkloadSpec, workload_of
 from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.decide.volumes import reclaim
 from persys.scheduler.decide.volumes import volume_ids as volume_ids  # re-exported
+from persys.scheduler.interpret import ops
 from persys.scheduler.state import put_doc
 from persys.store.base import Compare, Delete, Put
 
@@ -192,26 +193,7 @@ def check_workload_volumes(state: Mirror, wid: str, spec: WorkloadSpec) -> None:
 
 
 def reclaim_ops(state: Mirror, wid: str, now: float) -> tuple[list[Compare], list[Put | Delete]]:
-    """When a workload is removed: its inline volumes with reclaimPolicy Delete go to Deleting
-    (their data is removed by the node or controller that can); retained ones stay, unowned."""
-    compares: list[Compare] = []
-    ops: list[Put | Delete] = []
-    w = state.workloads.get(wid)
-    # Its own inline volumes (a workload refused by the model: every record it may own).
-    ids = {inline_volume_id(wid, v.name) for v in w.value.spec.volumes if v.claim is None} if w else set(state.volumes)
-    for vid in sorted(ids):
-        cur = state.volumes.get(vid)
-        if cur is None:
-            continue
-        v = cur.value
-        if v.owner != wid or v.phase == VolumePhase.DELETING:
-            continue
-        compares.append(Compare(keys.volume(vid), cur.mod_revision))
-        if v.spec.reclaim_policy.value == "Delete":
-            gone = not has_data(v)  # never provisioned nor placed: no data to remove
-            if gone:
-                ops.append(Delete(keys.volume(vid)))
-            else:
-                ops.append(put_doc(keys.volume(vid), v.model_copy(update={
-                    "phase": VolumePhase.DELETING, "reason": f"its workload {wid} was deleted", "updated_at": now})))
-    return compares, ops
+    """When a workload is removed: its inline volumes with reclaimPolicy Delete go to Deleting,
+    retained ones stay, unowned (`decide.volumes.reclaim`, as store operations)."""
+    guards, intents = reclaim(state, wid, now)
+    return [ops.compare(g) for g in guards], [ops.operation(i) for i in intents]

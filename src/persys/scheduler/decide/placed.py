@@ -110,3 +110,15 @@ def on_placed(m: Mirror, batch: Sequence[Placed], now: float) -> tuple[Effects, 
         except Exception as err:  # one placement whose documents cannot be built must not hold back the rest
             broken.append((p, err))
     return fx, broken
+
+
+def pending_write(need: Need, prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> Write | None:
+    """An instance no node fits: its Pending status, guarded by the workload's revision decided
+    on, published once written (None: its status says so already)."""
+    status = pending_status(prev, decision, now)
+    if status is None:
+        return None
+    wid, inst = need.workload.id, need.instance
+    return Write([Guard("workload", wid, need.wrev)], [put("status", inst, status)],
+                 [Event("WorkloadPending", f"workload/{wid}", f"{inst}: {status.message}" if inst != wid
+                        else status.message, "Unschedulable")])

@@ -11,8 +11,7 @@ from typing import Protocol
 
 from persys.model import WorkloadUsage
 from persys.scheduler.decide.effects import Effects, Event, Need, Write, follow
-from persys.scheduler.interpret.planner import Planner, StorePlanner
-from persys.scheduler.shell import Shell
+from persys.scheduler.interpret.planner import Planner
 
 
 class Host(Protocol):
@@ -74,8 +73,3 @@ class Interpreter:
         for e in events:
             self.host.emit(e.kind, e.subject, e.message, e.reason, node=e.node)
 
-
-def for_shell(shell: Shell) -> Interpreter:
-    """The replica's interpreter: the store planner over its mirror, its events, its delivery."""
-    return Interpreter(StorePlanner(shell.state, shell.metrics.batch_sizes), shell, shell.delivery.wake,
-                       shell.delivery.ask_resync)

@@ -23,7 +23,7 @@ from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Effects, Event, Intent, Write, follow
 from persys.scheduler.decide.liveness import GuardConfig, GuardState, Heard
 from persys.scheduler.decide.mirror import Mirror
-from persys.scheduler.decide.placed import Placed, on_placed, pending_write
+from persys.scheduler.decide.placed import Placed, pending_write
 from persys.scheduler.decide.report import Report, WorkloadReport
 from persys.scheduler.interpret.ops import key_of, operation
 from persys.scheduler.mirror import fold
@@ -156,7 +156,7 @@ class World:
             pending = pending_write(need, st.value if st else None, decision, self.now)
             if pending is not None:
                 self.write(pending)
-        batch, broken = on_placed(self.m, placed, self.now)
+        batch, broken = step.on_placed(self.m, placed, self.now)
         assert not broken, broken
         for p, w in zip(placed, batch.writes, strict=True):
             if not self.write(w):

@@ -15,8 +15,9 @@ from persys.model.workload import instance_id
 from persys.observability import tracing
 from persys.scheduler import failures, placement_tracing
 from persys.scheduler import placement as pl
+from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Guard, Need, Write, put
-from persys.scheduler.decide.placed import Placed, on_placed, pending_write, placement_write
+from persys.scheduler.decide.placed import Placed, pending_write, placement_write
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
 from persys.scheduler.interpret.ops import store_write
 from persys.scheduler.placement_service import to_request
@@ -187,7 +188,7 @@ class Placer:
         landed: list[tuple[Placed, Write]] = []
         broken: list[tuple[Placed, Exception]] = []
         try:
-            fx, broken = on_placed(self.s.state, batch, time.time())
+            fx, broken = step.on_placed(self.s.state, batch, time.time())
             failed = {id(p) for p, _ in broken}
             built = [p for p in batch if id(p) not in failed]
             oks = await self.interpreter.planner.land(fx.writes, grouped=True)

@@ -17,6 +17,7 @@ from persys.model import Node, NodeStatus
 from persys.scheduler.decide.effects import Effects, Event, Guard, Write, put
 from persys.scheduler.decide.liveness import GuardConfig, GuardState, Heard, Transition, check
 from persys.scheduler.decide.mirror import Mirror, Versioned
+from persys.scheduler.decide.placed import on_placed
 from persys.scheduler.decide.reconcile import RunsOn, plan
 from persys.scheduler.decide.report import (
     DriftKnown,
@@ -27,6 +28,8 @@ from persys.scheduler.decide.report import (
     status_write,
     usage_of,
 )
+
+__all__ = ["Context", "ReportStep", "Tick", "TickStep", "on_changes", "on_placed", "on_report", "on_tick"]
 
 
 @dataclass(frozen=True)

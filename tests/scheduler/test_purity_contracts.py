@@ -12,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DECIDE = ROOT / "src" / "persys" / "scheduler" / "decide"
 LINT = Path(sys.executable).with_name("lint-imports")
@@ -49,6 +51,7 @@ PROBES = {  # written into the copy together: one lint run must name each
 }
 
 
+@pytest.mark.slow  # copies the tree and runs lint-imports on it (15-40 s): not for the fast lane
 def test_probe_imports_break_the_purity_contracts(tmp_path: Path) -> None:
     broken = lint_copy(tmp_path, {rel: source for rel, (source, _) in PROBES.items()})
     assert broken.returncode == 1, broken.stdout + broken.stderr
@@ -58,6 +61,7 @@ def test_probe_imports_break_the_purity_contracts(tmp_path: Path) -> None:
     assert "0 kept, 2 broken" in said
 
 
+@pytest.mark.slow
 def test_the_copy_without_a_probe_keeps_the_contracts(tmp_path: Path) -> None:
     kept = lint_copy(tmp_path, {})
     assert kept.returncode == 0, kept.stdout + kept.stderr

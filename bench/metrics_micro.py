@@ -26,7 +26,7 @@ from persys.model.workload import Workload
 from persys.observability.grpc_metrics import MetricsInterceptor
 from persys.observability.metrics import Metrics
 from persys.scheduler import replica_metrics
-from persys.scheduler.state import ClusterState, Versioned
+from persys.scheduler.decide.mirror import Mirror, Versioned
 
 
 def helpers(n: int = 1_000_000) -> dict[str, float]:
@@ -76,8 +76,8 @@ async def grpc_calls(calls: int, rounds: int = 10) -> dict[str, float]:
             "interceptor_us_per_call": round(with_ - without, 1)}
 
 
-def mirror(nodes: int, workloads: int) -> tuple[ClusterState, dict[str, WorkloadUsage]]:
-    state = ClusterState(None)  # type: ignore[arg-type]  # filled by hand: the scrape reads, never the store
+def mirror(nodes: int, workloads: int) -> tuple[Mirror, dict[str, WorkloadUsage]]:
+    state = Mirror()  # filled by hand: the scrape reads, never the store
     m = WorkloadManifest.model_validate({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "w"},
                                          "spec": {"type": "process", "process": {"command": ["sleep", "60"]}}})
     proto = Workload.from_manifest(m, 0.0)

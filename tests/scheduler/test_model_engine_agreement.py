@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from persys.model import Assignment, DesiredState, ManifestError, Node, Workload
 from persys.model.manifest import validate_manifest
 from persys.scheduler import placement as pl
+from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.placement_service import PlacementService, to_request
-from persys.scheduler.state import ClusterState, Versioned
 
 pytestmark = pytest.mark.slow  # pure, but a minute of examples: the full suite runs it, the fast lane not
 
@@ -168,7 +168,7 @@ def test_accepted_manifests_never_raise_in_the_engine(manifests: list[dict[str, 
                                                        committed: int) -> None:
     workloads = {w.id: w for w in accepted_workloads(manifests)}
     event(f"{min(len(workloads), 2)}+ workloads accepted, {min(len(accepted_nodes(nodes)), 2)}+ nodes accepted")
-    state = ClusterState(store=None)  # type: ignore[arg-type]  # the mirror's dicts only: no store is read
+    state = Mirror()  # the mirror is data: no store is read
     for n in accepted_nodes(nodes):
         state.nodes[n.id] = Versioned(n, 1)
     for w in workloads.values():

@@ -9,7 +9,7 @@ from persys.model import Phase, parse_manifests
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from tests.scheduler.test_core import manifest, node
-from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
+from tests.scheduler.test_node_ops import s, until, until_event  # noqa: F401  (the replica fixture)
 
 
 async def test_a_higher_priority_preempts_a_lower_one(s: Scheduler) -> None:  # noqa: F811
@@ -27,6 +27,7 @@ async def test_a_higher_priority_preempts_a_lower_one(s: Scheduler) -> None:  # 
     low = s.state.statuses["low"].value
     assert "low" not in s.state.placement_of and low.reason == "Preempted" and low.relocating_from == "n1"
     assert "preempted on n1 by urgent (priority 100)" in low.message
+    await until_event(s, "Preempted")  # published after the commit, by the outbox's own task
     kinds = {e.kind: e.message for e in await s.events.recent(100)}
     assert kinds["Preempting"] == "urgent (priority 100) preempted low (priority 0) on n1"
     assert kinds["Preempted"] == "low: preempted on n1 by urgent (priority 100)"

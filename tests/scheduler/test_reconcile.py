@@ -1,15 +1,14 @@
 """Reconciliation plans, table-driven from tests/scheduler/reconcile_cases/*.yaml.
 
 Each case is a mirror (workloads, nodes, assignments, statuses, what agents still run) and the
-plan `reconcile.plan` must return for one workload: its writes, each summarised as its guard,
-its operations, its events and what follows it, and the instances that need a node. Pure: no
+plan `reconcile.plan` must return for one workload: its writes, each summarised as its guards,
+its intents, its events and what follows it, and the instances that need a node. Pure: no
 store, no clock, no sleeps."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -17,9 +16,10 @@ import yaml
 from persys.model import Assignment, Capabilities, Node, Workload, WorkloadManifest, WorkloadStatus
 from persys.model.workload import workload_of
 from persys.scheduler import keys, reconcile
-from persys.scheduler.reconcile import Write
-from persys.scheduler.state import ClusterState
-from persys.store.base import Delete, KeyValue, StateStore
+from persys.scheduler.decide.effects import Intent, Write
+from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.mirror import fold
+from persys.store.base import KeyValue
 
 CASE_DIR = Path(__file__).parent / "reconcile_cases"
 CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
@@ -39,8 +39,8 @@ def workload(name: str, doc: dict[str, Any]) -> Workload:
     return Workload.from_manifest(m, 1000.0).model_copy(update={"deleting": doc.get("deleting", False)})
 
 
-def mirror(case: dict[str, Any]) -> ClusterState:
-    """The case's mirror, filled with `replace` (the way a replica loads it): no store is read."""
+def mirror(case: dict[str, Any]) -> Mirror:
+    """The case's mirror, filled by the fold of a snapshot (the way a replica loads it): no store."""
     kvs: list[KeyValue] = []
     rev = 0
 
@@ -75,34 +75,25 @@ def mirror(case: dict[str, Any]) -> ClusterState:
     for n, generations in (case.get("revisions") or {}).items():  # the mirror indexes their keys only
         for g in generations:
             put(keys.revision(n, g), b"{}")
-    state = ClusterState(cast(StateStore, None))
-    state.replace(kvs, rev)
+    state = Mirror()
+    fold.fold_snapshot(state, kvs, rev)
     return state
 
 
-def op_text(op: Any) -> str:
-    kind, name = ("delete" if isinstance(op, Delete) else "put"), key_text(op.key)
-    if isinstance(op, Delete):
-        return f"{kind} {name}"
-    doc = json.loads(op.value)
-    if op.key.startswith(keys.STATUS):
-        return f"{kind} {name} {doc.get('phase', 'Pending')}/{doc.get('reason', '')}"
-    if op.key.startswith(keys.ASSIGNMENTS):
-        return f"{kind} {name} {doc.get('desiredState', doc.get('desired_state', ''))}"
-    return f"{kind} {name}"
-
-
-def key_text(key: str) -> str:
-    if (parsed := keys.parse_revision(key)) is not None and key.startswith(keys.REVISIONS):
-        return f"revision {parsed[0]}/{parsed[1]}"
-    for prefix, name in ((keys.ASSIGNMENTS, "assignment"), (keys.STATUS, "status"), (keys.WORKLOADS, "workload")):
-        if key.startswith(prefix):
-            return f"{name} {key.removeprefix(prefix)}"
-    return key
+def intent_text(i: Intent) -> str:
+    """An intent as the cases write it: `delete assignment n1/web`, `put status web Pending/Relocating`."""
+    if i.doc is None:
+        return f"delete {i.kind} {i.ident}"
+    if isinstance(i.doc, WorkloadStatus):
+        return f"put status {i.ident} {i.doc.phase}/{i.doc.reason}"
+    if isinstance(i.doc, Assignment):
+        return f"put assignment {i.ident} {i.doc.desired_state}"
+    return f"put {i.kind} {i.ident}"
 
 
 def summary(w: Write) -> dict[str, Any]:
-    out: dict[str, Any] = {"guard": [key_text(c.key) for c in w.compares], "ops": [op_text(o) for o in w.ops]}
+    out: dict[str, Any] = {"guard": [f"{g.kind} {g.ident}" for g in w.guards],
+                           "ops": [intent_text(i) for i in w.intents]}
     if w.events:
         out["events"] = [e.kind for e in w.events]
     if w.then:

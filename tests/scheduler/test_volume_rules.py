@@ -12,8 +12,8 @@ import yaml
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.model.workload import Workload, WorkloadSpec
 from persys.scheduler import keys
+from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.delivery import resolved_claims
-from persys.scheduler.state import ClusterState, Versioned
 from persys.scheduler.volume_rules import claim_problems, delete_refusal, reclaim_ops, users_of
 from persys.store.base import Delete, Put
 
@@ -54,7 +54,7 @@ def test_users_and_delete_refusal() -> None:
 
 
 def test_reclaim_with_the_owner() -> None:
-    state = ClusterState(store=None)  # type: ignore[arg-type]  # folded by hand: no store I/O here
+    state = Mirror()  # folded by hand: the mirror is data
     for v, rev in [(volume("web-a", owner="web", reclaimPolicy="Delete"), 5),
                    (volume("web-b", owner="web", reclaimPolicy="Retain"), 6),
                    (volume("web-c", owner="web", reclaimPolicy="Delete", phase=VolumePhase.PENDING), 7),
@@ -108,7 +108,7 @@ def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
     from persys.model import Node, NodeStatus, WorkloadStatus
     from persys.scheduler.volume_rules import fence_node
 
-    state = ClusterState(store=None)  # type: ignore[arg-type]  # folded by hand: no store I/O here
+    state = Mirror()  # folded by hand: the mirror is data
     state.workloads["db"] = Versioned(workload("db", [{"name": "d", "driver": "ceph-rbd", "mountPath": "/d"}]), 1)
     state.workloads["web"] = Versioned(workload("web", []), 1)
     for inst in ("db", "web"):

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
-from persys.model import Node, NodeStatus, NodeUsage, RestartPolicy, WorkloadStatus
-from persys.model.status import PROGRESS_REASONS
+from persys.model import Node, NodeStatus, NodeUsage
 from persys.model.workload import workload_of
 from persys.scheduler import keys
+from persys.scheduler.decide import step
+from persys.scheduler.decide.report import DriftKnown, Report
 from persys.scheduler.delivery import Delivery
-from persys.scheduler.drift import Drift, Reported, detect, track
-from persys.scheduler.group_commit import GroupCommit
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.node_volumes import NodeVolumes, VolumeReport
-from persys.scheduler.reports import LiveNode, WorkloadReport, same_node, status_change, status_event, usage_of
-from persys.scheduler.shell import Shell
-from persys.scheduler.state import put_doc
+from persys.scheduler.reports import LiveNode, WorkloadReport, same_node, usage_of
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.store.base import Compare, Put
 
 REGISTER_ATTEMPTS = 10
@@ -48,9 +45,9 @@ class AgentApi:
         self.require_owner = require_owner
         self.delivery = delivery
         self.volumes = volumes
-        self.drift: dict[str, dict[tuple[str, str], tuple[Drift, float]]] = {}  # node -> open findings
-        self.status_writes = GroupCommit(lambda c, o: shell.state.commit(c, o, fenced="node"),
-                                         sizes=shell.metrics.batch_sizes)
+        self.drift: dict[str, DriftKnown] = {}  # node -> open findings
+        # Concurrent reports from many nodes share transactions (the planner's group commit).
+        self.interpreter = interpreter_for(shell)
 
     def _heard(self, node_id: str) -> LiveNode:
         usable = self.s.placement.heard(node_id)
@@ -115,35 +112,12 @@ class AgentApi:
         self._sample(node_id, reports)
         if self.s.guard.mode != Mode.NORMAL:
             return  # frozen: statuses are not written; usage and presence above are still kept
-        await self._confirm_left(node_id, gone)
         if volumes is not None:
             await self.volumes.on_report(node_id, volumes)
-        drifts = self._track_drift(node_id, reports, None if complete else listed)
-        state, now = self.s.state, time.time()
-        changes: list[tuple[str, int, WorkloadStatus, WorkloadStatus]] = []
-        for r in reports:
-            if state.placement_of.get(r.workload_id) != node_id:
-                continue  # a copy we did not ask this node to run: the agent removes it
-            if (measured := usage_of(r)) is not None:
-                self.s.usage[r.workload_id] = measured
-            else:
-                self.s.usage.pop(r.workload_id, None)
-            change = status_change(state.statuses.get(r.workload_id), state.workloads.get(workload_of(r.workload_id)),
-                                   node_id, r, now, drifts.get(r.workload_id))
-            if change is not None:
-                changes.append(change)
-        # Concurrent reports from many nodes share transactions; each change is still guarded by
-        # the status revision it was computed from.
-        oks = await self.status_writes.submit([
-            ([Compare(keys.status(inst), rev)], [put_doc(keys.status(inst), new)]) for inst, rev, _, new in changes])
-        for (inst, _, prev, new), ok in zip(changes, oks, strict=True):
-            kind = status_event(prev, new) if ok else None
-            if kind is not None:
-                wid = workload_of(inst)
-                prefix = f"{inst}: " if inst != wid else ""
-                self.s.emit(kind, f"workload/{wid}", prefix + (new.message or f"{new.phase} on {node_id}"),
-                            # A failure names its node too: the automation counts them per node.
-                            new.reason, node=node_id if kind in PROGRESS_REASONS or kind == "WorkloadFailed" else "")
+        done = step.on_report(self.s.state, Report(node_id, reports, complete, gone, time.time()),
+                              self.drift.get(node_id, {}))
+        self.drift[node_id] = done.drift
+        await self.interpreter.run(done.effects)
 
     def _sample(self, node_id: str, reports: list[WorkloadReport]) -> None:
         """Samples for Persys Meter of the instances this node was asked to run."""
@@ -153,43 +127,3 @@ class AgentApi:
         if measured:
             self.s.telemetry.instances(node_id, measured,
                                        lambda wid: (w.value if (w := state.workloads.get(wid)) else None))
-
-    async def _confirm_left(self, node_id: str, gone: set[str]) -> None:
-        """Record that a node's agent no longer runs instances withdrawn from it, so whichever
-        replica places them (or finalises their deletion) knows without owning this node."""
-        state = self.s.state
-        for inst in gone:
-            st = state.statuses.get(inst)
-            if st is None or state.placement_of.get(inst) == node_id or st.value.left_node == node_id:
-                continue
-            new = st.value.model_copy(update={"left_node": node_id})
-            key = keys.status(inst)
-            await state.commit([Compare(key, st.mod_revision)], [Put(key, new.to_json())], fenced="node")
-
-    def _track_drift(self, node_id: str, reports: list[WorkloadReport],
-                     listed: set[str] | None) -> dict[str, dict[str, Any]]:
-        """Find drift on one node; publish what is new or resolved. Returns instance -> record.
-        `listed`: the instances a partial report names (None: the report is complete)."""
-        state = self.s.state
-
-        def policy(inst: str) -> RestartPolicy | None:
-            w = state.workloads.get(workload_of(inst))
-            return w.value.spec.restart_policy if w else None
-
-        found = detect(
-            node_id, {i: a.value for i, a in state.assignments.get(node_id, {}).items()},
-            [Reported(r.workload_id, r.revision, r.phase, r.terminal) for r in reports], listed is None,
-            state.placement_of.get, policy, time.time(),
-        )
-        tracked = track(self.drift.get(node_id, {}), found, listed, time.time())
-        self.drift[node_id] = tracked.known
-        for d in tracked.detected:
-            self.s.emit("DriftDetected", f"workload/{workload_of(d.instance)}",
-                        f"{d.instance} on {node_id}: {d.kind}: {d.rule}; remediation: {d.action}", d.kind,
-                        node=node_id)
-        if tracked.resync:
-            self.delivery.ask_resync(node_id)  # remediation: send the whole desired state again
-        for d in tracked.resolved:
-            self.s.emit("DriftResolved", f"workload/{workload_of(d.instance)}", f"{d.instance} on {node_id}: {d.kind}",
-                        d.kind, node=node_id)
-        return tracked.records

@@ -10,13 +10,14 @@ import time
 from typing import Any, Protocol
 
 from persys.model import Node, NodeStatus
-from persys.scheduler import keys, liveness, views
+from persys.scheduler import liveness, views
+from persys.scheduler.decide import step
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.liveness import GuardState, end_suspension
 from persys.scheduler.mode_guard import Mode
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.state import Versioned
-from persys.store.base import Compare, Put, StoreUnavailable
+from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 YIELD_EVERY_NODES = 256  # liveness over thousands of nodes never holds up the loop for long
@@ -44,6 +45,7 @@ class NodeMonitor:
         # wall-clock time at which their workloads are looked at again.
         self.held: dict[str, float] = {}
         self.load_taken = float("-inf")  # when observed utilisation last went into the snapshot
+        self.interpreter = interpreter_for(shell)
 
     def fresh_grace(self, keep_later: bool) -> None:
         """Every node gets a fresh grace period (this replica was elected, or unfrozen);
@@ -116,27 +118,21 @@ class NodeMonitor:
                 self.held[node_id] = due
             if (live := self.s.live.get(node_id)) is not None:
                 seen[node_id] = liveness.Heard(live.last_heartbeat, live.heard_at)
-        verdict = liveness.check({n: c.value.status for n, c in nodes.items()}, seen, self.s.clock(), self.started_at,
-                                 self.s.config.node_grace_seconds, self.guard, self.s.config.liveness_guard(),
-                                 self.s.config.restart_grace())
-        self.guard = verdict.guard
-        for ev in verdict.events:
-            self.s.emit(ev.kind, "cluster", ev.message, ev.reason)
-        for t in verdict.transitions:
-            cur = nodes[t.node_id]
-            status = NodeStatus.READY if t.ready else NodeStatus.NOT_READY
-            change: dict[str, Any] = {"status": status, "status_reason": t.reason}
-            if not t.ready:  # when it was last heard (wall clock): Stop instances wait from there
-                change["last_heartbeat"] = self.last_heard_wall(t.node_id)
-            updated = cur.value.model_copy(update=change)
-            if await self.s.state.commit([Compare(keys.node(t.node_id), cur.mod_revision)],
-                                       [Put(keys.node(t.node_id), updated.to_json())], fenced="node"):
-                self.s.emit("NodeReady" if t.ready else "NodeNotReady", f"node/{t.node_id}", t.reason)
-                if t.ready:
-                    self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
-                else:
-                    self.s.enqueue_node_workloads(t.node_id)
-                    self.held[t.node_id] = updated.last_heartbeat + self.s.config.stop_relocation_delay()
+        c = self.s.config
+        done = step.on_tick(step.Tick(nodes, seen, self.s.clock(), self.started_at, c.node_grace_seconds, self.guard,
+                                      c.liveness_guard(), c.restart_grace(), self.last_heard_wall))
+        self.guard = done.guard
+        self.interpreter.publish(done.effects.events)
+        for t, w in zip(done.transitions, done.effects.writes, strict=True):
+            if not await self.interpreter.write(w):
+                continue
+            if t.ready:
+                self.pending_dirty = True  # coalesced: one pass over workloads per monitor tick
+            else:
+                self.s.enqueue_node_workloads(t.node_id)
+                node = w.intents[0].doc
+                assert isinstance(node, Node)
+                self.held[t.node_id] = node.last_heartbeat + c.stop_relocation_delay()
 
     def last_heard_wall(self, node_id: str) -> float:
         """Wall-clock time this replica last heard the node (its start as active, if never)."""

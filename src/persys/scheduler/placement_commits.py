@@ -7,24 +7,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from persys.model import Assignment, Phase, Workload, WorkloadStatus
+from persys.model import WorkloadStatus
 from persys.model.volume import Volume
 from persys.model.workload import instance_id
 from persys.observability import tracing
-from persys.scheduler import failures, keys, placement_tracing
+from persys.scheduler import failures, placement_tracing
 from persys.scheduler import placement as pl
-from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
-from persys.scheduler.placement_service import has_local_volumes, to_request
+from persys.scheduler.decide import step
+from persys.scheduler.decide.effects import Guard, Need, Write, put
+from persys.scheduler.decide.placed import Placed, pending_write, placement_write
+from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
+from persys.scheduler.interpret.ops import store_write
+from persys.scheduler.placement_service import to_request
 from persys.scheduler.preemption_commits import try_preempt
-from persys.scheduler.reconcile import Need
-from persys.scheduler.shell import Shell
-from persys.scheduler.state import Versioned, put_doc
-from persys.scheduler.views import placement_doc
-from persys.scheduler.volume_rules import volume_ids
-from persys.store.base import Compare, Put, StoreUnavailable
+from persys.scheduler.shell import Shell, interpreter_for
+from persys.scheduler.state import Versioned
+from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 PLACE_CHUNK = 128  # placements decided between two yields to the event loop
@@ -34,73 +34,10 @@ PREEMPTIONS_PER_PASS = 4  # preemption attempts per engine pass (each ~0.1 s at 
 PLACEMENTS_PER_TXN = (TXN_MAX_OPS - FENCE_HEADROOM) // 2
 
 
-@dataclass(slots=True)
-class Placed:
-    """A decision on its way to the store."""
-
-    need: Need
-    decision: pl.Decision
-    explanation: str = ""
-    moved_from: str = ""
-    decided_ns: int = 0  # when the engine pass began (wall clock, ns), kept only when tracing
-
-    @property
-    def instance(self) -> str:
-        return self.need.instance
-
-
 def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
                    homes: Sequence[Versioned[Volume]] = (), note: str = "") -> Unit:
-    """The compares and puts that make one decision durable: its assignment (created only if
-    absent, only while the workload is at the revision decided on) and its status; `homes`:
-    local volume records without a node yet, which now live where the instance goes. Records on
-    `p` where the instance moved from and the explanation, for the events once it lands."""
-    node_id = p.decision.node_id
-    assert node_id is not None
-    w, inst = p.need.workload, p.instance
-    assignment = Assignment(
-        instance_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
-        desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
-    )
-    volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
-    p.moved_from = prev.relocating_from if prev else ""
-    p.explanation = p.decision.explain() + note  # note: e.g. whom it preempted
-    status = WorkloadStatus(
-        phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
-        placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
-        relocating_from=p.moved_from, updated_at=now,
-    )
-    akey = keys.assignment(node_id, inst)
-    compares = [Compare(keys.workload(w.id), p.need.wrev), Compare(akey, 0)]
-    puts = [put_doc(akey, assignment), put_doc(keys.status(inst), status)]
-    for h in homes:
-        compares.append(Compare(keys.volume(h.value.id), h.mod_revision))
-        puts.append(put_doc(keys.volume(h.value.id), h.value.model_copy(update={"node": node_id, "updated_at": now})))
-    return Unit(compares, puts)
-
-
-def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]]) -> list[Versioned[Volume]]:
-    """The workload's local volume records that no node holds yet (pure)."""
-    out = []
-    for vid in volume_ids(w.id, w.spec):
-        rec = volumes.get(vid)
-        if rec is not None and rec.value.spec.driver == "local" and not rec.value.node:
-            out.append(rec)
-    return out
-
-
-def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
-    """The status of an instance no node fits (None: it says so already)."""
-    reason = decision.explain_detailed()
-    if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
-        return None
-    # An instance moved off a node (drain, loss) that fits nowhere is still being moved: keeping
-    # where it came from keeps it in the drain's progress (it used to vanish from it, and the
-    # drain said done while it sat Pending).
-    return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
-                          placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
-                          relocating_from=prev.relocating_from if prev else "", updated_at=now)
+    """One decision's write as a store unit (preemption commits it with its evictions)."""
+    return Unit(*store_write(placement_write(p, prev, now, homes, note)))
 
 
 class Placer:
@@ -109,6 +46,7 @@ class Placer:
         self.inflight: set[str] = set()  # instances whose placement is being committed
         self.slots = asyncio.Semaphore(shell.config.commit_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.interpreter = interpreter_for(shell)
 
     async def place_isolated(self, needs: list[Need]) -> None:
         """`place` the batch; if it raises, place its workloads one by one so that only the one
@@ -176,8 +114,8 @@ class Placer:
                 st = state.statuses.get(inst)
                 new = failures.failure_status(st.value if st else None, reason, message, now)
                 if new is not None:
-                    await state.commit([Compare(keys.workload(wid), cur.mod_revision)],
-                                       [Put(keys.status(inst), new.to_json())])
+                    await self.interpreter.write(Write([Guard("workload", wid, cur.mod_revision)],
+                                                       [put("status", inst, new)]))
         except Exception:
             log.exception("could not record the failure of %s", wid)
 
@@ -228,13 +166,12 @@ class Placer:
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
-        status = pending_status(st.value if st else None, decision, time.time())
-        if status is None:
+        w = pending_write(n, st.value if st else None, decision, time.time())
+        if w is None:
             return st.value.message if st else ""
-        w, inst = n.workload, n.instance
-        await self.s.state.commit([Compare(keys.workload(w.id), n.wrev)], [Put(keys.status(inst), status.to_json())])
-        self.s.emit("WorkloadPending", f"workload/{w.id}", f"{inst}: {status.message}" if inst != w.id
-                    else status.message, "Unschedulable")
+        await self.interpreter.write(w)  # WorkloadPending is published once it is written
+        status = w.intents[0].doc
+        assert isinstance(status, WorkloadStatus)
         return status.message
 
     @staticmethod
@@ -248,24 +185,14 @@ class Placer:
     async def commit(self, batch: list[Placed]) -> None:
         """Commit a batch of decisions in one transaction (if a guard fails because a workload
         changed meanwhile, the others still land: see group_commit)."""
-        landed: list[Placed] = []
+        landed: list[tuple[Placed, Write]] = []
         broken: list[tuple[Placed, Exception]] = []
-        statuses = self.s.state.statuses
         try:
-            units, built = [], []
-            homed: set[str] = set()  # a volume record is written by one placement of a batch at most
-            for p in batch:
-                try:  # one placement whose documents cannot be built must not hold back the rest
-                    st = statuses.get(p.instance)
-                    homes = [h for h in unhomed_local_volumes(p.need.workload, self.s.state.volumes)
-                             if h.value.id not in homed]
-                    homed.update(h.value.id for h in homes)
-                    units.append(placement_unit(p, st.value if st else None, time.time(), homes))
-                    built.append(p)
-                except Exception as err:
-                    broken.append((p, err))
-            oks = await commit_units(self.s.state.commit, units, sizes=self.s.metrics.batch_sizes)
-            landed = [p for p, ok in zip(built, oks, strict=True) if ok]
+            fx, broken = step.on_placed(self.s.state, batch, time.time())
+            failed = {id(p) for p, _ in broken}
+            built = [p for p in batch if id(p) not in failed]
+            oks = await self.interpreter.planner.land(fx.writes, grouped=True)
+            landed = [(p, w) for p, w, ok in zip(built, fx.writes, oks, strict=True) if ok]
         except Exception as err:
             log.warning("committing %d placements failed: %s", len(batch), err)
         finally:
@@ -273,15 +200,10 @@ class Placer:
                 self.inflight.discard(p.instance)
             self.slots.release()
         if tracing.enabled():
-            self.trace(batch, landed)
-        for p in landed:
-            wid, inst = p.need.workload.id, p.instance
-            self.s.emit("WorkloadScheduled", f"workload/{wid}", f"{inst}: {p.explanation}" if inst != wid
-                        else p.explanation, "Scheduled", node=p.decision.node_id or "")
-            if p.moved_from:
-                self.s.emit("Relocated", f"workload/{wid}", f"{inst}: {p.moved_from} -> {p.decision.node_id}",
-                            "Relocated", node=p.decision.node_id or "")
-        done = {p.instance for p in landed}
+            self.trace(batch, [p for p, _ in landed])
+        for _, w in landed:
+            self.interpreter.publish(w.events)
+        done = {p.instance for p, _ in landed}
         for p, failure in broken:
             done.add(p.instance)
             self.s.placement.release(p.instance)

@@ -22,7 +22,9 @@ from persys.model.volume import Volume
 from persys.model.workload import workload_of
 from persys.observability.metrics import LoopHistogram
 from persys.scheduler import placement as pl
-from persys.scheduler.state import ClusterState, Versioned
+from persys.scheduler.decide.mirror import Mirror, Versioned
+from persys.scheduler.decide.volumes import has_local_volumes as has_local_volumes  # re-exported
+from persys.scheduler.state import ClusterState
 from persys.scheduler.volume_rules import volume_ids
 
 SERVICE_LABEL = "persys.dev/service"
@@ -83,13 +85,8 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
     )
 
 
-def has_local_volumes(w: Workload) -> bool:
-    """Inline local volumes (a claimed local Volume pins through its record: `volume_home`)."""
-    return any(v.driver == "local" and v.claim is None for v in w.spec.volumes)
-
-
 class PlacementService:
-    def __init__(self, state: ClusterState, config: pl.PlacementConfig = pl.DEFAULT_CONFIG) -> None:
+    def __init__(self, state: Mirror, config: pl.PlacementConfig = pl.DEFAULT_CONFIG) -> None:
         self.state = state
         self.config = config
         self.ledger = pl.Reservations()
@@ -117,7 +114,8 @@ class PlacementService:
         # Load-aware scoring: a node's recent p95 (cpu %, memory MiB), None when not measured;
         # unset: nodes carry no observation (the observed_load scorer is off by default).
         self.observed: Callable[[str], tuple[float, int] | None] | None = None
-        state.subscribe(self._on_change)
+        if isinstance(state, ClusterState):  # a bare Mirror (a test's, a scenario's) is not followed
+            state.subscribe(self._on_change)
 
     # ------------------------------------------------------------------ base snapshot upkeep
 

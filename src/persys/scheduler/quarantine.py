@@ -12,33 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from persys.model import Phase, Workload, WorkloadStatus
+from persys.model import Phase, Workload
 from persys.model.manifest import format_validation_error
+from persys.scheduler.decide.refused import INVALID_SPEC, RefusedWorkload, refused_status
 
-INVALID_SPEC = "InvalidSpec"
-
-
-class RefusedWorkload(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    problems: tuple[str, ...]
-    doc: dict[str, Any] | None  # the stored document, when it is a JSON object
-
-    @property
-    def deleting(self) -> bool:
-        return bool(self.doc and self.doc.get("deleting") is True)
-
-    @property
-    def message(self) -> str:
-        return "stored workload refused by the model: " + "; ".join(self.problems)
-
-    def spec_json(self) -> bytes | None:
-        """The stored spec as it is, for agents already running this workload."""
-        spec = self.doc.get("spec") if self.doc else None
-        return json.dumps(spec).encode() if isinstance(spec, dict) else None
+__all__ = ["INVALID_SPEC", "RefusedWorkload", "marked_deleting", "parse_stored", "refused_status", "refused_view"]
 
 
 def parse_stored(wid: str, value: bytes) -> Workload | RefusedWorkload:
@@ -64,14 +44,6 @@ def marked_deleting(r: RefusedWorkload, now: float) -> bytes:
     """The stored document with deletion requested (still refused: the deletion is finalised by
     the scheduler like any other)."""
     return json.dumps({**(r.doc or {"id": r.id}), "deleting": True, "updatedAt": now}).encode()
-
-
-def refused_status(prev: WorkloadStatus | None, r: RefusedWorkload, now: float) -> WorkloadStatus | None:
-    """The status of an unplaced instance of a refused workload, or None if `prev` says it."""
-    if prev is not None and (prev.phase, prev.reason, prev.message) == (Phase.FAILED, INVALID_SPEC, r.message):
-        return None
-    return WorkloadStatus(phase=Phase.FAILED, reason=INVALID_SPEC, message=r.message,
-                          volume_node=prev.volume_node if prev else "", updated_at=now)
 
 
 def refused_view(r: RefusedWorkload, instances: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,11 +12,12 @@ import logging
 import time
 from typing import Any, Protocol
 
-from persys.scheduler import failures, reconcile
+from persys.scheduler import failures
+from persys.scheduler.decide import step
+from persys.scheduler.decide.effects import Need
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.placement_commits import Placer
-from persys.scheduler.reconcile import Need, Write
-from persys.scheduler.shell import Shell
+from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StoreUnavailable
 
@@ -43,6 +44,7 @@ class ReconcileWorker:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.queued: set[str] = set()
         self.backlog_low = asyncio.Event()  # the backlog is short enough for bulk applies
+        self.interpreter = interpreter_for(shell)
 
     def enqueue(self, wid: str) -> None:
         if wid not in self.queued:
@@ -125,24 +127,7 @@ class ReconcileWorker:
             self.s.enqueue_all()  # the batch it held is lost: look at everything again
 
     async def reconcile(self, wid: str) -> list[Need]:
-        """Converge one workload: apply its plan; returns the instances that need a node."""
-        plan = reconcile.plan(self.s.state, wid, self.placer.inflight, self.s.runs_on, time.time(),
-                              self.s.config.stop_relocation_delay())
-        for w in plan.writes:
-            await self.write(w)
-        return plan.needs
-
-    async def write(self, w: Write) -> bool:
-        """Commit one write of a plan; on success forget usage, write what follows, publish its
-        events; otherwise requeue and write the fallback."""
-        if await self.s.state.commit(w.compares, w.ops):
-            for inst in w.forget_usage:
-                self.s.usage.pop(inst, None)
-            for after in w.then:
-                await self.write(after)
-            for e in w.events:
-                self.s.emit(e.kind, e.subject, e.message, e.reason)
-            return True
-        if w.requeue:
-            self.s.enqueue(w.requeue)
-        return await self.write(w.otherwise) if w.otherwise is not None else False
+        """Converge one workload: the step decides, the interpreter writes; returns the instances
+        that need a node."""
+        ctx = step.Context(time.time(), self.s.runs_on, self.placer.inflight, self.s.config.stop_relocation_delay())
+        return await self.interpreter.run(step.on_changes(self.s.state, [wid], ctx))

@@ -13,6 +13,7 @@ from persys.events.outbox import EventOutbox
 from persys.model import DesiredState, NodeStatus, WorkloadUsage
 from persys.observability.metrics import USAGE_SERIES_MAX, Metrics, Sample
 from persys.scheduler import placement as pl
+from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement.verdicts import Rejections
@@ -100,7 +101,7 @@ def replica_samples(r: ReplicaView) -> Iterator[Sample]:
     yield "persys_mirror_watch_up", (), float(not state.recovering and not state.watch_error)
 
 
-def cluster_samples(state: ClusterState) -> Iterator[Sample]:
+def cluster_samples(state: Mirror) -> Iterator[Sample]:
     """Nodes, workloads and capacity as the mirror holds them (every replica's view). One pass
     over each map, with the enum values counted as they are (str() once per label, not per item)."""
     nodes: Counter[tuple[NodeStatus, bool]] = Counter()

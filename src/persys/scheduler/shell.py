@@ -8,6 +8,9 @@ from typing import Protocol
 
 from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.delivery import Delivery
+from persys.scheduler.interpret.interpreter import Interpreter
+from persys.scheduler.interpret.planner import StorePlanner
 from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.queueing_hints import PendingHints
@@ -30,6 +33,7 @@ class Shell(Protocol):
     metrics: ReplicaMetrics
     telemetry: Telemetry  # samples for Persys Meter (never blocks)
     hints: PendingHints  # the rejection codes node changes lifted since the monitor last looked
+    delivery: Delivery  # desired-state delivery to agents (wake-ups, resyncs)
 
     def emit(self, kind: str, subject: str, message: str, reason: str = "", node: str = "") -> None:
         """Publish a cluster event (through the outbox: never blocks, never raises); `node`: the
@@ -47,3 +51,10 @@ class Shell(Protocol):
 
     async def refresh(self, key: str) -> None:
         """After a lost compare-and-swap, fold the winner's write into the mirror."""
+
+
+def interpreter_for(shell: Shell) -> Interpreter:
+    """The replica's interpreter of the step's effects: the store planner over its mirror, its
+    events, its delivery (each component that hands effects over holds one)."""
+    return Interpreter(StorePlanner(shell.state, shell.metrics.batch_sizes), shell, shell.delivery.wake,
+                       shell.delivery.ask_resync)

@@ -1,9 +1,10 @@
-"""An in-memory mirror of the durable state, kept current by a store watch (an informer).
+"""The mirror's follower: the in-memory mirror of the durable state (`decide.mirror.Mirror`, the
+data) kept current by a store watch (an informer); store events are folded in by the pure
+`mirror.fold`.
 
 Reads are served from memory; writes go to the store with compare-and-swap and are folded
 into the mirror as soon as they commit, so the writer sees its own writes at once. The watch
-later delivers the same revision again, which is ignored. Tombstones stop an older put from
-resurrecting a key that a newer delete removed.
+later delivers the same revision again, which is ignored.
 
 A watch that meets a compaction (its resume revision is no longer in the store's history: it
 was cut off or too slow while the store compacted) cannot be resumed: the mirror reloads a
@@ -15,25 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from persys.model import Assignment, Node, Phase, Workload, WorkloadStatus
+from persys.model import Assignment, Workload, WorkloadStatus
 from persys.model.volume import Volume, VolumeAttachment
-from persys.model.workload import workload_of
 from persys.scheduler import keys
+from persys.scheduler.decide.mirror import Change, Mirror, Versioned
+from persys.scheduler.mirror import fold
 from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
-from persys.scheduler.quarantine import RefusedWorkload, parse_stored
-from persys.scheduler.shards import decode_members
 from persys.store.base import Compare, Delete, KeyValue, Put, StateStore, WatchCompacted, WatchEvent
 
 log = logging.getLogger(__name__)
-T = TypeVar("T", bound=BaseModel)
+__all__ = ["ClusterState", "DocPut", "Listener", "Mirror", "Versioned", "put_doc"]
 
 
 @dataclass(frozen=True)
@@ -49,43 +47,19 @@ def put_doc(key: str, doc: Workload | WorkloadStatus | Assignment | Volume | Vol
     return DocPut(key, doc.to_json(), doc=doc)
 
 
-@dataclass(slots=True)
-class Versioned(Generic[T]):
-    value: T
-    mod_revision: int
-
-
 Listener = Callable[[str, str], None]  # (kind, id); kind in workload|status|node|assignment|volume|attachment
 
 
-class ClusterState:
+class ClusterState(Mirror):
+    """The follower: the `Mirror`'s documents kept current from the store (load, watch, reload
+    after a compaction) and written through fenced compare-and-swap commits."""
+
     def __init__(self, store: StateStore) -> None:
+        super().__init__()
         self.store = store
-        self.workloads: dict[str, Versioned[Workload]] = {}
-        # Stored workloads the model refuses: kept apart, never placed, never deleted unasked.
-        self.refused: dict[str, Versioned[RefusedWorkload]] = {}
-        self.statuses: dict[str, Versioned[WorkloadStatus]] = {}
-        self.nodes: dict[str, Versioned[Node]] = {}
-        self.volumes: dict[str, Versioned[Volume]] = {}
-        self.assignments: dict[str, dict[str, Versioned[Assignment]]] = {}  # node -> workload -> a
-        self.attachments: dict[str, dict[str, Versioned[VolumeAttachment]]] = {}  # node -> volume -> record
-        self.attached_on: dict[str, set[str]] = {}  # volume -> nodes with an attachment record
-        self.placement_of: dict[str, str] = {}  # instance -> node
-        self.instances: dict[str, set[str]] = {}  # workload -> instances with a status or assignment
-        self.pending: set[str] = set()  # instances whose status is Pending (retried as nodes change)
-        # workload -> generations of its revision records (keys only: the specs stay in the store,
-        # read when asked for; this is what pruning and deletion need to name the keys).
-        self.revision_generations: dict[str, set[int]] = {}
-        self.cluster_marker: dict[str, object] | None = None
-        self.leader: bytes | None = None  # value of the leader key
-        self.replicas: dict[str, str] = {}  # live replica -> address
-        self.shards: tuple[tuple[str, ...], int] = ((), 0)  # (members, mod revision of the epoch key)
         # Compares fenced writes must carry, by kind ("leader": reconciliation; "node": a node
         # owner's writes); None = this replica may not make such writes now.
         self.fences: dict[str, Callable[[], list[Compare] | None]] = {"leader": lambda: [], "node": lambda: []}
-        self.revision = 0
-        self._tombstones: dict[str, int] = {}
-        self._revs: dict[str, int] = {}
         self._listeners: list[Listener] = []
         self._watch_task: asyncio.Task[None] | None = None
         # Health of the watch (see mirror_health): how far behind, and how it recovers.
@@ -106,7 +80,7 @@ class ClusterState:
     async def load(self) -> None:
         kvs, rev = await self.store.range(keys.ROOT)
         for kv in kvs:
-            self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
+            fold.fold_put(self, kv.key, kv.value, kv.mod_revision)
         self.revision = rev
         self._wake_waiters()
 
@@ -116,26 +90,9 @@ class ClusterState:
         # Read before forgetting: no await between clearing and refilling, so no task ever
         # sees an empty mirror.
         kvs, rev = await self.store.range(keys.ROOT)
-        self.workloads.clear()
-        self.refused.clear()
-        self.statuses.clear()
-        self.nodes.clear()
-        self.volumes.clear()
-        self.assignments.clear()
-        self.attachments.clear()
-        self.attached_on.clear()
-        self.placement_of.clear()
-        self.instances.clear()
-        self.pending.clear()
-        self.revision_generations.clear()
-        self.cluster_marker = None
-        self.leader = None
-        self.replicas.clear()
-        self.shards = ((), 0)
-        self._tombstones.clear()
-        self._revs.clear()
+        self.clear()
         for kv in kvs:
-            self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False)
+            fold.fold_put(self, kv.key, kv.value, kv.mod_revision)
         self.revision = rev
         self._wake_waiters()
         self.start_following()
@@ -220,216 +177,23 @@ class ClusterState:
         listeners are told only once everything is replaced, so none sees a half-updated mirror).
         Keys the snapshot lacks are deleted as of `revision`; changed keys are updated. Our own
         writes that landed after the snapshot are newer than it and stay (the stale rule)."""
-        changed: list[tuple[str, str]] = []
-        present = {kv.key for kv in kvs}
-        for key in [k for k in self._revs if k not in present]:
-            changed.append(self._apply_delete(key, revision, notify=False))
-        for kv in kvs:
-            if kv.mod_revision != self._revs.get(kv.key):
-                changed.append(self._apply_put(kv.key, kv.value, kv.mod_revision, notify=False))
-        self.revision = max(self.revision, revision)
-        for kind, ident in changed:
-            if kind:
-                self._notify(kind, ident)
+        for kind, ident in fold.fold_snapshot(self, kvs, revision):
+            self._notify(kind, ident)
         self._wake_waiters()
 
     def fold_read(self, kv: KeyValue) -> None:
         """Fold in a value read from the store directly (the winner of a lost compare-and-swap);
         the stale rule applies, so a newer value the watch already delivered stays."""
-        self._apply_put(kv.key, kv.value, kv.mod_revision)
+        self._changed(fold.fold_put(self, kv.key, kv.value, kv.mod_revision))
 
     def _apply_event(self, ev: WatchEvent) -> None:
-        if ev.type == "put":
-            self._apply_put(ev.kv.key, ev.kv.value, ev.kv.mod_revision)
-        else:
-            self._apply_delete(ev.kv.key, ev.revision)
-        self.revision = max(self.revision, ev.revision)
+        self._changed(fold.fold_event(self, ev))
         if self._revision_waiters:
             self._wake_waiters()
-        # Older events can no longer arrive: drop tombstones the watch has passed.
-        if len(self._tombstones) > 1024:
-            self._tombstones = {k: r for k, r in self._tombstones.items() if r > self.revision}
 
-    # --- folding documents into the mirror ---
-
-    def _stale(self, key: str, rev: int) -> bool:
-        return rev <= self._revs.get(key, 0) or rev <= self._tombstones.get(key, 0)
-
-    def _apply_put(self, key: str, value: bytes, rev: int, notify: bool = True, doc: BaseModel | None = None
-                   ) -> tuple[str, str]:
-        """Fold a put in unless it is stale; returns what changed (kind, id), ("", "") if nothing."""
-        if self._stale(key, rev):
-            return "", ""
-        self._revs[key] = rev
-        self._tombstones.pop(key, None)
-        if key.startswith(keys.REVISIONS):  # indexed by key alone; nothing acts on it: no listener is told
-            self._index_revision(key, True)
-            return "", ""
-        kind, ident = self._fold(key, value, rev, doc)
-        if notify and kind:
-            self._notify(kind, ident)
-        return kind, ident
-
-    def _apply_delete(self, key: str, rev: int, notify: bool = True) -> tuple[str, str]:
-        if self._stale(key, rev):
-            return "", ""
-        self._revs.pop(key, None)
-        self._tombstones[key] = rev
-        if key.startswith(keys.REVISIONS):
-            self._index_revision(key, False)
-            return "", ""
-        kind, ident = self._unfold(key)
-        if notify and kind:
-            self._notify(kind, ident)
-        return kind, ident
-
-    def _fold(self, key: str, value: bytes, rev: int, doc: BaseModel | None = None) -> tuple[str, str]:
-        try:
-            if key.startswith(keys.WORKLOADS):
-                return self._fold_workload(key.removeprefix(keys.WORKLOADS), value, rev, doc)
-            if key.startswith(keys.STATUS):
-                wid = key.removeprefix(keys.STATUS)
-                st = doc if isinstance(doc, WorkloadStatus) else WorkloadStatus.model_validate_json(value)
-                self.statuses[wid] = Versioned(st, rev)
-                if st.phase == Phase.PENDING:
-                    self.pending.add(wid)
-                else:
-                    self.pending.discard(wid)
-                self.instances.setdefault(workload_of(wid), set()).add(wid)
-                return "status", wid
-            if key.startswith(keys.NODES):
-                n = Node.model_validate_json(value)
-                self.nodes[n.id] = Versioned(n, rev)
-                return "node", n.id
-            if key.startswith((keys.VOLUMES, keys.ATTACHMENTS)):
-                return self._fold_storage(key, value, rev, doc)
-            if key.startswith(keys.ASSIGNMENTS):
-                a = doc if isinstance(doc, Assignment) else Assignment.model_validate_json(value)
-                self.assignments.setdefault(a.node_id, {})[a.instance_id] = Versioned(a, rev)
-                self.placement_of[a.instance_id] = a.node_id
-                self.instances.setdefault(workload_of(a.instance_id), set()).add(a.instance_id)
-                return "assignment", f"{a.node_id}/{a.instance_id}"
-            if key == keys.CLUSTER:
-                self.cluster_marker = json.loads(value)
-                return "cluster", ""
-            if key == keys.LEADER:
-                self.leader = value
-                return "leader", ""
-            if key.startswith(keys.REPLICAS):
-                self.replicas[key.removeprefix(keys.REPLICAS)] = str(json.loads(value).get("address", ""))
-                return "replicas", ""
-            if key == keys.SHARDS:
-                self.shards = (decode_members(value), rev)
-                return "shards", ""
-        except (ValueError, TypeError, AttributeError) as err:
-            # Valid JSON of the wrong shape (a list where an object belongs) too: one bad value
-            # must not stop the mirror, which would otherwise be handed the same event forever.
-            log.error("ignoring undecodable document at %s: %s: %s", key, type(err).__name__, err)
-        return "", ""
-
-    def _fold_storage(self, key: str, value: bytes, rev: int, doc: BaseModel | None) -> tuple[str, str]:
-        if key.startswith(keys.VOLUMES):
-            v = doc if isinstance(doc, Volume) else Volume.model_validate_json(value)
-            self.volumes[v.id] = Versioned(v, rev)
-            return "volume", v.id
-        att = doc if isinstance(doc, VolumeAttachment) else VolumeAttachment.model_validate_json(value)
-        node_id, vid = keys.parse_attachment(key)
-        self.attachments.setdefault(node_id, {})[vid] = Versioned(att, rev)
-        self.attached_on.setdefault(vid, set()).add(node_id)
-        return "attachment", f"{node_id}/{vid}"
-
-    def _fold_workload(self, wid: str, value: bytes, rev: int, doc: BaseModel | None) -> tuple[str, str]:
-        w = doc if isinstance(doc, Workload) else parse_stored(wid, value)
-        if isinstance(w, RefusedWorkload):
-            log.error("stored workload %s refused by the model (kept, not placed): %s", wid, "; ".join(w.problems))
-            self.workloads.pop(wid, None)
-            self.refused[wid] = Versioned(w, rev)
-            return "workload", wid
-        self.refused.pop(w.id, None)
-        self.workloads[w.id] = Versioned(w, rev)
-        return "workload", w.id
-
-    def _unfold(self, key: str) -> tuple[str, str]:
-        if key.startswith(keys.WORKLOADS):
-            wid = key.removeprefix(keys.WORKLOADS)
-            self.workloads.pop(wid, None)
-            self.refused.pop(wid, None)
-            return "workload", wid
-        if key.startswith(keys.STATUS):
-            wid = key.removeprefix(keys.STATUS)
-            self.statuses.pop(wid, None)
-            self.pending.discard(wid)
-            self._unindex(wid)
-            return "status", wid
-        if key.startswith(keys.NODES):
-            nid = key.removeprefix(keys.NODES)
-            self.nodes.pop(nid, None)
-            return "node", nid
-        if key.startswith((keys.VOLUMES, keys.ATTACHMENTS)):
-            return self._unfold_storage(key)
-        if key.startswith(keys.ASSIGNMENTS):
-            nid, wid = keys.parse_assignment(key)
-            per_node = self.assignments.get(nid, {})
-            per_node.pop(wid, None)
-            if not per_node:
-                self.assignments.pop(nid, None)
-            if self.placement_of.get(wid) == nid:
-                del self.placement_of[wid]
-            self._unindex(wid)
-            return "assignment", f"{nid}/{wid}"
-        if key in (keys.CLUSTER, keys.LEADER):
-            if key == keys.CLUSTER:
-                self.cluster_marker = None
-                return "cluster", ""
-            self.leader = None
-            return "leader", ""
-        if key.startswith(keys.REPLICAS):
-            self.replicas.pop(key.removeprefix(keys.REPLICAS), None)
-            return "replicas", ""
-        if key == keys.SHARDS:
-            self.shards = ((), 0)
-            return "shards", ""
-        return "", ""
-
-    def _unfold_storage(self, key: str) -> tuple[str, str]:
-        if key.startswith(keys.VOLUMES):
-            vid = key.removeprefix(keys.VOLUMES)
-            self.volumes.pop(vid, None)
-            return "volume", vid
-        node_id, vid = keys.parse_attachment(key)
-        on_node = self.attachments.get(node_id, {})
-        on_node.pop(vid, None)
-        if not on_node:
-            self.attachments.pop(node_id, None)
-        nodes = self.attached_on.get(vid, set())
-        nodes.discard(node_id)
-        if not nodes:
-            self.attached_on.pop(vid, None)
-        return "attachment", f"{node_id}/{vid}"
-
-    def _index_revision(self, key: str, present: bool) -> None:
-        parsed = keys.parse_revision(key)
-        if parsed is None:
-            return
-        wid, generation = parsed
-        if present:
-            self.revision_generations.setdefault(wid, set()).add(generation)
-            return
-        known = self.revision_generations.get(wid)
-        if known is not None:
-            known.discard(generation)
-            if not known:
-                del self.revision_generations[wid]
-
-    def _unindex(self, instance: str) -> None:
-        if instance in self.statuses or instance in self.placement_of:
-            return
-        wid = workload_of(instance)
-        known = self.instances.get(wid)
-        if known is not None:
-            known.discard(instance)
-            if not known:
-                del self.instances[wid]
+    def _changed(self, change: Change) -> None:
+        if change[0]:
+            self._notify(*change)
 
     def _notify(self, kind: str, ident: str) -> None:
         for listener in self._listeners:
@@ -439,10 +203,6 @@ class ClusterState:
                 log.exception("state listener failed")
 
     # --- writes ---
-
-    def rev_of(self, key: str) -> int:
-        """The mod revision the mirror holds for `key` (0 = absent), for compare-and-swap."""
-        return self._revs.get(key, 0)
 
     async def commit(self, compares: Sequence[Compare], ops: Sequence[Put | Delete], fenced: bool | str = True
                      ) -> bool:
@@ -461,7 +221,7 @@ class ClusterState:
             return False
         for op in ops:
             if isinstance(op, Put):
-                self._apply_put(op.key, op.value, rev, doc=op.doc if isinstance(op, DocPut) else None)
+                self._changed(fold.fold_put(self, op.key, op.value, rev, op.doc if isinstance(op, DocPut) else None))
             else:
-                self._apply_delete(op.key, rev)
+                self._changed(fold.fold_delete(self, op.key, rev))
         return True

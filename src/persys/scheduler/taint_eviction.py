@@ -8,52 +8,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from persys.model import Node, Taint
-from persys.model.workload import Toleration, workload_of
-from persys.scheduler import placement as pl
-from persys.scheduler.state import ClusterState
+from persys.model import Node
+from persys.model.workload import workload_of
+from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.decide.taints import Eviction, eviction
 
+__all__ = ["Eviction", "EvictionTimers", "dues", "eviction", "has_no_execute"]
 MAX_TIMERS_PER_NODE = 64  # distinct future eviction times kept per node (the rest wait for the next change)
-
-
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    taint: Taint
-    due: float  # wall clock: evict once now >= due
-
-    def why(self, node_id: str) -> str:
-        return f"node {node_id} has taint {self.taint} (NoExecute)"
-
-
-def _tolerates(t: Toleration, taint: Taint) -> bool:
-    return pl.Toleration(t.key, t.operator, t.value, t.effect).tolerates(pl.Taint(taint.key, taint.value, taint.effect))
-
-
-def eviction(node: Node, tolerations: Sequence[Toleration]) -> Eviction | None:
-    """When the instance must leave `node` because of its NoExecute taints (the earliest), or
-    None: it may stay."""
-    first: Eviction | None = None
-    for taint in node.effective_taints():
-        if taint.effect != "NoExecute":
-            continue
-        added = taint.added_at if taint.added_at is not None else node.registered_at
-        matching = [t for t in tolerations if _tolerates(t, taint)]
-        if matching and any(t.toleration_seconds is None for t in matching):
-            continue  # tolerated for as long as the taint stays
-        seconds = min((t.toleration_seconds or 0 for t in matching), default=0)
-        due = added + seconds if matching else added
-        if first is None or due < first.due:
-            first = Eviction(taint, due)
-    return first
 
 
 def has_no_execute(node: Node) -> bool:
     return any(t.effect == "NoExecute" for t in node.effective_taints())
 
 
-def dues(state: ClusterState, node_id: str) -> list[float]:
+def dues(state: Mirror, node_id: str) -> list[float]:
     """When each instance assigned to the node must leave it (those that may stay: none)."""
     cur = state.nodes.get(node_id)
     if cur is None:
@@ -71,7 +40,7 @@ class EvictionTimers:
     """Per node, a timer at each future eviction time of its instances: `wake(node_id)` is
     called then (the replica re-reconciles that node's workloads, which moves them off)."""
 
-    def __init__(self, state: ClusterState, wake: Callable[[str], None], clock: Callable[[], float]) -> None:
+    def __init__(self, state: Mirror, wake: Callable[[str], None], clock: Callable[[], float]) -> None:
         self.state = state
         self.wake = wake
         self.clock = clock  # wall clock, as the taints' added_at

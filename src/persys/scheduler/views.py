@@ -10,65 +10,21 @@ from typing import Any
 
 from persys.model import Phase, WorkloadStatus, WorkloadUsage
 from persys.model.workload import index_of, instance_id, workload_of
-from persys.scheduler import placement as pl
 from persys.scheduler import quarantine
+from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.decide.placement_doc import placement_doc as placement_doc  # re-exported
+from persys.scheduler.decide.placement_doc import reasons_doc as reasons_doc  # re-exported
 from persys.scheduler.errors import NotFound
 from persys.scheduler.liveness import GuardState
 from persys.scheduler.pages import Page, SortedIds, take_page
-from persys.scheduler.placement.verdicts import Rejections
 from persys.scheduler.placement_service import has_local_volumes
 from persys.scheduler.reports import LiveNode
-from persys.scheduler.state import ClusterState
 
 SUMMED_USAGE = ("memoryBytes", "diskReadBytes", "diskWriteBytes", "netRxBytes", "netTxBytes")
 
 
 def page_json(view: dict[str, Any]) -> bytes:
     return json.dumps(view, separators=(",", ":")).encode()
-
-
-def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
-    """What a status keeps of a decision: the explanation and the top candidates' scores. The
-    per-node rejections are summarised in the explanation, never stored one by one: at thousands
-    of nodes they would make every status document tens of kilobytes. Scores are kept compact,
-    [node, total, [contribution per scorer]] with the scorer names once (a status per instance
-    is held in memory: this is most of its size); `placement_view` expands them for people."""
-    names = list(decision.scores[0].breakdown) if decision.scores else []
-    return {
-        "node_id": decision.node_id,
-        "feasible": decision.feasible,
-        "total": decision.total,
-        "evaluated": decision.evaluated,
-        "scorers": names,
-        "scores": [[s.node_id, round(s.total, 3), [round(s.breakdown[k], 3) for k in names]]
-                   for s in decision.scores],
-        "explanation": explanation,
-        **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
-        # Pending: the codes nodes were rejected with (queueing hints: which node changes help).
-        **({"codes": sorted(_codes(decision))} if decision.node_id is None else {}),
-    }
-
-
-def _codes(decision: pl.Decision) -> set[str]:
-    rejections = decision.rejections
-    if isinstance(rejections, Rejections):
-        return set(rejections.code_counts())
-    return {st.code for st in rejections.values()}
-
-
-def reasons_doc(decision: pl.Decision) -> dict[str, list[dict[str, Any]]]:
-    """A pending decision's every failing filter per detailed node: code and message, with the
-    figures (needed, available, shortBy, unit) of a fit failure."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for node_id, statuses in decision.reasons.items():
-        items = []
-        for st in statuses:
-            item: dict[str, Any] = {"code": st.code, "message": st.message}
-            if st.needed is not None:
-                item.update(needed=st.needed, available=st.available, shortBy=st.short_by, unit=st.unit)
-            items.append(item)
-        out[node_id] = items
-    return out
 
 
 def placement_view(doc: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +37,7 @@ def placement_view(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "scorers"} | {"scores": scores}
 
 
-def instance_view(state: ClusterState, usage: Mapping[str, WorkloadUsage], inst: str) -> dict[str, Any]:
+def instance_view(state: Mirror, usage: Mapping[str, WorkloadUsage], inst: str) -> dict[str, Any]:
     st = state.statuses.get(inst)
     status = st.value if st else WorkloadStatus(reason="Scheduling")
     measured = usage.get(inst) if status.phase == Phase.RUNNING else None
@@ -101,7 +57,7 @@ def instance_view(state: ClusterState, usage: Mapping[str, WorkloadUsage], inst:
     }
 
 
-def workload_view(state: ClusterState, usage: Mapping[str, WorkloadUsage], wid: str,
+def workload_view(state: Mirror, usage: Mapping[str, WorkloadUsage], wid: str,
                   summary: bool = False) -> dict[str, Any]:
     cur = state.workloads.get(wid)
     if cur is None and wid in state.refused:
@@ -150,7 +106,7 @@ def workload_view(state: ClusterState, usage: Mapping[str, WorkloadUsage], wid: 
     }
 
 
-def node_view(state: ClusterState, live: Mapping[str, LiveNode], node_id: str) -> dict[str, Any]:
+def node_view(state: Mirror, live: Mapping[str, LiveNode], node_id: str) -> dict[str, Any]:
     cur = state.nodes.get(node_id)
     if cur is None:
         raise NotFound(f"node {node_id!r}")
@@ -172,7 +128,7 @@ def node_view(state: ClusterState, live: Mapping[str, LiveNode], node_id: str) -
     return doc
 
 
-def drain_status(state: ClusterState, live: Mapping[str, LiveNode], node_id: str) -> dict[str, Any]:
+def drain_status(state: Mirror, live: Mapping[str, LiveNode], node_id: str) -> dict[str, Any]:
     cur = state.nodes.get(node_id)
     if cur is None:
         raise NotFound(f"node {node_id!r}")
@@ -201,7 +157,7 @@ def drain_status(state: ClusterState, live: Mapping[str, LiveNode], node_id: str
     }
 
 
-def replica_explanations(state: ClusterState, wid: str) -> dict[str, Any]:
+def replica_explanations(state: Mirror, wid: str) -> dict[str, Any]:
     """The stored placement explanation of each replica of a workload."""
     cur = state.workloads.get(wid)
     if cur is None:
@@ -231,7 +187,7 @@ def liveness_view(g: GuardState, to_wall: float) -> dict[str, Any]:
     }
 
 
-def workload_page(state: ClusterState, usage: Mapping[str, WorkloadUsage], ids: SortedIds, after: str, limit: int,
+def workload_page(state: Mirror, usage: Mapping[str, WorkloadUsage], ids: SortedIds, after: str, limit: int,
                   node_id: str = "") -> Page:
     """Workload summaries (views without the spec: `workload_view` has it) after `after` in id
     order, as JSON; with `node_id`, only workloads with an instance there."""
@@ -245,7 +201,7 @@ def workload_page(state: ClusterState, usage: Mapping[str, WorkloadUsage], ids: 
     return take_page(ids.after(after), render, limit)
 
 
-def node_page(state: ClusterState, live: Mapping[str, LiveNode], ids: SortedIds, after: str, limit: int) -> Page:
+def node_page(state: Mirror, live: Mapping[str, LiveNode], ids: SortedIds, after: str, limit: int) -> Page:
     """Node views after `after` in id order, as JSON."""
     return take_page(ids.after(after), lambda n: page_json(node_view(state, live, n)) if n in state.nodes else None,
                      limit)

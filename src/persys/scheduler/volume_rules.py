@@ -15,19 +15,17 @@ from persys.model.volume import (
     VolumeManifest,
     VolumeObjectSpec,
     VolumePhase,
-    has_data,
     inline_spec,
     inline_volume_id,
 )
 from persys.model.workload import Workload, WorkloadSpec, workload_of
 from persys.scheduler import keys
-from persys.scheduler.state import ClusterState, put_doc
+from persys.scheduler.decide.mirror import Mirror
+from persys.scheduler.decide.volumes import reclaim
+from persys.scheduler.decide.volumes import volume_ids as volume_ids  # re-exported
+from persys.scheduler.interpret import ops
+from persys.scheduler.state import put_doc
 from persys.store.base import Compare, Delete, Put
-
-
-def volume_ids(workload_id: str, spec: WorkloadSpec) -> list[str]:
-    """The volume records a workload's volumes stand for: claims by name, inline ones by id."""
-    return [v.claim if v.claim is not None else inline_volume_id(workload_id, v.name) for v in spec.volumes]
 
 
 def users_of(volume_id: str, workloads: Iterable[Workload]) -> list[str]:
@@ -35,7 +33,7 @@ def users_of(volume_id: str, workloads: Iterable[Workload]) -> list[str]:
     return sorted(w.id for w in workloads if volume_id in volume_ids(w.id, w.spec))
 
 
-def fence_node(state: ClusterState, instance: str) -> str:
+def fence_node(state: Mirror, instance: str) -> str:
     """The node an instance was moved off while that node is lost (not Ready), when the instance
     has volumes: its new node may fence that one before attaching them. "" otherwise. A node
     that is Ready (a drain, a rebalance) detaches by itself and is never fenced."""
@@ -148,7 +146,7 @@ def clone_home(m: VolumeManifest, volumes: Mapping[str, Volume]) -> str:
     return parent.node if parent is not None else ""
 
 
-def inline_records(state: ClusterState, w: Workload, now: float) -> tuple[list[Compare], list[Put]]:
+def inline_records(state: Mirror, w: Workload, now: float) -> tuple[list[Compare], list[Put]]:
     """The records of the volumes `w` declares inline that do not exist yet, to create in the same
     transaction as the workload (a retained record of an earlier workload of this name is bound
     again as it is: its data is kept)."""
@@ -166,7 +164,7 @@ def inline_records(state: ClusterState, w: Workload, now: float) -> tuple[list[C
     return compares, puts
 
 
-def workload_volume_problems(state: ClusterState, wid: str, spec: WorkloadSpec) -> list[str]:
+def workload_volume_problems(state: Mirror, wid: str, spec: WorkloadSpec) -> list[str]:
     """Claims and inline declarations checked against the volumes stored now (each names its field)."""
     if not spec.volumes:
         return []
@@ -186,7 +184,7 @@ def workload_volume_problems(state: ClusterState, wid: str, spec: WorkloadSpec) 
     return problems
 
 
-def check_workload_volumes(state: ClusterState, wid: str, spec: WorkloadSpec) -> None:
+def check_workload_volumes(state: Mirror, wid: str, spec: WorkloadSpec) -> None:
     if not spec.volumes:
         return  # the apply path of every workload: no walk over the cluster's volumes
     problems = workload_volume_problems(state, wid, spec)
@@ -194,27 +192,8 @@ def check_workload_volumes(state: ClusterState, wid: str, spec: WorkloadSpec) ->
         raise ManifestError(problems)
 
 
-def reclaim_ops(state: ClusterState, wid: str, now: float) -> tuple[list[Compare], list[Put | Delete]]:
-    """When a workload is removed: its inline volumes with reclaimPolicy Delete go to Deleting
-    (their data is removed by the node or controller that can); retained ones stay, unowned."""
-    compares: list[Compare] = []
-    ops: list[Put | Delete] = []
-    w = state.workloads.get(wid)
-    # Its own inline volumes (a workload refused by the model: every record it may own).
-    ids = {inline_volume_id(wid, v.name) for v in w.value.spec.volumes if v.claim is None} if w else set(state.volumes)
-    for vid in sorted(ids):
-        cur = state.volumes.get(vid)
-        if cur is None:
-            continue
-        v = cur.value
-        if v.owner != wid or v.phase == VolumePhase.DELETING:
-            continue
-        compares.append(Compare(keys.volume(vid), cur.mod_revision))
-        if v.spec.reclaim_policy.value == "Delete":
-            gone = not has_data(v)  # never provisioned nor placed: no data to remove
-            if gone:
-                ops.append(Delete(keys.volume(vid)))
-            else:
-                ops.append(put_doc(keys.volume(vid), v.model_copy(update={
-                    "phase": VolumePhase.DELETING, "reason": f"its workload {wid} was deleted", "updated_at": now})))
-    return compares, ops
+def reclaim_ops(state: Mirror, wid: str, now: float) -> tuple[list[Compare], list[Put | Delete]]:
+    """When a workload is removed: its inline volumes with reclaimPolicy Delete go to Deleting,
+    retained ones stay, unowned (`decide.volumes.reclaim`, as store operations)."""
+    guards, intents = reclaim(state, wid, now)
+    return [ops.compare(g) for g in guards], [ops.operation(i) for i in intents]

@@ -14,9 +14,9 @@ from typing import Any, Literal, cast
 from persys.model import ManifestError
 from persys.model.workload import instance_id, workload_of
 from persys.scheduler import placement as pl
+from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.errors import NotFound
 from persys.scheduler.placement_service import PlacementService, has_local_volumes, to_request
-from persys.scheduler.state import ClusterState
 
 MAX_NODES = 1000  # nodes named (or described) by one operation
 MAX_NAME = 253
@@ -139,7 +139,7 @@ def operation_from_doc(doc: Any, snapshot: pl.Snapshot) -> pl.Operation:
         raise _problem("nodes", str(err)) from None
 
 
-def cluster_of(state: ClusterState, placement: PlacementService) -> pl.Cluster:
+def cluster_of(state: Mirror, placement: PlacementService) -> pl.Cluster:
     """The mirror as a what-if sees it: the snapshot the next decision would use, the Pending
     instances in order, and each node's assigned instances (with why one could not move: a
     node-local volume lives on its node), built only for the nodes a question asks about (at
@@ -162,7 +162,7 @@ def cluster_of(state: ClusterState, placement: PlacementService) -> pl.Cluster:
     return pl.Cluster(snapshot, (), tuple(pending), on_node)
 
 
-def _running(state: ClusterState, node_id: str) -> list[pl.Running]:
+def _running(state: Mirror, node_id: str) -> list[pl.Running]:
     out = []
     for inst in sorted(state.assignments.get(node_id, {}), key=_order):
         cur = state.workloads.get(workload_of(inst))
@@ -178,7 +178,7 @@ def _running(state: ClusterState, node_id: str) -> list[pl.Running]:
     return out
 
 
-async def plan_operation(state: ClusterState, placement: PlacementService, doc: Any) -> dict[str, Any]:
+async def plan_operation(state: Mirror, placement: PlacementService, doc: Any) -> dict[str, Any]:
     """Read the mirror on the event loop (the snapshot, the affected nodes' instances), then plan
     in a worker thread: losing a zone re-places thousands of instances (seconds at thousands of
     nodes), and the loop keeps serving heartbeats and placements meanwhile. The plan only reads
@@ -194,7 +194,7 @@ async def plan_operation(state: ClusterState, placement: PlacementService, doc: 
     return await asyncio.to_thread(plan)
 
 
-def what_if(state: ClusterState, placement: PlacementService, wid: str) -> dict[str, Any]:
+def what_if(state: Mirror, placement: PlacementService, wid: str) -> dict[str, Any]:
     """Each replica's counterfactuals (a placed replica has none: it fits)."""
     cur = state.workloads.get(wid)
     if cur is None:

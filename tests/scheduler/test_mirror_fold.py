@@ -15,7 +15,7 @@ def kv(key: str, value: bytes, rev: int) -> KeyValue:
 
 def test_a_put_indexes_and_a_delete_unindexes() -> None:
     m = Mirror()
-    a = Assignment(workload_id="web.1", node_id="n1", revision="r1", generation=1, desired_state="Running")
+    a = Assignment(instance_id="web.1", node_id="n1", revision="r1", generation=1, desired_state="Running")
     assert fold.fold_put(m, keys.assignment("n1", "web.1"), a.to_json(), 3) == ("assignment", "n1/web.1")
     st = WorkloadStatus(phase=Phase.PENDING)
     assert fold.fold_put(m, keys.status("web.1"), st.to_json(), 4) == ("status", "web.1")

@@ -388,6 +388,9 @@ def gateway(
     vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
     cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
+    grpc_listen: str = typer.Option("", "--grpc-listen", help="Also serve Persys Intelligence over gRPC "
+                                    "(persys.v1.Intelligence: why, insights, rightsize, forecast) on host:port, "
+                                    "mutual TLS with the gateway's certificate; off when empty."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -414,10 +417,12 @@ def gateway(
             limits = GatewayLimits(manifest_bytes=max_manifest_bytes, batch_bytes=max_batch_bytes,
                                    restore_bytes=max_restore_bytes, image_bytes=max_image_bytes,
                                    max_in_flight=max_in_flight)
-            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits)
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits, grpc_listen)
             holder.append(gw)
             if live:
                 live.on_change(lambda _m: gw.reload_tls())
+            if gw.grpc_server is not None:
+                print(f"gateway gRPC (Persys Intelligence) on port {gw.grpc_port}", flush=True)
             print(f"gateway ready on https://{host}:{gw.port} (metrics: https://{host}:{gw.port}/metrics)", flush=True)
 
         async def stop() -> None:

@@ -9,11 +9,13 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import grpc
 import uvicorn
 
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.gateway.authorization import PeerCertProtocol
+from persys.gateway.intelligence_grpc import start_intelligence_grpc
 from persys.gateway.routes.terminal_routes import TERMINAL_FRAME_MAX_BYTES
 from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
@@ -40,6 +42,8 @@ class RunningGateway:
     tls_files: TLSFiles
     server_tls: ReloadingServerTLS
     metrics: Metrics
+    grpc_server: grpc.aio.Server | None = None  # Persys Intelligence over gRPC (--grpc-listen)
+    grpc_port: int = 0
 
     async def reload_tls(self) -> None:
         """Its TLS files were replaced (a renewal): new handshakes, inbound and to the scheduler,
@@ -48,6 +52,8 @@ class RunningGateway:
         await self.client.reload_tls(self.tls_files)
 
     async def stop(self) -> None:
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(1)
         self.server.should_exit = True
         await self.task
         await self.client.close()
@@ -67,12 +73,14 @@ def _small_tls_buffers() -> None:
 
 
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
-                        limits: GatewayLimits | None = None) -> RunningGateway:
+                        limits: GatewayLimits | None = None, grpc_listen: str = "") -> RunningGateway:
+    """`grpc_listen` (host:port; port 0 picks one): also serve Persys Intelligence over gRPC."""
     _small_tls_buffers()
     client = SchedulerClient(scheduler_target, tls)
     metrics = Metrics()
+    app = create_app(client, agent_tls=tls, limits=limits, metrics=metrics)
     config = uvicorn.Config(
-        create_app(client, agent_tls=tls, limits=limits, metrics=metrics),
+        app,
         host=host,
         port=port,
         ssl_certfile=str(tls.cert),
@@ -99,4 +107,12 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         await asyncio.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
     log.info("gateway listening on https://%s:%d", host, bound)
-    return RunningGateway(server, task, client, bound, tls, server_tls, metrics)
+    running = RunningGateway(server, task, client, bound, tls, server_tls, metrics)
+    if grpc_listen:
+        try:
+            running.grpc_server, running.grpc_port = await start_intelligence_grpc(
+                app.state.intelligence, client, tls, grpc_listen)
+        except BaseException:
+            await running.stop()
+            raise
+    return running

@@ -2,10 +2,10 @@
 its own port (`persys gateway --grpc-listen`): the same answers as the REST routes, from the same
 `IntelligenceApi` (one investigation record for both).
 
-Who calls is checked as the REST middleware checks it (gateway/authorization.py): a bearer token
-in the `authorization` metadata (asked of the scheduler, which keeps tokens; failed attempts
-limited per source), else the verified client certificate of the connection (the cluster CA's;
-TLS asks for one and does not require it, so a token caller needs none). The method's rule is
+Who calls is checked as the scheduler's gRPC API checks it (scheduler/authorization.py): mutual
+TLS at the handshake (a client certificate of the cluster's CA, or no connection), then a bearer
+token in the `authorization` metadata if there is one (asked of the scheduler, which keeps
+tokens; failed attempts limited per source), else the certificate's identity. The method's rule is
 in security.permissions (GATEWAY_RPC_RULES, the REST route's rule) and the roles decide: viewers may
 call every method; a node, scheduler or gateway certificate holds no client rights
 (PERMISSION_DENIED), nobody at all is UNAUTHENTICATED. The answer's reads are made as the
@@ -31,7 +31,7 @@ from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.token_failures import TokenFailures
 from persys.intelligence.api import MAX_NAME, BadInput, IntelligenceApi
 from persys.security import forwarding
-from persys.security.grpc_tls import server_options
+from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.identity import Identity, Kind, from_certificate, from_subject
 from persys.security.permissions import GATEWAY_RPC_RULES, INTELLIGENCE
 from persys.security.roles import decide
@@ -174,14 +174,12 @@ class IntelligenceService(ipb_grpc.IntelligenceServicer):
 
 async def start_intelligence_grpc(api: IntelligenceApi, client: SchedulerClient, tls: TLSFiles, listen: str
                                   ) -> tuple[grpc.aio.Server, int]:
-    """Serve on `listen` (host:port, port 0: the kernel picks) with the gateway's certificate;
-    a client certificate is verified when presented (a token caller brings none). The TLS files
-    are read once: a renewed gateway certificate reaches this listener at the next start."""
+    """Serve on `listen` (host:port, port 0: the kernel picks) with the gateway's certificate,
+    mutual TLS (security.grpc_tls, as the scheduler's port). The TLS files are read once: a renewed
+    gateway certificate reaches this listener at the next start."""
     server = grpc.aio.server(options=server_options())
     ipb_grpc.add_IntelligenceServicer_to_server(IntelligenceService(api, client), server)
-    ca, cert, key = tls.read()
-    creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=False)
-    port = server.add_secure_port(listen, creds)
+    port = server.add_secure_port(listen, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     await server.start()

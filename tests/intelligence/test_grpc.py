@@ -37,6 +37,14 @@ def test_every_method_has_its_rest_routes_rule() -> None:
         assert GATEWAY_RPC_RULES[INTELLIGENCE + m] == rest_rule("GET", route), m
 
 
+def issue_user(pki: Path, tmp: Path, name: str, *groups: str) -> tuple[Path, Path]:
+    out = tmp / name
+    subprocess.run(persys("certs", "issue", "--ca-dir", str(pki), "--role", "user", "--name", name,
+                          *(a for g in groups for a in ("--group", g)), "--out", str(out)),
+                   check=True, capture_output=True, timeout=60)
+    return out / f"user-{name}.crt", out / f"user-{name}.key"
+
+
 def channel(target: str, pki: Path, cert: tuple[Path, Path] | None) -> grpc.aio.Channel:
     creds = grpc.ssl_channel_credentials(
         root_certificates=(pki / "ca.crt").read_bytes(),
@@ -65,14 +73,8 @@ async def test_viewer_cert_and_token_are_answered_a_node_is_refused(tmp_path: Pa
         m = re.search(r"gateway gRPC \(Persys Intelligence\) on port (\d+)", c.gateway.text())
         assert m, c.gateway.text()[-2000:]
         target = f"127.0.0.1:{m.group(1)}"
-        viewer = tmp_path / "vera"
-        subprocess.run(persys("certs", "issue", "--ca-dir", str(c.pki), "--role", "user", "--name", "vera",
-                              "--group", "persys:viewers", "--out", str(viewer)), check=True, capture_output=True,
-                       timeout=60)
-        vera = (viewer / "user-vera.crt", viewer / "user-vera.key")
-        subprocess.run(persys("certs", "issue", "--ca-dir", str(c.pki), "--role", "user", "--name", "nemo",
-                              "--out", str(tmp_path / "nemo")), check=True, capture_output=True, timeout=60)
-        nobody = (tmp_path / "nemo" / "user-nemo.crt", tmp_path / "nemo" / "user-nemo.key")
+        vera = issue_user(c.pki, tmp_path, "vera", "persys:viewers")
+        nobody = issue_user(c.pki, tmp_path, "nemo")  # no group: no role
         node = next(((p, p.with_suffix(".key")) for p in sorted(c.pki.glob("*n1*.crt"))), None)
         assert node is not None, sorted(x.name for x in c.pki.iterdir())
         with c.client() as http:

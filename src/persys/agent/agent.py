@@ -133,7 +133,8 @@ class Agent:
         self._persisting: set[asyncio.Future[None]] = set()  # desired records being written
         self.volume_work = VolumeWork(self.volumes, self._wake.set)
         self._volumes_told: tuple[object, ...] | None = None  # the attachments the scheduler was last told
-        self._sampler = UsageSampler(config.state_dir)
+        self._sampler = UsageSampler(config.state_dir, [Path(config.storage.local.pool)]
+                                     if config.storage is not None and config.storage.local is not None else [])
         self._server: grpc.aio.Server | None = None
         targets = [t.strip() for t in config.scheduler.split(",") if t.strip()] or [config.scheduler]
         self.link: SchedulerLink = link or GrpcLink(config.node_id, targets, config.tls, self,

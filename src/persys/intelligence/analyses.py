@@ -14,6 +14,7 @@ from persys.intelligence.rightsize import recommend
 from persys.intelligence.signatures import SIGKILL_WORDS, classify
 
 FORECAST_METRICS = {"cpu": ("cpu", "avg", "percent of one core"), "memory": ("memory", "avg", "bytes"),
+                    "disk": ("disk-used", "avg", "bytes"),  # space used (the agent's filesystems)
                     "disk-read": ("disk-read", "avg", "bytes/s"), "disk-write": ("disk-write", "avg", "bytes/s")}
 
 

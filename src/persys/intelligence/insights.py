@@ -165,7 +165,9 @@ async def insights(retriever: Retriever, reader: UsageReader,
                          [node_doc.id] if node_doc else [], 30, {"moves": [m.__dict__ for m in p.moves]}))
     ready = [n for n in nodes if n.get("status") == "Ready"]
     caps = {"cpu": sum((n.get("capabilities") or {}).get("cpuMillicores", 0) for n in ready) / 10.0,
-            "memory": sum((n.get("capabilities") or {}).get("memoryMb", 0) for n in ready) * 2.0**20}
+            "memory": sum((n.get("capabilities") or {}).get("memoryMb", 0) for n in ready) * 2.0**20,
+            # the filesystems the agents report (their state and volume folders): diskMb is the state's
+            "disk": sum((n.get("capabilities") or {}).get("diskMb", 0) for n in ready) * 2.0**20}
     if len(ready) <= MAX_FORECAST_NODES:
         for metric, capacity in caps.items():
             fc = await forecast_usage(reader, "cluster", "", metric, FORECAST_WINDOW, FORECAST_HORIZON)

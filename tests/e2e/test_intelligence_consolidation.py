@@ -7,9 +7,9 @@ Why the drain is made order-free first: the plan decides the moves in instance o
 another, each reserving its room. A real drain relocates each instance when its workload is
 reconciled and places it only once the agent reports its old copy stopped (never two copies),
 so the drain decides in the order the stops arrive. When two moves compete (they tie on a node,
-or the first takes the room the second would have had), the order decides: seen once in three
-runs before this change (mid.1 -> n2 then small -> n1 in the plan; small placed first by the
-drain went to n2, the emptier node then). So after checking the plan, the test taints every other
+or the first takes the room the second would have had), the order decides: the likely cause of
+the miss seen once in three runs before this change (mid -> n2 then small -> n1 on a tie in the
+plan; small placed first by the drain goes to n2, the emptier node then). So after checking the plan, the test taints every other
 node against the workloads the plan does not send there (`avoid-<workload>`, tolerated by the
 other workloads; the scheduler's own taint filter): each
 moving instance then has one node it may go to, the plan must not change, and the drain must do

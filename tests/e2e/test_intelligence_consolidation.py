@@ -9,9 +9,9 @@ reconciled and places it only once the agent reports its old copy stopped (never
 so the drain decides in the order the stops arrive. When two moves compete (they tie on a node,
 or the first takes the room the second would have had), the order decides: the likely cause of
 the miss seen once in three runs before this change (mid -> n2 then small -> n1 on a tie in the
-plan; small placed first by the drain goes to n2, the emptier node then). So after checking the plan, the test taints every other
-node against the workloads the plan does not send there (`avoid-<workload>`, tolerated by the
-other workloads; the scheduler's own taint filter): each
+plan; small placed first by the drain goes to n2, the emptier node then). So after checking the
+plan, the test taints every other node against the workloads the plan does not send there
+(`avoid-<workload>`, tolerated by the other workloads; the scheduler's own taint filter): each
 moving instance then has one node it may go to, the plan must not change, and the drain must do
 exactly what it says, whatever order the stops come in."""
 

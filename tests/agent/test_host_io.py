@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from persys.agent.host import SECTOR, UsageSampler, host_io
+from persys.agent.host import SECTOR, UsageSampler, disk_used, host_io
 from persys.events.samples import NODE, Sample
 from persys.model.node import NodeUsage
 from persys.scheduler.telemetry import SAMPLE_INTERVAL, Telemetry
@@ -70,7 +70,22 @@ def test_node_samples_carry_io_rates() -> None:
     t.node("n1", NodeUsage(cpu_percent=5.0, memory_used_mb=100, disk_read_bytes=1000, net_tx_bytes=50))
     now[0] += SAMPLE_INTERVAL
     t.node("n1", NodeUsage(cpu_percent=6.0, memory_used_mb=100, disk_read_bytes=1000 + 4000 * SAMPLE_INTERVAL,
-                           net_tx_bytes=50 + 10 * SAMPLE_INTERVAL))
+                           net_tx_bytes=50 + 10 * SAMPLE_INTERVAL, disk_used_mb=300))
     first, second = outbox.samples
+    assert (first.disk_used, second.disk_used) == (0.0, 300.0 * 2**20)  # space used, in bytes (a gauge)
     assert first.kind == NODE and (first.disk_read, first.net_tx) == (0.0, 0.0)  # no rate from one sample
     assert (second.disk_read, second.disk_write, second.net_rx, second.net_tx) == (4000.0, 0.0, 0.0, 10.0)
+
+
+def test_disk_used_counts_each_filesystem_once(tmp_path: Path) -> None:
+    """The state folder and a volume pool on the same filesystem are one filesystem's bytes; an
+    unreadable folder counts nothing (the agent's usage report never fails for it)."""
+    import shutil
+
+    (tmp_path / "state").mkdir()
+    (tmp_path / "pool").mkdir()
+    one = shutil.disk_usage(tmp_path).used
+    both = disk_used([tmp_path / "state", tmp_path / "pool", tmp_path / "missing"])
+    assert abs(both - one) < 64 * 2**20, (both, one)  # the same filesystem, not twice
+    sample = UsageSampler(tmp_path / "state", [tmp_path / "pool"]).sample()
+    assert abs(sample.disk_used_mb - one // 2**20) < 64

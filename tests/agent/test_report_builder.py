@@ -33,7 +33,8 @@ def test_build(case: dict[str, Any]) -> None:
         observed={w: observed(w, o)[1] for w, o in case.get("observed", {}).items()},
         failures={w: failure(f) for w, f in case.get("failures", {}).items()},
         restarts=case.get("restarts", {}), usage={w: usage(w, u) for w, u in case.get("usage", {}).items()},
-        fenced=case.get("fenced", {}), failure_grace=case.get("failure_grace", 30.0)))
+        fenced=case.get("fenced", {}), failure_grace=case.get("failure_grace", 30.0),
+        last_exits=case.get("last_exits", {})))
     got = {r.instance_id: r for r in reports}
     assert set(got) == set(case["expect"])
     for wid, fields in case["expect"].items():

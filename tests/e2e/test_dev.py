@@ -47,6 +47,7 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
     assert sorted(p.name for p in Path(cfg["key"]).parent.iterdir()) == ["ca.crt", "user.crt", "user.key"]
     who = from_certificate(x509.load_pem_x509_certificate(Path(cfg["cert"]).read_bytes()))
     assert (who.kind, who.name, who.groups) == (Kind.USER, getpass.getuser(), ("persys:admins",))
+    _intelligence_over_grpc(dev.text(), cfg)
     try:
         ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=env)
         manifest = (REPO / "examples/hello-docker.yaml").read_text().replace("18080", str(http_port))
@@ -115,3 +116,19 @@ def _one_exposition_for_every_component(cfg: dict[str, str]) -> None:
         assert name in families, sorted(families)
     assert {s.labels.get("node") for s in families["persys_agent_passes"].samples} == {"dev-e2e"}
     assert sum(line.startswith("# TYPE process_cpu_seconds_total ") for line in text.splitlines()) == 1
+
+
+def _intelligence_over_grpc(banner: str, cfg: dict) -> None:  # type: ignore[type-arg]
+    """persys dev serves Persys Intelligence over gRPC too (the banner names the port)."""
+    import grpc
+
+    from persys._pb.persys.v1 import intelligence_pb2 as ipb
+    from persys._pb.persys.v1 import intelligence_pb2_grpc as ipb_grpc
+
+    m = re.search(r"gRPC persys\.v1\.Intelligence on 127\.0\.0\.1:(\d+)", banner)
+    assert m, banner
+    creds = grpc.ssl_channel_credentials(Path(cfg["ca"]).read_bytes(), Path(cfg["key"]).read_bytes(),
+                                         Path(cfg["cert"]).read_bytes())
+    with grpc.secure_channel(f"127.0.0.1:{m.group(1)}", creds) as ch:
+        answer = ipb_grpc.IntelligenceStub(ch).WhyCluster(ipb.WhyRequest(), timeout=60)
+    assert json.loads(answer.json)["subject"] == "cluster"

@@ -35,6 +35,23 @@ def test_routes_answer_and_refuse_bad_input(tmp_path: Path) -> None:
             narrated = http.get("/v1/why/cluster", params={"narrate": "true"}).json()
             assert narrated["narration"] == {"enabled": False}
             assert http.get("/v1/workloads").json() == []  # nothing was written
+            # Rightsizing warns when an automation policy scales the same workload on the same metric.
+            web = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "web"},
+                   "spec": {"type": "process", "resources": {"cpuMillicores": 200, "memoryMb": 32},
+                            "process": {"command": ["sleep", "60"]}}}
+            assert http.post("/v1/workloads", json=web).status_code in (200, 201)
+            before = http.get("/v1/rightsize/workloads/web").json()
+            assert before["warnings"] == [], before
+            policy = {"apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": "web-cpu"},
+                      "spec": {"dryRun": True, "autoscale": {"workload": "web", "metric": "cpu", "target": 50,
+                                                            "minReplicas": 1, "maxReplicas": 3}}}
+            assert http.post("/v1/automation/policies", json=policy).status_code == 201
+            after = http.get("/v1/rightsize/workloads/web").json()
+            assert [(w["policy"], w["metric"], w["dryRun"]) for w in after["warnings"]] == [("web-cpu", "cpu", True)]
+            assert "policy/web-cpu@v1" in after["evidence"] and "scales this workload on cpu" in \
+                after["warnings"][0]["message"]
+            listed = http.get("/v1/automation/policies").json()["items"]
+            assert [p["name"] for p in listed] == ["web-cpu"] and listed[0]["version"] == 1  # read, not changed
             # Every investigation answered is on record, the inconclusive ones too, with what they read.
             kept = http.get("/v1/investigations", params={"inconclusive": "true"}).json()
             assert kept and kept[0]["subject"] == "cluster" and kept[0]["lookedAt"] and kept[0]["first"] is None

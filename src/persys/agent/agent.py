@@ -139,7 +139,9 @@ class Agent:
         self._persisting: set[asyncio.Future[None]] = set()  # desired records being written
         self.volume_work = VolumeWork(self.volumes, self._wake.set)
         self._volumes_told: tuple[object, ...] | None = None  # the attachments the scheduler was last told
-        self._sampler = UsageSampler(config.state_dir)
+        self.last_exits: dict[str, str] = {}  # instance -> why it last exited before a restart
+        self._sampler = UsageSampler(config.state_dir, [Path(config.storage.local.pool)]
+                                     if config.storage is not None and config.storage.local is not None else [])
         self._server: grpc.aio.Server | None = None
         targets = [t.strip() for t in config.scheduler.split(",") if t.strip()] or [config.scheduler]
         self.link: SchedulerLink = link or GrpcLink(config.node_id, targets, config.tls, self,
@@ -553,6 +555,11 @@ class Agent:
                    observed: Observed) -> None:
         wid = action.workload_id
         if action.kind == "start":
+            if action.restart and wid in observed:
+                # Why it exited (OOMKilled, exited with code 1), reported with the running instance
+                # after the restart (Kubernetes' lastState): a crash-loop restart is not a failure
+                # report, so without it an exit between two reports leaves no word at all.
+                self.last_exits[wid] = observed[wid][1].message
             await self._start(action, desired[wid], runtimes[action.runtime])
         elif action.kind == "stop":
             await runtimes[action.runtime].stop(wid)
@@ -605,6 +612,7 @@ class Agent:
         await self.volumes.release(wid)
         self._orphans.pop(wid, None)
         self.failures.pop(wid, None)
+        self.last_exits.pop(wid, None)
         if self.restarts.pop(wid, None):
             await asyncio.to_thread(self.local.save_restarts, wid, 0)
 
@@ -674,7 +682,7 @@ class Agent:
         reports = report.build(report.Local(
             now=now, desired=self.desired, observed={w: o for w, (_rt, o) in observed.items()},
             failures=self.failures, restarts=self.restarts, usage=self.usage, fenced=self.fenced,
-            failure_grace=self.config.failure_grace))
+            failure_grace=self.config.failure_grace, last_exits=self.last_exits))
         out = report.select(reports, self._reported, now, self._last_full_report)
         # The volume part: every attachment (when this node has storage) and the outcomes of
         # volume steps; it alone is reason enough to report when it changed.

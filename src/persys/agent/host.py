@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +81,31 @@ class HostSample:
     io: tuple[int, int, int, int]  # disk read, disk write, net rx, net tx: cumulative bytes
 
 
-class UsageSampler:
-    """CPU % between two samples of /proc/stat, memory and disk in use, and the host's I/O counters."""
+def disk_used(folders: Sequence[Path]) -> int:
+    """Bytes used on the filesystems holding `folders`, each filesystem counted once (the state
+    folder and the local volume pool are often on one). A folder that cannot be read counts 0."""
+    seen: set[int] = set()
+    used = 0
+    for folder in folders:
+        try:
+            dev = folder.stat().st_dev
+            if dev in seen:
+                continue
+            used += shutil.disk_usage(folder).used
+            seen.add(dev)
+        except OSError:
+            continue
+    return used
 
-    def __init__(self, state_dir: Path) -> None:
+
+class UsageSampler:
+    """CPU % between two samples of /proc/stat, memory and disk in use, and the host's I/O
+    counters. Disk in use: the filesystems of the agent's state folder and of `volume_dirs` (the
+    local volume pool), what Persys fills on the node; one statvfs each, no walk of the files."""
+
+    def __init__(self, state_dir: Path, volume_dirs: Sequence[Path] = ()) -> None:
         self.state_dir = state_dir
+        self.volume_dirs = tuple(volume_dirs)
         self._last: tuple[int, int] | None = None
 
     def _cpu_times(self) -> tuple[int, int]:
@@ -104,9 +125,5 @@ class UsageSampler:
         self._last = (total, idle)
         info = _meminfo()
         mem_used = (info.get("MemTotal", 0) - info.get("MemAvailable", 0)) // 1024
-        try:
-            du = shutil.disk_usage(self.state_dir)
-            disk_used = du.used // (1024 * 1024)
-        except OSError:
-            disk_used = 0
-        return HostSample(pct, mem_used, disk_used, host_io())
+        used = disk_used((self.state_dir, *self.volume_dirs)) // (1024 * 1024)
+        return HostSample(pct, mem_used, used, host_io())

@@ -123,6 +123,9 @@ def dev(
                                  "nfs and ceph-rbd sections are also driven by the control plane (provision, "
                                  "grow, snapshot, delete)."),
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
+    intelligence_port: int = typer.Option(0, "--intelligence-grpc-port", min=-1, max=65535,
+                                          help="Port of Persys Intelligence's gRPC service (persys.v1.Intelligence) "
+                                          "on --host; 0: any free port, -1: off."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run scheduler, agent(s) and gateway in one process on the embedded store and event log.
@@ -200,7 +203,8 @@ def dev(
                 await agent.start()
                 parts.append(agent.stop)
                 agents.append(agent)
-            gw = await start_gateway(target, host, port, ids["gateway"])
+            gw = await start_gateway(target, host, port, ids["gateway"],
+                                     grpc_listen=f"{host}:{intelligence_port}" if intelligence_port >= 0 else "")
             parts.append(gw.stop)
             # One /metrics for the whole all-in-one: the scheduler's and each agent's series beside
             # the gateway's (a production cluster scrapes each process on its own listener).
@@ -228,8 +232,9 @@ def dev(
                 f"  join:      {host}:{sched.join_port}  (persysctl node token create; then persys agent --join)\n"
                 f"  state:     {data}\n"
                 f"  persysctl: configured in {cfg_path}\n"
-                f"  analysis:  persysctl why NAME, insights, rightsize NAME, forecast cluster (read-only)\n"
-                f"Press Ctrl-C to stop.",
+                f"  analysis:  persysctl why NAME, insights, rightsize NAME, forecast cluster (read-only)"
+                + (f"; gRPC persys.v1.Intelligence on {host}:{gw.grpc_port}\n" if gw.grpc_server else "\n") +
+                "Press Ctrl-C to stop.",
                 flush=True,
             )
 

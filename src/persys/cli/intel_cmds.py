@@ -159,7 +159,8 @@ def rightsize_command(
 def forecast_command(
     target: str = typer.Argument(..., help="`node` or `cluster`."),
     name: str = typer.Argument("", help="The node's name (with `node`)."),
-    metric: str = typer.Option("cpu", "--metric", "-m", help="cpu, memory, disk-read or disk-write."),
+    metric: str = typer.Option("cpu", "--metric", "-m", help="cpu, memory, disk (space used), disk-read or "
+                               "disk-write."),
     since: str = typer.Option("14d", "--since", help="History to fit on (a daily season needs 3 days)."),
     horizon: str = typer.Option("1d", "--horizon", help="How far ahead: 6h, 1d, 7d."),
     output: str = typer.Option("table", "--output", "-o", help="table, json or yaml."),

@@ -20,7 +20,7 @@ meter_app = typer.Typer(
     no_args_is_help=True)
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-METRICS = ("cpu", "memory", "disk-read", "disk-write", "net-rx", "net-tx")
+METRICS = ("cpu", "memory", "disk-read", "disk-write", "net-rx", "net-tx", "disk-used")  # disk-used: nodes
 
 
 def sparkline(values: list[float], width: int = 60) -> str:
@@ -111,5 +111,5 @@ def top_since(kind: str, since: str, output: str, server: str | None) -> None:
         a, m = i["avg"], i["max"]
         t.add_row(cell(i["name"]), *([cell(i["node"])] if kind == "workloads" else []),
                   f"{a.get('cpu', 0):.1f}", f"{m.get('cpu', 0):.1f}", size_text(a.get("memory", 0)),
-                  size_text(m.get("memory", 0)), *(size_text(a.get(k, 0)) for k in METRICS[2:]), str(i["samples"]))
+                  size_text(m.get("memory", 0)), *(size_text(a.get(k, 0)) for k in METRICS[2:6]), str(i["samples"]))
     emit(rows, output, t)

@@ -396,6 +396,9 @@ def gateway(
     vault_approle_mount: str = idopt.VAULT_APPROLE_MOUNT, cert_ttl: int = idopt.CERT_TTL,
     cert_host: list[str] = idopt.CERT_HOST, runtime_dir: Path = idopt.RUNTIME_DIR,
     otlp_endpoint: str | None = tracing_opts.OTLP_ENDPOINT,
+    grpc_listen: str = typer.Option("", "--grpc-listen", help="Also serve Persys Intelligence over gRPC "
+                                    "(persys.v1.Intelligence: why, insights, rightsize, forecast) on host:port, "
+                                    "mutual TLS with the gateway's certificate; off when empty."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the REST gateway (its certificate from --tls-dir, or from OpenBao/Vault with
@@ -427,10 +430,12 @@ def gateway(
             from persys.observability.metrics_http import parse_listen
 
             health = parse_listen(health_listen, "--health-listen") if health_listen else None  # checked above
-            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits, health)
+            gw = await start_gateway(scheduler_addr, host, int(port_s), tls, limits, health, grpc_listen)
             holder.append(gw)
             if live:
                 live.on_change(lambda _m: gw.reload_tls())
+            if gw.grpc_server is not None:
+                print(f"gateway gRPC (Persys Intelligence) on port {gw.grpc_port}", flush=True)
             also = f"; /healthz: http://{health[0]}:{gw.health.port}/healthz" if health and gw.health else ""
             print(f"gateway ready on https://{host}:{gw.port} (metrics: https://{host}:{gw.port}/metrics{also})",
                   flush=True)

@@ -1,8 +1,8 @@
 """Telemetry samples and the `SampleBus` they travel on (Persys Meter's input, never etcd).
 
 A sample is what one workload instance or one node used at one moment: CPU (100 = one core),
-memory bytes, and disk/network throughput in bytes per second. The replica that receives an
-agent's report publishes them in batches; the meter's ingester consumes them as a consumer
+memory bytes, disk/network throughput in bytes per second, and (nodes) disk space used in bytes.
+The replica that receives an agent's report publishes them in batches; the meter's ingester consumes them as a consumer
 group (`read`, then `ack` once stored), so a restarted ingester resumes where it stopped.
 Samples are observability: publishing never fails the caller, losses are counted.
 """
@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 WORKLOAD, NODE = "workload", "node"
-METRICS: tuple[str, ...] = ("cpu", "memory", "disk_read", "disk_write", "net_rx", "net_tx")
+METRICS: tuple[str, ...] = ("cpu", "memory", "disk_read", "disk_write", "net_rx", "net_tx", "disk_used")
+# Metrics added after the first schema, in order: a store made before them gains their columns
+# at open (meter.sql_store), and a row published without them (an older replica) reads as 0.
+ADDED_METRICS: tuple[str, ...] = ("disk_used",)
 MAX_LABELS = 8  # per sample: the labels the meter can be queried by (bounded cardinality)
 MAX_LABEL_CHARS = 63
 MAX_BATCH = 2_000  # samples per bus entry (one XADD)
@@ -36,10 +39,11 @@ class Sample:
     disk_write: float = 0.0
     net_rx: float = 0.0
     net_tx: float = 0.0
+    disk_used: float = 0.0  # bytes used on the node's filesystems (node samples; 0 for workloads)
 
     def row(self) -> tuple[float | str, ...]:
         return (self.ts, self.kind, self.node, self.workload, self.instance, self.runtime, self.labels,
-                self.cpu, self.memory, self.disk_read, self.disk_write, self.net_rx, self.net_tx)
+                self.cpu, self.memory, self.disk_read, self.disk_write, self.net_rx, self.net_tx, self.disk_used)
 
 
 COLUMNS: tuple[str, ...] = ("ts", "kind", "node", "workload", "instance", "runtime", "labels", *METRICS)
@@ -68,7 +72,7 @@ def decode(data: bytes | str) -> list[Sample]:
     for r in rows if isinstance(rows, list) else []:
         try:
             out.append(Sample(float(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]), str(r[6]),
-                              *(float(x) for x in r[7:13])))
+                              *(float(x) for x in r[7:7 + len(METRICS)])))
         except (TypeError, ValueError, IndexError):
             continue
     return out

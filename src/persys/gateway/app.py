@@ -28,7 +28,7 @@ from persys.gateway.bucket_routes import bucket_router
 from persys.gateway.dashboard.routes import dashboard_router
 from persys.gateway.dashboard.web import Dashboard
 from persys.gateway.http_metrics import HttpMetrics, metrics_router
-from persys.gateway.intelligence_routes import intelligence_routes
+from persys.gateway.intelligence_routes import intelligence_api, intelligence_routes
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
 from persys.gateway.routes.admin import admin_routes, event_routes
@@ -147,7 +147,8 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(bucket_router(client, parser))
     app.include_router(automation_router(client, parser))
     app.include_router(join_router(client))
-    app.include_router(intelligence_routes(client, agent_tls))
+    app.state.intelligence = intelligence_api(client, agent_tls)  # also served over gRPC (intelligence_grpc)
+    app.include_router(intelligence_routes(app.state.intelligence))
     app.state.dashboard = Dashboard(client)  # the web console at / (docs/dashboard.md)
     app.include_router(dashboard_router(app.state.dashboard, parser, agent_tls))
     # Who calls is checked before anything is read; the dashboard's terminal WebSockets by session.

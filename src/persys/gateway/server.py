@@ -9,11 +9,13 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import grpc
 import uvicorn
 
 from persys.client import SchedulerClient
 from persys.gateway.app import create_app
 from persys.gateway.health_listener import HealthListener, LoopBeat
+from persys.gateway.intelligence_grpc import start_intelligence_grpc
 from persys.gateway.routes.terminal_routes import TERMINAL_FRAME_MAX_BYTES
 from persys.gateway.tls_gate import HandshakeGate, gated_protocol
 from persys.gateway.tls_reload import ReloadingServerTLS
@@ -43,6 +45,8 @@ class RunningGateway:
     metrics: Metrics
     health: HealthListener | None = None  # --health-listen: /healthz answered by a thread
     beat: asyncio.Task[None] | None = None
+    grpc_server: grpc.aio.Server | None = None  # Persys Intelligence over gRPC (--grpc-listen)
+    grpc_port: int = 0
 
     async def reload_tls(self) -> None:
         """Its TLS files were replaced (a renewal): new handshakes, inbound and to the scheduler,
@@ -51,6 +55,8 @@ class RunningGateway:
         await self.client.reload_tls(self.tls_files)
 
     async def stop(self) -> None:
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(1)
         self.server.should_exit = True
         await self.task
         await self.client.close()
@@ -74,15 +80,17 @@ def _small_tls_buffers() -> None:
 
 
 async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFiles,
-                        limits: GatewayLimits | None = None, health_listen: tuple[str, int] | None = None
-                        ) -> RunningGateway:
+                        limits: GatewayLimits | None = None, health_listen: tuple[str, int] | None = None,
+                        grpc_listen: str = "") -> RunningGateway:
+    """`grpc_listen` (host:port; port 0 picks one): also serve Persys Intelligence over gRPC."""
     _small_tls_buffers()
     client = SchedulerClient(scheduler_target, tls)
     metrics = Metrics()
     # TLS connections taken on at once: more are refused at their ClientHello (gateway.tls_gate).
     gate = HandshakeGate((limits or GatewayLimits()).max_connections)
+    app = create_app(client, agent_tls=tls, limits=limits, metrics=metrics)
     config = uvicorn.Config(
-        create_app(client, agent_tls=tls, limits=limits, metrics=metrics),
+        app,
         host=host,
         port=port,
         ssl_certfile=str(tls.cert),
@@ -116,4 +124,11 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
         gw.health = HealthListener(*health_listen, beat)
         gw.health.start()
         log.info("gateway /healthz also on http://%s:%d (its own thread)", health_listen[0], gw.health.port)
+    if grpc_listen:
+        try:
+            gw.grpc_server, gw.grpc_port = await start_intelligence_grpc(app.state.intelligence, client, tls,
+                                                                         grpc_listen)
+        except BaseException:
+            await gw.stop()
+            raise
     return gw

@@ -7,12 +7,14 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from persys.intelligence.automation_overlap import annotate, overlaps
 from persys.intelligence.forecast import ForecastError, forecast
 from persys.intelligence.retriever import UsageReader, step_for
 from persys.intelligence.rightsize import recommend
 from persys.intelligence.signatures import SIGKILL_WORDS, classify
 
 FORECAST_METRICS = {"cpu": ("cpu", "avg", "percent of one core"), "memory": ("memory", "avg", "bytes"),
+                    "disk": ("disk-used", "avg", "bytes"),  # space used (the agent's filesystems)
                     "disk-read": ("disk-read", "avg", "bytes/s"), "disk-write": ("disk-write", "avg", "bytes/s")}
 
 
@@ -32,7 +34,9 @@ async def rightsize(reader: UsageReader, name: str, window: float) -> dict[str, 
     rec = recommend(name, [p for s in cpu for p in s.points], [p for s in mem for p in s.points], time.time(),
                     float(res.get("cpuMillicores", 0) or 0), float(res.get("memoryMb", 0) or 0), ooms,
                     tuple([f"workload/{name}@{view.get('revision', '')}", *[s.id for s in (*cpu, *mem)]]))
-    return {**rec.to_dict(), "lookedAt": looked + looked2, "oomKills": ooms}
+    policies, looked3 = await reader.policies()
+    return annotate({**rec.to_dict(), "lookedAt": looked + looked2 + looked3, "oomKills": ooms},
+                    overlaps(policies, name))
 
 
 def _scale(node: dict[str, Any], metric: str) -> float:

@@ -1,13 +1,14 @@
 """Consolidation: which nodes could be emptied, and where their workloads would go.
 
 The seam is `WhatIfPlanner` (a Protocol): given the cluster and a node to lose, where each of
-its instances would be placed, or why it could not be. The scheduler is gaining a what-if plan
-API (`plan --lose-node` / `--drain`) that answers this through the real scheduler; until it is
-merged, `EnginePlanner` answers it with the same pure placement engine the scheduler runs
-(scheduler/placement: filters, scores, taints, selectors, spread, node-local volume pins as
-far as the API's views show them), on a snapshot built from the nodes' and workloads' views.
+its instances would be placed, or why it could not be. `SchedulerPlanner` asks the scheduler's
+own what-if plan (`PlanOperation`, what `persysctl plan --lose-node` shows): the scheduler's
+mirror, its placement config, spread counts, node-local volume pins and priorities, the same
+engine run; for the nodes emptied before, one plan losing all of them at once. `EnginePlanner`
+runs the pure engine on a snapshot built from the API's views: kept for the pure tests (its
+views lack spread counts and volume pins, so it is not what the gateway uses).
 
-`consolidate` is greedy and pure: nodes are tried emptiest first (by CPU allocated); a node is
+`consolidate` is greedy, its only I/O the planner's: nodes are tried emptiest first (by CPU allocated); a node is
 emptiable when every instance on it finds a place on the nodes that remain (earlier emptied
 nodes excluded, earlier moves counted as placed there); at least one node always remains.
 """
@@ -34,17 +35,22 @@ class Move:
 class NodePlan:
     node: str
     moves: tuple[Move, ...]
+    # The instances of the nodes emptied before, placed again by the same plan (the scheduler's
+    # plan loses them all at once); empty for a planner that keeps earlier moves as made.
+    also: tuple[Move, ...] = ()
 
     @property
     def emptiable(self) -> bool:
-        return all(m.to for m in self.moves)
+        return all(m.to for m in (*self.moves, *self.also))
 
 
 class WhatIfPlanner(Protocol):
     """Where the instances on `lose` would go if it were lost, with `gone` already emptied and
-    `placed` (instance -> node) moves already made."""
+    `placed` (instance -> node) moves already made; and an instance's CPU and memory request."""
 
-    def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan: ...
+    async def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan: ...
+
+    def request(self, instance: str) -> pl.WorkloadRequest | None: ...
 
 
 def node_info(view: Mapping[str, Any]) -> pl.NodeInfo:
@@ -92,7 +98,7 @@ class EnginePlanner:
             self.requests[instance] = to_request(w, instance)
         return self.requests[instance]
 
-    def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan:
+    async def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan:
         infos = {str(v["id"]): node_info(v) for v in self.nodes}
         on = {str(v["id"]): [str(i) for i in v.get("workloads") or ()] for v in self.nodes}
         for inst, dest in placed.items():  # earlier moves: off their node, onto their destination
@@ -115,6 +121,49 @@ class EnginePlanner:
         return NodePlan(lose, tuple(moves))
 
 
+class PlanApi(Protocol):
+    async def plan_operation(self, operation: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass
+class SchedulerPlanner:
+    """The scheduler's what-if plan (`PlanOperation`): losing `lose` and every node emptied before
+    in one plan, so where each instance goes is what the scheduler decides with all of them gone
+    (earlier `placed` moves are decided again in that plan, not assumed)."""
+
+    api: PlanApi
+    workloads: Mapping[str, Workload]
+    requests: dict[str, pl.WorkloadRequest] = field(default_factory=dict)
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the plan's answer (evidence)
+
+    def request(self, instance: str) -> pl.WorkloadRequest | None:
+        if instance not in self.requests:
+            w = self.workloads.get(workload_of(instance))
+            if w is None:
+                return None
+            self.requests[instance] = to_request(w, instance)
+        return self.requests[instance]
+
+    async def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan:
+        answer = await self.api.plan_operation({"kind": "lose-node", "nodes": sorted({lose, *gone})})
+        self.plans[lose] = answer
+        return plan_of(answer, lose)
+
+
+def plan_of(answer: Mapping[str, Any], lose: str) -> NodePlan:
+    """A `PlanOperation` answer as the moves off `lose` (and those off the other lost nodes)."""
+    outcomes = [Move(str(o["instance"]), o.get("to") or None, str(o.get("explanation", "")), ) for o in
+                (*answer.get("moves", ()), *answer.get("pending", ()))]
+    origin = {str(o["instance"]): str(o.get("from", "")) for o in (*answer.get("moves", ()),
+                                                                  *answer.get("pending", ()))}
+    stays = [Move(str(s["instance"]), None, f"stays on {s.get('node', '')}: {s.get('reason', '')}")
+             for s in answer.get("stays", ())]
+    origin.update({str(s["instance"]): str(s.get("node", "")) for s in answer.get("stays", ())})
+    every = sorted((*outcomes, *stays), key=lambda m: m.instance)
+    return NodePlan(lose, tuple(m for m in every if origin[m.instance] == lose),
+                    tuple(m for m in every if origin[m.instance] != lose))
+
+
 @dataclass(frozen=True)
 class Consolidation:
     emptiable: tuple[NodePlan, ...]
@@ -130,7 +179,7 @@ class Consolidation:
                 "capacityLeft": {k: dict(v) for k, v in sorted(self.capacity_left.items())}}
 
 
-def consolidate(nodes: Sequence[Mapping[str, Any]], planner: WhatIfPlanner) -> Consolidation:
+async def consolidate(nodes: Sequence[Mapping[str, Any]], planner: WhatIfPlanner) -> Consolidation:
     ready = [n for n in nodes if n.get("status") == "Ready" and not n.get("cordoned")]
     order = sorted(ready, key=lambda n: (int((n.get("allocated") or {}).get("cpuMillicores", 0) or 0), str(n["id"])))
     gone: set[str] = set()
@@ -139,11 +188,11 @@ def consolidate(nodes: Sequence[Mapping[str, Any]], planner: WhatIfPlanner) -> C
     for n in order:
         if len(ready) - len(gone) <= 1:
             break
-        p = planner.lose_node(str(n["id"]), frozenset(gone), placed)
+        p = await planner.lose_node(str(n["id"]), frozenset(gone), placed)
         if p.emptiable:
             emptiable.append(p)
             gone.add(p.node)
-            placed.update({m.instance: str(m.to) for m in p.moves})
+            placed.update({m.instance: str(m.to) for m in (*p.moves, *p.also)})
         else:
             kept.append(p)
     left: dict[str, dict[str, int]] = {}
@@ -152,11 +201,10 @@ def consolidate(nodes: Sequence[Mapping[str, Any]], planner: WhatIfPlanner) -> C
             continue
         info = node_info(n)
         moved_cpu = moved_mem = 0
-        if isinstance(planner, EnginePlanner):
-            for inst, dest in placed.items():
-                r = planner.request(inst)
-                if dest == n["id"] and r is not None:
-                    moved_cpu, moved_mem = moved_cpu + r.cpu_millicores, moved_mem + r.memory_mb
+        for inst, dest in placed.items():
+            r = planner.request(inst)
+            if dest == n["id"] and r is not None:
+                moved_cpu, moved_mem = moved_cpu + r.cpu_millicores, moved_mem + r.memory_mb
         left[str(n["id"])] = {"cpuMillicores": info.free_cpu - moved_cpu, "memoryMb": info.free_memory_mb - moved_mem}
     return Consolidation(tuple(emptiable), tuple(kept), left)
 

@@ -14,7 +14,13 @@ from typing import Any
 
 from persys.client import SchedulerError
 from persys.intelligence.analyses import forecast_usage
-from persys.intelligence.consolidation import EnginePlanner, WhatIfPlanner, consolidate, workloads_from_views
+from persys.intelligence.consolidation import (
+    Consolidation,
+    SchedulerPlanner,
+    WhatIfPlanner,
+    consolidate,
+    workloads_from_views,
+)
 from persys.intelligence.evidence import Document, Evidence
 from persys.intelligence.retriever import Retriever, UsageReader, as_intelligence
 from persys.intelligence.why import why
@@ -104,6 +110,28 @@ def capacity_recommendation(fc: dict[str, Any], capacity: float) -> dict[str, An
                 {"metric": fc["metric"], "hours": round(hours, 1)})
 
 
+async def consolidation(retriever: Retriever, nodes: list[Any], summaries: list[dict[str, Any]], looked: list[str],
+                        planner_for: Callable[[list[dict[str, Any]], list[dict[str, Any]]], WhatIfPlanner] | None
+                        ) -> Consolidation:
+    """Nodes that could be emptied, through the scheduler's own what-if plans (SchedulerPlanner)
+    unless a test gives another planner; what could not be read goes to `looked`."""
+    views = []
+    async with as_intelligence():
+        for w in summaries[:MAX_WORKLOADS]:
+            try:
+                views.append(await retriever.api.get_workload(str(w["id"])))
+            except SchedulerError as err:
+                looked.append(f"workload {w['id']}: {err.code}: {err}")
+    planner = (planner_for or (lambda n, v: SchedulerPlanner(retriever.api, workloads_from_views(v))))(
+        [dict(n) for n in nodes], views)
+    async with as_intelligence():  # the what-if plan is a read (`plan workloads`, a viewer's right)
+        try:
+            return await consolidate(nodes, planner)
+        except SchedulerError as err:
+            looked.append(f"consolidation: PlanOperation: {err.code}: {err}")
+            return Consolidation((), (), {})
+
+
 async def insights(retriever: Retriever, reader: UsageReader,
                    rightsize: Callable[[UsageReader, str, float], Awaitable[dict[str, Any]]],
                    planner_for: Callable[[list[dict[str, Any]], list[dict[str, Any]]], WhatIfPlanner] | None = None
@@ -128,16 +156,7 @@ async def insights(retriever: Retriever, reader: UsageReader,
         except SchedulerError as err:
             looked.append(f"rightsize {w['id']}: {err.code}: {err}")
     nodes = [d.body for d in cluster_ev.docs("node")]
-    views = []
-    async with as_intelligence():
-        for w in summaries[:MAX_WORKLOADS]:
-            try:
-                views.append(await retriever.api.get_workload(str(w["id"])))
-            except SchedulerError as err:
-                looked.append(f"workload {w['id']}: {err.code}: {err}")
-    planner = (planner_for or (lambda n, v: EnginePlanner(n, workloads_from_views(v))))(
-        [dict(n) for n in nodes], views)
-    plan = consolidate(nodes, planner)
+    plan = await consolidation(retriever, nodes, summaries, looked, planner_for)
     for p in plan.emptiable:
         node_doc = cluster_ev.document("node", p.node)
         moves = ", ".join(f"{m.instance} -> {m.to}" for m in p.moves) or "nothing runs there"
@@ -146,7 +165,9 @@ async def insights(retriever: Retriever, reader: UsageReader,
                          [node_doc.id] if node_doc else [], 30, {"moves": [m.__dict__ for m in p.moves]}))
     ready = [n for n in nodes if n.get("status") == "Ready"]
     caps = {"cpu": sum((n.get("capabilities") or {}).get("cpuMillicores", 0) for n in ready) / 10.0,
-            "memory": sum((n.get("capabilities") or {}).get("memoryMb", 0) for n in ready) * 2.0**20}
+            "memory": sum((n.get("capabilities") or {}).get("memoryMb", 0) for n in ready) * 2.0**20,
+            # the filesystems the agents report (their state and volume folders): diskMb is the state's
+            "disk": sum((n.get("capabilities") or {}).get("diskMb", 0) for n in ready) * 2.0**20}
     if len(ready) <= MAX_FORECAST_NODES:
         for metric, capacity in caps.items():
             fc = await forecast_usage(reader, "cluster", "", metric, FORECAST_WINDOW, FORECAST_HORIZON)

@@ -49,6 +49,8 @@ class ReadApi(Protocol):
     async def health(self, as_self: bool = False) -> dict[str, Any]: ...
     async def meter_query(self, selector: str, value: str, metric: str, since: float, step: int, agg: str
                           ) -> dict[str, Any]: ...
+    async def plan_operation(self, operation: dict[str, Any]) -> dict[str, Any]: ...  # a what-if: writes nothing
+    async def list_automation_policies(self) -> dict[str, Any]: ...
 
 
 class LogSource(Protocol):
@@ -279,6 +281,14 @@ class UsageReader:
     async def nodes(self) -> list[dict[str, Any]]:
         async with as_intelligence():
             return await self.api.list_nodes()
+
+    async def policies(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """The automation policies (a viewer may read them), or what kept them from being read."""
+        async with as_intelligence():
+            try:
+                return list((await self.api.list_automation_policies()).get("items") or ()), []
+            except SchedulerError as err:
+                return [], [f"automation policies: {err.code}: {err}"]
 
     async def workloads(self) -> list[dict[str, Any]]:
         async with as_intelligence():

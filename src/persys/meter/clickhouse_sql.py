@@ -38,6 +38,7 @@ def dialect(database: str) -> sql.Dialect:
         name="clickhouse", arg_max="argMax", quote=quote,
         contains=lambda col, needle: f"position(concat(',', {col}, ','), {needle}) > 0",
         create=_create,
+        add_column=lambda table, col: f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {_metric(col)}",
         create_marks=f"CREATE TABLE IF NOT EXISTS {prefix}meter_{sql.MARKS} (name String, value Float64) "
                      "ENGINE = MergeTree ORDER BY name",
         prefix=prefix,

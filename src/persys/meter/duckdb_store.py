@@ -30,7 +30,9 @@ def _create(table: str, rollup: bool) -> str:
 DUCKDB = sql.Dialect(
     name="duckdb", arg_max="arg_max", quote=_quote,
     contains=lambda col, needle: f"contains(',' || {col} || ',', {needle})",
-    create=_create, create_marks=f"CREATE TABLE IF NOT EXISTS meter_{sql.MARKS} (name VARCHAR, value DOUBLE)",
+    create=_create,
+    add_column=lambda table, col: f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} DOUBLE DEFAULT 0",
+    create_marks=f"CREATE TABLE IF NOT EXISTS meter_{sql.MARKS} (name VARCHAR, value DOUBLE)",
     sorted_rollups=True,  # no clustered index: rows written in key order, for its zone maps
 )
 

@@ -27,6 +27,7 @@ class Dialect:
     quote: Callable[[str], str]
     contains: Callable[[str, str], str]  # (column, needle literal) -> whether ','+column+',' has it
     create: Callable[[str, bool], str]  # (table, is rollup) -> CREATE TABLE IF NOT EXISTS
+    add_column: Callable[[str, str], str]  # (table, metric column) -> ALTER TABLE ... ADD COLUMN IF NOT EXISTS
     create_marks: str
     prefix: str = ""  # database qualifier, e.g. "persys."
     # Rollup rows written in (kind, workload, instance, bucket) order: an engine with no clustered

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from persys.events.samples import METRICS, NODE, WORKLOAD, Sample
+from persys.events.samples import ADDED_METRICS, METRICS, NODE, WORKLOAD, Sample
 from persys.meter import sql
 from persys.meter.base import Maintenance, Summary
 from persys.meter.query import (
@@ -71,6 +71,9 @@ class SqlMeterStore:
         self._to_compact: list[tuple[float, float]] = []  # closed hours of m1 to rewrite in key order
         for t in self.tables:
             executor.run(self.d.create(sql.table_name(self.d, t), t.resolution > 0))
+            for m in ADDED_METRICS:  # a store made before these metrics gains their columns (0 before)
+                for col in ([f"{m}_{p}" for p in ("sum", "min", "max", "last")] if t.resolution > 0 else [m]):
+                    executor.run(self.d.add_column(sql.table_name(self.d, t), col))
         executor.run(self.d.create_marks)
 
     async def _off_loop(self, fn: Any, *args: Any) -> Any:

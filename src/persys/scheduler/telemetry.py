@@ -77,7 +77,8 @@ class Telemetry:
         self._seen[key] = Seen(now, counters)
         self._offer([Sample(now, NODE, node_id, cpu=usage.cpu_percent,
                             memory=float(usage.memory_used_mb) * 1024 * 1024,
-                            disk_read=dr, disk_write=dw, net_rx=rx, net_tx=tx)], now)
+                            disk_read=dr, disk_write=dw, net_rx=rx, net_tx=tx,
+                            disk_used=float(usage.disk_used_mb) * 1024 * 1024)], now)
 
     def _offer(self, samples: list[Sample], now: float) -> None:
         if samples and self.outbox is not None:

@@ -39,6 +39,7 @@ METER = "/persys.v1.Meter/"
 VOLUMES = "/persys.v1.Volumes/"
 BUCKETS = "/persys.v1.Buckets/"
 AUTOMATION = "/persys.v1.Automation/"
+INTELLIGENCE = "/persys.v1.Intelligence/"  # served by the gateway (gateway/intelligence_grpc.py)
 
 # Agents' own calls: checked by the service against the node identity (`node:<id>` for that
 # node only), never by role.
@@ -247,6 +248,19 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/automation/pause"): _m("pause", "automation"),
     ("POST", "/v1/automation/resume"): _m("pause", "automation"),
     ("GET", "/v1/automation/policies/{name}/replay"): _r("get", "automation-policies"),
+}
+
+
+# Served by the gateway, not the scheduler (gateway/intelligence_grpc.py checks them): Persys
+# Intelligence's methods, each with its REST route's rule (tests/intelligence/test_grpc.py).
+GATEWAY_RPC_RULES: dict[str, Rule] = {
+    INTELLIGENCE + "WhyWorkload": _r("get", "workloads"),
+    INTELLIGENCE + "WhyNode": _r("get", "nodes"),
+    INTELLIGENCE + "WhyCluster": _r("get", "health"),
+    INTELLIGENCE + "ListInvestigations": _r("list", "workloads"),
+    INTELLIGENCE + "Insights": _r("list", "workloads"),
+    INTELLIGENCE + "Rightsize": _r("get", "telemetry"),
+    INTELLIGENCE + "Forecast": _r("get", "telemetry"),
 }
 
 

@@ -9,7 +9,7 @@ something disappeared, and every FULL_REPORT_SECONDS (which also refreshes usage
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.decide import disconnect
@@ -41,6 +41,7 @@ class Local:
     usage: Mapping[str, ObservedWorkload]  # latest usage samples (the observation's own otherwise)
     fenced: Mapping[str, float]
     failure_grace: float  # a retryable failure is reported Failed only once it lasts this long
+    last_exits: Mapping[str, str] = field(default_factory=dict)  # why a restarted instance last exited
 
 
 def build(s: Local) -> list[pb.WorkloadReport]:
@@ -63,6 +64,8 @@ def _desired_report(s: Local, wid: str, d: Desired) -> pb.WorkloadReport:
         _observation(r, o, s.usage.get(wid, o))
         if o.state == RuntimeState.STOPPED and d.desired_state == DesiredState.STOPPED:
             r.reason = "Stopped"
+        if o.state == RuntimeState.RUNNING and s.restarts.get(wid) and s.last_exits.get(wid) and not r.message:
+            r.message = f"last exit before restart {s.restarts[wid]}: {s.last_exits[wid]}"
         if wid in s.fenced and o.state != RuntimeState.RUNNING:
             r.reason = disconnect.REASON
             r.message = "stopped while no scheduler replica answered (onDisconnect: Stop)"

@@ -41,7 +41,8 @@ def meter_routes(client: SchedulerClient) -> APIRouter:
     @router.get("/v1/meter/nodes/{name}", responses=SCHEDULER_ERRORS)
     async def node_series(name: str, since: str = "1h", step: str = "1m", metric: str = "cpu",
                           agg: str = "avg") -> Any:
-        """The node's own usage (from its heartbeats) over the last `since`."""
+        """The node's own usage (from its heartbeats) over the last `since`; also `disk-used`, the
+        bytes used on the filesystems of the agent's state and volume folders."""
         return await series("node", name, since, step, metric, agg)
 
     @router.get("/v1/meter/labels/{label}", responses=SCHEDULER_ERRORS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from persys.automation import autoscale as asc
+from persys.automation.leadership import Leadership
 from persys.automation.observe import series_of, window_figure
 from persys.automation.rebalance_run import RebalanceLoop
 from persys.automation.remediate_run import RemediateLoop
@@ -60,15 +62,21 @@ def history_from_log(decisions: list[dict[str, Any]]) -> asc.History:
 
 class AutomationLoop:
     def __init__(self, api: AutomationApi, clock: Callable[[], float] = time.time, tick: float = 1.0,
-                 signals: IntelligenceSignals | None = None) -> None:
+                 signals: IntelligenceSignals | None = None, leadership: Leadership | None = None) -> None:
         self.api = api
         self.clock = clock
         self.tick = tick
         self.signals = signals  # Persys Intelligence, when present (docs/automation.md)
+        # One automation per cluster (leadership.py); None: this loop is the only one (tests).
+        self.leadership = leadership
         self.states: dict[str, PolicyState] = {}
-        self.remediate = RemediateLoop(api)
-        self.rebalance = RebalanceLoop(api)
+        self.remediate = RemediateLoop(api, self.may_act, signals)
+        self.rebalance = RebalanceLoop(api, self.may_act)
         self.passes = 0
+        self.standby_passes = 0
+
+    def may_act(self) -> bool:
+        return self.leadership is None or self.leadership.valid()
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -80,9 +88,14 @@ class AutomationLoop:
                 log.exception("automation pass failed")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.tick)
+        if self.leadership is not None:
+            await self.leadership.release()  # the standby takes over at once, not after the TTL
 
     async def run_once(self) -> list[dict[str, Any]]:
         """One pass: the decisions of every policy that was due, recorded (their ids set)."""
+        if self.leadership is not None and not await self.leadership.ensure():
+            self.standby_passes += 1  # another automation leads: decide nothing, record nothing
+            return []
         now = self.clock()
         listing = await self.api.list_automation_policies()
         pause = listing.get("pause") or {}
@@ -104,7 +117,7 @@ class AutomationLoop:
 
     async def _decide(self, p: Policy, st: PolicyState, now: float, pause: dict[str, Any]) -> list[Decision]:
         base: dict[str, Any] = {"ts": now, "policy": p.name, "policy_version": p.version, "sort": p.spec.sort,
-                "dry_run": p.spec.dry_run}
+                "dry_run": p.spec.dry_run, "runner": self.leadership.holder if self.leadership else ""}
         if pause.get("paused") or p.spec.paused:
             why = (f"all automation paused by {pause.get('by', '?')}" if pause.get("paused")
                    else f"policy paused (version {p.version})")
@@ -160,6 +173,9 @@ class AutomationLoop:
             action = {"type": "scale", "workload": spec.workload, "from": cur, "to": v.desired}
             if p.spec.dry_run:
                 outcome = Outcome.DRY_RUN
+            elif not self.may_act():
+                outcome, reason = Outcome.NONE, f"{reason}; not scaled: this automation lost its lease"
+                v = dataclasses.replace(v, held_by="lease")
             else:
                 try:
                     await self.api.apply(scaled_manifest(w, v.desired))

@@ -4,10 +4,11 @@ cordons or restarts as the automation's identity. What it did is rebuilt from it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from persys.automation import remediate as rm
-from persys.automation.seams import AutomationApi
+from persys.automation.seams import AutomationApi, IntelligenceSignals
 from persys.client import SchedulerError
 from persys.model.automation import Decision, Evidence, Outcome, Policy
 
@@ -16,8 +17,11 @@ DONE_LOOKBACK = 7 * 86_400
 
 
 class RemediateLoop:
-    def __init__(self, api: AutomationApi) -> None:
+    def __init__(self, api: AutomationApi, may_act: Callable[[], bool] = lambda: True,
+                 signals: IntelligenceSignals | None = None) -> None:
         self.api = api
+        self.may_act = may_act  # still the cluster's one automation (leadership.py)
+        self.signals = signals  # Persys Intelligence's forecasts (disk filling), when present
         self.done: dict[str, list[rm.Done]] = {}
 
     async def _done(self, policy: str, now: float) -> list[rm.Done]:
@@ -60,16 +64,26 @@ class RemediateLoop:
             if not pl.held_by:
                 if p.spec.dry_run:
                     outcome = Outcome.DRY_RUN
+                elif not self.may_act():
+                    reason = f"{reason}; not done: this automation lost its lease"
                 else:
-                    try:
-                        if pl.type == "cordon":
-                            await self.api.cordon(pl.target, True)
-                        else:
-                            await self.api.control(pl.target, "restart")
-                        outcome = Outcome.ACTED
+                    outcome, reason = await self._act(pl)
+                    if outcome == Outcome.ACTED:
                         done.append(rm.Done(now, pl.type, pl.target))
-                    except SchedulerError as err:
-                        outcome, reason = Outcome.FAILED, f"{reason}; refused: {err.code}: {err.message}"
             out.append(Decision(**base, evidence=ev, inputs={"failures": len(failures)}, held_by=pl.held_by,
                                 action=action, outcome=outcome, reason=reason[:1000]))
         return out
+
+    async def _act(self, pl: rm.Planned) -> tuple[Outcome, str]:
+        try:
+            if pl.type == "cordon":
+                await self.api.cordon(pl.target, True)
+            elif pl.type == "relocate":  # one instance off a node whose disk is filling
+                workload, _, instance = pl.target.partition("/")
+                r = await self.api.move_instance(workload, instance)
+                return Outcome.ACTED, f"{pl.reason}; moving {r['instance']} {r['from']} -> {r['to']}"
+            else:
+                await self.api.control(pl.target, "restart")
+        except SchedulerError as err:
+            return Outcome.FAILED, f"{pl.reason}; refused: {err.code}: {err.message}"
+        return Outcome.ACTED, pl.reason

@@ -140,6 +140,8 @@ class Rebalance(Model):
     max_moves_per_node: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
     max_moves_per_run: Annotated[StrictInt, Field(ge=0, le=1000)] = 2
     max_moves_per_hour: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
+    # Every rebalance policy's moves together, in the last hour: the cluster-wide eviction budget.
+    max_cluster_moves_per_hour: Annotated[StrictInt, Field(ge=0, le=10_000)] = 20
     hold_minutes: Annotated[StrictInt, Field(ge=0, le=24 * 60)] = 30
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 60
 
@@ -218,7 +220,7 @@ class Outcome(StrEnum):
 
 
 HELD_BY = ("", "tolerance", "stabilization", "rate", "cooldown", "min", "max", "stale", "fallback", "budget",
-           "hold", "paused", "verify")
+           "hold", "paused", "verify", "lease")
 
 
 class Evidence(Model):
@@ -249,6 +251,7 @@ class Decision(Model):
     outcome: Outcome
     reason: Annotated[StrictStr, Field(max_length=1000)] = ""
     actor: StrictStr = ""  # the identity that recorded it (the automation's)
+    runner: Annotated[StrictStr, Field(max_length=200)] = ""  # the automation process (its lease holder id)
 
     @field_validator("held_by")
     @classmethod

@@ -14,7 +14,7 @@ from persys.model import Assignment, Phase, Workload, WorkloadStatus
 from persys.model.volume import Volume
 from persys.model.workload import instance_id
 from persys.observability import tracing
-from persys.scheduler import failures, keys, placement_tracing
+from persys.scheduler import failures, instance_move, keys, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit, commit_units
 from persys.scheduler.placement_service import has_local_volumes, to_request
@@ -69,7 +69,7 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
         placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
-        relocating_from=p.moved_from, updated_at=now,
+        relocating_from=p.moved_from, moved_at=prev.moved_at if prev else 0.0, updated_at=now,
     )
     akey = keys.assignment(node_id, inst)
     compares = [Compare(keys.workload(w.id), p.need.wrev), Compare(akey, 0)]
@@ -100,7 +100,9 @@ def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: floa
     # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
                           placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
-                          relocating_from=prev.relocating_from if prev else "", updated_at=now)
+                          relocating_from=prev.relocating_from if prev else "",
+                          moving_off=prev.moving_off if prev else "", move_to=prev.move_to if prev else "",
+                          moved_at=prev.moved_at if prev else 0.0, updated_at=now)
 
 
 class Placer:
@@ -187,12 +189,20 @@ class Placer:
         for n in needs:
             st = state.statuses.get(n.instance)
             pinned = st.value.volume_node if st and st.value.volume_node else None
-            requests.append(to_request(n.workload, n.instance, pinned, state.volumes))
+            requests.append(instance_move.moved_request(
+                to_request(n.workload, n.instance, pinned, state.volumes), st.value if st else None))
         decisions: list[pl.Decision] = []
         started_ns = time.time_ns() if tracing.enabled() else 0
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        # A moved instance whose verified destination no longer fits goes anywhere but where it
+        # came from (never left Pending for want of that one node).
+        for i, request in enumerate(requests):
+            if decisions[i].node_id is None and (retry := instance_move.unpinned(request, state.statuses.get(
+                    request.id))) is not None:
+                requests[i] = retry
+                decisions[i] = self.s.placement.place([retry])[0]
         self.s.metrics.decided(decisions)
         placed: list[Placed] = []
         attempts = 0  # each costs a fresh snapshot (O(nodes)): a few per pass, the rest retried later

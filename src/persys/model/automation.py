@@ -95,11 +95,25 @@ class Cooldown(Model):
     down_seconds: Seconds = 0
 
 
+class ScaleToZero(Model):
+    """KEDA's activation: the workload goes to zero replicas once the activation figure has been
+    at or below `activationThreshold` for `idleSeconds`, and comes back (to one, then the metric
+    scales it) once it is above. The figure is the activation workload's metric summed over its
+    instances (default: the policy's own workload and metric, which has no samples at zero: give
+    another workload, e.g. the queue or the proxy in front, to come back on its own)."""
+
+    activation_threshold: Annotated[Number, Field(ge=0, le=1e12)]
+    idle_seconds: Annotated[StrictInt, Field(ge=0, le=DAY)] = 300
+    activation_workload: WorkloadName | None = None
+    activation_metric: Literal["cpu", "memory"] | None = None
+
+
 class Autoscale(Model):
     workload: WorkloadName
     metric: Literal["cpu", "memory"] = "cpu"
     target: Annotated[Number, Field(gt=0, le=1e9)]
-    min_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1
+    # 0 only with scaleToZero: a workload at zero has no samples of its own to scale back on.
+    min_replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] = 1
     max_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)]
     tolerance: Tolerance = Field(default_factory=Tolerance)
     stabilization: Stabilization = Field(default_factory=Stabilization)
@@ -109,9 +123,15 @@ class Autoscale(Model):
     stale_after_seconds: Annotated[StrictInt, Field(ge=5, le=DAY)] = 60
     fallback_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = None
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 15
+    scale_to_zero: ScaleToZero | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscale:
+        if self.min_replicas == 0 and self.scale_to_zero is None:
+            raise ValueError("minReplicas: 0 is allowed only with scaleToZero (activationThreshold: what brings "
+                             "the workload back)")
+        if self.scale_to_zero is not None and self.min_replicas != 0:
+            raise ValueError(f"scaleToZero: needs minReplicas 0 (it is {self.min_replicas})")
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"maxReplicas ({self.max_replicas}) is below minReplicas ({self.min_replicas})")
         if self.fallback_replicas is not None and not self.min_replicas <= self.fallback_replicas <= self.max_replicas:
@@ -220,7 +240,7 @@ class Outcome(StrEnum):
 
 
 HELD_BY = ("", "tolerance", "stabilization", "rate", "cooldown", "min", "max", "stale", "fallback", "budget",
-           "hold", "paused", "verify", "lease")
+           "hold", "paused", "verify", "lease", "idle")
 
 
 class Evidence(Model):

@@ -23,7 +23,7 @@ from persys.automation.leadership import Leadership
 from persys.automation.observe import WindowFigure, series_of, window_figure
 from persys.automation.rebalance_run import RebalanceLoop
 from persys.automation.remediate_run import RemediateLoop
-from persys.automation.seams import AutomationApi, IntelligenceSignals
+from persys.automation.seams import AutomationApi, DiskForecasts, IntelligenceSignals
 from persys.client import SchedulerError
 from persys.model.automation import Autoscale, Decision, Evidence, Outcome, Policy, Sort
 
@@ -73,7 +73,8 @@ def history_from_log(decisions: list[dict[str, Any]]) -> asc.History:
 
 class AutomationLoop:
     def __init__(self, api: AutomationApi, clock: Callable[[], float] = time.time, tick: float = 1.0,
-                 signals: IntelligenceSignals | None = None, leadership: Leadership | None = None) -> None:
+                 signals: IntelligenceSignals | None = None, leadership: Leadership | None = None,
+                 disk: DiskForecasts | None = None) -> None:
         self.api = api
         self.clock = clock
         self.tick = tick
@@ -81,7 +82,7 @@ class AutomationLoop:
         # One automation per cluster (leadership.py); None: this loop is the only one (tests).
         self.leadership = leadership
         self.states: dict[str, PolicyState] = {}
-        self.remediate = RemediateLoop(api, self.may_act, signals)
+        self.remediate = RemediateLoop(api, self.may_act, signals, disk)
         self.rebalance = RebalanceLoop(api, self.may_act)
         self.passes = 0
         self.standby_passes = 0

@@ -52,6 +52,15 @@ class IntelligenceSignals(Protocol):
     async def signals(self) -> list[Signal]: ...
 
 
+class DiskForecasts(Protocol):
+    """Persys Intelligence's disk-space forecasts, one per node (being added to Intelligence):
+    `{"node", "capacityBytes", "evidence": <its id>, "forecast": <intelligence.forecast.Forecast.
+    to_dict(): {"points": [[t, point, lower80, upper80], ...], "unpredictable", "verdict", ...}>}`
+    of the node's used disk bytes. The remediate policy reads it through this seam only."""
+
+    async def disk_forecasts(self) -> list[dict[str, Any]]: ...
+
+
 class WhatIfPlanner(Protocol):
     """The scheduler's what-if plan for moving an instance (the placement issue's API, being
     built): where it would land, or why nowhere. Until it exists the rebalance policy checks a

@@ -139,15 +139,27 @@ class Autoscale(Model):
         return self
 
 
+class DiskFilling(Model):
+    """Relocate off a node whose disk Persys Intelligence forecasts full: cordon it (once) and
+    move its instances elsewhere, one per evaluation. Full: used >= `fullPercent` of the node's
+    disk; forecast: its 80 % interval's `lower` bound (or the `point` forecast) reaches that within
+    `withinHours`, from a forecast its backtest does not call unpredictable."""
+
+    within_hours: Annotated[Number, Field(gt=0, le=24 * 30)] = 24
+    full_percent: Annotated[Number, Field(gt=0, le=100)] = 95
+    bound: Literal["lower", "point"] = "lower"
+
+
 class Remediate(Model):
     """Cordon a node after repeated runtime failures (once); restart an instance whose health
-    check failed. Each action under its own rate limit."""
+    check failed; relocate off a node whose disk is filling. All under one rate limit."""
 
     cordon_after_failures: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
     failure_window_seconds: Annotated[StrictInt, Field(ge=10, le=DAY)] = 600
     restart_unhealthy: StrictBool = True
     max_actions_per_hour: Annotated[StrictInt, Field(ge=0, le=1000)] = 6
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 15
+    relocate_on_disk_filling: DiskFilling | None = None
 
 
 class Rebalance(Model):
@@ -246,7 +258,7 @@ HELD_BY = ("", "tolerance", "stabilization", "rate", "cooldown", "min", "max", "
 class Evidence(Model):
     """What a decision read: a meter query and its range, or a store object at a revision."""
 
-    source: Literal["meter", "store", "events"]
+    source: Literal["meter", "store", "events", "intelligence"]
     query: dict[str, StrictStr | StrictInt | StrictFloat] = Field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0

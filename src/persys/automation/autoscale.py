@@ -102,7 +102,7 @@ def decide(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
 
 def _on_metric(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
     cur = obs.current
-    unit = "% CPU" if spec.metric == "cpu" else " MiB"
+    unit = {"cpu": "% CPU", "memory": " MiB"}.get(spec.metric, f" {spec.prometheus.name if spec.prometheus else ''}")
     stale = _staleness(spec, obs)
     if stale:
         if spec.fallback_replicas is None:

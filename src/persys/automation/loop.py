@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from persys.automation import autoscale as asc
+from persys.automation import prometheus_source
 from persys.automation.leadership import Leadership
 from persys.automation.observe import WindowFigure, series_of, window_figure
 from persys.automation.rebalance_run import RebalanceLoop
@@ -37,6 +38,7 @@ class PolicyState:
     due: float = 0.0
     history: asc.History = field(default_factory=asc.History)
     loaded: bool = False
+    scraped: tuple[float, float] | None = None  # metric prometheus: the last good (time, total)
 
 
 def scaled_manifest(workload: dict[str, Any], replicas: int, to_zero: bool = False) -> dict[str, Any]:
@@ -143,6 +145,28 @@ class AutomationLoop:
         except SchedulerError as err:
             return [Decision(**base, outcome=Outcome.FAILED, reason=f"{err.code}: {err.message}"[:1000])]
 
+    async def _figure(self, spec: Autoscale, st: PolicyState, now: float, cur: int, instances: set[str]
+                      ) -> tuple[WindowFigure, list[Evidence]]:
+        """The workload's figure: from the meter (cpu, memory) or its own Prometheus endpoint."""
+        if spec.prometheus is not None:
+            src = spec.prometheus
+            total = await prometheus_source.scrape(src)
+            if total is not None:
+                st.scraped = (now, total)
+            ev = Evidence(source="prometheus", query={"url": src.url[:500], "name": src.name,
+                                                      **{f"label.{k}": v for k, v in src.labels.items()}},
+                          start=st.scraped[0] if st.scraped else 0.0, end=now)
+            if st.scraped is None:
+                return WindowFigure(None, None, 0), [ev]
+            # The endpoint speaks for the workload as a whole: every current replica "reports".
+            return WindowFigure(st.scraped[1], st.scraped[0], cur), [ev]
+        since = spec.metric_window_seconds + METER_STEP
+        answer = await self.api.meter_query("workload", spec.workload, spec.metric, since, METER_STEP, "avg")
+        fig = window_figure(series_of(answer), now, spec.metric_window_seconds, spec.metric, METER_STEP, instances)
+        return fig, [Evidence(source="meter", query={"selector": "workload", "value": spec.workload,
+                                                     "metric": spec.metric, "step": METER_STEP, "agg": "avg"},
+                              start=float(answer.get("start", now - since)), end=float(answer.get("end", now)))]
+
     async def _activation(self, spec: Autoscale, now: float, own: WindowFigure, evidence: list[Evidence]
                           ) -> float | None:
         """scaleToZero's figure: the activation workload's metric summed over its instances
@@ -150,7 +174,7 @@ class AutomationLoop:
         z = spec.scale_to_zero
         assert z is not None
         workload, metric = z.activation_workload or spec.workload, z.activation_metric or spec.metric
-        if (workload, metric) == (spec.workload, spec.metric):
+        if (workload, metric) == (spec.workload, spec.metric) or metric == "prometheus":
             return fresh_total(own, now, spec.stale_after_seconds)
         since = spec.metric_window_seconds + METER_STEP
         answer = await self.api.meter_query("workload", workload, metric, since, METER_STEP, "avg")
@@ -181,15 +205,8 @@ class AutomationLoop:
         to_zero = spec.scale_to_zero is not None
         cur = current_replicas(w, to_zero)
         instances = {i["instance"] for i in w.get("instances", [])[:cur]}
-        since = spec.metric_window_seconds + METER_STEP
-        answer = await self.api.meter_query("workload", spec.workload, spec.metric, since, METER_STEP, "avg")
-        fig = window_figure(series_of(answer), now, spec.metric_window_seconds, spec.metric, METER_STEP, instances)
-        evidence = [
-            Evidence(source="meter", query={"selector": "workload", "value": spec.workload, "metric": spec.metric,
-                                            "step": METER_STEP, "agg": "avg"},
-                     start=float(answer.get("start", now - since)), end=float(answer.get("end", now))),
-            Evidence(source="store", ref=f"workload/{spec.workload}@{w.get('revision', '')}"),
-        ]
+        fig, evidence = await self._figure(spec, st, now, cur, instances)
+        evidence.append(Evidence(source="store", ref=f"workload/{spec.workload}@{w.get('revision', '')}"))
         activation = await self._activation(spec, now, fig, evidence) if to_zero else None
         v = asc.decide(spec, asc.Observation(now, cur, fig.total, fig.newest, fig.reporting, activation), hist)
         inputs = {"metric": spec.metric, "target": spec.target, "currentReplicas": cur, "total": fig.total,

@@ -108,9 +108,23 @@ class ScaleToZero(Model):
     activation_metric: Literal["cpu", "memory"] | None = None
 
 
+class PrometheusSource(Model):
+    """A workload's own Prometheus metric: the endpoint it exposes (the text format), scraped by
+    the automation at each evaluation (bounded: `timeoutSeconds`, 1 MiB); the figure is the sum of
+    the samples of `name` whose labels include `labels`. A failed scrape keeps the last figure,
+    which goes stale after `staleAfterSeconds` (then the fallback)."""
+
+    url: Annotated[StrictStr, Field(max_length=2048, pattern=r"^https?://[^\s]+$")]
+    name: Annotated[StrictStr, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$")]
+    labels: Annotated[dict[str, Annotated[StrictStr, Field(max_length=200)]], Field(max_length=16)] = Field(
+        default_factory=dict)
+    timeout_seconds: Annotated[Number, Field(ge=0.1, le=10)] = 2
+
+
 class Autoscale(Model):
     workload: WorkloadName
-    metric: Literal["cpu", "memory"] = "cpu"
+    # cpu: % of one core per replica; memory: MiB per replica; prometheus: `prometheus.name` per replica.
+    metric: Literal["cpu", "memory", "prometheus"] = "cpu"
     target: Annotated[Number, Field(gt=0, le=1e9)]
     # 0 only with scaleToZero: a workload at zero has no samples of its own to scale back on.
     min_replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] = 1
@@ -124,9 +138,12 @@ class Autoscale(Model):
     fallback_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = None
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 15
     scale_to_zero: ScaleToZero | None = None
+    prometheus: PrometheusSource | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscale:
+        if (self.metric == "prometheus") != (self.prometheus is not None):
+            raise ValueError("prometheus: the endpoint is required with metric prometheus, and only with it")
         if self.min_replicas == 0 and self.scale_to_zero is None:
             raise ValueError("minReplicas: 0 is allowed only with scaleToZero (activationThreshold: what brings "
                              "the workload back)")
@@ -258,7 +275,7 @@ HELD_BY = ("", "tolerance", "stabilization", "rate", "cooldown", "min", "max", "
 class Evidence(Model):
     """What a decision read: a meter query and its range, or a store object at a revision."""
 
-    source: Literal["meter", "store", "events", "intelligence"]
+    source: Literal["meter", "store", "events", "intelligence", "prometheus"]
     query: dict[str, StrictStr | StrictInt | StrictFloat] = Field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0

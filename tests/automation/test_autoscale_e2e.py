@@ -3,7 +3,8 @@ agent running Docker containers, the gateway, and `persys automation` as its own
 own operator certificate.
 
 A busybox container burning CPU until a fixed time scales out under the load (its policy: 3 % of
-a core per replica, at most 2 replicas: a burner on 2 cores at load 37 still gets ~5 %) and back in after the load stops, no sooner than the
+a core per replica, at most 2 replicas: a burner on 2 cores at load 37 still gets ~5 %) and back
+in after the load stops, no sooner than the
 scale-down window allows; every evaluation is in the decision log with its inputs and evidence;
 the scale was done (and audited) as the automation's identity. A paused policy does nothing but
 record that it was paused; a dry-run policy decides the same action every time (no cooldown

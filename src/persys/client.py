@@ -149,6 +149,12 @@ class SchedulerClient:
     async def control(self, workload_id: str, action: str) -> dict[str, Any]:
         return await self._doc("ControlWorkload", pb.ControlWorkloadRequest(workload_id=workload_id, action=action))
 
+    async def move_instance(self, workload_id: str, instance: str, to_node: str = "", dry_run: bool = False
+                            ) -> dict[str, Any]:
+        """Move one instance to another node (docs/automation.md, "Moves")."""
+        return await self._doc("MoveInstance", pb.MoveInstanceRequest(workload_id=workload_id, instance=instance,
+                                                                      to_node=to_node, dry_run=dry_run))
+
     async def revisions(self, workload_id: str) -> list[dict[str, Any]]:
         resp = await self._call("ListRevisions", pb.GetRequest(id=workload_id))
         return [_document(i) for i in resp.items]
@@ -440,6 +446,12 @@ class SchedulerClient:
         req = automation_pb2.SetAutomationPauseRequest(policy=policy, paused=paused, reason=reason)
         r = await self._call("SetAutomationPause", req, stubs=self._automation_stubs)
         return {"items": [_document(i) for i in r.items], "pause": _document(r.pause_json)}
+
+    async def automation_lease(self, holder: str, ttl: float, release: bool = False) -> dict[str, Any]:
+        """Take, renew or give up the automation's leader lease (scheduler.automation_lease)."""
+        req = automation_pb2.AutomationLeaseRequest(holder=holder, ttl_seconds=ttl, release=release)
+        r = await self._call("AutomationLease", req, stubs=self._automation_stubs)
+        return {"held": r.held, "holder": r.holder, "acquiredAt": r.acquired_at, "term": r.term}
 
     async def record_decisions(self, decisions: list[dict[str, Any]]) -> list[str]:
         req = automation_pb2.RecordDecisionsRequest(decisions=[json.dumps(d).encode() for d in decisions])

@@ -30,7 +30,7 @@ def test_decision(case: dict[str, Any]) -> None:
     reporting = o.get("reporting", o["current"])
     missing = o.get("missing", False)
     obs = Observation(NOW, o["current"], None if missing else o["perReplica"] * reporting,
-                      None if missing else NOW - o.get("age", 5), 0 if missing else reporting)
+                      None if missing else NOW - o.get("age", 5), 0 if missing else reporting, o.get("activation"))
     h = case.get("history", {})
     hist = History(tuple(Recommendation(NOW - ago, r) for ago, r in h.get("recommendations", [])),
                    tuple(Action(NOW - ago, a, b) for ago, a, b in h.get("actions", [])))

@@ -22,8 +22,10 @@ def test_plan(case: dict[str, Any]) -> None:
     nodes = [pl.NodeInfo(id=n[0], cpu_millicores=n[1], committed_cpu=n[2], memory_mb=4096,
                          schedulable=n[3] if len(n) > 3 else True, runtimes=frozenset({"process"}))
              for n in case["nodes"]]
-    placed = [Placed(p[0], p[1], p[2], "process", p[3], 64, p[4] if len(p) > 4 else False) for p in case["placed"]]
+    placed = [Placed(p[0], p[1], p[2], "process", p[3], 64, p[4] if len(p) > 4 else False,
+                     priority=p[5] if len(p) > 5 else 0,
+                     moved_at=NOW - p[6] if len(p) > 6 and p[6] is not None else 0.0) for p in case["placed"]]
     got = plan(Rebalance.model_validate(case["spec"]), NOW, nodes, placed,
-               [(NOW - ago, w) for ago, w in case.get("moved", [])])
+               [(NOW - ago, w) for ago, w in case.get("moved", [])], case.get("clusterMoves", 0))
     assert [[m.instance, m.source, m.dest, m.held_by] for m in got] == case["expect"], [m.reason for m in got]
     assert all(m.reason for m in got)

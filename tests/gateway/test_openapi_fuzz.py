@@ -32,7 +32,7 @@ def test_openapi_document_describes_every_request_body(cluster: GatewayCluster) 
     doc = cluster.client().get("/openapi.json").json()
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
-            bodiless = ("/cordon", "/uncordon", "/drain", "/recover", "/liveness/resume")
+            bodiless = ("/cordon", "/uncordon", "/drain", "/recover", "/liveness/resume", "/move")
             if method == "post" and not path.endswith(bodiless) and "{action}" not in path:
                 assert "requestBody" in op, f"POST {path} has no documented body"
     assert "WorkloadManifest" in doc["components"]["schemas"]

@@ -53,6 +53,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("GET", "/v1/workloads/{workload_id}/revisions"): ("/v1/workloads/ghost/revisions", {}),
     ("POST", "/v1/workloads/{workload_id}/rollback"): ("/v1/workloads/ghost/rollback", {"json": {"generation": 1}}),
     ("POST", "/v1/workloads/{workload_id}/{action}"): ("/v1/workloads/ghost/restart", {}),
+    ("POST", "/v1/workloads/{workload_id}/instances/{instance}/move"): ("/v1/workloads/ghost/instances/0/move", {}),
     ("GET", "/v1/workloads/{workload_id}/logs"): ("/v1/workloads/ghost/logs", {}),
     ("POST", "/v1/workloads/{workload_id}/exec"): ("/v1/workloads/ghost/exec", {"json": {"command": ["true"]}}),
     ("GET", "/v1/workloads/{workload_id}/files"): ("/v1/workloads/ghost/files?path=/etc/hostname", {}),

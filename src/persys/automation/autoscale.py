@@ -15,6 +15,13 @@ The stages, in order (docs/automation.md compares each with HPA, KEDA and Nomad)
 6. rate: at most max(replicas, percent of the count at the period's start) per period.
 
 `heldBy` names the last stage that changed the count (the one the result is held at).
+
+Scale to zero (`scaleToZero`, KEDA's activation): before the stages, the activation figure
+decides the way to and from zero. At zero: above `activationThreshold` the count goes to one
+(through cooldown and rate), at or below it stays; no figure: the fallback if any, else zero.
+Above zero: an activation figure at or below the threshold recommends zero, done once every
+recommendation of the last `idleSeconds` was zero (`idle` holds it until then); no figure (stale)
+never goes to zero. Otherwise the stages run, with 1 as their floor.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class Observation:
     total: float | None  # the metric summed over the reporting instances (window means); None: no samples
     newest: float | None  # time of the newest sample read
     reporting: int  # instances with samples in the window
+    activation: float | None = None  # scaleToZero's figure, fresh; None: missing or stale
 
 
 @dataclass(frozen=True)
@@ -87,8 +95,14 @@ def _fmt(x: float) -> str:
 
 
 def decide(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
+    if spec.scale_to_zero is not None and (zero := _zero(spec, obs, hist)) is not None:
+        return zero
+    return _on_metric(spec, obs, hist)
+
+
+def _on_metric(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
     cur = obs.current
-    unit = "% CPU" if spec.metric == "cpu" else " MiB"
+    unit = {"cpu": "% CPU", "memory": " MiB"}.get(spec.metric, f" {spec.prometheus.name if spec.prometheus else ''}")
     stale = _staleness(spec, obs)
     if stale:
         if spec.fallback_replicas is None:
@@ -111,9 +125,9 @@ def decide(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
             held = "tolerance"
         rec = cur
         steps.append(f"within tolerance (-{spec.tolerance.down}/+{spec.tolerance.up})")
-    if rec < spec.min_replicas:
-        rec, held = spec.min_replicas, "min"
-        steps.append(f"minReplicas {rec}")
+    if rec < max(spec.min_replicas, 1):  # the metric never asks for zero: only the activation does
+        rec, held = max(spec.min_replicas, 1), "min"
+        steps.append(f"minReplicas {spec.min_replicas}" if spec.min_replicas else "at least 1 while active")
     elif rec > spec.max_replicas:
         rec, held = spec.max_replicas, "max"
         steps.append(f"maxReplicas {rec}")
@@ -127,6 +141,37 @@ def decide(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
             held, desired = lim, limited
             steps.append(why.removeprefix(", "))
     return Verdict(raw, rec, desired, held, "; ".join(steps), per)
+
+
+def _zero(spec: Autoscale, obs: Observation, hist: History) -> Verdict | None:
+    """The way to and from zero replicas (None: the metric's stages decide)."""
+    z = spec.scale_to_zero
+    assert z is not None
+    cur, act, now = obs.current, obs.activation, obs.now
+    figure = f"activation {_fmt(act)} against {_fmt(z.activation_threshold)}" if act is not None else ""
+    if cur == 0:
+        if act is None:
+            if spec.fallback_replicas is None:
+                return Verdict(None, None, 0, "stale", "no activation figure: stays at 0", None)
+            fb = spec.fallback_replicas
+            desired, held, why = _limits(spec, now, 0, fb, hist)
+            return Verdict(fb, None, desired, held or "fallback", f"no activation figure; fallback {fb}{why}", None)
+        if act <= z.activation_threshold:
+            return Verdict(0, 0, 0, "", f"{figure}: idle, stays at 0", None)
+        desired, held, why = _limits(spec, now, 0, 1, hist)
+        return Verdict(1, 1, desired, held, f"{figure}: scale from zero{why}", None)
+    if act is None or act > z.activation_threshold:
+        return None
+    recent = sorted((r for r in hist.recommendations if r.ts > now - z.idle_seconds), key=lambda r: r.ts)
+    last_busy = max((r.ts for r in recent if r.replicas != 0), default=None)
+    idle_since = min((r.ts for r in recent if last_busy is None or r.ts > last_busy), default=now)
+    # Idle long enough: every recommendation of the window was zero, and they span it (less one
+    # interval: the first idle evaluation came up to an interval after the load stopped).
+    if z.idle_seconds and (last_busy is not None or now - idle_since < z.idle_seconds - spec.interval_seconds):
+        return Verdict(0, 0, cur, "idle", f"{figure}: idle for {now - idle_since:.0f}s of {z.idle_seconds}s "
+                       "before scaling to zero", None)
+    desired, held, why = _limits(spec, now, cur, 0, hist)
+    return Verdict(0, 0, desired, held, f"{figure}: idle for {z.idle_seconds}s, scale to zero{why}", None)
 
 
 def _staleness(spec: Autoscale, obs: Observation) -> str:

@@ -4,8 +4,11 @@ differences its users asked for: every move names its destination, checked by th
 placement engine (`scheduler.placement.decide`, the pure engine) over the cluster as it will be
 after the moves planned before it; and a workload moved in the last `holdMinutes` is not moved
 again. Budgets: per source node and per run (`maxMovesPerNode`, `maxMovesPerRun`) and per hour
-(`maxMovesPerHour`, counting the moves done). Instances with volumes stay (their data may be
-node-local; relocation is the volume controller's). Nothing here moves anything.
+(`maxMovesPerHour`, counting this policy's moves done) and cluster-wide (`maxClusterMovesPerHour`,
+counting every rebalance move of any policy). Lower priorities move first (the highest are
+disturbed last). Instances with node-local data stay (a local inline volume, or a claim, whose
+volume may be local); shared volumes move, stopped before they start elsewhere (the scheduler's
+move). Nothing here moves anything: `rebalance_run` executes the plan through the move API.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class Placed:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[pl.Toleration, ...] = ()
     required_features: frozenset[str] = frozenset()
+    priority: int = 0
+    moved_at: float = 0.0  # recorded on the instance by its last move (0: never)
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,10 @@ def _size(p: Placed, resource: str) -> int:
 
 
 def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequence[Placed],
-         moved: Sequence[tuple[float, str]]) -> list[Move]:
-    """The moves to make now, and the candidates held back (with the limit that held each)."""
+         moved: Sequence[tuple[float, str]], cluster_moves: int = 0) -> list[Move]:
+    """The moves to make now, and the candidates held back (with the limit that held each).
+    `moved`: this policy's moves done (time, workload); `cluster_moves`: every rebalance move in
+    the last hour, of any policy."""
     cur = list(nodes)
     by_id = {n.id: n for n in cur}
     over = sorted((n for n in cur if n.ready and utilisation(n, spec.resource) > spec.high_percent),
@@ -77,12 +84,15 @@ def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequ
     if not over or not under:
         return []
     hour_left = spec.max_moves_per_hour - sum(1 for ts, _ in moved if ts > now - HOUR)
-    held_workloads = {w for ts, w in moved if ts > now - spec.hold_minutes * 60}
+    held_since = now - spec.hold_minutes * 60
+    held_workloads = {w for ts, w in moved if ts > held_since} | {p.workload for p in placed if p.moved_at > held_since}
+    cluster_left = spec.max_cluster_moves_per_hour - cluster_moves
     out: list[Move] = []
     run_moves = 0
     for src in over:
         node_moves = 0
-        for p in sorted((p for p in placed if p.node == src.id), key=lambda p: (-_size(p, spec.resource), p.instance)):
+        for p in sorted((p for p in placed if p.node == src.id),
+                        key=lambda p: (p.priority, -_size(p, spec.resource), p.instance)):
             now_src = next(n for n in cur if n.id == src.id)
             if utilisation(now_src, spec.resource) <= spec.high_percent:
                 break
@@ -95,7 +105,8 @@ def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequ
                 continue
             limit = ("maxMovesPerRun" if run_moves >= spec.max_moves_per_run else
                      "maxMovesPerNode" if node_moves >= spec.max_moves_per_node else
-                     "maxMovesPerHour" if hour_left <= 0 else "")
+                     "maxMovesPerHour" if hour_left <= 0 else
+                     "maxClusterMovesPerHour" if cluster_left <= 0 else "")
             if limit:  # one record says so; the node's (or the run's) other candidates wait too
                 out.append(Move(p.workload, p.instance, src.id, None, "budget", f"{util}; {limit} reached"))
                 if limit == "maxMovesPerNode":
@@ -103,7 +114,8 @@ def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequ
                 return out
             # Only the nodes under the low threshold may take it, the source never.
             req = pl.WorkloadRequest(id=p.instance, type=p.type, cpu_millicores=p.cpu_millicores,
-                                     memory_mb=p.memory_mb, service=p.workload, node_selector=dict(p.node_selector),
+                                     memory_mb=p.memory_mb, service=p.workload, priority=p.priority,
+                                     node_selector=dict(p.node_selector),
                                      tolerations=p.tolerations, required_features=p.required_features,
                                      excluded_nodes=frozenset(n.id for n in cur if n.id not in under))
             decision = pl.decide(pl.Snapshot(tuple(cur)), req)
@@ -123,6 +135,7 @@ def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequ
                             f"{util}; {p.instance} ({p.cpu_millicores}m, {p.memory_mb} MiB) to {dest} "
                             f"(at {utilisation(by_id[dest], spec.resource):.0f}% -> {after:.0f}%), placement: "
                             f"{decision.explain()[:300]}"))
-            run_moves, node_moves, hour_left = run_moves + 1, node_moves + 1, hour_left - 1
+            run_moves, node_moves, hour_left, cluster_left = run_moves + 1, node_moves + 1, hour_left - 1, \
+                cluster_left - 1
             held_workloads.add(p.workload)  # never twice in one plan either
     return out

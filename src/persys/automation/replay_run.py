@@ -31,6 +31,9 @@ async def replay_policy(api: AutomationApi, name: str, window: float, now: float
     if spec is None:
         raise ReplayRefused("name", f"policy {name} is a {policy.spec.sort.value} policy: replay runs autoscale "
                             "policies (over the meter's history)")
+    if spec.prometheus is not None:
+        raise ReplayRefused("name", f"policy {name} scales on a Prometheus endpoint of its own: the meter keeps no "
+                            "history of it to replay")
     if start_replicas is None:
         try:
             start_replicas = int((await api.get_workload(spec.workload))["replicas"])

@@ -29,6 +29,9 @@ class AutomationApi(Protocol):
     async def events(self, limit: int = 100, subject: str = "") -> list[dict[str, Any]]: ...
     async def meter_query(self, selector: str, value: str, metric: str, since: float, step: int, agg: str
                           ) -> dict[str, Any]: ...
+    async def move_instance(self, workload_id: str, instance: str, to_node: str = "", dry_run: bool = False
+                            ) -> dict[str, Any]: ...
+    async def automation_lease(self, holder: str, ttl: float, release: bool = False) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,15 @@ class IntelligenceSignals(Protocol):
     in (docs/automation.md); the automation runs without any source of signals."""
 
     async def signals(self) -> list[Signal]: ...
+
+
+class DiskForecasts(Protocol):
+    """Persys Intelligence's disk-space forecasts, one per node (being added to Intelligence):
+    `{"node", "capacityBytes", "evidence": <its id>, "forecast": <intelligence.forecast.Forecast.
+    to_dict(): {"points": [[t, point, lower80, upper80], ...], "unpredictable", "verdict", ...}>}`
+    of the node's used disk bytes. The remediate policy reads it through this seam only."""
+
+    async def disk_forecasts(self) -> list[dict[str, Any]]: ...
 
 
 class WhatIfPlanner(Protocol):

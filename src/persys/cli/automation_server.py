@@ -20,7 +20,8 @@ from persys.tlsfiles import TLSFiles
 
 # The rights the automation acts with (docs/automation.md): an operator's.
 NEEDED = (("list", "automation-policies"), ("record", "automation-decisions"), ("list", "automation-decisions"),
-          ("apply", "workloads"), ("control", "workloads"), ("cordon", "nodes"), ("get", "telemetry"))
+          ("apply", "workloads"), ("control", "workloads"), ("move", "workloads"), ("cordon", "nodes"),
+          ("get", "telemetry"), ("lead", "automation"))
 
 
 def automation(
@@ -30,10 +31,17 @@ def automation(
     name: str = typer.Option("persys-automation", "--name", help="File name of the certificate and key in --tls-dir."),
     tick: float = typer.Option(1.0, "--tick", min=0.1, max=60, help="Seconds between passes (each policy is "
                                "evaluated at its own intervalSeconds)."),
+    lease_ttl: float = typer.Option(10.0, "--lease-ttl", min=2, max=300, help="Seconds the leader lease lasts "
+                                    "unrenewed: how long a dead leader holds back the standby."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the automation: evaluate every policy (kind: Policy) at its interval, act through the
-    API as this identity, record every decision (persysctl automation log)."""
+    API as this identity, record every decision (persysctl automation log).
+
+    One automation per cluster acts: each process asks the scheduler for the automation's leader
+    lease every tick (a store lease of --lease-ttl seconds); the others stand by, decide and
+    record nothing, and one of them takes over once the leader stops renewing (killed, frozen,
+    cut off). Run two for availability."""
     setup_logging(verbose)
     tls = TLSFiles(tls_dir / "ca.crt", tls_dir / f"{name}.crt", tls_dir / f"{name}.key")
     for f in (tls.ca, tls.cert, tls.key):
@@ -41,6 +49,7 @@ def automation(
             raise ServerError(f"--tls-dir: {f} not found")
 
     async def main() -> None:
+        from persys.automation.leadership import Leadership
         from persys.automation.loop import AutomationLoop
         from persys.client import SchedulerClient, SchedulerError
 
@@ -49,7 +58,8 @@ def automation(
         tasks: list[asyncio.Task[None]] = []
 
         async def started() -> None:
-            loop = AutomationLoop(client, tick=tick)
+            leadership = Leadership(client, ttl=lease_ttl)
+            loop = AutomationLoop(client, tick=tick, leadership=leadership)
             try:
                 # What it will do, asked now: a missing right is one line at start, not a failed action later.
                 missing = [f"{verb} {resource}" for verb, resource in NEEDED
@@ -61,7 +71,8 @@ def automation(
             except SchedulerError as err:
                 raise ServerError(f"automation cannot run: {err.code}: {err.message}") from None
             tasks.append(asyncio.create_task(loop.run(stop)))
-            print(f"automation ready (scheduler {scheduler_addr})", flush=True)
+            role = "leading" if leadership.leading else f"standing by, {leadership.holder_seen} leads"
+            print(f"automation ready (scheduler {scheduler_addr}; {leadership.holder}: {role})", flush=True)
 
         async def stopped() -> None:
             stop.set()

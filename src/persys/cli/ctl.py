@@ -31,6 +31,7 @@ from persys.cli import (
     listing_rows,
     logs_cmd,
     meter_cmds,
+    move_cmd,
     node_cmds,
     object_cmds,
     rollout_cmds,
@@ -695,6 +696,7 @@ def top(
 
 
 node_cmds.register(app)
+app.command("move")(move_cmd.move)
 app.add_typer(admin_app, name="admin")
 app.add_typer(meter_cmds.meter_app, name="meter")
 app.add_typer(policy_app, name="policy")

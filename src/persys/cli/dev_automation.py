@@ -18,13 +18,17 @@ AUTOMATION_GROUPS = ("persys:operators",)
 async def start_dev_automation(ca: ClusterCA, folder: Path, target: str, tick: float = 1.0
                                ) -> Callable[[], Awaitable[None]]:
     """Start the loop; returns what stops it (and closes its client)."""
+    from persys.automation.leadership import Leadership
     from persys.automation.loop import AutomationLoop
     from persys.client import SchedulerClient
 
     tls = ca.issue("automation", AUTOMATION_USER, groups=AUTOMATION_GROUPS, out=folder)
     client = SchedulerClient(target, tls)
     stop = asyncio.Event()
-    task = asyncio.create_task(AutomationLoop(client, tick=tick).run(stop), name="persys-automation")
+    # It takes the cluster's automation lease like any `persys automation`: one started beside
+    # `persys dev` against the same scheduler stands by instead of acting twice.
+    loop = AutomationLoop(client, tick=tick, leadership=Leadership(client))
+    task = asyncio.create_task(loop.run(stop), name="persys-automation")
 
     async def stopped() -> None:
         stop.set()

@@ -38,6 +38,7 @@ from persys.gateway.routes.exec_routes import exec_routes
 from persys.gateway.routes.health import health_routes
 from persys.gateway.routes.logs import log_routes
 from persys.gateway.routes.meter import meter_routes
+from persys.gateway.routes.move_routes import move_routes
 from persys.gateway.routes.nodes import node_routes
 from persys.gateway.routes.rollout import rollout_routes
 from persys.gateway.routes.streams import stream_routes
@@ -133,6 +134,7 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     app.include_router(terminal_routes(client, agent_tls))
     app.include_router(workload_routes(client, parser))
     app.include_router(whatif_routes(client, parser))  # what-if plans and counterfactuals
+    app.include_router(move_routes(client))  # one instance to another node
     app.include_router(agent_routes(client, agent_tls))
     app.include_router(log_routes(client, agent_tls))  # JSON, or SSE with follow=true
     app.include_router(node_routes(client))

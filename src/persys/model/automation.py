@@ -95,11 +95,39 @@ class Cooldown(Model):
     down_seconds: Seconds = 0
 
 
+class ScaleToZero(Model):
+    """KEDA's activation: the workload goes to zero replicas once the activation figure has been
+    at or below `activationThreshold` for `idleSeconds`, and comes back (to one, then the metric
+    scales it) once it is above. The figure is the activation workload's metric summed over its
+    instances (default: the policy's own workload and metric, which has no samples at zero: give
+    another workload, e.g. the queue or the proxy in front, to come back on its own)."""
+
+    activation_threshold: Annotated[Number, Field(ge=0, le=1e12)]
+    idle_seconds: Annotated[StrictInt, Field(ge=0, le=DAY)] = 300
+    activation_workload: WorkloadName | None = None
+    activation_metric: Literal["cpu", "memory"] | None = None
+
+
+class PrometheusSource(Model):
+    """A workload's own Prometheus metric: the endpoint it exposes (the text format), scraped by
+    the automation at each evaluation (bounded: `timeoutSeconds`, 1 MiB); the figure is the sum of
+    the samples of `name` whose labels include `labels`. A failed scrape keeps the last figure,
+    which goes stale after `staleAfterSeconds` (then the fallback)."""
+
+    url: Annotated[StrictStr, Field(max_length=2048, pattern=r"^https?://[^\s]+$")]
+    name: Annotated[StrictStr, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$")]
+    labels: Annotated[dict[str, Annotated[StrictStr, Field(max_length=200)]], Field(max_length=16)] = Field(
+        default_factory=dict)
+    timeout_seconds: Annotated[Number, Field(ge=0.1, le=10)] = 2
+
+
 class Autoscale(Model):
     workload: WorkloadName
-    metric: Literal["cpu", "memory"] = "cpu"
+    # cpu: % of one core per replica; memory: MiB per replica; prometheus: `prometheus.name` per replica.
+    metric: Literal["cpu", "memory", "prometheus"] = "cpu"
     target: Annotated[Number, Field(gt=0, le=1e9)]
-    min_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] = 1
+    # 0 only with scaleToZero: a workload at zero has no samples of its own to scale back on.
+    min_replicas: Annotated[StrictInt, Field(ge=0, le=10_000)] = 1
     max_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)]
     tolerance: Tolerance = Field(default_factory=Tolerance)
     stabilization: Stabilization = Field(default_factory=Stabilization)
@@ -109,9 +137,18 @@ class Autoscale(Model):
     stale_after_seconds: Annotated[StrictInt, Field(ge=5, le=DAY)] = 60
     fallback_replicas: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = None
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 15
+    scale_to_zero: ScaleToZero | None = None
+    prometheus: PrometheusSource | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscale:
+        if (self.metric == "prometheus") != (self.prometheus is not None):
+            raise ValueError("prometheus: the endpoint is required with metric prometheus, and only with it")
+        if self.min_replicas == 0 and self.scale_to_zero is None:
+            raise ValueError("minReplicas: 0 is allowed only with scaleToZero (activationThreshold: what brings "
+                             "the workload back)")
+        if self.scale_to_zero is not None and self.min_replicas != 0:
+            raise ValueError(f"scaleToZero: needs minReplicas 0 (it is {self.min_replicas})")
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"maxReplicas ({self.max_replicas}) is below minReplicas ({self.min_replicas})")
         if self.fallback_replicas is not None and not self.min_replicas <= self.fallback_replicas <= self.max_replicas:
@@ -119,15 +156,27 @@ class Autoscale(Model):
         return self
 
 
+class DiskFilling(Model):
+    """Relocate off a node whose disk Persys Intelligence forecasts full: cordon it (once) and
+    move its instances elsewhere, one per evaluation. Full: used >= `fullPercent` of the node's
+    disk; forecast: its 80 % interval's `lower` bound (or the `point` forecast) reaches that within
+    `withinHours`, from a forecast its backtest does not call unpredictable."""
+
+    within_hours: Annotated[Number, Field(gt=0, le=24 * 30)] = 24
+    full_percent: Annotated[Number, Field(gt=0, le=100)] = 95
+    bound: Literal["lower", "point"] = "lower"
+
+
 class Remediate(Model):
     """Cordon a node after repeated runtime failures (once); restart an instance whose health
-    check failed. Each action under its own rate limit."""
+    check failed; relocate off a node whose disk is filling. All under one rate limit."""
 
     cordon_after_failures: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
     failure_window_seconds: Annotated[StrictInt, Field(ge=10, le=DAY)] = 600
     restart_unhealthy: StrictBool = True
     max_actions_per_hour: Annotated[StrictInt, Field(ge=0, le=1000)] = 6
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 15
+    relocate_on_disk_filling: DiskFilling | None = None
 
 
 class Rebalance(Model):
@@ -140,6 +189,8 @@ class Rebalance(Model):
     max_moves_per_node: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
     max_moves_per_run: Annotated[StrictInt, Field(ge=0, le=1000)] = 2
     max_moves_per_hour: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
+    # Every rebalance policy's moves together, in the last hour: the cluster-wide eviction budget.
+    max_cluster_moves_per_hour: Annotated[StrictInt, Field(ge=0, le=10_000)] = 20
     hold_minutes: Annotated[StrictInt, Field(ge=0, le=24 * 60)] = 30
     interval_seconds: Annotated[StrictInt, Field(ge=1, le=3600)] = 60
 
@@ -218,13 +269,13 @@ class Outcome(StrEnum):
 
 
 HELD_BY = ("", "tolerance", "stabilization", "rate", "cooldown", "min", "max", "stale", "fallback", "budget",
-           "hold", "paused", "verify")
+           "hold", "paused", "verify", "lease", "idle")
 
 
 class Evidence(Model):
     """What a decision read: a meter query and its range, or a store object at a revision."""
 
-    source: Literal["meter", "store", "events"]
+    source: Literal["meter", "store", "events", "intelligence", "prometheus"]
     query: dict[str, StrictStr | StrictInt | StrictFloat] = Field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0
@@ -249,6 +300,7 @@ class Decision(Model):
     outcome: Outcome
     reason: Annotated[StrictStr, Field(max_length=1000)] = ""
     actor: StrictStr = ""  # the identity that recorded it (the automation's)
+    runner: Annotated[StrictStr, Field(max_length=200)] = ""  # the automation process (its lease holder id)
 
     @field_validator("held_by")
     @classmethod

@@ -83,6 +83,13 @@ class WorkloadStatus(Model):
     # The node whose agent last confirmed this instance gone (after its assignment there was
     # withdrawn): how the placing replica learns it without owning that node's agent.
     left_node: str = ""
+    # A move (`persysctl move`, the rebalance policy; scheduler.instance_move): the node it is
+    # being moved off (never placed back there) and the node the engine verified for it (tried
+    # first; any other node if that no longer fits); both cleared once placed. `moved_at` stays:
+    # the rebalance policy holds back what moved recently.
+    moving_off: str = ""
+    move_to: str = ""
+    moved_at: float = 0.0
     # Drift found between this instance's assignment and its agent's report: kind, the rule that
     # matched, the remediation, and since when (empty when in sync).
     drift: dict[str, Any] = Field(default_factory=dict)

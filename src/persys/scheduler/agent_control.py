@@ -38,7 +38,7 @@ from persys.model import (
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import node_admission, revisions, volume_rules, whatif_api
+from persys.scheduler import instance_move, node_admission, revisions, volume_rules, whatif_api
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -393,6 +393,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return self.s.workload_view(request.workload_id)
 
         return await self._document(context, control)
+
+    async def MoveInstance(self, request: pb.MoveInstanceRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        async def move() -> dict[str, Any]:
+            caller = CALLER.get(None)
+            return await instance_move.move(self.s, request.workload_id, request.instance, request.to_node,
+                                            caller.identity.principal if caller is not None else "", request.dry_run)
+
+        return await self._document(context, move)
 
     async def ListRevisions(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
         await self._as_client(context)

@@ -15,6 +15,7 @@ from persys.model.manifest import ManifestError
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.automation_api import AutomationApi
+from persys.scheduler.automation_lease import AutomationLease
 from persys.scheduler.grpc_status import dumps, mapped
 
 
@@ -27,6 +28,7 @@ class AutomationService(pb_grpc.AutomationServicer):
     def __init__(self, api: AutomationApi, limits: InputLimits | None = None) -> None:
         self.api = api
         self.limits = limits or InputLimits()
+        self.lease = AutomationLease(api.s)
 
     async def _name(self, context: grpc.aio.ServicerContext, name: str, field: str = "name") -> None:
         problem = policy_name_problem(name)
@@ -94,3 +96,10 @@ class AutomationService(pb_grpc.AutomationServicer):
         async with mapped(context):
             items = await self.api.list_decisions(request.policy, request.since, request.limit, request.outcome)
             return pb.ListDecisionsResponse(items=[dumps(d) for d in items])
+
+    async def AutomationLease(self, request: pb.AutomationLeaseRequest,  # noqa: N802
+                              context: grpc.aio.ServicerContext) -> pb.AutomationLeaseResponse:
+        async with mapped(context):
+            r = await self.lease.ask(request.holder, request.ttl_seconds, request.release, _caller())
+            return pb.AutomationLeaseResponse(held=r["held"], holder=r["holder"], acquired_at=r["acquiredAt"],
+                                              term=r["term"])

@@ -27,7 +27,9 @@ def failure_status(prev: WorkloadStatus | None, reason: str, message: str, now: 
     if prev is not None and (prev.phase, prev.reason, prev.message) == (Phase.PENDING, reason, message):
         return None
     return WorkloadStatus(phase=Phase.PENDING, reason=reason, message=message,
-                          volume_node=prev.volume_node if prev else "", updated_at=now)
+                          volume_node=prev.volume_node if prev else "", moving_off=prev.moving_off if prev else "",
+                          move_to=prev.move_to if prev else "", moved_at=prev.moved_at if prev else 0.0,
+                          updated_at=now)
 
 
 def unplaced(instances: Iterable[str], placement_of: Mapping[str, str]) -> list[str]:

@@ -13,7 +13,7 @@ from persys.model import WorkloadStatus
 from persys.model.volume import Volume
 from persys.model.workload import instance_id
 from persys.observability import tracing
-from persys.scheduler import failures, placement_tracing
+from persys.scheduler import failures, instance_move, placement_tracing
 from persys.scheduler import placement as pl
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Guard, Need, Write, put
@@ -125,12 +125,20 @@ class Placer:
         for n in needs:
             st = state.statuses.get(n.instance)
             pinned = st.value.volume_node if st and st.value.volume_node else None
-            requests.append(to_request(n.workload, n.instance, pinned, state.volumes))
+            requests.append(instance_move.moved_request(
+                to_request(n.workload, n.instance, pinned, state.volumes), st.value if st else None))
         decisions: list[pl.Decision] = []
         started_ns = time.time_ns() if tracing.enabled() else 0
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
+        # A moved instance whose verified destination no longer fits goes anywhere but where it
+        # came from (never left Pending for want of that one node).
+        for i, request in enumerate(requests):
+            if decisions[i].node_id is None and (retry := instance_move.unpinned(request, state.statuses.get(
+                    request.id))) is not None:
+                requests[i] = retry
+                decisions[i] = self.s.placement.place([retry])[0]
         self.s.metrics.decided(decisions)
         placed: list[Placed] = []
         attempts = 0  # each costs a fresh snapshot (O(nodes)): a few per pass, the rest retried later

@@ -54,6 +54,7 @@ def instance_view(state: Mirror, usage: Mapping[str, WorkloadUsage], inst: str) 
         "placement": placement_view(status.placement),
         "drift": status.drift,
         "updatedAt": status.updated_at,
+        "movedAt": status.moved_at,  # the last move (instance_move): 0 never
     }
 
 

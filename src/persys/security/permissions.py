@@ -79,6 +79,7 @@ RPC_RULES: dict[str, Rule] = {
     CONTROL + "ApplyWorkloads": _m("apply", "workloads"),
     CONTROL + "DeleteWorkload": _m("delete", "workloads"),
     CONTROL + "ControlWorkload": _m("control", "workloads"),
+    CONTROL + "MoveInstance": _m("move", "workloads"),
     CONTROL + "GetWorkload": _r("get", "workloads"),
     CONTROL + "PlanWorkload": _r("plan", "workloads"),
     CONTROL + "ExplainWorkload": _r("get", "workloads"),
@@ -145,6 +146,8 @@ RPC_RULES: dict[str, Rule] = {
     # each decision names the identity that recorded it, and its actions are audited as calls).
     AUTOMATION + "RecordDecisions": _r("record", "automation-decisions"),
     AUTOMATION + "ListDecisions": _r("list", "automation-decisions"),
+    # Taken and renewed every second by each `persys automation`: an event when it changes hands.
+    AUTOMATION + "AutomationLease": _r("lead", "automation"),
 }
 
 # REST routes anyone may call, without credentials: liveness and readiness (a load balancer's
@@ -169,6 +172,7 @@ REST_RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/v1/workloads/{workload_id}"): _m("delete", "workloads"),
     ("GET", "/v1/workloads/{workload_id}/revisions"): _r("get", "workloads"),
     ("POST", "/v1/workloads/{workload_id}/rollback"): _m("apply", "workloads"),
+    ("POST", "/v1/workloads/{workload_id}/instances/{instance}/move"): _m("move", "workloads"),
     ("POST", "/v1/workloads/{workload_id}/{action}"): _m("control", "workloads"),
     ("GET", "/v1/workloads/{workload_id}/logs"): _r("logs", "workloads"),
     # Done by an agent for the gateway, never seen by the scheduler: the gateway records them.

@@ -50,6 +50,7 @@ _VIEWER: frozenset[Grant] = frozenset({
 })
 _OPERATOR: frozenset[Grant] = _VIEWER | {
     ("apply", "workloads"), ("control", "workloads"), ("delete", "workloads"),
+    ("move", "workloads"),  # one instance to another node (scheduler.instance_move)
     ("exec", "workloads"), ("cp", "workloads"),  # inside a workload: its files, its secret env
     ("cordon", "nodes"), ("drain", "nodes"), ("label", "nodes"), ("taint", "nodes"), ("load-image", "nodes"),
     ("remove-image", "nodes"),
@@ -60,7 +61,7 @@ _OPERATOR: frozenset[Grant] = _VIEWER | {
     # Automation (docs/automation.md): its policies, its off switch, and the decisions it records
     # (the automation runs as an operator identity of its own).
     ("apply", "automation-policies"), ("delete", "automation-policies"), ("pause", "automation"),
-    ("record", "automation-decisions"),
+    ("record", "automation-decisions"), ("lead", "automation"),
 }
 _ADMIN: frozenset[Grant] = _OPERATOR | {
     ("delete", "nodes"), ("backup", "cluster"), ("restore", "cluster"), ("recover", "cluster"),

@@ -51,7 +51,7 @@ def placement_write(p: Placed, prev: WorkloadStatus | None, now: float, homes: S
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
         placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
-        relocating_from=p.moved_from, updated_at=now,
+        relocating_from=p.moved_from, moved_at=prev.moved_at if prev else 0.0, updated_at=now,
     )
     ident = f"{node_id}/{inst}"
     out = Write([Guard("workload", w.id, p.need.wrev), Guard("assignment", ident, 0)],
@@ -91,7 +91,9 @@ def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: floa
     # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
                           placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
-                          relocating_from=prev.relocating_from if prev else "", updated_at=now)
+                          relocating_from=prev.relocating_from if prev else "",
+                          moving_off=prev.moving_off if prev else "", move_to=prev.move_to if prev else "",
+                          moved_at=prev.moved_at if prev else 0.0, updated_at=now)
 
 
 def on_placed(m: Mirror, batch: Sequence[Placed], now: float) -> tuple[Effects, list[tuple[Placed, Exception]]]:

@@ -83,13 +83,7 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
     async def workload(request: Request, workload_id: str = WorkloadId) -> Response:
         return await dash.serve(request, lambda ctx: workload_page(ctx, workload_id))
 
-    @router.get("/ui/workloads/{workload_id}/logs")
-    async def logs(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: _logs_page(ctx, agent_tls, workload_id))
-
-    @router.get("/ui/workloads/{workload_id}/terminal")
-    async def terminal(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id))
+    _workload_subpages(router, dash, agent_tls)
 
     @router.get("/ui/apply")
     async def apply(request: Request) -> Response:
@@ -108,6 +102,22 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
                         ("/ui/audit", audit_page)):
         router.add_api_route(path, _page_route(dash, build), methods=["GET"])
     return router
+
+
+def _workload_subpages(router: APIRouter, dash: Dashboard, agent_tls: TLSFiles | None) -> None:
+    """A workload's logs, terminal (exec) and serial console (VMs) pages."""
+
+    @router.get("/ui/workloads/{workload_id}/logs")
+    async def logs(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: _logs_page(ctx, agent_tls, workload_id))
+
+    @router.get("/ui/workloads/{workload_id}/terminal")
+    async def terminal(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id))
+
+    @router.get("/ui/workloads/{workload_id}/console")
+    async def console(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id, console=True))
 
 
 def _page_route(dash: Dashboard, build: Callable[[Ctx], Awaitable[Page]]) -> Callable[[Request], Awaitable[Response]]:

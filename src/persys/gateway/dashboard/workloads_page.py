@@ -23,6 +23,7 @@ from persys.gateway.dashboard.web import Ctx, Refused
 PAGE_ROWS = 200
 TYPES = ("", "process", "container", "compose", "vm", "microvm")
 PHASES = ("", "Pending", "Scheduling", "Scheduled", "Starting", "Running", "Stopped", "Failed", "Succeeded")
+VM_TYPES = ("vm", "microvm")  # they have a serial console (no exec)
 KNOWN_REJECTION = ("node", "verdict", "code", "reason", "filter", "message", "score", "breakdown")
 
 
@@ -137,8 +138,11 @@ def _actions(ctx: Ctx, w: Mapping[str, Any]) -> Html:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/start", "Start"))
         else:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/stop", "Stop"))
-    if ctx.session.can("exec", "workloads"):
-        buttons.append(tag("a", "Terminal", href=f"/ui/workloads/{wid}/terminal", class_="button"))
+    if ctx.session.can("exec", "workloads"):  # a VM's serial console, or a shell in anything else
+        if w.get("type") in VM_TYPES:
+            buttons.append(tag("a", "Console", href=f"/ui/workloads/{wid}/console", class_="button"))
+        else:
+            buttons.append(tag("a", "Terminal", href=f"/ui/workloads/{wid}/terminal", class_="button"))
     if ctx.session.can("apply", "workloads"):
         buttons.append(tag("a", "Edit manifest", href=f"/ui/apply?from={wid}", class_="button"))
     if ctx.session.can("delete", "workloads"):
@@ -255,19 +259,32 @@ def plan_preview(plan: Mapping[str, Any], current: Mapping[str, Any] | None, new
     return join(parts)
 
 
-async def terminal_page(ctx: Ctx, wid: str) -> Page:
-    """A shell (or any command) on a TTY in the workload's first instance, in the browser: xterm.js
-    over the gateway's terminal WebSocket (/v1/workloads/NAME/terminal), authenticated by this
-    session and audited as `exec workloads` with the command line, as `persysctl exec -t` is."""
+async def terminal_page(ctx: Ctx, wid: str, console: bool = False) -> Page:
+    """In the browser, xterm.js over the gateway's WebSocket, authenticated by this session and
+    audited as `exec workloads` (as `persysctl exec -t` / `persysctl console` are):
+
+    - a terminal: a command (default `sh`) on a TTY in an instance (/v1/workloads/NAME/terminal);
+    - a console (VMs, microVMs): the guest's serial port (/v1/workloads/NAME/console), relayed by
+      the agent from whatever the runtime attaches to (libvirt's console stream, a QEMU chardev
+      socket); detaching leaves the guest running, one client at a time."""
     ctx.require("exec", "workloads")
     w = await ctx.client.get_workload(wid)
+    kind = str(w.get("type", ""))
+    if console and kind not in VM_TYPES:
+        raise Refused(409, f"{wid} is a {kind} workload: only VMs and microVMs have a serial console "
+                           "(its terminal runs a shell)")
     instances = [str(i.get("instance", "")) for i in w.get("instances") or []]
-    form = tag("form", tag("label", "Command", tag("input", name="command", id="term-command", value="sh",
-                                                    spellcheck="false")),
+    command = Html("") if console else tag("label", "Command", tag("input", name="command", id="term-command",
+                                                                    value="sh", spellcheck="false"))
+    form = tag("form", command,
                tag("label", "Instance", tag("select", join(tag("option", i, value=i) for i in instances),
                                             id="term-instance")),
                tag("button", "Connect", type="submit", id="term-connect"), class_="filters", id="term-form")
-    body = join((form, tag("p", "not connected", id="term-status", role="status", class_="muted"),
-                 tag("div", "", id="terminal", data_workload=wid, class_="terminal")))
-    return Page(f"Terminal: {w.get('name', wid)}", "workloads", [Section("term", body)],
-                scripts=("vendor/xterm.js", "terminal.js"), styles=("vendor/xterm.css",), inline_styles=True)
+    note = tag("p", "The guest's serial console: press Enter for a prompt. Leaving detaches; the VM keeps "
+                    "running.", class_="muted") if console else Html("")
+    body = join((form, note, tag("p", "not connected", id="term-status", role="status", class_="muted"),
+                 tag("div", "", id="terminal", data_workload=wid, data_mode="console" if console else "terminal",
+                     class_="terminal")))
+    return Page(f"{'Console' if console else 'Terminal'}: {w.get('name', wid)}", "workloads",
+                [Section("term", body)], scripts=("vendor/xterm.js", "terminal.js"), styles=("vendor/xterm.css",),
+                inline_styles=True)

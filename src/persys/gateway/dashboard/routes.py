@@ -20,6 +20,7 @@ from persys.gateway.dashboard.events_page import events_page
 from persys.gateway.dashboard.html import tag
 from persys.gateway.dashboard.layout import Page, Section
 from persys.gateway.dashboard.live import live_routes
+from persys.gateway.dashboard.log_follow import LogFollows
 from persys.gateway.dashboard.nodes_page import node_page, nodes_page, topology_page
 from persys.gateway.dashboard.overview_page import overview_page
 from persys.gateway.dashboard.signin import signin_routes
@@ -60,7 +61,7 @@ async def _logs_page(ctx: Ctx, agent_tls: TLSFiles | None, workload_id: str) -> 
 def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSFiles | None) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     router.include_router(signin_routes(dash))
-    router.include_router(live_routes(dash))
+    router.include_router(live_routes(dash, LogFollows(dash.client, agent_tls)))
     router.include_router(action_routes(dash, parser))
     assets = {name: _static(name) for name in STATIC_TYPES}  # read once: they ship with the package
 
@@ -81,7 +82,7 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
 
     @router.get("/ui/workloads/{workload_id}")
     async def workload(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: workload_page(ctx, workload_id))
+        return await dash.serve(request, lambda ctx: workload_page(ctx, workload_id, agent_tls))
 
     _workload_subpages(router, dash, agent_tls)
 

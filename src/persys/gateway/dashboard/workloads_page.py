@@ -18,9 +18,12 @@ from persys.gateway.dashboard.charts import usage_section
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, ago, badge, esc, join, link, table, tag
 from persys.gateway.dashboard.layout import Page, Section, action_button, csrf_field
+from persys.gateway.dashboard.log_follow import logs_section
 from persys.gateway.dashboard.web import Ctx, Refused
+from persys.tlsfiles import TLSFiles
 
 PAGE_ROWS = 200
+LOG_PAGE_LINES = 200
 TYPES = ("", "process", "container", "compose", "vm", "microvm")
 PHASES = ("", "Pending", "Scheduling", "Scheduled", "Starting", "Running", "Stopped", "Failed", "Succeeded")
 VM_TYPES = ("vm", "microvm")  # they have a serial console (no exec)
@@ -104,6 +107,34 @@ def placement_rows(rows: list[dict[str, Any]]) -> Html:
     return tag("div", tag("table", tag("thead", head), tag("tbody", *out), class_="placement"), class_="scroll")
 
 
+def _pending(w: Mapping[str, Any]) -> bool:
+    return w.get("phase") == "Pending" or any(i.get("phase") == "Pending" for i in w.get("instances") or [])
+
+
+def whatif_rows(whatif: Mapping[str, Any]) -> Html:
+    """Each Pending replica's smallest changes that would place it, cheapest first, each verified
+    by the engine on the changed snapshot (GET /v1/workloads/{id}/whatif)."""
+    parts = []
+    for rep in whatif.get("replicas") or []:
+        if not rep.get("pending"):
+            continue
+        changes = rep.get("changes") or []
+        rows = [(tag("strong", c.get("summary", "")), c.get("kind", ""), c.get("fits", ""),
+                 link(f"/ui/nodes/{c['landsOn']}", c["landsOn"]) if c.get("landsOn") else "-",
+                 f"{float(c.get('cost', 0)):.2f}") for c in changes]
+        parts.append(tag("h3", f"{rep.get('instance', '')}: what would place it"))
+        parts.append(table(("Change", "Kind", "Nodes that fit", "Would land on", "Cost"), rows,
+                           "No change found that would place it."))
+    return tag("div", *parts, class_="whatif") if parts else Html("")
+
+
+async def whatif_panel(ctx: Ctx, wid: str) -> Html:
+    try:
+        return whatif_rows(await ctx.client.what_if(wid))
+    except SchedulerError as err:
+        return tag("p", f"what-if refused: {err.message}", class_="error")
+
+
 async def placement_section(ctx: Ctx, w: Mapping[str, Any], node_ids: list[str]) -> Html:
     """The stored explanation of each replica, then a dry run of its spec now: every node's
     verdict (rejected with its reasons, feasible with its score)."""
@@ -114,6 +145,8 @@ async def placement_section(ctx: Ctx, w: Mapping[str, Any], node_ids: list[str])
                          rep.get("explanation", ""), _extra(rep, ("instance", "phase", "node", "explanation",
                                                                   "decision"))))
     parts.append(_extra(explained, ("workload", "replicas", "node")))
+    if _pending(w) and ctx.session.can("plan", "workloads"):
+        parts.append(await whatif_panel(ctx, str(w["id"])))
     if w.get("spec") and ctx.session.can("plan", "workloads"):
         try:
             plan = await ctx.client.plan(manifest_of(w))
@@ -194,7 +227,13 @@ def revisions_table(ctx: Ctx, wid: str, revisions: list[dict[str, Any]]) -> Html
     return table(("Generation", "Revision", "Created", "Change", ""), rows, "No revisions kept.")
 
 
-async def workload_page(ctx: Ctx, wid: str) -> Page:
+def part_wanted(ctx: Ctx, section: str) -> bool:
+    """Whether this request renders `section` (a whole page, or a live refresh naming it)."""
+    parts = ctx.arg("part")
+    return not parts or section in parts.split(",")
+
+
+async def workload_page(ctx: Ctx, wid: str, agent_tls: TLSFiles | None = None) -> Page:
     ctx.require("get", "workloads")
     w = await ctx.client.get_workload(wid)
     view = await ctx.cluster()
@@ -209,10 +248,14 @@ async def workload_page(ctx: Ctx, wid: str) -> Page:
         Section("revisions", revisions_table(ctx, wid, revisions), (topic,), "Revisions"),
         Section("events", event_table(events, "workload-events"), (), "Events"),
     ]
-    if ctx.session.can("logs", "workloads"):
-        sections.append(Section("logs", tag("p", tag("a", "Logs (last 200 lines)", href=f"/ui/workloads/{wid}/logs")),
-                                (), "Logs"))
-    return Page(f"Workload {w.get('name', wid)}", "workloads", sections, topics=("events", "workloads"),
+    topics: tuple[str, ...] = ("events", "workloads")
+    if ctx.session.can("logs", "workloads"):  # followed live: new lines come over the page's live connection
+        shown = await logs_section(ctx.client, agent_tls, wid) if part_wanted(ctx, "logs") else None
+        body = shown.html if shown else Html("")
+        more = tag("p", tag("a", f"Logs page (last {LOG_PAGE_LINES} lines)", href=f"/ui/workloads/{wid}/logs"))
+        sections.append(Section("logs", body + more, (), "Logs"))
+        topics += ("logs",) if shown and shown.followable else ()
+    return Page(f"Workload {w.get('name', wid)}", "workloads", sections, topics=topics,
                 subject=topic, last_event=str(events[-1]["id"]) if events else "")
 
 

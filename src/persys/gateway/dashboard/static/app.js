@@ -89,12 +89,42 @@
     });
   }
 
+  // Followed logs: lines [time, text] appended once each. A reconnect asks again from the page's
+  // time, so lines older than the newest shown, or of its very time and already shown, are dropped.
+  const MAX_LOG_LINES = 2000;
+  let logSame = null;
+
+  function appendLog(lines) {
+    const pre = document.getElementById("log-lines");
+    if (!pre) return;
+    if (logSame === null) logSame = new Set(JSON.parse(pre.dataset.logSame || "[]"));
+    let at = pre.dataset.logAt || "";
+    let text = "";
+    lines.forEach(([t, line]) => {
+      if (t && t < at) return;
+      if (t && t === at && logSame.has(line)) return;
+      if (t && t > at) { at = t; logSame = new Set(); }
+      logSame.add(line);
+      text += line + "\n";
+    });
+    if (!text) return;
+    pre.dataset.logAt = at;
+    const bottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 20;
+    pre.append(text);
+    const all = pre.textContent.split("\n");
+    if (all.length > MAX_LOG_LINES + 1) pre.textContent = all.slice(all.length - MAX_LOG_LINES - 1).join("\n");
+    if (bottom) pre.scrollTop = pre.scrollHeight;
+    body.dataset.logLines = String(Number(body.dataset.logLines || "0") + lines.length);
+  }
+
   function connect() {
     if (!topics.length) { setState("off"); return; }
     const params = new URLSearchParams({ topics: topics.join(",") });
     if (body.dataset.subject) params.set("subject", body.dataset.subject);
     if (last) params.set("last", last);
     if (body.dataset.version) params.set("version", body.dataset.version);
+    const logs = document.getElementById("log-lines");
+    if (logs && topics.includes("logs")) params.set("logsince", logs.dataset.logAt || "");
     source = new EventSource("/ui/live?" + params.toString());
     setState("connecting");
     source.onopen = () => { setState("live"); retryMs = 1000; };
@@ -124,6 +154,11 @@
         touched(new Set(d.topics));
       }
       if (d.version !== undefined) body.dataset.version = String(d.version);
+    });
+    source.addEventListener("log", (m) => appendLog(JSON.parse(m.data).lines));
+    source.addEventListener("logend", (m) => {
+      const state = document.getElementById("log-state");
+      if (state) { state.textContent = "not following: " + JSON.parse(m.data).reason; state.dataset.state = "ended"; }
     });
     source.addEventListener("gap", (m) => {
       const d = JSON.parse(m.data);

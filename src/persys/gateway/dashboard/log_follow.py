@@ -2,10 +2,11 @@
 
 The page shows the last LOG_LINES lines of the first instance's output, each with the time the
 agent gives it (`timestamps`), and remembers the newest time shown. The live connection then asks
-the agent to follow from that time (StreamLogs, `since`), at most FOLLOW_TAIL lines of catch-up;
-each complete line goes to the browser as `event: log` with its time. The browser drops lines
-older than the newest it shows, and those of that very time it already shows, so a reconnect
-(which asks again from the page's time) repeats nothing. Bounded: one agent stream per live
+the agent to follow from a little before that time (StreamLogs, `since`: RESUME_MARGIN earlier,
+at most FOLLOW_TAIL lines of catch-up); each complete line goes to the browser as `event: log`
+with its time. The newest lines' times are not stable (a file's output is timed by when the agent
+first noted it, within a tick), so the browser aligns each new stream on the text: it skips what
+comes up to the last lines it shows (static/app.js), and a reconnect repeats nothing. Bounded: one agent stream per live
 connection, FOLLOWS_PER_CALLER per user and FOLLOWS_TOTAL per gateway; a line longer than
 MAX_LINE characters is cut; lines are sent in batches of at most BATCH_LINES.
 """
@@ -32,6 +33,7 @@ from persys.tlsfiles import TLSFiles
 
 LOG_LINES = 100
 FOLLOW_TAIL = 500
+RESUME_MARGIN = 2.0  # seconds: the agent's times of the newest output move by up to a tick (1 s)
 MAX_LINE = 4000
 BATCH_LINES = 200
 FOLLOWS_PER_CALLER = 8
@@ -50,12 +52,12 @@ def split_stamped(line: str) -> tuple[str, str]:
 
 
 def seconds_of(stamp: str) -> float:
-    """The agent's `since` (seconds) for a canonical time: a little before it (the browser drops
-    what it already shows), 0.0 for none."""
+    """The agent's `since` (seconds) for a canonical time: RESUME_MARGIN before it (the browser
+    skips what it already shows), 0.0 for none."""
     if not stamp:
         return 0.0
     whole = dt.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
-    return whole + int(stamp[20:29]) / 1e9 - 1e-6
+    return max(0.0, whole + int(stamp[20:29]) / 1e9 - RESUME_MARGIN)
 
 
 class LineBuffer:
@@ -98,12 +100,11 @@ async def logs_section(client: SchedulerClient, agent_tls: TLSFiles | None, wid:
     at = max((s for s, _ in lines), default="")
     if not at:  # nothing shown yet: follow from now
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000000000Z")
-    same = [t for s, t in lines if s == at]
     body = "\n".join(t for _, t in lines)
     return Shown(tag("p", f"{target.instance} on {target.node}: the last {LOG_LINES} lines, then new ones as "
                           "they are written", class_="muted", id="log-state") +
                  tag("pre", body + ("\n" if body else ""), class_="logs", id="log-lines", data_log_at=at,
-                     data_log_same=json.dumps(same[-50:]), tabindex="0", aria_label="output"), True)
+                     tabindex="0", aria_label="output"), True)
 
 
 class LogFollows:

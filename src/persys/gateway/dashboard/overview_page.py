@@ -4,6 +4,9 @@ view (cluster_view), so the page costs the same at 5,000 nodes as at 5 (bench/da
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from persys.gateway.dashboard import figures
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, badge, esc, join, mib, tag
@@ -51,16 +54,42 @@ def health_card(h: dict[str, object]) -> Html:
                tag("dl", *(tag("div", tag("dt", k), tag("dd", v)) for k, v in rows)), class_="card")
 
 
+def shards_card(h: dict[str, object]) -> Html:
+    """Which replica is active and, sharded, every member of the shard map with the nodes it owns
+    (their agents, liveness and statuses); placement stays with the active one."""
+    leader = str(h.get("leader") or "")
+    given = h.get("shards")
+    members: list[dict[str, object]] = [m for m in given if isinstance(m, dict)] if isinstance(given, list) else []
+    if not h.get("sharded") or not members:
+        note = "not sharded: the active replica serves every node" + (f" ({leader})" if leader else "")
+        return tag("div", tag("h3", "Shards"), tag("p", note, class_="muted"), class_="card", id="shards")
+    rows = []
+    for m in members:
+        rid, addr = str(m.get("replica", "")), str(m.get("address", ""))
+        roles = [r for r, yes in (("active", addr and addr == leader), ("answered", rid == h.get("replicaId")))
+                 if yes]
+        rows.append(tag("tr", tag("th", rid, *(join((" ", badge(r))) for r in roles), scope="row"),
+                        tag("td", addr or "-"), tag("td", m.get("nodes", 0)), data_replica=rid))
+    head = tag("tr", *(tag("th", x, scope="col") for x in ("Replica", "Address", "Nodes")))
+    return tag("div", tag("h3", f"Shards ({len(rows)} replicas)"),
+               tag("div", tag("table", tag("thead", head), tag("tbody", *rows), class_="shards"), class_="scroll"),
+               class_="card", id="shards")
+
+
+async def _nothing() -> dict[str, Any]:
+    return {}
+
+
 async def overview_page(ctx: Ctx) -> Page:
-    view = await ctx.cluster()
-    health = await ctx.client.health() if ctx.session.can("get", "health") else {}
-    o = figures.overview(view.nodes.values(), view.workloads.values())
-    cards = tag("div", health_card(health) if health else Html(""),
+    # The two scheduler calls at once, while the live view answers the rest from memory.
+    asked = ctx.client.health() if ctx.session.can("get", "health") else _nothing()
+    view, health, events = await asyncio.gather(ctx.cluster(), asked, recent(ctx, 20))
+    o = view.overview()
+    cards = tag("div", health_card(health) if health else Html(""), shards_card(health) if health else Html(""),
                 counts(f"Nodes ({o.nodes})", o.nodes_by_status, "/ui/nodes", "status"),
                 counts(f"Workloads ({o.workloads})", o.workloads_by_phase, "/ui/workloads", "phase"), class_="grid")
     capacity = tag("div", meter("CPU", o.cpu, "m"), meter("Memory", o.memory, "MiB"), meter("Disk", o.disk, "MiB"),
                    class_="card")
-    events = await recent(ctx, 20)
     return Page("Overview", "overview", [
         Section("summary", cards, ("workloads", "nodes")),
         Section("capacity", capacity, ("workloads", "nodes"), "Capacity"),

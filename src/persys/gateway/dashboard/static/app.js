@@ -89,25 +89,28 @@
     });
   }
 
-  // Followed logs: lines [time, text] appended once each. A reconnect asks again from the page's
-  // time, so lines older than the newest shown, or of its very time and already shown, are dropped.
+  // Followed logs: lines [time, text] appended once each. The agent's times for the newest output
+  // are not stable (a file's lines are timed by when the agent first noted them), so each new
+  // stream is asked from a little before the newest line shown and aligned on the text: its lines
+  // are held until the last lines shown are found among them (then only what follows is shown),
+  // or, failing that, until one is clearly newer, 600 are held or the stream is quiet for 1.5 s
+  // (then those not older than the newest shown are).
   const MAX_LOG_LINES = 2000;
-  let logSame = null;
+  const ALIGN_ON = 3;
+  let shownTail = null;
+  let aligning = false;
+  let held = [];
+  let alignTimer = null;
 
-  function appendLog(lines) {
+  function ms(t) { return Date.parse(t.slice(0, 23) + "Z"); }
+
+  function show(lines) {
     const pre = document.getElementById("log-lines");
-    if (!pre) return;
-    if (logSame === null) logSame = new Set(JSON.parse(pre.dataset.logSame || "[]"));
+    if (!pre || !lines.length) return;
     let at = pre.dataset.logAt || "";
     let text = "";
-    lines.forEach(([t, line]) => {
-      if (t && t < at) return;
-      if (t && t === at && logSame.has(line)) return;
-      if (t && t > at) { at = t; logSame = new Set(); }
-      logSame.add(line);
-      text += line + "\n";
-    });
-    if (!text) return;
+    lines.forEach(([t, line]) => { if (t > at) at = t; text += line + "\n"; shownTail.push(line); });
+    shownTail = shownTail.slice(-ALIGN_ON);
     pre.dataset.logAt = at;
     const bottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 20;
     pre.append(text);
@@ -115,6 +118,46 @@
     if (all.length > MAX_LOG_LINES + 1) pre.textContent = all.slice(all.length - MAX_LOG_LINES - 1).join("\n");
     if (bottom) pre.scrollTop = pre.scrollHeight;
     body.dataset.logLines = String(Number(body.dataset.logLines || "0") + lines.length);
+  }
+
+  function giveUp() {
+    const pre = document.getElementById("log-lines");
+    const at = (pre && pre.dataset.logAt) || "";
+    aligning = false;
+    clearTimeout(alignTimer);
+    const rest = held.filter(([t]) => !t || t >= at);
+    held = [];
+    show(rest);
+  }
+
+  function align() {
+    const k = shownTail.length;
+    for (let i = held.length - 1; i >= k - 1 && k > 0; i--) {
+      let same = true;
+      for (let j = 0; j < k && same; j++) same = held[i - k + 1 + j][1] === shownTail[j];
+      if (same) {
+        const rest = held.slice(i + 1);
+        held = [];
+        aligning = false;
+        clearTimeout(alignTimer);
+        show(rest);
+        return;
+      }
+    }
+    const pre = document.getElementById("log-lines");
+    const at = ms((pre && pre.dataset.logAt) || "1970-01-01T00:00:00.000Z");
+    if (!k || held.length > 600 || held.some(([t]) => t && ms(t) > at + 3000)) { giveUp(); return; }
+    clearTimeout(alignTimer);
+    alignTimer = setTimeout(giveUp, 1500);
+  }
+
+  function appendLog(lines) {
+    const pre = document.getElementById("log-lines");
+    if (!pre) return;
+    if (shownTail === null) shownTail = pre.textContent.split("\n").filter((x, i, a) => i < a.length - 1).slice(-ALIGN_ON);
+    if (!aligning) { show(lines); return; }
+    held = held.concat(lines);
+    align();
   }
 
   function connect() {
@@ -127,7 +170,7 @@
     if (logs && topics.includes("logs")) params.set("logsince", logs.dataset.logAt || "");
     source = new EventSource("/ui/live?" + params.toString());
     setState("connecting");
-    source.onopen = () => { setState("live"); retryMs = 1000; };
+    source.onopen = () => { setState("live"); retryMs = 1000; aligning = true; held = []; };
     source.onerror = () => {
       if (source.readyState === EventSource.CLOSED) {  // refused (not a drop): try again ourselves
         setState("offline");

@@ -1,7 +1,9 @@
-"""A VM's serial console in the browser: a tiny libvirt/QEMU guest (TCG here, no KVM) on a
-`persys dev` node, its workload page's Console (xterm.js over /v1/workloads/NAME/console, the
-agent relaying libvirt's console stream), the guest's output seen in the page and a line typed
-into its shell answered. Audited as the operator; a viewer gets no console.
+"""A VM's and a microVM's serial console in the browser: a tiny libvirt/QEMU guest and a QEMU
+microvm guest (TCG here, no KVM: Firecracker cannot run) on a `persys dev` node; each workload
+page's Console (xterm.js over /v1/workloads/NAME/console, the agent relaying libvirt's console
+stream or the microVM's QEMU chardev socket: the same page, the same WebSocket), the guest's
+output seen in the page and a line typed into its shell answered. Audited as the operator; a
+viewer gets no console.
 
 Its own cluster: QEMU runs as libvirt-qemu and must reach the VM's files, so the cluster's home
 is under /var/tmp (pytest's tmp dirs are 0700), with the guest's images linked into its data dir
@@ -22,28 +24,93 @@ import pytest
 
 from tests.e2e.harness import eventually
 from tests.gateway.dashboard.browser import Browser, Dev, dev_cluster, goto, shot, sign_in
+from tests.microvm_fixtures import READY_MARKER, GuestImages, microvm_guest  # noqa: F401
 from tests.vm_fixtures import GUEST_READY, TestGuest, linked_into, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 
 
 @pytest.fixture(scope="module")
-def vm_dev(test_guest: TestGuest) -> Iterator[tuple[Dev, TestGuest]]:  # noqa: F811
+def vm_dev(test_guest: TestGuest, microvm_guest: GuestImages  # noqa: F811
+           ) -> Iterator[tuple[Dev, TestGuest, GuestImages]]:
     root = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="persys-dash-console-"))
     root.chmod(0o755)
     try:
         images = root / "home" / "dev" / "images"
         images.mkdir(parents=True)
-        moved = {f: linked_into(v, images, f"{f}-{v.name}") for f, v in vars(test_guest).items()
-                 if isinstance(v, Path) and v.is_file()}
+
+        def placed(guest: Any, where: str) -> Any:
+            (images / where).mkdir()
+            files = {f: v for f, v in vars(guest).items() if isinstance(v, Path) and v.is_file()}
+            return dataclasses.replace(guest, **{f: linked_into(v, images / where, f"{f}-{v.name}")
+                                                 for f, v in files.items()})
+
+        vm, micro = placed(test_guest, "vm"), placed(microvm_guest, "microvm")
         with dev_cluster(root, "--node-id", "vm-node") as dev:
-            yield dev, dataclasses.replace(test_guest, **moved)
+            yield dev, vm, micro
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_vm_console_in_the_browser(vm_dev: tuple[Dev, TestGuest]) -> None:
-    dev, guest = vm_dev
+def test_microvm_console_in_the_browser(vm_dev: tuple[Dev, TestGuest, GuestImages]) -> None:
+    dev, _, guest = vm_dev
+    dev.apply(f"""
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {{name: console-micro, labels: {{suite: dashboard}}}}
+spec:
+  type: microvm
+  resources: {{cpuMillicores: 500, memoryMb: 160}}
+  microvm:
+    kernel: {guest.kernel}
+    initrd: {guest.initrd}
+    rootfs: {guest.rootfs}
+    cmdline: "console=ttyS0 quiet pci=off"
+    memoryMb: 128
+""")
+    t0 = time.monotonic()
+    with dev.api() as c:
+        eventually(lambda: READY_MARKER in c.get("/v1/workloads/console-micro/logs",
+                                                 params={"tail": 200}).json()["text"], 240, "the microVM's shell")
+    print(f"microVM booted to its shell in {time.monotonic() - t0:.1f}s")
+    token = uuid.uuid4().hex[:8]
+    browser = Browser()
+    try:
+        ctx = browser.context()
+        page = ctx.new_page()
+        sign_in(page, dev.url, dev.tokens["operator"], "/ui/workloads/console-micro")
+        _type_on_the_console(page, "console-micro", f"echo mic-{token}-$((6*7))\n", f"mic-{token}-42")
+        shot(page, "console-microvm")
+        ctx.close()
+    finally:
+        browser.close()
+    assert browser.outside == [], f"requests to non-local addresses: {browser.outside}"
+    dev.delete("console-micro")
+
+
+def _type_on_the_console(page: Any, name: str, line: str, wanted: str) -> None:
+    """Open the workload's console from its page, type `line` until the guest's answer shows."""
+    assert page.locator(f"a[href='/ui/workloads/{name}/terminal']").count() == 0  # a VM: no exec
+    page.click(f"a[href='/ui/workloads/{name}/console']")
+    page.wait_for_selector("#terminal .xterm")
+    assert page.locator("#term-command").count() == 0  # a console runs no command
+    page.click("#term-connect")
+    page.wait_for_selector("#term-status[data-state=connected]", timeout=30_000)
+    page.locator("#terminal .xterm").click()
+    rows = "#terminal .xterm-rows"
+
+    def answered() -> bool:  # typed again until the guest's shell answers
+        if wanted in page.inner_text(rows):
+            return True
+        page.keyboard.type(line)
+        page.wait_for_timeout(2000)
+        return wanted in page.inner_text(rows)
+
+    eventually(answered, 90, "the guest's answer in the browser")
+
+
+def test_vm_console_in_the_browser(vm_dev: tuple[Dev, TestGuest, GuestImages]) -> None:
+    dev, guest, _ = vm_dev
     token = uuid.uuid4().hex[:8]
     dev.apply(f"""
 apiVersion: persys.dev/v1
@@ -71,24 +138,7 @@ spec:
         ctx = browser.context()
         page = ctx.new_page()
         sign_in(page, dev.url, dev.tokens["operator"], "/ui/workloads/console-vm")
-        assert page.locator("a[href='/ui/workloads/console-vm/terminal']").count() == 0  # a VM: no exec
-        page.click("a[href='/ui/workloads/console-vm/console']")
-        page.wait_for_selector("#terminal .xterm")
-        assert page.locator("#term-command").count() == 0  # a console runs no command
-        page.click("#term-connect")
-        page.wait_for_selector("#term-status[data-state=connected]", timeout=30_000)
-        page.locator("#terminal .xterm").click()
-        rows = "#terminal .xterm-rows"
-
-        def answered(line: str, wanted: str) -> bool:  # typed again until the guest's shell answers
-            if wanted in page.inner_text(rows):
-                return True
-            page.keyboard.type(line)
-            page.wait_for_timeout(2000)
-            return wanted in page.inner_text(rows)
-
-        eventually(lambda: answered(f"echo con-{token}-$((6*7))\n", f"con-{token}-42"), 60,
-                   "the guest's answer in the browser")
+        _type_on_the_console(page, "console-vm", f"echo con-{token}-$((6*7))\n", f"con-{token}-42")
         shot(page, "console")
         # Leaving detaches; the VM keeps running, and the console can be opened again.
         goto(page, dev.url + "/ui/workloads/console-vm")

@@ -95,11 +95,11 @@ def main() -> None:
         t0 = time.monotonic()
         for at in range(0, args.workloads, args.batch):
             batch = [manifest(i) for i in range(at, min(at + args.batch, args.workloads))]
-            for attempt in range(10):  # a busy scheduler's deadline: the batch again (applies are idempotent)
+            for attempt in range(30):  # a busy scheduler's deadline: the batch again (applies are idempotent)
                 r = admin.post("/v1/workloads:batch", json=batch)
-                if r.status_code < 500 or attempt == 9:
+                if r.status_code < 500 or attempt == 29:
                     break
-                time.sleep(2)
+                time.sleep(5)
             assert r.status_code == 200, r.text[:500]
         eventually(lambda: admin.get("/v1/health").json().get("workloads", 0) >= args.workloads, 900,
                    f"{args.workloads} workloads")

@@ -5,12 +5,15 @@ view (cluster_view), so the page costs the same at 5,000 nodes as at 5 (bench/da
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from persys.gateway.dashboard import figures
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, badge, esc, join, mib, tag
 from persys.gateway.dashboard.layout import Page, Section
+from persys.gateway.dashboard.stale import Answer
 from persys.gateway.dashboard.web import Ctx
 
 
@@ -50,6 +53,9 @@ def health_card(h: dict[str, object]) -> Html:
             ("Sharded", f"yes: this replica owns {h.get('ownedNodes', 0)} nodes" if h.get("sharded") else "no"),
             ("Store", f"{h.get('storeBackend', '?')} {'ok' if h.get('storeOk') else 'NOT OK'}"),
             ("Events", "ok" if h.get("eventsOk") else "NOT OK")]
+    ago_s = float(h.get("askedSecondsAgo", 0) or 0)  # type: ignore[arg-type]
+    if ago_s >= 2:  # a copy, the scheduler being slow to answer (stale.py)
+        rows.append(("As of", f"{ago_s:.0f} s ago"))
     return tag("div", tag("h3", "Control plane"),
                tag("dl", *(tag("div", tag("dt", k), tag("dd", v)) for k, v in rows)), class_="card")
 
@@ -76,14 +82,23 @@ def shards_card(h: dict[str, object]) -> Html:
                class_="card", id="shards")
 
 
-async def _nothing() -> dict[str, Any]:
-    return {}
+async def _nothing() -> Answer[dict[str, Any]]:
+    return Answer({}, 0.0)
+
+
+async def _none() -> Answer[list[Mapping[str, object]]]:
+    return Answer([], 0.0)
 
 
 async def overview_page(ctx: Ctx) -> Page:
-    # The two scheduler calls at once, while the live view answers the rest from memory.
-    asked = ctx.client.health() if ctx.session.can("get", "health") else _nothing()
-    view, health, events = await asyncio.gather(ctx.cluster(), asked, recent(ctx, 20))
+    # The two scheduler calls at once, and not waited for long when a copy of under a minute is at
+    # hand (stale.py): a busy scheduler took seconds; the live view answers the rest from memory.
+    asked = ctx.dash.health_copy.get(ctx.client.health) if ctx.session.can("get", "health") else _nothing()
+    last = ctx.dash.events_copy.get(lambda: recent(ctx, 20)) if ctx.session.can("list", "events") else _none()
+    view, health_answer, events_answer = await asyncio.gather(ctx.cluster(), asked, last)
+    health, events = health_answer.value, events_answer.value
+    if health:
+        health = {**health, "askedSecondsAgo": health_answer.age(time.monotonic())}
     o = view.overview()
     cards = tag("div", health_card(health) if health else Html(""), shards_card(health) if health else Html(""),
                 counts(f"Nodes ({o.nodes})", o.nodes_by_status, "/ui/nodes", "status"),

@@ -53,10 +53,11 @@ def main() -> None:
         r = ui.get(args.path)
         took.append((time.perf_counter() - t0) * 1000)
         assert r.status_code == 200, r.text[:300]
-    h = admin.get("/v1/health").json()
+    h = admin.get("/v1/health").json()  # the size, as far as a busy scheduler answers in time
     took.sort()
     load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"GET {args.path} x{args.runs} at {h['nodesReady']} nodes Ready, {h['workloads']} workloads: median "
+    print(f"GET {args.path} x{args.runs} at {h.get('nodesReady', '?')} nodes Ready, {h.get('workloads', '?')} "
+          "workloads: median "
           f"{statistics.median(took):.1f} ms, p90 {took[int(len(took) * 0.9) - 1]:.1f} ms, max {took[-1]:.1f} ms "
           f"(load average {' '.join(load)})")
 

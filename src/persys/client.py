@@ -472,6 +472,7 @@ class SchedulerClient:
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,
                 "sharded": h.sharded, "ownedNodes": h.owned_nodes, "liveness": _liveness_doc(h.liveness),
+                "shards": [{"replica": m.replica, "address": m.address, "nodes": m.nodes} for m in h.shards],
                 "decisionLatency": {"decisions": h.decisions_sampled, "p50Ms": h.decision_p50_ms,
                                     "p99Ms": h.decision_p99_ms, "maxMs": h.decision_max_ms},
                 "eventsDropped": h.events_dropped, "eventsLastDropAt": h.events_last_drop_at,

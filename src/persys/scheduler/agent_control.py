@@ -493,6 +493,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             mirror_lag=h["mirror"]["lag"], watch=h["mirror"]["watch"],
             compaction_recoveries=h["mirror"]["compactionRecoveries"],
             dependencies=[pb.DependencyHealth(**d) for d in h["dependencies"]],
+            shards=[pb.ShardMember(**m) for m in h.get("shards", [])],
         )
 
     # ---------------------------------------------------------------- node operations

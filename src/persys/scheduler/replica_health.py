@@ -18,6 +18,7 @@ from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.shards import SpreadCache
 from persys.scheduler.state import ClusterState
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StateStore
@@ -50,6 +51,19 @@ class HealthSource(Protocol):
     def owns(self, node_id: str) -> bool: ...
     def liveness_view(self) -> dict[str, Any]: ...
     def meter_view(self) -> dict[str, Any]: ...
+
+
+_SPREAD = SpreadCache()
+
+
+def shard_rows(s: HealthSource) -> list[dict[str, Any]]:
+    """Sharded mode: every member of the shard map, its address and how many nodes it owns (the
+    dashboard's overview); empty otherwise (the active replica serves every node)."""
+    if not s.config.sharded:
+        return []
+    members, rev = s.state.shards
+    counts = _SPREAD.get(s.state.nodes, len(s.state.nodes), members, rev, time.monotonic())
+    return [{"replica": m, "address": s.state.replicas.get(m, ""), "nodes": counts.get(m, 0)} for m in members]
 
 
 def _problems(s: HealthSource, liveness: dict[str, Any]) -> list[str]:
@@ -125,6 +139,7 @@ async def health(s: HealthSource) -> dict[str, Any]:
         "electedAt": s.elected_at_wall,
         "sharded": s.config.sharded,
         "ownedNodes": sum(1 for n in s.state.nodes if s.owns(n)),
+        "shards": shard_rows(s),
         "mode": mode,
         "storeOk": store_ok,
         "eventsOk": events_ok,

@@ -233,6 +233,14 @@ class DependencyView(View):
     configured: bool = True
 
 
+class ShardMemberView(View):
+    """Sharded mode: a member of the shard map, its address, how many nodes it owns."""
+
+    replica: str
+    address: str
+    nodes: int
+
+
 class Health(View):
     """A replica's health: leadership, mode, store, events, mirror, liveness guard."""
 
@@ -255,6 +263,7 @@ class Health(View):
     mirror: MirrorView
     liveness: LivenessView
     dependencies: list[DependencyView] = []
+    shards: list[ShardMemberView] = []
 
 
 class WhatIfOutcome(BaseModel):

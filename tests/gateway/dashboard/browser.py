@@ -74,12 +74,14 @@ def process_manifest(name: str, memory_mb: int = 16, cpu: int = 10) -> str:
 
 
 @contextlib.contextmanager
-def dev_cluster(tmp: Path) -> Iterator[Dev]:
+def dev_cluster(tmp: Path, *args: str) -> Iterator[Dev]:
+    """`persys dev` with the three nodes of NODES, or with `args` instead (then its data lives in
+    `tmp`/home, which a VM's QEMU must be able to reach)."""
     home = tmp / "home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     env = {"PERSYS_HOME": str(home)}
-    proc = Proc("dev", persys("dev", "--port", "0", "--data-dir", str(tmp / "data"), "--nodes", str(NODES)),
-                tmp, env=env)
+    where = args or ("--data-dir", str(tmp / "data"), "--nodes", str(NODES))
+    proc = Proc("dev", persys("dev", "--port", "0", *where), tmp, env=env)
     try:
         proc.wait_for("Press Ctrl-C to stop.", timeout=90)
         m = re.search(r"dashboard:\s+(https://127\.0\.0\.1:\d+)/", proc.text())

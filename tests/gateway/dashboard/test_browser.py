@@ -203,6 +203,16 @@ def test_pending_workload_shows_every_nodes_reasons(dev: Dev, page_as: Any) -> N
     assert "taint" in rows["gpu"] and "gpu=true" in rows["gpu"]
     assert "0/3 nodes available" in text(page, "#placement")
     shot(page, "workload-pending", full=True)
+    # The counterfactual: the smallest verified changes that would place it, as the API gives them.
+    with dev.api() as c:
+        whatif = c.get("/v1/workloads/too-big/whatif").json()
+    changes = [ch for rep in whatif["replicas"] for ch in rep["changes"]]
+    assert changes, whatif
+    panel = text(page, "#placement .whatif")
+    assert all(ch["summary"] in panel for ch in changes), (panel, changes)
+    assert "what would place it" in panel
+    page.locator("#placement .whatif").scroll_into_view_if_needed()
+    shot(page, "workload-whatif")
 
 
 def test_viewer_sees_no_mutating_control_and_a_forged_post_is_refused(dev: Dev, page_as: Any) -> None:
@@ -401,3 +411,45 @@ def test_usage_charts_from_the_meter(dev: Dev, page_as: Any) -> None:
     shot(page, "workload-usage", full=True)
     goto(page, dev.url + "/ui/nodes/big?range=15m")
     eventually(lambda: page.reload() or page.locator("#usage svg.chart polyline").count() >= 1, 60, "node usage")
+
+
+TICKER = """
+apiVersion: persys.dev/v1
+kind: Workload
+metadata: {name: ticker, labels: {suite: dashboard}}
+spec:
+  type: process
+  resources: {cpuMillicores: 10, memoryMb: 16}
+  process: {command: [sh, -c, "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.3; done"]}
+"""
+
+
+def test_logs_follow_live_on_the_workload_page(dev: Dev, page_as: Any) -> None:
+    dev.apply(TICKER)
+    eventually(lambda: dev.workload("ticker")["phase"] == "Running", 30, "ticker Running")
+    page = page_as("viewer", "/ui/workloads/ticker")
+    live(page)
+    page.evaluate("window.__notReloaded = true")
+
+    def ticks() -> list[int]:
+        return [int(x[5:]) for x in text(page, "#log-lines").split() if x.startswith("tick-")]
+
+    first = ticks()
+    t0 = time.monotonic()
+    eventually(lambda: len(ticks()) >= len(first) + 5, 30, "new lines appended live")
+    print(f"5 new lines shown {time.monotonic() - t0:.2f}s after the page was live")
+    assert page.evaluate("window.__notReloaded === true")
+    # Dropped and resumed: the lines written meanwhile come once each, none lost.
+    page.evaluate("persysLive.drop()")
+    seen = len(ticks())
+    page.wait_for_timeout(1500)
+    assert len(ticks()) == seen  # not following while dropped
+    page.evaluate("persysLive.resume()")
+    live(page)
+    eventually(lambda: len(ticks()) >= seen + 10, 30, "following again")
+    shown = ticks()
+    assert len(shown) == len(set(shown)), [t for t in shown if shown.count(t) > 1]  # each once
+    assert shown == list(range(shown[0], shown[-1] + 1)), shown  # none lost
+    page.evaluate("document.getElementById('logs').scrollIntoView()")
+    shot(page, "workload-logs-live")
+    dev.delete("ticker")

@@ -42,35 +42,63 @@ def node_status(n: Mapping[str, Any]) -> str:
 
 
 def overview(nodes: Iterable[Mapping[str, Any]], workloads: Iterable[Mapping[str, Any]]) -> Overview:
-    by_status: Counter[str] = Counter()
-    cpu = [0, 0, 0]
-    mem = [0, 0, 0]
-    disk = [0, 0, 0]
-    count = 0
-    for n in nodes:
-        count += 1
-        by_status[node_status(n)] += 1
-        caps = n.get("capabilities") or {}
-        alloc = n.get("allocated") or {}
-        usage = n.get("usage") or {}
-        if n.get("status") == "Ready":  # allocatable: what placement may still use
-            cpu[0] += int(caps.get("cpuMillicores", 0) or 0)
-            mem[0] += int(caps.get("memoryMb", 0) or 0)
-            disk[0] += int(caps.get("diskMb", 0) or 0)
-        cpu[1] += int(alloc.get("cpuMillicores", 0) or 0)
-        mem[1] += int(alloc.get("memoryMb", 0) or 0)
-        disk[1] += int(alloc.get("diskMb", 0) or 0)
+    return overview_of(nodes, phase_counts(workloads))
+
+
+def phase_of(w: Mapping[str, Any]) -> str:
+    return str(w.get("phase") or "Unknown")
+
+
+def phase_counts(workloads: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    return Counter(phase_of(w) for w in workloads)
+
+
+def node_share(n: Mapping[str, Any]) -> tuple[str, tuple[int, ...]]:
+    """What one node adds to the overview: its status, and CPU, memory, disk as (allocatable,
+    requested, used) each."""
+    caps = n.get("capabilities") or {}
+    alloc = n.get("allocated") or {}
+    usage = n.get("usage") or {}
+    ready = n.get("status") == "Ready"  # allocatable: what placement may still use
+    cpu_cap = int(caps.get("cpuMillicores", 0) or 0)
+    return node_status(n), (
+        cpu_cap if ready else 0, int(alloc.get("cpuMillicores", 0) or 0),
         # Used: what the agents measured (cpuPercent of the node's cores, memory in MiB).
-        cpu[2] += int(float(usage.get("cpuPercent", 0) or 0) * int(caps.get("cpuMillicores", 0) or 0) / 100)
-        mem[2] += int(usage.get("memoryUsedMb", 0) or 0)
-        disk[2] += int(usage.get("diskUsedMb", 0) or 0)
-    phases: Counter[str] = Counter()
-    total = 0
-    for w in workloads:
-        total += 1
-        phases[str(w.get("phase") or "Unknown")] += 1
-    return Overview(count, dict(sorted(by_status.items())), total, dict(sorted(phases.items())),
-                    Capacity(*cpu), Capacity(*mem), Capacity(*disk))
+        int(float(usage.get("cpuPercent", 0) or 0) * cpu_cap / 100),
+        int(caps.get("memoryMb", 0) or 0) if ready else 0, int(alloc.get("memoryMb", 0) or 0),
+        int(usage.get("memoryUsedMb", 0) or 0),
+        int(caps.get("diskMb", 0) or 0) if ready else 0, int(alloc.get("diskMb", 0) or 0),
+        int(usage.get("diskUsedMb", 0) or 0))
+
+
+class NodeSums:
+    """The nodes' part of the overview, kept as nodes come, change and go (`add` with sign -1
+    takes a node's old document out): the overview walks no node per page."""
+
+    def __init__(self, nodes: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.by_status: Counter[str] = Counter()
+        self.sums = [0] * 9
+        self.count = 0
+        for n in nodes:
+            self.add(n)
+
+    def add(self, n: Mapping[str, Any], sign: int = 1) -> None:
+        status, share = node_share(n)
+        self.by_status[status] += sign
+        self.count += sign
+        self.sums = [a + sign * b for a, b in zip(self.sums, share, strict=True)]
+
+    def overview(self, phases: Mapping[str, int]) -> Overview:
+        v = self.sums
+        live = {k: c for k, c in phases.items() if c > 0}
+        return Overview(self.count, dict(sorted((k, c) for k, c in self.by_status.items() if c > 0)),
+                        sum(live.values()), dict(sorted(live.items())), Capacity(*v[0:3]), Capacity(*v[3:6]),
+                        Capacity(*v[6:9]))
+
+
+def overview_of(nodes: Iterable[Mapping[str, Any]], phases: Mapping[str, int]) -> Overview:
+    """The overview's figures from every node and the workloads' counts by phase."""
+    return NodeSums(nodes).overview(phases)
 
 
 def parse_labels(text: str) -> dict[str, str | None]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from persys.gateway.dashboard.html import Html, esc, join, tag
 from persys.gateway.dashboard.sessions import Session
 
-ASSET_VERSION = "1"
+ASSET_VERSION = "3"
 
 
 @dataclass(frozen=True, slots=True)

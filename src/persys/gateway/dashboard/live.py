@@ -7,6 +7,8 @@
 - `workloads`, `nodes` (and `workload/<id>`, `node/<id>`): change notices from the gateway's
   shared watch (cluster_view), coalesced to one `event: change` per 250 ms naming the topics;
   the page re-fetches just the sections those topics make stale.
+- `logs` (with `subject=workload/<id>` and `logsince`): the workload's output followed from the
+  agent, `event: log` per batch of lines (log_follow.py).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from persys._pb.persys.v1 import watch_pb2
 from persys.client import SchedulerError
 from persys.events.filters import FilterError, check_id, make_filter
 from persys.gateway.dashboard.events_page import event_row
+from persys.gateway.dashboard.log_follow import LogFollows
 from persys.gateway.dashboard.sessions import Session
 from persys.gateway.dashboard.web import Dashboard
 from persys.gateway.routes.streams import KEEPALIVE_SECONDS, SSE_HEADERS
 from persys.security import forwarding
 
-TOPICS = ("events", "workloads", "nodes")
+TOPICS = ("events", "workloads", "nodes", "logs")
 COALESCE_SECONDS = 0.25
 STREAM_SECONDS = 900.0  # then the browser reconnects (and resumes) by itself
 MAX_TOPICS_PER_CHANGE = 100
@@ -67,7 +70,8 @@ async def _events_feed(dash: Dashboard, subject: str, last: str, queue: asyncio.
 
 
 async def _feeds(dash: Dashboard, session: Session, topics: set[str], subject: str, last: str,
-                 queue: asyncio.Queue[str], since_version: int) -> list[asyncio.Task[None]] | Response:
+                 queue: asyncio.Queue[str], since_version: int, logs: tuple[LogFollows, str] | None = None
+                 ) -> list[asyncio.Task[None]] | Response:
     tasks: list[asyncio.Task[None]] = []
     if "events" in topics and session.can("list", "events"):
         feed = await _events_feed(dash, subject, last, queue)
@@ -82,6 +86,9 @@ async def _feeds(dash: Dashboard, session: Session, topics: set[str], subject: s
                 t.cancel()
             return JSONResponse({"error": err.message}, status_code=503)
         tasks.append(asyncio.create_task(_pump_changes(dash, queue, since_version)))
+    if logs is not None and "logs" in topics and subject.startswith("workload/") and session.can("logs", "workloads"):
+        follows, since = logs
+        tasks.append(await follows.start(subject.removeprefix("workload/"), since, queue))
     return tasks
 
 
@@ -103,7 +110,7 @@ async def _frames(queue: asyncio.Queue[str], tasks: list[asyncio.Task[None]], si
                 await t
 
 
-async def open_live(dash: Dashboard, request: Request) -> Response:
+async def open_live(dash: Dashboard, request: Request, follows: LogFollows | None = None) -> Response:
     session = dash.session_of(request)
     if session is None:
         return JSONResponse({"error": "signed out"}, status_code=401)
@@ -117,7 +124,9 @@ async def open_live(dash: Dashboard, request: Request) -> Response:
     try:
         version = q.get("version", "")
         since_version = int(version) if version.lstrip("-").isdigit() and len(version) < 20 else -1
-        tasks = await _feeds(dash, session, topics, q.get("subject", "")[:512], last, queue, since_version)
+        logsince = q.get("logsince", "")[:40]
+        tasks = await _feeds(dash, session, topics, q.get("subject", "")[:512], last, queue, since_version,
+                             (follows, logsince) if follows is not None else None)
     finally:
         forwarding.reset(token)
     if isinstance(tasks, Response):
@@ -127,12 +136,12 @@ async def open_live(dash: Dashboard, request: Request) -> Response:
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-def live_routes(dash: Dashboard) -> APIRouter:
+def live_routes(dash: Dashboard, follows: LogFollows | None = None) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get("/ui/live")
     async def live(request: Request) -> Response:
-        return await open_live(dash, request)
+        return await open_live(dash, request, follows)
 
     return router
 

@@ -20,6 +20,7 @@ from persys.gateway.dashboard.events_page import events_page
 from persys.gateway.dashboard.html import tag
 from persys.gateway.dashboard.layout import Page, Section
 from persys.gateway.dashboard.live import live_routes
+from persys.gateway.dashboard.log_follow import LogFollows
 from persys.gateway.dashboard.nodes_page import node_page, nodes_page, topology_page
 from persys.gateway.dashboard.overview_page import overview_page
 from persys.gateway.dashboard.signin import signin_routes
@@ -60,7 +61,7 @@ async def _logs_page(ctx: Ctx, agent_tls: TLSFiles | None, workload_id: str) -> 
 def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSFiles | None) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     router.include_router(signin_routes(dash))
-    router.include_router(live_routes(dash))
+    router.include_router(live_routes(dash, LogFollows(dash.client, agent_tls)))
     router.include_router(action_routes(dash, parser))
     assets = {name: _static(name) for name in STATIC_TYPES}  # read once: they ship with the package
 
@@ -81,15 +82,9 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
 
     @router.get("/ui/workloads/{workload_id}")
     async def workload(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: workload_page(ctx, workload_id))
+        return await dash.serve(request, lambda ctx: workload_page(ctx, workload_id, agent_tls))
 
-    @router.get("/ui/workloads/{workload_id}/logs")
-    async def logs(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: _logs_page(ctx, agent_tls, workload_id))
-
-    @router.get("/ui/workloads/{workload_id}/terminal")
-    async def terminal(request: Request, workload_id: str = WorkloadId) -> Response:
-        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id))
+    _workload_subpages(router, dash, agent_tls)
 
     @router.get("/ui/apply")
     async def apply(request: Request) -> Response:
@@ -108,6 +103,22 @@ def dashboard_router(dash: Dashboard, parser: bodies.BodyParser, agent_tls: TLSF
                         ("/ui/audit", audit_page)):
         router.add_api_route(path, _page_route(dash, build), methods=["GET"])
     return router
+
+
+def _workload_subpages(router: APIRouter, dash: Dashboard, agent_tls: TLSFiles | None) -> None:
+    """A workload's logs, terminal (exec) and serial console (VMs) pages."""
+
+    @router.get("/ui/workloads/{workload_id}/logs")
+    async def logs(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: _logs_page(ctx, agent_tls, workload_id))
+
+    @router.get("/ui/workloads/{workload_id}/terminal")
+    async def terminal(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id))
+
+    @router.get("/ui/workloads/{workload_id}/console")
+    async def console(request: Request, workload_id: str = WorkloadId) -> Response:
+        return await dash.serve(request, lambda ctx: terminal_page(ctx, workload_id, console=True))
 
 
 def _page_route(dash: Dashboard, build: Callable[[Ctx], Awaitable[Page]]) -> Callable[[Request], Awaitable[Response]]:

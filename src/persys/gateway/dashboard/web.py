@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
@@ -26,6 +27,7 @@ from persys.gateway.dashboard.cluster_view import ClusterView
 from persys.gateway.dashboard.html import tag
 from persys.gateway.dashboard.layout import Page, document, error_page
 from persys.gateway.dashboard.sessions import COOKIE, Session, SessionStore
+from persys.gateway.dashboard.stale import Stale
 from persys.security import forwarding
 from persys.security.identity import Identity
 
@@ -82,6 +84,10 @@ class Dashboard:
         self.client = client
         self.sessions = SessionStore()
         self.view = ClusterView(client)
+        # The overview's health and last events: shown up to a minute old rather than waited for
+        # when the scheduler is slow (stale.py); one copy per gateway, role checked per session.
+        self.health_copy: Stale[dict[str, Any]] = Stale()
+        self.events_copy: Stale[list[Mapping[str, object]]] = Stale()
 
     @staticmethod
     def metadata(session: Session, rid: str) -> forwarding.Metadata:

@@ -18,11 +18,15 @@ from persys.gateway.dashboard.charts import usage_section
 from persys.gateway.dashboard.events_page import event_table, recent
 from persys.gateway.dashboard.html import Html, ago, badge, esc, join, link, table, tag
 from persys.gateway.dashboard.layout import Page, Section, action_button, csrf_field
+from persys.gateway.dashboard.log_follow import logs_section
 from persys.gateway.dashboard.web import Ctx, Refused
+from persys.tlsfiles import TLSFiles
 
 PAGE_ROWS = 200
+LOG_PAGE_LINES = 200
 TYPES = ("", "process", "container", "compose", "vm", "microvm")
 PHASES = ("", "Pending", "Scheduling", "Scheduled", "Starting", "Running", "Stopped", "Failed", "Succeeded")
+VM_TYPES = ("vm", "microvm")  # they have a serial console (no exec)
 KNOWN_REJECTION = ("node", "verdict", "code", "reason", "filter", "message", "score", "breakdown")
 
 
@@ -103,6 +107,34 @@ def placement_rows(rows: list[dict[str, Any]]) -> Html:
     return tag("div", tag("table", tag("thead", head), tag("tbody", *out), class_="placement"), class_="scroll")
 
 
+def _pending(w: Mapping[str, Any]) -> bool:
+    return w.get("phase") == "Pending" or any(i.get("phase") == "Pending" for i in w.get("instances") or [])
+
+
+def whatif_rows(whatif: Mapping[str, Any]) -> Html:
+    """Each Pending replica's smallest changes that would place it, cheapest first, each verified
+    by the engine on the changed snapshot (GET /v1/workloads/{id}/whatif)."""
+    parts = []
+    for rep in whatif.get("replicas") or []:
+        if not rep.get("pending"):
+            continue
+        changes = rep.get("changes") or []
+        rows = [(tag("strong", c.get("summary", "")), c.get("kind", ""), c.get("fits", ""),
+                 link(f"/ui/nodes/{c['landsOn']}", c["landsOn"]) if c.get("landsOn") else "-",
+                 f"{float(c.get('cost', 0)):.2f}") for c in changes]
+        parts.append(tag("h3", f"{rep.get('instance', '')}: what would place it"))
+        parts.append(table(("Change", "Kind", "Nodes that fit", "Would land on", "Cost"), rows,
+                           "No change found that would place it."))
+    return tag("div", *parts, class_="whatif") if parts else Html("")
+
+
+async def whatif_panel(ctx: Ctx, wid: str) -> Html:
+    try:
+        return whatif_rows(await ctx.client.what_if(wid))
+    except SchedulerError as err:
+        return tag("p", f"what-if refused: {err.message}", class_="error")
+
+
 async def placement_section(ctx: Ctx, w: Mapping[str, Any], node_ids: list[str]) -> Html:
     """The stored explanation of each replica, then a dry run of its spec now: every node's
     verdict (rejected with its reasons, feasible with its score)."""
@@ -113,6 +145,8 @@ async def placement_section(ctx: Ctx, w: Mapping[str, Any], node_ids: list[str])
                          rep.get("explanation", ""), _extra(rep, ("instance", "phase", "node", "explanation",
                                                                   "decision"))))
     parts.append(_extra(explained, ("workload", "replicas", "node")))
+    if _pending(w) and ctx.session.can("plan", "workloads"):
+        parts.append(await whatif_panel(ctx, str(w["id"])))
     if w.get("spec") and ctx.session.can("plan", "workloads"):
         try:
             plan = await ctx.client.plan(manifest_of(w))
@@ -137,8 +171,11 @@ def _actions(ctx: Ctx, w: Mapping[str, Any]) -> Html:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/start", "Start"))
         else:
             buttons.append(action_button(ctx.session, f"/ui/workloads/{wid}/stop", "Stop"))
-    if ctx.session.can("exec", "workloads"):
-        buttons.append(tag("a", "Terminal", href=f"/ui/workloads/{wid}/terminal", class_="button"))
+    if ctx.session.can("exec", "workloads"):  # a VM's serial console, or a shell in anything else
+        if w.get("type") in VM_TYPES:
+            buttons.append(tag("a", "Console", href=f"/ui/workloads/{wid}/console", class_="button"))
+        else:
+            buttons.append(tag("a", "Terminal", href=f"/ui/workloads/{wid}/terminal", class_="button"))
     if ctx.session.can("apply", "workloads"):
         buttons.append(tag("a", "Edit manifest", href=f"/ui/apply?from={wid}", class_="button"))
     if ctx.session.can("delete", "workloads"):
@@ -190,7 +227,13 @@ def revisions_table(ctx: Ctx, wid: str, revisions: list[dict[str, Any]]) -> Html
     return table(("Generation", "Revision", "Created", "Change", ""), rows, "No revisions kept.")
 
 
-async def workload_page(ctx: Ctx, wid: str) -> Page:
+def part_wanted(ctx: Ctx, section: str) -> bool:
+    """Whether this request renders `section` (a whole page, or a live refresh naming it)."""
+    parts = ctx.arg("part")
+    return not parts or section in parts.split(",")
+
+
+async def workload_page(ctx: Ctx, wid: str, agent_tls: TLSFiles | None = None) -> Page:
     ctx.require("get", "workloads")
     w = await ctx.client.get_workload(wid)
     view = await ctx.cluster()
@@ -205,10 +248,14 @@ async def workload_page(ctx: Ctx, wid: str) -> Page:
         Section("revisions", revisions_table(ctx, wid, revisions), (topic,), "Revisions"),
         Section("events", event_table(events, "workload-events"), (), "Events"),
     ]
-    if ctx.session.can("logs", "workloads"):
-        sections.append(Section("logs", tag("p", tag("a", "Logs (last 200 lines)", href=f"/ui/workloads/{wid}/logs")),
-                                (), "Logs"))
-    return Page(f"Workload {w.get('name', wid)}", "workloads", sections, topics=("events", "workloads"),
+    topics: tuple[str, ...] = ("events", "workloads")
+    if ctx.session.can("logs", "workloads"):  # followed live: new lines come over the page's live connection
+        shown = await logs_section(ctx.client, agent_tls, wid) if part_wanted(ctx, "logs") else None
+        body = shown.html if shown else Html("")
+        more = tag("p", tag("a", f"Logs page (last {LOG_PAGE_LINES} lines)", href=f"/ui/workloads/{wid}/logs"))
+        sections.append(Section("logs", body + more, (), "Logs"))
+        topics += ("logs",) if shown and shown.followable else ()
+    return Page(f"Workload {w.get('name', wid)}", "workloads", sections, topics=topics,
                 subject=topic, last_event=str(events[-1]["id"]) if events else "")
 
 
@@ -255,19 +302,32 @@ def plan_preview(plan: Mapping[str, Any], current: Mapping[str, Any] | None, new
     return join(parts)
 
 
-async def terminal_page(ctx: Ctx, wid: str) -> Page:
-    """A shell (or any command) on a TTY in the workload's first instance, in the browser: xterm.js
-    over the gateway's terminal WebSocket (/v1/workloads/NAME/terminal), authenticated by this
-    session and audited as `exec workloads` with the command line, as `persysctl exec -t` is."""
+async def terminal_page(ctx: Ctx, wid: str, console: bool = False) -> Page:
+    """In the browser, xterm.js over the gateway's WebSocket, authenticated by this session and
+    audited as `exec workloads` (as `persysctl exec -t` / `persysctl console` are):
+
+    - a terminal: a command (default `sh`) on a TTY in an instance (/v1/workloads/NAME/terminal);
+    - a console (VMs, microVMs): the guest's serial port (/v1/workloads/NAME/console), relayed by
+      the agent from whatever the runtime attaches to (libvirt's console stream, a QEMU chardev
+      socket); detaching leaves the guest running, one client at a time."""
     ctx.require("exec", "workloads")
     w = await ctx.client.get_workload(wid)
+    kind = str(w.get("type", ""))
+    if console and kind not in VM_TYPES:
+        raise Refused(409, f"{wid} is a {kind} workload: only VMs and microVMs have a serial console "
+                           "(its terminal runs a shell)")
     instances = [str(i.get("instance", "")) for i in w.get("instances") or []]
-    form = tag("form", tag("label", "Command", tag("input", name="command", id="term-command", value="sh",
-                                                    spellcheck="false")),
+    command = Html("") if console else tag("label", "Command", tag("input", name="command", id="term-command",
+                                                                    value="sh", spellcheck="false"))
+    form = tag("form", command,
                tag("label", "Instance", tag("select", join(tag("option", i, value=i) for i in instances),
                                             id="term-instance")),
                tag("button", "Connect", type="submit", id="term-connect"), class_="filters", id="term-form")
-    body = join((form, tag("p", "not connected", id="term-status", role="status", class_="muted"),
-                 tag("div", "", id="terminal", data_workload=wid, class_="terminal")))
-    return Page(f"Terminal: {w.get('name', wid)}", "workloads", [Section("term", body)],
-                scripts=("vendor/xterm.js", "terminal.js"), styles=("vendor/xterm.css",), inline_styles=True)
+    note = tag("p", "The guest's serial console: press Enter for a prompt. Leaving detaches; the VM keeps "
+                    "running.", class_="muted") if console else Html("")
+    body = join((form, note, tag("p", "not connected", id="term-status", role="status", class_="muted"),
+                 tag("div", "", id="terminal", data_workload=wid, data_mode="console" if console else "terminal",
+                     class_="terminal")))
+    return Page(f"{'Console' if console else 'Terminal'}: {w.get('name', wid)}", "workloads",
+                [Section("term", body)], scripts=("vendor/xterm.js", "terminal.js"), styles=("vendor/xterm.css",),
+                inline_styles=True)

@@ -89,15 +89,88 @@
     });
   }
 
+  // Followed logs: lines [time, text] appended once each. The agent's times for the newest output
+  // are not stable (a file's lines are timed by when the agent first noted them), so each new
+  // stream is asked from a little before the newest line shown and aligned on the text: its lines
+  // are held until the last lines shown are found among them (then only what follows is shown),
+  // or, failing that, until one is clearly newer, 600 are held or the stream is quiet for 1.5 s
+  // (then those not older than the newest shown are).
+  const MAX_LOG_LINES = 2000;
+  const ALIGN_ON = 3;
+  let shownTail = null;
+  let aligning = false;
+  let held = [];
+  let alignTimer = null;
+
+  function ms(t) { return Date.parse(t.slice(0, 23) + "Z"); }
+
+  function show(lines) {
+    const pre = document.getElementById("log-lines");
+    if (!pre || !lines.length) return;
+    let at = pre.dataset.logAt || "";
+    let text = "";
+    lines.forEach(([t, line]) => { if (t > at) at = t; text += line + "\n"; shownTail.push(line); });
+    shownTail = shownTail.slice(-ALIGN_ON);
+    pre.dataset.logAt = at;
+    const bottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 20;
+    pre.append(text);
+    const all = pre.textContent.split("\n");
+    if (all.length > MAX_LOG_LINES + 1) pre.textContent = all.slice(all.length - MAX_LOG_LINES - 1).join("\n");
+    if (bottom) pre.scrollTop = pre.scrollHeight;
+    body.dataset.logLines = String(Number(body.dataset.logLines || "0") + lines.length);
+  }
+
+  function giveUp() {
+    const pre = document.getElementById("log-lines");
+    const at = (pre && pre.dataset.logAt) || "";
+    aligning = false;
+    clearTimeout(alignTimer);
+    const rest = held.filter(([t]) => !t || t >= at);
+    held = [];
+    show(rest);
+  }
+
+  function align() {
+    const k = shownTail.length;
+    for (let i = held.length - 1; i >= k - 1 && k > 0; i--) {
+      let same = true;
+      for (let j = 0; j < k && same; j++) same = held[i - k + 1 + j][1] === shownTail[j];
+      if (same) {
+        const rest = held.slice(i + 1);
+        held = [];
+        aligning = false;
+        clearTimeout(alignTimer);
+        show(rest);
+        return;
+      }
+    }
+    const pre = document.getElementById("log-lines");
+    const at = ms((pre && pre.dataset.logAt) || "1970-01-01T00:00:00.000Z");
+    if (!k || held.length > 600 || held.some(([t]) => t && ms(t) > at + 3000)) { giveUp(); return; }
+    clearTimeout(alignTimer);
+    alignTimer = setTimeout(giveUp, 1500);
+  }
+
+  function appendLog(lines) {
+    const pre = document.getElementById("log-lines");
+    if (!pre) return;
+    if (shownTail === null) shownTail = pre.textContent.split("\n").filter((x, i, a) => i < a.length - 1).slice(-ALIGN_ON);
+    if (!aligning) { show(lines); return; }
+    held = held.concat(lines);
+    align();
+  }
+
   function connect() {
     if (!topics.length) { setState("off"); return; }
     const params = new URLSearchParams({ topics: topics.join(",") });
     if (body.dataset.subject) params.set("subject", body.dataset.subject);
     if (last) params.set("last", last);
     if (body.dataset.version) params.set("version", body.dataset.version);
+    const logs = document.getElementById("log-lines");
+    if (logs && topics.includes("logs")) params.set("logsince", logs.dataset.logAt || "");
     source = new EventSource("/ui/live?" + params.toString());
     setState("connecting");
-    source.onopen = () => { setState("live"); retryMs = 1000; };
+    source.onopen = () => { setState("live"); retryMs = 1000; aligning = true; held = []; };
     source.onerror = () => {
       if (source.readyState === EventSource.CLOSED) {  // refused (not a drop): try again ourselves
         setState("offline");
@@ -124,6 +197,11 @@
         touched(new Set(d.topics));
       }
       if (d.version !== undefined) body.dataset.version = String(d.version);
+    });
+    source.addEventListener("log", (m) => appendLog(JSON.parse(m.data).lines));
+    source.addEventListener("logend", (m) => {
+      const state = document.getElementById("log-state");
+      if (state) { state.textContent = "not following: " + JSON.parse(m.data).reason; state.dataset.state = "ended"; }
     });
     source.addEventListener("gap", (m) => {
       const d = JSON.parse(m.data);

@@ -29,7 +29,7 @@ import grpc
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import disconnect, plan, report, start_tracing, storage_setup
+from persys.agent import devices, disconnect, plan, report, start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.guard_keeper import GuardKeeper, fence_entries
@@ -52,6 +52,7 @@ from persys.agent.service import serve
 from persys.agent.volume_attach import VolumeAttacher
 from persys.agent.volume_work import VolumeWork
 from persys.model import DesiredState, OnDisconnect, Taint, WorkloadSpec
+from persys.model.devices import Device
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
@@ -111,6 +112,7 @@ class Agent:
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
         self.unavailable: dict[str, str] = {}  # runtime -> why it does not work here (last probe)
+        self.devices: list[Device] = []  # GPUs detected at the last probe (agent/devices.py)
         # Its database and logs its own (0600; folders not listable by others): issue #30.
         tighten_tree(config.state_dir, traversable=True, suffixes=AGENT_FILES, max_depth=AGENT_DEPTH)
         self.local = LocalState(config.state_dir / "agent.db")
@@ -302,9 +304,12 @@ class Agent:
         changed = [(c.workload_type, c.version, list(c.features)) for c in caps] != [
             (c.workload_type, c.version, list(c.features)) for c in self.capabilities
         ] or sorted(broken) != sorted(self.unavailable)
+        gpus = await asyncio.to_thread(devices.discover_nvidia)
+        changed = changed or gpus != self.devices
         self.runtimes = available
         self.capabilities = caps
         self.unavailable = broken
+        self.devices = gpus
         return changed
 
     async def _probe_loop(self) -> None:
@@ -334,6 +339,8 @@ class Agent:
                 memory_mb=c.memory_mb or cap.memory_mb,
                 disk_mb=c.disk_mb or cap.disk_mb,
                 unavailable_runtimes=self.unavailable,
+                devices=[pb.Device(id=d.id, vendor=d.vendor, model=d.model, memory_mb=d.memory_mb, index=d.index)
+                         for d in self.devices],
             ),
             labels=c.labels,
             taints=[pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in c.taints],
@@ -408,7 +415,8 @@ class Agent:
                     log.error("scheduler sent an unreadable spec for %s: %s", a.instance_id, err)
                 unreadable.add(a.instance_id)
                 continue
-            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec, a.fence_node)
+            d = Desired(a.revision, a.generation, DesiredState(a.desired_state), spec, a.fence_node,
+                        tuple(a.device_ids))
             old = self.desired.get(a.instance_id)
             if old is not None and old.generation > d.generation:
                 continue  # fencing: never go back to an older generation
@@ -644,7 +652,7 @@ class Agent:
                 raise
             mounts = await self.volumes.prepare(wid, d.spec, d.fence_node) if d.spec.volumes else ()
             with start_tracing.runtime_call(d.spec.type):
-                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts))
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts, d.devices))
         except StartPending as pending:
             # Going on in the background (an image pull): reported as its progress, asked again at
             # the next pass, and at once when the background work ends.

@@ -106,4 +106,5 @@ class Assignment(Model):
     cpu_millicores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
+    devices: list[str] = Field(default_factory=list)  # ids of the node's devices given to the instance
     created_at: float = 0.0

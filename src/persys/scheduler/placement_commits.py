@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from persys.model import Assignment, Phase, Workload, WorkloadStatus
 from persys.model.volume import Volume
@@ -50,7 +51,8 @@ class Placed:
 
 
 def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
-                   homes: Sequence[Versioned[Volume]] = (), note: str = "") -> Unit:
+                   homes: Sequence[Versioned[Volume]] = (), note: str = "",
+                   seen: dict[str, Any] | None = None) -> Unit:
     """The compares and puts that make one decision durable: its assignment (created only if
     absent, only while the workload is at the revision decided on) and its status; `homes`:
     local volume records without a node yet, which now live where the instance goes. Records on
@@ -61,14 +63,15 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     assignment = Assignment(
         workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
         desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
+        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, devices=list(p.decision.devices),
+        created_at=now,
     )
     volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
     p.moved_from = prev.relocating_from if prev else ""
     p.explanation = p.decision.explain() + note  # note: e.g. whom it preempted
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
-        placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
+        placement=placement_doc(p.decision, p.explanation, seen), volume_node=volume_node,
         relocating_from=p.moved_from, updated_at=now,
     )
     akey = keys.assignment(node_id, inst)
@@ -90,7 +93,8 @@ def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]])
     return out
 
 
-def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
+def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float,
+                   seen: dict[str, Any] | None = None) -> WorkloadStatus | None:
     """The status of an instance no node fits (None: it says so already)."""
     reason = decision.explain_detailed()
     if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
@@ -99,7 +103,8 @@ def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: floa
     # where it came from keeps it in the drain's progress (it used to vanish from it, and the
     # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
-                          placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
+                          placement=placement_doc(decision, reason, seen),
+                          volume_node=prev.volume_node if prev else "",
                           relocating_from=prev.relocating_from if prev else "", updated_at=now)
 
 
@@ -228,7 +233,8 @@ class Placer:
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
-        status = pending_status(st.value if st else None, decision, time.time())
+        status = pending_status(st.value if st else None, decision, time.time(),
+                                self.s.placement.record_of(n.instance, decision))
         if status is None:
             return st.value.message if st else ""
         w, inst = n.workload, n.instance
@@ -260,7 +266,8 @@ class Placer:
                     homes = [h for h in unhomed_local_volumes(p.need.workload, self.s.state.volumes)
                              if h.value.id not in homed]
                     homed.update(h.value.id for h in homes)
-                    units.append(placement_unit(p, st.value if st else None, time.time(), homes))
+                    units.append(placement_unit(p, st.value if st else None, time.time(), homes,
+                                                seen=self.s.placement.record_of(p.instance, p.decision)))
                     built.append(p)
                 except Exception as err:
                     broken.append((p, err))

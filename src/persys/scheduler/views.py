@@ -27,7 +27,7 @@ def page_json(view: dict[str, Any]) -> bytes:
     return json.dumps(view, separators=(",", ":")).encode()
 
 
-def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
+def placement_doc(decision: pl.Decision, explanation: str, seen: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a status keeps of a decision: the explanation and the top candidates' scores. The
     per-node rejections are summarised in the explanation, never stored one by one: at thousands
     of nodes they would make every status document tens of kilobytes. Scores are kept compact,
@@ -46,6 +46,9 @@ def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
         **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
         # Pending: the codes nodes were rejected with (queueing hints: which node changes help).
         **({"codes": sorted(_codes(decision))} if decision.node_id is None else {}),
+        # What the decision saw beyond the store, for `explain --at` (placement.record).
+        **({"seen": seen} if seen else {}),
+        **({"devices": list(decision.devices)} if decision.devices else {}),  # the GPUs it was given
     }
 
 

@@ -81,6 +81,7 @@ class AgentConfig:
     cpu_millicores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
+    devices: list[Device] | None = None  # simulated GPUs (persys dev --nodes); None: detect the host's
     reconcile_interval: float = 2.0
     orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
     probe_interval: float = 30.0  # seconds between capability detections
@@ -304,7 +305,8 @@ class Agent:
         changed = [(c.workload_type, c.version, list(c.features)) for c in caps] != [
             (c.workload_type, c.version, list(c.features)) for c in self.capabilities
         ] or sorted(broken) != sorted(self.unavailable)
-        gpus = await asyncio.to_thread(devices.discover_nvidia)
+        gpus = list(self.config.devices) if self.config.devices is not None else \
+            await asyncio.to_thread(devices.discover_nvidia)
         changed = changed or gpus != self.devices
         self.runtimes = available
         self.capabilities = caps

@@ -86,7 +86,7 @@ async def _refuse(context: grpc.aio.ServicerContext, refusal: node_admission.Ref
 def given_devices(state: ClusterState, node_id: str, instance: str) -> list[str]:
     """The node's devices (GPUs) the instance's assignment there was given."""
     a = state.assignments.get(node_id, {}).get(instance)
-    return list(a.value.devices) if a is not None else []
+    return list(a.value.devices or ()) if a is not None else []
 
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None,

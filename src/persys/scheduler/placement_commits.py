@@ -63,8 +63,8 @@ def placement_unit(p: Placed, prev: WorkloadStatus | None, now: float,
     assignment = Assignment(
         workload_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
         desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, devices=list(p.decision.devices),
-        created_at=now,
+        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb,
+        devices=list(p.decision.devices) or None, created_at=now,
     )
     volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
     p.moved_from = prev.relocating_from if prev else ""

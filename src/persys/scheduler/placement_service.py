@@ -279,7 +279,7 @@ class PlacementService:
             observed_cpu_percent=seen[0] if seen else None,
             observed_memory_mb=seen[1] if seen else None,
             devices=tuple(pl.DeviceSlot(d.id, d.vendor, d.memory_mb) for d in caps.devices),
-            devices_used=frozenset(d for a in assigned for d in a.devices) if caps.devices else frozenset(),
+            devices_used=frozenset(d for a in assigned for d in a.devices or ()) if caps.devices else frozenset(),
         )
 
     def snapshot(self) -> pl.Snapshot:

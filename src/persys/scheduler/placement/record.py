@@ -5,9 +5,9 @@ not hold at that revision: reservations of placements decided but not yet durabl
 nodes stored Ready whose agent this replica has not heard from yet, observed utilisation (when
 load-aware scoring is on), and the engine's own configuration. `seen` records those compactly
 and bounded: only the in-flight reservations on nodes the decision looked at through them (the
-feasible nodes and those a dynamic filter rejected; for a spread request also its group's
-reservations anywhere, which count in domains), summed per node. `replay_reservations` turns a
-record back into reservations for the same snapshot.
+feasible nodes, those a dynamic filter rejected, a pending decision's detailed sample; for a
+spread request also its group's reservations anywhere, which count in domains), summed per
+node. `replay_reservations` turns a record back into reservations for the same snapshot.
 """
 
 from __future__ import annotations
@@ -103,6 +103,9 @@ def _looked_at(decision: Decision, request: WorkloadRequest, inflight: InflightT
         out = {n for n in by_node if n in seen or n in one_by_one}
     else:
         out = {n for n in feasible if n in by_node} | {n for n in one_by_one if n in by_node}
+    # A pending decision's every-reason detail runs every filter on its sample of nodes, the
+    # statically rejected ones too: their figures are read as well.
+    out.update(n for n in decision.reasons if n in by_node)
     if request.spread_label or request.spread_constraints:
         out.update(inflight.groups.get(request.group, {}))
     return sorted(out)

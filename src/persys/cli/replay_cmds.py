@@ -15,7 +15,8 @@ def show_replay(api: Api, name: str, at: int, output: str) -> None:
         verdict = "agrees" if rep["agrees"] else "DIFFERS"
         out.print(f"workload/{rep['instance']} at revision {r['at']}: replay {verdict}", highlight=False)
         seen = rep.get("seen") or {}
-        extra = [f"{len(seen.get('inflight', {}))} node(s) with reservations in flight"] if seen.get("inflight") else []
+        inflight = len(str(seen.get("inflight", "")).split())
+        extra = [f"{inflight} node(s) with reservations in flight"] if inflight else []
         if seen.get("unheard"):
             extra.append(f"{len(seen['unheard'])} node(s) not heard from")
         beyond = f"; saw beyond the store: {', '.join(extra)}" if extra else ""

@@ -120,12 +120,8 @@ def seen(decision: Decision, request: WorkloadRequest, revision: int, engine: st
     if inflight.by_node:
         nodes = _looked_at(decision, request, inflight)
         omitted += max(0, len(nodes) - MAX_RECORDED_NODES)
-        group = inflight.groups.get(request.group, {})
-        held = inflight.devices
-        entries = {n: [*inflight.by_node[n], group.get(n, 0), *([sorted(held[n])] if n in held else [])]
-                   for n in nodes[:MAX_RECORDED_NODES]}
-        if entries:
-            out["inflight"] = entries
+        if nodes:
+            out["inflight"] = _encode(nodes[:MAX_RECORDED_NODES], inflight, request.group)
     quiet = sorted(unheard)
     if quiet:
         omitted += max(0, len(quiet) - MAX_UNHEARD)
@@ -145,15 +141,40 @@ def seen(decision: Decision, request: WorkloadRequest, revision: int, engine: st
     return out
 
 
+def _encode(nodes: list[str], inflight: InflightTotals, group: str) -> str:
+    """`node=cpu,memory,disk,instances,of-the-group[+device;device] ...`: one string rather than
+    nested JSON, cheaper to write, store and parse for every status of a burst (node ids are
+    DNS-like and device ids have no `+`, `;`, `=` or space)."""
+    mine = inflight.groups.get(group, {})
+    held = inflight.devices
+    parts = []
+    for n in nodes:
+        cpu, memory, disk, count = inflight.by_node[n]
+        devices = f"+{';'.join(sorted(held[n]))}" if n in held else ""
+        parts.append(f"{n}={cpu},{memory},{disk},{count},{mine.get(n, 0)}{devices}")
+    return " ".join(parts)
+
+
+def inflight_entries(record: Mapping[str, Any]) -> dict[str, tuple[int, int, int, int, int, tuple[str, ...]]]:
+    """A record's in-flight totals per node: (cpu, memory, disk, instances, of the request's
+    group, device ids)."""
+    out = {}
+    for part in str(record.get("inflight", "")).split():
+        node, _, rest = part.partition("=")
+        figures, _, devices = rest.partition("+")
+        cpu, memory, disk, count, same = (int(x) for x in figures.split(","))
+        out[node] = (cpu, memory, disk, count, same, tuple(devices.split(";")) if devices else ())
+    return out
+
+
 def replay_reservations(record: Mapping[str, Any], group: str) -> list[Reservation]:
     """The in-flight reservations a record describes, as reservations of the same totals: per
     node one carrying the resources, then one per further instance; `group` is the request's
     (a reservation of another group only counts toward the node's workloads)."""
     out = []
-    for node, (cpu, memory, disk, count, same, *held) in sorted(record.get("inflight", {}).items()):
+    for node, (cpu, memory, disk, count, same, held) in sorted(inflight_entries(record).items()):
         for k in range(count):
             first = k == 0
             out.append(Reservation(f"\0replay/{node}/{k}", node, cpu if first else 0, memory if first else 0,
-                                   disk if first else 0, group if k < same else _OTHER,
-                                   tuple(held[0]) if first and held else ()))
+                                   disk if first else 0, group if k < same else _OTHER, held if first else ()))
     return out

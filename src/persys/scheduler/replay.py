@@ -10,6 +10,7 @@ reservations, decides again and compares the answer with the one recorded.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,7 +125,13 @@ async def replay(live: ClusterState, config: pl.PlacementConfig, wid: str, at: i
         raise ReplayRefused("INVALID_ARGUMENT", f"at: revision must be a positive integer, not {at}")
     found = recorded(live, wid, at)
     kvs = await read_at(live.store, at, [inst for inst, _ in found])
-    past = ClusterState(live.store)
-    past.replace(kvs, at)
-    replicas = [replay_one(past, config, wid, inst, doc) for inst, doc in found]
+
+    def again() -> list[dict[str, Any]]:
+        past = ClusterState(live.store)
+        past.replace(kvs, at)
+        return [replay_one(past, config, wid, inst, doc) for inst, doc in found]
+
+    # Parsing a large cluster's documents and building its snapshot takes seconds at tens of
+    # thousands of workloads: off the event loop (the past mirror is this call's own).
+    replicas = await asyncio.to_thread(again)
     return {"workload": wid, "at": at, "agrees": all(r["agrees"] for r in replicas), "replicas": replicas}

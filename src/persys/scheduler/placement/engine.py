@@ -98,10 +98,17 @@ class Decision:
     # Pending decisions: every failing filter of a bounded sample of the rejected nodes (see
     # PlacementConfig.detail_nodes), node id -> statuses in filter order.
     reasons: Mapping[str, tuple[Status, ...]] = field(default_factory=lambda: _NO_REASONS)
-    # The feasible nodes found, in walk order: with the nodes the dynamic filters rejected, the
-    # nodes whose reservations the decision saw (a replay needs those, nothing more).
-    feasible_nodes: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()  # the chosen node's devices the placement is given (GPUs)
+    # The feasible nodes found (positions in `order`, the nodes as decided on, by id): with the
+    # nodes the dynamic filters rejected, those whose reservations the decision saw (a replay
+    # needs those, nothing more). References, no copy: ids are made only when asked for.
+    feasible_positions: Sequence[int] = field(default=(), compare=False, repr=False)
+    order: Sequence[NodeInfo] = field(default=(), compare=False, repr=False)
+
+    @property
+    def feasible_nodes(self) -> tuple[str, ...]:
+        order = self.order
+        return tuple(order[i].id for i in self.feasible_positions)
 
     @property
     def placed(self) -> bool:
@@ -336,8 +343,8 @@ def decide(
     chosen = scores[0].node_id
     chosen_node = snapshot.node(chosen) if request.devices else None
     given = pick_devices(chosen_node, request) if chosen_node is not None else ()
-    return Decision(request.id, chosen, scores, rejected_nodes, len(feasible), n, evaluated,
-                    feasible_nodes=tuple(nodes[i].id for i in feasible), devices=given)
+    return Decision(request.id, chosen, scores, rejected_nodes, len(feasible), n, evaluated, devices=given,
+                    feasible_positions=feasible, order=nodes)
 
 
 def _rank(nodes: Sequence[NodeInfo], feasible: list[int], request: WorkloadRequest, config: PlacementConfig,

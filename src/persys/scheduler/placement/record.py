@@ -126,8 +126,8 @@ def seen(decision: Decision, request: WorkloadRequest, revision: int, engine: st
     if quiet:
         omitted += max(0, len(quiet) - MAX_UNHEARD)
         out["unheard"] = quiet[:MAX_UNHEARD]
-    if observed is not None and decision.feasible_nodes:
-        scored = decision.feasible_nodes
+    scored = decision.feasible_nodes if observed is not None else ()
+    if observed is not None and scored:
         omitted += max(0, len(scored) - MAX_RECORDED_NODES)
         load = {}
         for n in sorted(scored)[:MAX_RECORDED_NODES]:

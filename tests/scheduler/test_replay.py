@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from persys.events.memory import MemoryEventBus
 from persys.model import parse_manifests
 from persys.model.workload import instance_id
 from persys.scheduler import replay
+from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.placement import record as precord
 from persys.scheduler.replica import Scheduler
+from persys.store import open_store
 from persys.store.sqlite import SqliteStore
+from tests.fixtures_infra import start_etcd
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
 
@@ -160,3 +165,34 @@ async def test_replay_agrees_over_random_histories(s: Scheduler, seed: int) -> N
             inflight += sum(bool(r["seen"].get("inflight")) for r in answer["replicas"])
     print(f"seed {seed}: {replayed} decisions replayed, {inflight} of them with reservations in flight")
     assert replayed
+
+
+@pytest.mark.etcd
+async def test_replay_on_etcd_mvcc_then_compacted(tmp_path: Path) -> None:
+    """The same on a private etcd: the burst's decisions replay from etcd's MVCC history; after
+    `etcdctl compact` the revision is refused, named (OUT_OF_RANGE: 410 through the gateway)."""
+    etcd = start_etcd(tmp_path / "etcd")
+    sched = Scheduler(open_store(etcd.url), MemoryEventBus(), SchedulerConfig(node_grace_seconds=10,
+                                                                              monitor_interval_seconds=0.02))
+    try:
+        await sched.start()
+        for n in ("n1", "n2"):
+            await sched.register(node(n, cpu=1000, mem=2048))
+        await sched.apply(parse_manifests(manifest("web", cpu=300, extra="  replicas: 4\n"))[0])
+        insts = [instance_id("web", i) for i in range(4)]
+        await until(lambda: all(sched.state.placement_of.get(i) for i in insts), within=60)
+        records = {i: seen_of(sched, i) for i in insts}
+        assert any(r.get("inflight") for r in records.values()), records
+        for rev in sorted({r["rev"] for r in records.values()}):
+            answer = await replay.replay(sched.state, sched.placement.config, "web", rev)
+            assert answer["agrees"], differing(answer)
+        first = min(r["rev"] for r in records.values())
+        await sched.label("n1", {"after": "compaction"}, [])
+        etcd.etcdctl("compact", str(await sched.store.current_revision()))
+        with pytest.raises(replay.ReplayRefused, match=rf"revision {first} has been compacted") as gone:
+            await replay.replay(sched.state, sched.placement.config, "web", first)
+        assert gone.value.code == "OUT_OF_RANGE"
+    finally:
+        await sched.stop()
+        await sched.store.close()
+        etcd.stop()

@@ -134,8 +134,10 @@ class SchedulerClient:
         resp = await self._call("PlanWorkload", pb.ApplyWorkloadRequest(manifest_json=json.dumps(manifest).encode()))
         return _document(resp.json)
 
-    async def explain(self, workload_id: str, node_id: str = "") -> dict[str, Any]:
-        resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id))
+    async def explain(self, workload_id: str, node_id: str = "", at_revision: int = 0) -> dict[str, Any]:
+        """The stored explanation; with `at_revision`, the decisions taken then, replayed."""
+        resp = await self._call("ExplainWorkload", pb.ExplainRequest(workload_id=workload_id, node_id=node_id,
+                                                                     at_revision=at_revision))
         return _document(resp.json)
 
     async def plan_operation(self, operation: dict[str, Any]) -> dict[str, Any]:

@@ -38,3 +38,15 @@ def test_runtimes_and_disk_per_node(tmp_path: Path) -> None:
     f.write_text("nodes:\n  - {name: a, diskMb: -1}\n")
     with pytest.raises(ServerError, match=r"nodes\[0\]\.diskMb"):
         dev_nodes(f)
+
+
+def test_simulated_devices_per_node(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.yaml"
+    f.write_text("nodes:\n  - name: a\n    devices: [{id: GPU-1, vendor: nvidia, model: T4, memoryMb: 15360}]\n"
+                 "  - {name: b, devices: []}\n  - {name: c}\n")
+    a, b, c = dev_nodes(f)
+    assert a.devices is not None and [(d.id, d.vendor, d.memory_mb) for d in a.devices] == [("GPU-1", "nvidia", 15360)]
+    assert b.devices == [] and c.devices is None  # none at all; the host's, detected
+    f.write_text("nodes:\n  - name: a\n    devices: [{id: GPU-1, vendor: NVIDIA!}]\n")
+    with pytest.raises(ServerError, match=r"nodes\[0\]\.devices\[0\]\.vendor: String should match pattern"):
+        dev_nodes(f)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
-from persys.scheduler import revisions
+from persys.scheduler import replay, revisions
 from persys.scheduler import view_models as vm
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
@@ -37,6 +37,8 @@ async def test_views_match_their_models(make: Callable) -> None:
     assert n.allocated.workloads == 2 and n.draining
     assert vm.DrainStatus.model_validate(s.drain_status("n1")).node == "n1"
     assert vm.Explanation.model_validate(s.explain("web", "n1")).replicas[0].decision.scores
+    at = s.state.statuses["web"].value.placement["seen"]["rev"]
+    assert vm.ReplayView.model_validate(await replay.replay(s.state, s.placement.config, "web", at)).agrees
     h = vm.Health.model_validate(await s.health())
     assert h.active and h.liveness.judged_nodes >= 0
     # A new request (a replica count alone keeps the revision): a second revision.

@@ -635,3 +635,45 @@ async def test_blocking_leases_capability(store: StateStore, backend: str) -> No
             keeper.close()
         assert 0 < ttl <= 5
         await store.revoke_lease(lease)
+
+
+async def test_range_at_reads_every_past_revision_then_refuses_compacted_ones(
+    store: StateStore, backend: str, p: str, request: pytest.FixtureRequest
+) -> None:
+    """`range_at(prefix, rev)` (explain --at) equals what `range` read at rev, for every revision
+    of a seeded random history of puts, deletes, re-creations and transactions over a few keys;
+    a compacted revision is CompactedError naming it, a future one FutureRevision."""
+    import random
+
+    from persys.store.base import FutureRevision, HistoryReads
+
+    assert isinstance(store, HistoryReads)
+    rng = random.Random(34)
+    seen: dict[int, list[tuple[str, bytes, int, int]]] = {}
+    for step in range(40):
+        key = f"{p}k{rng.randrange(5)}"
+        roll = rng.random()
+        if roll < 0.25:
+            await store.delete(key)
+        elif roll < 0.4:
+            a, b = rng.sample(range(5), 2)
+            await store.txn([], [Put(f"{p}k{a}", b"t%d" % step), Delete(f"{p}k{b}")])
+        else:
+            await store.put(key, b"v%d" % step)
+        kvs, rev = await store.range(p)
+        seen[rev] = [(kv.key, kv.value, kv.mod_revision, kv.version) for kv in kvs]
+    for rev, expected in seen.items():
+        got = await store.range_at(p, rev)
+        assert [(kv.key, kv.value, kv.mod_revision, kv.version) for kv in got] == expected, rev
+    with pytest.raises(FutureRevision):
+        await store.range_at(p, await store.current_revision() + 1000)
+    first = min(seen)
+    if backend == "sqlite":
+        for i in range(SQLITE_HISTORY * 2):
+            await store.put(p + "other", str(i).encode())
+    else:
+        last = await store.put(p + "other", b"1")
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        server.etcdctl("compact", str(last))
+    with pytest.raises(CompactedError, match=f"revision {first} has been compacted"):
+        await store.range_at(p, first)

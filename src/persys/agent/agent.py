@@ -31,7 +31,7 @@ import grpc
 
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.agent import start_tracing, storage_setup
+from persys.agent import devices, start_tracing, storage_setup
 from persys.agent.agent_metrics import AgentMetrics
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.decide import disconnect, merge, plan, report
@@ -55,6 +55,7 @@ from persys.agent.service import serve
 from persys.agent.volume_attach import VolumeAttacher
 from persys.agent.volume_work import VolumeWork
 from persys.model import DesiredState, OnDisconnect, Taint, WorkloadSpec
+from persys.model.devices import Device
 from persys.model.limits import IMAGE_MAX_BYTES
 from persys.observability import tracing
 from persys.observability.metrics_http import MetricsServer
@@ -83,6 +84,7 @@ class AgentConfig:
     cpu_millicores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
+    devices: list[Device] | None = None  # simulated GPUs (persys dev --nodes); None: detect the host's
     reconcile_interval: float = 2.0
     orphan_grace: float = 30.0  # seconds a never-desired workload is left alone before removal
     probe_interval: float = 30.0  # seconds between capability detections
@@ -117,6 +119,7 @@ class Agent:
         self.runtimes: dict[str, Runtime] = {}
         self.capabilities: list[pb.RuntimeCapability] = []
         self.unavailable: dict[str, str] = {}  # runtime -> why it does not work here (last probe)
+        self.devices: list[Device] = []  # GPUs detected at the last probe (agent/devices.py)
         # Its database and logs its own (0600; folders not listable by others): issue #30.
         tighten_tree(config.state_dir, traversable=True, suffixes=AGENT_FILES, max_depth=AGENT_DEPTH)
         self.local = LocalState(config.state_dir / "agent.db")
@@ -309,9 +312,13 @@ class Agent:
         changed = [(c.workload_type, c.version, list(c.features)) for c in caps] != [
             (c.workload_type, c.version, list(c.features)) for c in self.capabilities
         ] or sorted(broken) != sorted(self.unavailable)
+        gpus = list(self.config.devices) if self.config.devices is not None else \
+            await asyncio.to_thread(devices.discover_nvidia)
+        changed = changed or gpus != self.devices
         self.runtimes = available
         self.capabilities = caps
         self.unavailable = broken
+        self.devices = gpus
         return changed
 
     async def _probe_loop(self) -> None:
@@ -341,6 +348,8 @@ class Agent:
                 memory_mb=c.memory_mb or cap.memory_mb,
                 disk_mb=c.disk_mb or cap.disk_mb,
                 unavailable_runtimes=self.unavailable,
+                devices=[pb.Device(id=d.id, vendor=d.vendor, model=d.model, memory_mb=d.memory_mb, index=d.index)
+                         for d in self.devices],
             ),
             labels=c.labels,
             taints=[pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in c.taints],
@@ -636,7 +645,7 @@ class Agent:
                 raise
             mounts = await self.volumes.prepare(wid, d.spec, d.fence_node) if d.spec.volumes else ()
             with start_tracing.runtime_call(d.spec.type):
-                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts))
+                await rt.start(RuntimeWorkload(wid, d.revision, d.generation, d.spec, material, mounts, d.devices))
         except StartPending as pending:
             # Going on in the background (an image pull): reported as its progress, asked again at
             # the next pass, and at once when the background work ends.
@@ -733,7 +742,7 @@ async def stop_tasks(tasks: Sequence[asyncio.Task[None]], within: float = STOP_T
 def delta_of(ds: pb.AssignmentSet) -> merge.Delta:
     """A desired-state message as the pure merge takes it."""
     return merge.Delta(tuple(merge.Item(a.instance_id, a.revision, a.generation, a.desired_state, a.spec_json,
-                                        a.fence_node, a.traceparent) for a in ds.workloads),
+                                        a.fence_node, a.traceparent, tuple(a.device_ids)) for a in ds.workloads),
                        ds.mode or merge.NORMAL, ds.full, tuple(ds.removed))
 
 

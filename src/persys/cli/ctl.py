@@ -34,6 +34,7 @@ from persys.cli import (
     move_cmd,
     node_cmds,
     object_cmds,
+    replay_cmds,
     rollout_cmds,
     secret_cmds,
     volume_cmds,
@@ -484,12 +485,21 @@ def explain(
     what_if: bool = typer.Option(False, "--what-if", help="For a Pending workload: the smallest changes that "
                                  "would make it fit (a smaller request, a toleration, a label, a node to uncordon, "
                                  "instances to move), each checked by the engine."),
+    at: int = typer.Option(0, "--at", min=0, help="Replay the decision taken on the store at this revision "
+                           "(shown as 'decided at revision N'): the snapshot is rebuilt from the store as it was then, "
+                           "with the reservations then in flight, and the engine decides again; says whether the "
+                           "answer agrees with the recorded one."),
     output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
     server: str | None = ServerOpt,
 ) -> None:
-    """Explain why a workload went where it went, or why it went nowhere."""
+    """Explain why a workload went where it went, or why it went nowhere.
+
+    `explain W --at REV` replays a past decision; `--what-if` lists what would make a Pending one fit."""
     if what_if:
         whatif_cmds.what_if(Api(server), name, output)
+        return
+    if at:
+        replay_cmds.show_replay(Api(server), name, at, output)
         return
     r = Api(server).request("GET", f"/v1/workloads/{name}/explain", params={"node": node} if node else None)
     if output != "text":
@@ -500,6 +510,9 @@ def explain(
         out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
         decision = rep.get("decision") or {}
         text = rep["explanation"] or "not evaluated yet"
+        if (decision.get("seen") or {}).get("rev"):
+            text += f"\n  decided at revision {decision['seen']['rev']} (replay: explain {name} --at " \
+                    f"{decision['seen']['rev']})"
         if decision.get("reasons"):
             text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
                 "\n".join(reason_lines(decision, "    "))

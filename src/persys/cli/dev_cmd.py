@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 
 from persys.cli import tracing_opts
 from persys.cli.config import ClientConfig, persys_home
@@ -33,6 +34,7 @@ from persys.cli.server_common import (
 )
 from persys.cli.server_errors import ServerError
 from persys.model import Taint
+from persys.model.devices import MAX_NODE_DEVICES, Device
 from persys.security.cluster_id import cluster_id_of_file
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.storage.config import LocalConfig, StorageConfig, StorageConfigError, parse_storage_config
@@ -49,6 +51,7 @@ class DevNode:
     storage: StorageConfig | None = None  # this node's own (its `storage:`), else persys dev's
     disk_mb: int = 0  # 0: what the host has
     runtimes: tuple[str, ...] = ()  # the runtimes this node offers, among the host's (empty: all)
+    devices: list[Device] | None = None  # simulated GPUs advertised instead of the host's (None: detect)
 
 
 DEV_RUNTIMES = ("container", "compose", "vm", "microvm", "process")
@@ -75,7 +78,7 @@ def dev_nodes(path: Path) -> list[DevNode]:
 
 
 def _dev_node(item: Any, where: str) -> DevNode:
-    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb", "diskMb", "runtimes", "storage"}
+    known = {"name", "labels", "taints", "cpuMillicores", "memoryMb", "diskMb", "runtimes", "storage", "devices"}
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise ServerError(f"{where}.name: required")
     unknown = set(item) - known
@@ -97,7 +100,27 @@ def _dev_node(item: Any, where: str) -> DevNode:
     return DevNode(item["name"], {str(k): str(v) for k, v in labels.items()},
                    parse_taints([str(t) for t in item.get("taints") or []]),
                    item.get("cpuMillicores", 0), item.get("memoryMb", 0), storage,
-                   item.get("diskMb", 0), tuple(runtimes))
+                   item.get("diskMb", 0), tuple(runtimes), _dev_devices(item, where))
+
+
+def _dev_devices(item: dict[str, Any], where: str) -> list[Device] | None:
+    """A simulated node's GPUs (`devices: [{id, vendor, model, memoryMb}]`): placement, reservation
+    and explanations can be tried without the hardware (a container given one will not start on
+    a host without the NVIDIA runtime, and says so)."""
+    if "devices" not in item:
+        return None
+    raw = item["devices"] or []
+    if not isinstance(raw, list) or len(raw) > MAX_NODE_DEVICES:
+        raise ServerError(f"{where}.devices: a list of at most {MAX_NODE_DEVICES} devices")
+    out = []
+    for i, d in enumerate(raw):
+        try:
+            out.append(Device.model_validate(d))
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise ServerError(f"{where}.devices[{i}].{field}: {first['msg']}") from None
+    return out
 
 
 def dev_admin(ca: ClusterCA, folder: Path) -> TLSFiles:
@@ -116,8 +139,8 @@ def dev(
     label: list[str] = typer.Option([], "--label", help="Node label key=value (repeatable)."),
     node_grace: float = typer.Option(10.0, "--node-grace", help="Seconds without heartbeat before NotReady."),
     nodes_file: Path = typer.Option(None, "--nodes", help="YAML list of local nodes to simulate "
-                                    "(name, labels, taints, cpuMillicores, memoryMb, diskMb, runtimes, storage); see "
-                                    "examples/dev-3-nodes.yaml."),
+                                    "(name, labels, taints, cpuMillicores, memoryMb, diskMb, runtimes, storage, "
+                                    "devices: simulated GPUs); see examples/dev-3-nodes.yaml."),
     storage: Path = typer.Option(None, "--storage", help="The nodes' volume backends (a storage file, "
                                  "docs/storage.md) instead of the default local pool under the data dir; its "
                                  "nfs and ceph-rbd sections are also driven by the control plane (provision, "
@@ -190,6 +213,7 @@ def dev(
                                 tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
                                 labels=spec.labels, taints=spec.taints,
                                 cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
+                                devices=spec.devices,
                                 # Embedded default: local volumes in a pool under the node's folder.
                                 storage=spec.storage or storage_config
                                 or StorageConfig(local=LocalConfig(str(state / "volumes"))),

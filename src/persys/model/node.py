@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictStr
 
 from persys.model.base import Model
+from persys.model.devices import MAX_NODE_DEVICES, Device
 from persys.model.workload import Quantity
 
 
@@ -48,6 +49,7 @@ class Capabilities(Model):
     cpu_millicores: Quantity = 0
     memory_mb: Quantity = 0
     disk_mb: Quantity = 0
+    devices: Annotated[list[Device], Field(max_length=MAX_NODE_DEVICES)] = Field(default_factory=list)  # GPUs
 
 
 class NodeUsage(Model):

@@ -116,4 +116,6 @@ class Assignment(Model):
     cpu_millicores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
+    # Ids of the node's devices (GPUs) given to the instance; None (left out of the document) when none.
+    devices: list[str] | None = None
     created_at: float = 0.0

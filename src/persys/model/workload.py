@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
 
 from persys.model.base import Model
+from persys.model.devices import MAX_DEVICE_REQUESTS, DeviceRequest
 from persys.model.documents import DocumentError, load_yaml
 from persys.model.image_ref import image_ref_problem
 from persys.model.names import NAME_RE
@@ -75,6 +76,9 @@ class Resources(Model):
     cpu_millicores: Quantity = 100
     memory_mb: Quantity = 64
     disk_mb: Quantity = 0
+    # Whole devices (GPUs), placed and reserved by the scheduler (model/devices.py). None, not
+    # []: left out of the spec's document, so the revisions of workloads without any stay as they were.
+    devices: Annotated[list[DeviceRequest], Field(max_length=MAX_DEVICE_REQUESTS)] | None = None
 
 
 class Toleration(Model):

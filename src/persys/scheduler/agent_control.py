@@ -35,10 +35,11 @@ from persys.model import (
     WorkloadManifest,
     WorkloadUsage,
 )
+from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import instance_move, node_admission, revisions, volume_rules, whatif_api
+from persys.scheduler import instance_move, node_admission, replay, revisions, volume_rules, whatif_api
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -57,6 +58,7 @@ from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_toke
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.reports import WorkloadReport
+from persys.scheduler.state import ClusterState
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of
@@ -80,6 +82,12 @@ def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
 async def _refuse(context: grpc.aio.ServicerContext, refusal: node_admission.Refusal) -> None:
     await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
 
+
+
+def given_devices(state: ClusterState, node_id: str, instance: str) -> list[str]:
+    """The node's devices (GPUs) the instance's assignment there was given."""
+    a = state.assignments.get(node_id, {}).get(instance)
+    return list(a.value.devices or ()) if a is not None else []
 
 class AgentControlService(pb_grpc.AgentControlServicer):
     def __init__(self, scheduler: Scheduler, require_identity: bool = True, limits: InputLimits | None = None,
@@ -165,6 +173,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     memory_mb=caps.memory_mb,
                     disk_mb=caps.disk_mb,
                     unavailable=unavailable_runtimes(caps.unavailable_runtimes),
+                    devices=[Device(id=d.id, vendor=d.vendor, model=d.model, memory_mb=d.memory_mb, index=d.index)
+                             for d in caps.devices],
                 ),
                 labels=dict(request.labels),
                 taints=[Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
@@ -284,7 +294,8 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             items = [pb.AssignedWorkload(instance_id=i.workload_id, revision=i.revision, generation=i.generation,
                                          desired_state=i.desired_state, spec_json=i.spec_json,
                                          traceparent=i.trace_parent,
-                                         fence_node=volume_rules.fence_node(self.s.state, i.workload_id))
+                                         fence_node=volume_rules.fence_node(self.s.state, i.workload_id),
+                                         device_ids=given_devices(self.s.state, request.node_id, i.workload_id))
                      for i in msg.items]
             yield pb.AssignmentSet(workloads=items, mode=msg.mode, store_revision=self.s.state.revision,
                                   full=msg.full, removed=msg.removed)
@@ -354,10 +365,31 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._document(context, plan)
 
     async def ExplainWorkload(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        if request.at_revision:
+            return await self._replay(request, context)
+
         async def explain() -> dict[str, Any]:
             return self.s.explain(request.workload_id, request.node_id)
 
         return await self._document(context, explain)
+
+    async def _replay(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
+        """`explain --at`: the decisions taken at that store revision, replayed (scheduler/replay.py)."""
+        refused: replay.ReplayRefused | None = None
+
+        async def again() -> dict[str, Any]:
+            nonlocal refused
+            try:
+                return await replay.replay(self.s.state, self.s.placement.config, request.workload_id,
+                                           request.at_revision)
+            except replay.ReplayRefused as err:
+                refused = err
+                return {}
+
+        answer = await self._document(context, again)
+        if refused is not None:
+            await context.abort(getattr(grpc.StatusCode, refused.code), str(refused))
+        return answer
 
     async def PlanOperation(self, request: pb.PlanOperationRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         await self._as_client(context)

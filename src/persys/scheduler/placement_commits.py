@@ -174,7 +174,8 @@ class Placer:
     async def mark_pending(self, n: Need, decision: pl.Decision) -> str:
         """Record that no node fits; returns the explanation (as the status says it)."""
         st = self.s.state.statuses.get(n.instance)
-        w = pending_write(n, st.value if st else None, decision, time.time())
+        w = pending_write(n, st.value if st else None, decision, time.time(),
+                          self.s.placement.record_of(n.instance, decision))
         if w is None:
             return st.value.message if st else ""
         await self.interpreter.write(w)  # WorkloadPending is published once it is written
@@ -196,6 +197,8 @@ class Placer:
         landed: list[tuple[Placed, Write]] = []
         broken: list[tuple[Placed, Exception]] = []
         try:
+            for p in batch:  # what each decision saw beyond the store, kept with it (explain --at)
+                p.seen = self.s.placement.record_of(p.instance, p.decision)
             fx, broken = step.on_placed(self.s.state, batch, time.time())
             failed = {id(p) for p, _ in broken}
             built = [p for p in batch if id(p) not in failed]

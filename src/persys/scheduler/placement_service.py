@@ -24,6 +24,7 @@ from persys.observability.metrics import LoopHistogram
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.decide.volumes import has_local_volumes as has_local_volumes  # re-exported
+from persys.scheduler.placement import record as precord
 from persys.scheduler.state import ClusterState
 from persys.scheduler.volume_rules import volume_ids
 
@@ -82,6 +83,7 @@ def to_request(w: Workload, instance: str, pinned_node: str | None = None,
         priority=spec.priority or 0,
         spread_constraints=tuple(pl.SpreadConstraint(t.label, t.max_skew, t.when_unsatisfiable == "DoNotSchedule")
                                  for t in spec.topology_spread or ()),
+        devices=tuple(pl.DeviceNeed(d.vendor, d.count, d.min_memory_mib) for d in spec.resources.devices or ()),
     )
 
 
@@ -91,6 +93,13 @@ class PlacementService:
         self.config = config
         self.ledger = pl.Reservations()
         self._fresh: set[str] = set()  # reserved, assignment not yet seen in the mirror
+        # The same reservations summed per node (what a decision sees beyond the store: recorded
+        # with it for replay, see placement.record), the nodes stored Ready but not heard from,
+        # and the record of each instance's latest decision until its status is written.
+        self.inflight = precord.InflightTotals()
+        self.unheard: set[str] = set()
+        self._records: dict[str, tuple[pl.Decision, dict[str, Any]]] = {}
+        self.engine = precord.engine_tag(config)
         self._base: pl.Snapshot | None = None
         self._last_base: pl.Snapshot | None = None  # kept while _base awaits a rebuild
         self._current: pl.Snapshot | None = None  # the base seen through the ledger, kept incrementally
@@ -131,6 +140,7 @@ class PlacementService:
             node_id, _, instance = ident.partition("/")
             if instance in self._fresh:
                 self._fresh.discard(instance)  # our own placement landing: the ledger covers it
+                self.inflight.remove(instance)
             else:
                 # Removed, changed, or written by someone else: recompute that node.
                 self._dirty.add(node_id)
@@ -155,6 +165,8 @@ class PlacementService:
         for r in list(self.ledger):
             self.ledger.release(r.id)
         self._fresh.clear()
+        self.inflight.clear()
+        self._records.clear()
         self._on_change("reset", "")
 
     def release(self, instance: str) -> None:
@@ -162,6 +174,8 @@ class PlacementService:
         if self.ledger.release(instance) is not None:
             self._current = None
         self._fresh.discard(instance)
+        self.inflight.remove(instance)
+        self._records.pop(instance, None)
 
     def base(self) -> pl.Snapshot:
         if self._base is None or len(self.ledger) > LEDGER_REBUILD_THRESHOLD:
@@ -192,6 +206,7 @@ class PlacementService:
     def _refresh_info(self, node_id: str) -> None:
         info = self._node_info(node_id)
         if info is None:
+            self.unheard.discard(node_id)
             if self._infos.pop(node_id, None) is not None:
                 self._nodes_changed = True
             self._changed.pop(node_id, None)
@@ -237,6 +252,10 @@ class PlacementService:
             services[service_of(w.value) if w else workload_of(a.instance_id)] += 1
         caps = n.capabilities
         seen = self.observed(node_id) if self.observed is not None else None
+        if n.status == NodeStatus.READY and not self.heard(n.id):
+            self.unheard.add(n.id)
+        else:
+            self.unheard.discard(n.id)
         return pl.NodeInfo(
             id=n.id,
             ready=n.status == NodeStatus.READY and self.heard(n.id),
@@ -257,6 +276,8 @@ class PlacementService:
             service_counts=dict(services),
             observed_cpu_percent=seen[0] if seen else None,
             observed_memory_mb=seen[1] if seen else None,
+            devices=tuple(pl.DeviceSlot(d.id, d.vendor, d.memory_mb) for d in caps.devices),
+            devices_used=frozenset(d for a in assigned for d in a.devices or ()) if caps.devices else frozenset(),
         )
 
     def snapshot(self) -> pl.Snapshot:
@@ -270,20 +291,37 @@ class PlacementService:
 
     def place(self, requests: list[pl.WorkloadRequest]) -> list[pl.Decision]:
         """Decide a batch in order, reserving capacity for each placed request."""
-        batch = pl.PlacementBatch(self.snapshot(), self.ledger, self.config)
+        current = self.snapshot()
+        batch = pl.PlacementBatch(current, self.ledger, self.config)
         decisions = []
         for request in requests:
             started = time.perf_counter()  # the engine takes no clock: the caller measures it
-            decisions.append(batch.place(request))
+            decision = batch.place(request)
             elapsed = time.perf_counter() - started
+            decisions.append(decision)
             self.decision_seconds.append(elapsed)
             if self.decision_histogram is not None:
                 self.decision_histogram.observe(elapsed)
+            self._record(decision, request, current)
         self._current = batch.snapshot()
-        for d in decisions:
-            if d.node_id is not None:
-                self._fresh.add(d.workload_id)
         return decisions
+
+    def _record(self, decision: pl.Decision, request: pl.WorkloadRequest, current: pl.Snapshot) -> None:
+        """Keep what the decision saw beyond the store (before its own reservation joins it)."""
+        observed = current.node if self.config.weight("observed_load") > 0 else None
+        self._records[request.id] = (decision, precord.seen(decision, request, self.state.revision, self.engine,
+                                                            self.inflight, self.unheard, observed))
+        if decision.node_id is not None:
+            self._fresh.add(request.id)
+            reservation = self.ledger.get(request.id)
+            if reservation is not None:
+                self.inflight.add(reservation)
+
+    def record_of(self, instance: str, decision: pl.Decision) -> dict[str, Any] | None:
+        """The record of `decision` for its status (taken: each is written once); None when the
+        instance's latest decision is another one (a preemption decides on its own snapshot)."""
+        kept = self._records.pop(instance, None)
+        return kept[1] if kept is not None and kept[0] is decision else None
 
     def decision_latency(self) -> dict[str, float | int]:
         """Percentiles of the engine's time per decision over the latest 10,000 decisions."""
@@ -307,10 +345,12 @@ class PlacementService:
                 scratch.reserve(r)
         return pl.place_many(self.base(), requests, scratch, self.config)
 
-    def reserve_decided(self, request: pl.WorkloadRequest, node_id: str) -> None:
+    def reserve_decided(self, request: pl.WorkloadRequest, node_id: str, devices: tuple[str, ...] = ()) -> None:
         """Reserve a placement decided outside `place` (a preemption), as `place` reserves."""
-        self.ledger.reserve(pl.Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb,
-                                           request.disk_mb, request.group))
+        reservation = pl.Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb,
+                                     request.disk_mb, request.group, devices)
+        self.ledger.reserve(reservation)
+        self.inflight.add(reservation)
         self._fresh.add(request.id)
         self._current = None
 

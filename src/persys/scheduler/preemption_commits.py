@@ -57,7 +57,7 @@ async def try_preempt(s: Shell, need: Need, request: pl.WorkloadRequest,
                                                     request.priority, now))]
     names = ", ".join(f"{v.request.id} (priority {v.request.priority})" for v in found.victims)
     unit = place_unit(found.decision, now, f"; preempted {names} on {node_id} (priority {request.priority})")
-    s.placement.reserve_decided(request, node_id)
+    s.placement.reserve_decided(request, node_id, found.decision.devices)
     (ok,) = await commit_units(state.commit, [Unit([*compares, *unit.compares], [*ops, *unit.ops])])
     if not ok:
         s.placement.release(need.instance)

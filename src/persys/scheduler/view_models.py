@@ -38,6 +38,10 @@ class PlacementView(BaseModel):
     # failure, needed, available, shortBy, unit).
     reasons: dict[str, list[dict[str, Any]]] = {}
     codes: list[str] = []  # Pending: the codes nodes were rejected with
+    # What the decision saw beyond the store (placement.record: rev, engine, inflight, unheard,
+    # observed, omitted): `explain --at rev` replays it.
+    seen: dict[str, Any] = {}
+    devices: list[str] = []  # the node's devices (GPUs) the placement was given
 
 
 class UsageView(View):
@@ -176,6 +180,29 @@ class Explanation(View):
     workload: str
     replicas: list[ReplicaExplanation]
     node: dict[str, Any] | None = None
+
+
+class ReplayAnswer(View):
+    node: str  # "" when Pending
+    explanation: str
+    decision: dict[str, Any] | None = None  # the replayed Decision.to_dict()
+
+
+class ReplayedReplica(View):
+    instance: str
+    recorded: ReplayAnswer
+    replayed: ReplayAnswer
+    seen: dict[str, Any]  # what the decision saw beyond the store (engine, inflight, unheard, ...)
+    agrees: bool
+
+
+class ReplayView(View):
+    """`explain --at REV`: the replicas decided at that revision, decided again (scheduler/replay.py)."""
+
+    workload: str
+    at: int
+    agrees: bool
+    replicas: list[ReplayedReplica]
 
 
 class RevisionView(View):

@@ -68,6 +68,10 @@ class WatchCompacted(CompactedError):
         self.compact_revision = compact_revision  # the oldest revision a watch can still start from
 
 
+class FutureRevision(StoreError):
+    """The requested revision is newer than the store's current one."""
+
+
 class LeaseNotFound(StoreError):
     """The lease does not exist (never granted, revoked or expired)."""
 
@@ -209,6 +213,16 @@ class AccessCheck(Protocol):
     refuses to start with a wrong password but starts (frozen) while its etcd is down."""
 
     async def check_access(self) -> None: ...
+
+
+@runtime_checkable
+class HistoryReads(Protocol):
+    """A store that reads the past (etcd's MVCC; the embedded store from its history table)."""
+
+    async def range_at(self, prefix: str, revision: int) -> list[KeyValue]:
+        """Every key under prefix as it was at `revision`, sorted by key. Raises CompactedError
+        naming the revision when the history needed is gone, FutureRevision past the current one."""
+        ...
 
 
 def prefix_range_end(prefix: bytes) -> bytes:

@@ -31,6 +31,7 @@ from persys.store.base import (
     CompactedError,
     Compare,
     Delete,
+    FutureRevision,
     KeyValue,
     LeaseNotFound,
     Put,
@@ -250,10 +251,27 @@ class EtcdStore:
             revision = rev
         return out, revision
 
-    async def range_pages(self, prefix: str, page: int = _RANGE_PAGE) -> AsyncIterator[tuple[list[KeyValue], int]]:
+    async def range_at(self, prefix: str, revision: int) -> list[KeyValue]:
+        """etcd's MVCC read at a past revision (kept until someone compacts)."""
+        if revision <= 0:
+            raise FutureRevision(f"revision {revision} does not exist (revisions start at 1)")
+        out: list[KeyValue] = []
+        try:
+            async for kvs, _ in self.range_pages(prefix, _RANGE_PAGE, revision):
+                out += kvs
+        except CompactedError as err:
+            raise CompactedError(f"revision {revision} has been compacted in etcd ({err})") from None
+        except StoreError as err:
+            if "future revision" in str(err):
+                raise FutureRevision(f"revision {revision} is in the future ({err})") from None
+            raise
+        return out
+
+    async def range_pages(self, prefix: str, page: int = _RANGE_PAGE, revision: int = 0
+                          ) -> AsyncIterator[tuple[list[KeyValue], int]]:
         start = prefix.encode() or b"\0"
         end = prefix_range_end(prefix.encode())
-        revision = 0  # pages after the first read at the first page's revision: one snapshot
+        # Pages after the first read at the first page's revision (or the one asked for): one snapshot.
         while True:
             try:
                 resp = await self._call(

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from persys.observability.metrics import Metrics
-from persys.store.base import Compare, Delete, KeyValue, Put, StateStore, WatchEvent
+from persys.store.base import Compare, Delete, HistoryReads, KeyValue, Put, StateStore, StoreError, WatchEvent
 
 T = TypeVar("T")
 OPERATIONS = "persys_store_operations_total"
@@ -49,6 +49,12 @@ class MeteredStore:
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
         return await self._timed("range", lambda: self.inner.range(prefix))
+
+    async def range_at(self, prefix: str, revision: int) -> list[KeyValue]:
+        inner = self.inner
+        if not isinstance(inner, HistoryReads):
+            raise StoreError(f"{type(inner).__name__} cannot read past revisions")
+        return await self._timed("range_at", lambda: inner.range_at(prefix, revision))
 
     def range_pages(self, prefix: str, page: int = 1000) -> AsyncIterator[tuple[list[KeyValue], int]]:
         return self.inner.range_pages(prefix, page)

@@ -25,8 +25,10 @@ from typing import Any, Literal, TypeVar
 
 from persys.store.base import (
     DEFAULT_MAX_TXN_BYTES,
+    CompactedError,
     Compare,
     Delete,
+    FutureRevision,
     KeyValue,
     LeaseNotFound,
     Put,
@@ -359,6 +361,48 @@ class SqliteStore:
             db.execute("COMMIT")
         return rows, compact, current
 
+    def _range_at_sync(self, prefix: str, revision: int) -> list[KeyValue]:
+        """The keys under prefix at `revision`: the current rows with every later change undone
+        from the history table, which holds every change after the compact revision."""
+        p = prefix.encode()
+        where, args = ("key >= ? AND key < ?", (p, prefix_range_end(p))) if p else ("1", ())
+        db = self._db
+        db.execute("BEGIN")  # one snapshot for rows, history and revisions
+        try:
+            compact, current = self._meta(db, "compact_revision"), self._meta(db, "revision")
+            if revision > current:
+                raise FutureRevision(f"revision {revision} is in the future (the store is at {current})")
+            if revision < max(compact, 1):
+                raise CompactedError(f"revision {revision} has been compacted (the embedded store keeps history "
+                                     f"from revision {compact})")
+            out = {kv.key: kv for kv in map(_kv, db.execute(
+                f"SELECT key, value, create_rev, mod_rev, version, lease FROM kv WHERE {where}", args))}
+            first_after: dict[bytes, tuple[int, int]] = {}  # key -> (type, version) of its first later change
+            for key, kind, version in db.execute(
+                    f"SELECT key, type, version FROM history WHERE rev > ? AND {where} ORDER BY rev, idx",
+                    (revision, *args)):
+                first_after.setdefault(key, (kind, version))
+            before: dict[bytes, Sequence[Any]] = {}
+            if first_after:
+                for row in db.execute(
+                        "SELECT key, value, create_rev, mod_rev, version, lease, type FROM history "
+                        f"WHERE rev > ? AND rev <= ? AND {where} ORDER BY rev, idx", (compact, revision, *args)):
+                    if row[0] in first_after:
+                        before[row[0]] = row
+        finally:
+            db.execute("COMMIT")
+        for key, (kind, version) in first_after.items():
+            out.pop(key.decode(), None)
+            if kind == _PUT and version == 1:
+                continue  # created after `revision`: absent then
+            row = before.get(key)
+            if row is None:
+                raise CompactedError(f"revision {revision}: the value of {key.decode()} then has been compacted "
+                                     f"(the embedded store keeps history from revision {compact})")
+            if row[6] == _PUT:
+                out[key.decode()] = _kv(row[:6])
+        return [out[k] for k in sorted(out)]
+
     def _close_sync(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -371,6 +415,9 @@ class SqliteStore:
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
         return await self._run(self._range_sync, prefix)
+
+    async def range_at(self, prefix: str, revision: int) -> list[KeyValue]:
+        return await self._run(self._range_at_sync, prefix, revision)
 
     async def range_pages(self, prefix: str, page: int = 1000) -> AsyncIterator[tuple[list[KeyValue], int]]:
         # One consistent read, handed out in pages: the embedded store is for clusters small

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from persys.scheduler.placement import (
+    DeviceNeed,
+    DeviceSlot,
     LabelConstraint,
     NodeInfo,
     PlacementConfig,
@@ -31,6 +33,8 @@ def node_from_data(data: dict[str, Any]) -> NodeInfo:
             d[key] = frozenset(d[key])
     d["taints"] = tuple(parse_taint(t) for t in d.get("taints", ()))
     d["labels"] = {k: str(v) for k, v in d.get("labels", {}).items()}
+    d["devices"] = tuple(DeviceSlot(**x) for x in d.get("devices", ()))
+    d["devices_used"] = frozenset(d.get("devices_used", ()))
     return NodeInfo(**d)
 
 
@@ -42,6 +46,7 @@ def request_from_data(data: dict[str, Any]) -> WorkloadRequest:
         for c in d.get("constraints", ())
     )
     d["spread_constraints"] = tuple(SpreadConstraint(**c) for c in d.get("spread_constraints", ()))
+    d["devices"] = tuple(DeviceNeed(**x) for x in d.get("devices", ()))
     for key in ("volume_drivers", "excluded_nodes", "required_features"):
         if key in d:
             d[key] = frozenset(d[key])

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from persys.scheduler.placement import (
     DEFAULT_FILTERS,
+    DeviceNeed,
+    DeviceSlot,
     LabelConstraint,
     NodeInfo,
     PlacementConfig,
@@ -64,6 +66,8 @@ def nodes_st(draw: Any, min_size: int = 0, max_size: int = 10) -> list[NodeInfo]
         mem = draw(st.integers(0, 8192))
         disk = draw(st.integers(0, 10_000))
         labels: dict[str, str] = {}
+        gpus = tuple(DeviceSlot(f"n{i}-gpu{k}", draw(st.sampled_from(["nvidia", "amd"])),
+                                draw(st.sampled_from([8192, 16384, 81920]))) for k in range(draw(st.integers(0, 3))))
         if draw(st.booleans()):
             labels["zone"] = draw(st.sampled_from(["z0", "z1", "z2"]))
         if draw(st.booleans()):
@@ -88,6 +92,8 @@ def nodes_st(draw: Any, min_size: int = 0, max_size: int = 10) -> list[NodeInfo]
                 committed_disk_mb=draw(st.integers(0, disk)),
                 workload_count=draw(st.integers(0, 5)),
                 service_counts=draw(st.dictionaries(st.sampled_from(["web", "db"]), st.integers(1, 3))),
+                devices=gpus,
+                devices_used=frozenset(d.id for d in gpus if draw(st.integers(0, 3)) == 0),
             )
         )
     return nodes
@@ -111,6 +117,8 @@ def request_st(draw: Any, i: int, node_ids: list[str]) -> WorkloadRequest:
         required_features=draw(st.sampled_from([frozenset(), frozenset({"vm:kvm"})])),
         service=draw(st.sampled_from(["", "web", "db"])),
         spread_label=draw(st.sampled_from([None, "zone"])),
+        devices=draw(st.sampled_from([(), (), (DeviceNeed("nvidia"),), (DeviceNeed("nvidia", 2, 16000),),
+                                      (DeviceNeed("nvidia"), DeviceNeed("amd"))])),
     )
 
 
@@ -151,6 +159,24 @@ def test_place_many_never_overcommits(data: tuple[list[NodeInfo], list[WorkloadR
         held = ledger.on_node(node_id)
         assert held.cpu_millicores == cpu - node.committed_cpu
     assert len(ledger) == sum(d.placed for d in decisions)
+    # Devices: each given once, a free one of the node, of the vendor and memory asked for.
+    given: dict[str, list[str]] = {}
+    for request, decision in zip(requests, decisions, strict=True):
+        if decision.node_id is None:
+            assert decision.devices == ()
+            continue
+        assert len(decision.devices) == sum(need.count for need in request.devices)
+        node = by_id[decision.node_id]
+        slots = {d.id: d for d in node.devices}
+        ids = iter(decision.devices)
+        for need in request.devices:
+            for _ in range(need.count):
+                slot = slots[next(ids)]
+                assert slot.vendor == need.vendor and slot.memory_mb >= need.min_memory_mb
+                assert slot.id not in node.devices_used
+        given.setdefault(node.id, []).extend(decision.devices)
+    for ids_given in given.values():
+        assert len(ids_given) == len(set(ids_given))
 
 
 @SETTINGS

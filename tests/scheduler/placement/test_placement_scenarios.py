@@ -6,7 +6,7 @@ order with ``place_many`` (each success reserves capacity). Each workload may ca
 {node: code}, ``explain`` (exact), ``explain_contains`` [substrings], ``top`` [node ids in order],
 ``every_reason`` {node: [code, ...]} (a pending decision's every failing filter of that node, in
 filter order; exactly the detailed nodes when given), ``detailed`` (exact `explain_detailed()`),
-``detailed_contains`` [substrings].
+``detailed_contains`` [substrings], ``devices`` [ids given to the placement].
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def test_scenario(case: dict[str, Any]) -> None:
         check_every_reason(expect, decision)
         if "top" in expect:
             assert [s.node_id for s in decision.scores] == expect["top"], where
+        if "devices" in expect:
+            assert list(decision.devices) == expect["devices"], where
         json.dumps(decision.to_dict())  # always JSON-serialisable
     placed = sum(d.placed for d in decisions)
     assert len(ledger) == placed

@@ -39,6 +39,7 @@ class Item:
     spec_json: bytes | str
     fence_node: str = ""
     traceparent: str = ""
+    devices: tuple[str, ...] = ()  # the node's devices (GPUs) the placement gave the instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,8 @@ def parse(item: Item) -> Desired | str:
         spec = WorkloadSpec.model_validate_json(item.spec_json)
     except ValueError as err:
         return str(err)
-    return Desired(item.revision, item.generation, DesiredState(item.desired_state), spec, item.fence_node)
+    return Desired(item.revision, item.generation, DesiredState(item.desired_state), spec, item.fence_node,
+                   item.devices)
 
 
 def merge(held: Held, delta: Delta) -> Merged:

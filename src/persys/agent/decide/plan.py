@@ -39,6 +39,7 @@ class Desired:
     desired_state: DesiredState
     spec: WorkloadSpec
     fence_node: str = ""  # a lost node its single-writer volumes may be fenced off (AssignedWorkload)
+    devices: tuple[str, ...] = ()  # the node's devices (GPUs) the placement gave the instance
 
 
 @dataclass

@@ -60,6 +60,7 @@ class RuntimeWorkload:
     spec: WorkloadSpec
     secrets: SecretMaterial = field(default_factory=SecretMaterial)  # resolved just before the start
     mounts: tuple[VolumeMount, ...] = ()  # its volumes, attached just before the start
+    devices: tuple[str, ...] = ()  # the node's devices (GPU ids) its placement gave it
 
 
 @dataclass

@@ -64,6 +64,23 @@ def container_name(workload_id: str, node_id: str = "", cluster_id: str = "") ->
     return f"{NAME_PREFIX}{scope}{workload_id}"
 
 
+
+def with_volumes_and_devices(host: dict[str, Any], w: RuntimeWorkload) -> dict[str, Any]:
+    """`host` with the workload's attached volumes bound in and the GPUs its placement gave it."""
+    volume_binds = [{"Type": "bind", "Source": m.attachment.mount_path, "Target": m.mount_path,
+                     "ReadOnly": m.read_only} for m in w.mounts if m.attachment.mount_path]
+    if volume_binds:
+        host["Mounts"] = [*host.get("Mounts", []), *volume_binds]
+    if w.devices:  # as `docker run --gpus device=...` asks
+        host["DeviceRequests"] = to_docker_requests(w.devices)
+    return host
+
+
+def to_docker_requests(device_ids: tuple[str, ...]) -> list[dict[str, object]]:
+    """Docker's HostConfig.DeviceRequests for the GPUs an instance was given, what `docker run
+    --gpus device=<id>,...` sends: the NVIDIA container runtime hands exactly those to it."""
+    return [{"Driver": "nvidia", "DeviceIDs": list(device_ids), "Capabilities": [["gpu"]], "Count": 0}]
+
 class DockerRuntime:
     """Runs `type: container` workloads on the local Docker engine."""
 
@@ -289,11 +306,7 @@ class DockerRuntime:
                                      terminal=True)
             src = self._secrets_dir / w.workload_id  # written once the start is decided (_create_and_start)
             host["Mounts"] = [{"Type": "bind", "Source": str(src), "Target": SECRETS_TARGET, "ReadOnly": True}]
-        volume_binds = [{"Type": "bind", "Source": m.attachment.mount_path, "Target": m.mount_path,
-                         "ReadOnly": m.read_only} for m in w.mounts if m.attachment.mount_path]
-        if volume_binds:
-            host["Mounts"] = [*host.get("Mounts", []), *volume_binds]
-        config["HostConfig"] = host
+        config["HostConfig"] = with_volumes_and_devices(host, w)
         return config
 
     async def start(self, w: RuntimeWorkload) -> ObservedWorkload:
@@ -341,6 +354,9 @@ class DockerRuntime:
                 raise RuntimeFailure(f"start container: {msg}", code="PortConflict", terminal=True) from exc
             if "executable file not found" in msg or "no such file or directory" in msg:
                 raise RuntimeFailure(f"start container: {msg}", code="InvalidSpec", terminal=True) from exc
+            if "could not select device driver" in msg:  # Docker has no NVIDIA runtime for the GPUs given
+                raise RuntimeFailure(f"start container: {msg} (the node's GPUs need the NVIDIA container toolkit)",
+                                     code="DeviceUnavailable") from exc
             raise RuntimeFailure(f"start container: {msg}") from exc
         data = await container.show()
         return self._observe(data)

@@ -22,6 +22,7 @@ HTTP_STATUS: dict[str, int] = {
     "UNAVAILABLE": 503,
     "DEADLINE_EXCEEDED": 504,
     "RESOURCE_EXHAUSTED": 413,
+    "OUT_OF_RANGE": 410,  # a revision compacted away (explain --at)
 }
 
 

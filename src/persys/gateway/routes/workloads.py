@@ -53,10 +53,13 @@ def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRo
         return JSONResponse(await client.plan(doc))
 
     @router.get("/v1/workloads/{workload_id}/explain", tags=["placement"], response_model=None,
-                responses={**answers(Explanation), **SCHEDULER_ERRORS})
-    async def explain(workload_id: str = WorkloadId, node: str = Query("", max_length=253)) -> dict[str, Any]:
-        """Why the workload is where it is (or Pending); with `node`, every filter's verdict there."""
-        return await client.explain(workload_id, node)
+                responses={**answers(Explanation), **SCHEDULER_ERRORS,
+                           410: {"description": "`at`: the store's history no longer holds that revision"}})
+    async def explain(workload_id: str = WorkloadId, node: str = Query("", max_length=253),
+                      at: int = Query(0, ge=0, le=2**63 - 1)) -> dict[str, Any]:
+        """Why the workload is where it is (or Pending); with `node`, every filter's verdict there;
+        with `at`, the decisions taken on the store at that revision, replayed (`agrees`)."""
+        return await client.explain(workload_id, node, at)
 
     @router.get("/v1/workloads", tags=["workloads"], responses=SCHEDULER_ERRORS)
     async def list_workloads(node: str = Query("", max_length=253),

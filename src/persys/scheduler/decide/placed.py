@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from persys.model import Assignment, Phase, Workload, WorkloadStatus
 from persys.model.volume import Volume
@@ -26,6 +27,7 @@ class Placed:
     explanation: str = ""
     moved_from: str = ""
     decided_ns: int = 0  # when the engine pass began (wall clock, ns), kept only when tracing
+    seen: dict[str, Any] | None = None  # what the decision saw beyond the store (explain --at)
 
     @property
     def instance(self) -> str:
@@ -43,14 +45,15 @@ def placement_write(p: Placed, prev: WorkloadStatus | None, now: float, homes: S
     assignment = Assignment(
         instance_id=inst, node_id=node_id, revision=w.revision, generation=w.generation,
         desired_state=w.spec.desired_state, cpu_millicores=w.spec.resources.cpu_millicores,
-        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb, created_at=now,
+        memory_mb=w.spec.resources.memory_mb, disk_mb=w.spec.resources.disk_mb,
+        devices=list(p.decision.devices) or None, created_at=now,
     )
     volume_node = (prev.volume_node if prev else "") or (node_id if has_local_volumes(w) else "")
     p.moved_from = prev.relocating_from if prev else ""
     p.explanation = p.decision.explain() + note
     status = WorkloadStatus(
         phase=Phase.SCHEDULED, node_id=node_id, reason="Scheduled", message=p.explanation,
-        placement=placement_doc(p.decision, p.explanation), volume_node=volume_node,
+        placement=placement_doc(p.decision, p.explanation, p.seen), volume_node=volume_node,
         relocating_from=p.moved_from, moved_at=prev.moved_at if prev else 0.0, updated_at=now,
     )
     ident = f"{node_id}/{inst}"
@@ -81,7 +84,8 @@ def unhomed_local_volumes(w: Workload, volumes: Mapping[str, Versioned[Volume]])
     return out
 
 
-def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> WorkloadStatus | None:
+def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: float,
+                   seen: dict[str, Any] | None = None) -> WorkloadStatus | None:
     """The status of an instance no node fits (None: it says so already)."""
     reason = decision.explain_detailed()
     if prev is not None and prev.phase == Phase.PENDING and prev.message == reason:
@@ -90,7 +94,8 @@ def pending_status(prev: WorkloadStatus | None, decision: pl.Decision, now: floa
     # where it came from keeps it in the drain's progress (it used to vanish from it, and the
     # drain said done while it sat Pending).
     return WorkloadStatus(phase=Phase.PENDING, reason="Unschedulable", message=reason,
-                          placement=placement_doc(decision, reason), volume_node=prev.volume_node if prev else "",
+                          placement=placement_doc(decision, reason, seen),
+                          volume_node=prev.volume_node if prev else "",
                           relocating_from=prev.relocating_from if prev else "",
                           moving_off=prev.moving_off if prev else "", move_to=prev.move_to if prev else "",
                           moved_at=prev.moved_at if prev else 0.0, updated_at=now)
@@ -114,10 +119,11 @@ def on_placed(m: Mirror, batch: Sequence[Placed], now: float) -> tuple[Effects, 
     return fx, broken
 
 
-def pending_write(need: Need, prev: WorkloadStatus | None, decision: pl.Decision, now: float) -> Write | None:
+def pending_write(need: Need, prev: WorkloadStatus | None, decision: pl.Decision, now: float,
+                  seen: dict[str, Any] | None = None) -> Write | None:
     """An instance no node fits: its Pending status, guarded by the workload's revision decided
     on, published once written (None: its status says so already)."""
-    status = pending_status(prev, decision, now)
+    status = pending_status(prev, decision, now, seen)
     if status is None:
         return None
     wid, inst = need.workload.id, need.instance

@@ -9,7 +9,7 @@ from persys.scheduler import placement as pl
 from persys.scheduler.placement.verdicts import Rejections
 
 
-def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
+def placement_doc(decision: pl.Decision, explanation: str, seen: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a status keeps of a decision: the explanation and the top candidates' scores. The
     per-node rejections are summarised in the explanation, never stored one by one: at thousands
     of nodes they would make every status document tens of kilobytes. Scores are kept compact,
@@ -28,6 +28,9 @@ def placement_doc(decision: pl.Decision, explanation: str) -> dict[str, Any]:
         **({"reasons": reasons_doc(decision)} if decision.reasons else {}),
         # Pending: the codes nodes were rejected with (queueing hints: which node changes help).
         **({"codes": sorted(_codes(decision))} if decision.node_id is None else {}),
+        # What the decision saw beyond the store, for `explain --at` (placement.record).
+        **({"seen": seen} if seen else {}),
+        **({"devices": list(decision.devices)} if decision.devices else {}),  # the GPUs it was given
     }
 
 

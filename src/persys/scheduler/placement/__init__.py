@@ -24,6 +24,8 @@ from .preemption import Preemption, preemption
 from .reasons import every_reason
 from .scorers import DEFAULT_SCORERS, DEFAULT_WEIGHTS
 from .snapshot import (
+    DeviceNeed,
+    DeviceSlot,
     LabelConstraint,
     NodeInfo,
     Reservation,
@@ -50,6 +52,8 @@ __all__ = [
     "Cluster",
     "Counterfactuals",
     "Decision",
+    "DeviceNeed",
+    "DeviceSlot",
     "Filter",
     "LabelConstraint",
     "NodeEvaluation",

@@ -10,6 +10,7 @@ from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
+from .devices import pick as pick_devices
 from .filters import DEFAULT_FILTERS
 from .framework import Filter, PlacementContext, Scorer
 from .nodebits import LabelBits, range_bits
@@ -97,6 +98,17 @@ class Decision:
     # Pending decisions: every failing filter of a bounded sample of the rejected nodes (see
     # PlacementConfig.detail_nodes), node id -> statuses in filter order.
     reasons: Mapping[str, tuple[Status, ...]] = field(default_factory=lambda: _NO_REASONS)
+    devices: tuple[str, ...] = ()  # the chosen node's devices the placement is given (GPUs)
+    # The feasible nodes found (positions in `order`, the nodes as decided on, by id): with the
+    # nodes the dynamic filters rejected, those whose reservations the decision saw (a replay
+    # needs those, nothing more). References, no copy: ids are made only when asked for.
+    feasible_positions: Sequence[int] = field(default=(), compare=False, repr=False)
+    order: Sequence[NodeInfo] = field(default=(), compare=False, repr=False)
+
+    @property
+    def feasible_nodes(self) -> tuple[str, ...]:
+        order = self.order
+        return tuple(order[i].id for i in self.feasible_positions)
 
     @property
     def placed(self) -> bool:
@@ -326,8 +338,13 @@ def decide(
             sample = rejected_nodes.sample(config.detail_per_reason, config.detail_nodes)
             reasons = MappingProxyType(every_reason(snapshot, request, config.filters, sample, ctx))
         return Decision(request.id, None, [], rejected_nodes, 0, n, evaluated, reasons)
-    scores = _rank(snapshot.effective, feasible, request, config, ctx)
-    return Decision(request.id, scores[0].node_id, scores, rejected_nodes, len(feasible), n, evaluated)
+    nodes = snapshot.effective
+    scores = _rank(nodes, feasible, request, config, ctx)
+    chosen = scores[0].node_id
+    chosen_node = snapshot.node(chosen) if request.devices else None
+    given = pick_devices(chosen_node, request) if chosen_node is not None else ()
+    return Decision(request.id, chosen, scores, rejected_nodes, len(feasible), n, evaluated, devices=given,
+                    feasible_positions=feasible, order=nodes)
 
 
 def _rank(nodes: Sequence[NodeInfo], feasible: list[int], request: WorkloadRequest, config: PlacementConfig,
@@ -437,7 +454,7 @@ class PlacementBatch:
             return decision
         self.ledger.reserve(
             Reservation(request.id, node_id, request.cpu_millicores, request.memory_mb, request.disk_mb,
-                        request.group)
+                        request.group, decision.devices)
         )
         on_node = self.ledger.on_node(node_id)
         current = self._current

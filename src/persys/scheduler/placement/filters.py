@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .devices import DeviceFit
 from .framework import Filter, PlacementContext
 from .nodebits import NodeBits
 from .snapshot import LabelConstraint, NodeInfo, SpreadConstraint, WorkloadRequest
@@ -287,4 +288,5 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     CpuFit(),
     MemoryFit(),
     DiskFit(),
+    DeviceFit(),
 )

@@ -103,6 +103,29 @@ class LabelConstraint:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceSlot:
+    """One device of a node (a GPU): `id` is what the runtime is given."""
+
+    id: str
+    vendor: str
+    memory_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNeed:
+    """`count` whole devices of `vendor`, each with at least `min_memory_mb`."""
+
+    vendor: str
+    count: int = 1
+    min_memory_mb: int = 0
+
+    @property
+    def resource(self) -> str:
+        """Kubernetes' extended-resource name: nvidia.com/gpu."""
+        return f"{self.vendor}.com/gpu" if "." not in self.vendor else self.vendor
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     id: str
     ready: bool = True
@@ -125,6 +148,8 @@ class NodeInfo:
     # optional `observed_load` scorer reads them: requests stay the fit rule.
     observed_cpu_percent: float | None = None
     observed_memory_mb: int | None = None
+    devices: tuple[DeviceSlot, ...] = ()
+    devices_used: frozenset[str] = frozenset()  # ids given to assigned (and reserved) instances
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "runtimes", frozenset(self.runtimes))
@@ -181,6 +206,7 @@ class WorkloadRequest:
     spread_label: str | None = None  # topology label, e.g. "zone"
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     priority: int = 0  # preemption only (placement/preemption.py): filters and scores ignore it
+    devices: tuple[DeviceNeed, ...] = ()
 
     def __post_init__(self) -> None:
         if min(self.cpu_millicores, self.memory_mb, self.disk_mb) < 0:
@@ -192,6 +218,7 @@ class WorkloadRequest:
         object.__setattr__(self, "excluded_nodes", frozenset(self.excluded_nodes))
         object.__setattr__(self, "required_features", frozenset(self.required_features))
         object.__setattr__(self, "spread_constraints", tuple(self.spread_constraints))
+        object.__setattr__(self, "devices", tuple(self.devices))
 
     @property
     def group(self) -> str:
@@ -209,6 +236,7 @@ class Reservation:
     memory_mb: int
     disk_mb: int
     service: str = ""
+    devices: tuple[str, ...] = ()  # the node's devices the placement was given
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +248,7 @@ class ReservedOnNode:
     disk_mb: int = 0
     workloads: int = 0
     services: Mapping[str, int] = field(default_factory=lambda: _EMPTY, hash=False)
+    devices: frozenset[str] = frozenset()
 
     def plus(self, r: Reservation, sign: int = 1) -> ReservedOnNode:
         services = dict(self.services)
@@ -235,6 +264,8 @@ class ReservedOnNode:
             self.disk_mb + sign * r.disk_mb,
             self.workloads + sign,
             _frozen_map(services),
+            (self.devices | frozenset(r.devices) if sign > 0 else self.devices - frozenset(r.devices))
+            if r.devices else self.devices,
         )
 
 
@@ -315,6 +346,7 @@ def apply_reserved(node: NodeInfo, reserved: ReservedOnNode) -> NodeInfo:
         committed_disk_mb=node.committed_disk_mb + reserved.disk_mb,
         workload_count=node.workload_count + reserved.workloads,
         service_counts=services,
+        devices_used=node.devices_used | reserved.devices if reserved.devices else node.devices_used,
     )
 
 

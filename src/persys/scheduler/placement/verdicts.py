@@ -191,6 +191,11 @@ class Rejections(Mapping[str, Status]):
     def __repr__(self) -> str:
         return f"Rejections({self._all()!r})"
 
+    def one_by_one(self) -> Mapping[str, Status]:
+        """The nodes rejected one at a time (by a dynamic filter, or every node of a node-by-node
+        walk), without expanding the static groups."""
+        return self._each
+
     def code_counts(self) -> dict[str, int]:
         """Nodes rejected per status code (a population count per group): for metrics."""
         out: dict[str, int] = {}

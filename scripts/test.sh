@@ -2,7 +2,8 @@
 # One command for a fresh Debian 12 machine: install what the tests need (etcd, Redis, Docker
 # engine, ...), start the Docker engine if it is not running, and run the whole suite.
 #
-#   scripts/test.sh [PYTEST ARGS]   everything (what .ci/run runs)
+#   scripts/test.sh [PYTEST ARGS]   everything (what .ci/run runs), on two xdist workers
+#                                   (PERSYS_TEST_WORKERS=0: one process)
 #   scripts/test.sh --fast          the contributors' lane: lint, types, import contracts and the
 #                                   tests that need no external service (marked `unit` by
 #                                   tests/lanes.py), run with etcd, Redis, Docker and QEMU off
@@ -55,5 +56,21 @@ fi
 
 echo "==> tests"
 # --strict-skips: a skip not declared in tests/allowed_skips.txt fails the run (a machine that lost
-# a binary must not pass with fewer tests).
-exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips "$@"  # the slowest 30: where the budget goes
+# a binary must not pass with fewer tests). --durations: the slowest 30, where the budget goes.
+# Two xdist workers (PERSYS_TEST_WORKERS; 0 = one process), grouped by tests/parallel.py; then
+# the `serial` tests, which time a load they make themselves, alone.
+workers=${PERSYS_TEST_WORKERS:-2}
+if ((workers == 0)); then
+  exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips "$@"
+fi
+parallel=0
+.venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips -n "$workers" --dist loadgroup \
+  -m "not serial" "$@" || parallel=$?
+echo "==> tests that make their own load, alone"
+serial=0
+.venv/bin/pytest -q -p no:cacheprovider --durations=10 --strict-skips -m serial "$@" || serial=$?
+# 5 = "no test selected": fine for one part (e.g. a folder with no serial test), not for both.
+if ((parallel == 5 && serial == 5)); then exit 5; fi
+for code in "$parallel" "$serial"; do
+  if ((code != 0 && code != 5)); then exit "$code"; fi
+done

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -25,10 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from persys.cli import plain_table, quick
+from tests.cases import load
 from tests.e2e.harness import BIN, ctl
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 
-CASES = yaml.safe_load((Path(__file__).parent / "quick_cases.yaml").read_text())
+CASES = load(__file__, "quick_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[" ".join(c["argv"]) or "(none)" for c in CASES])

@@ -10,21 +10,20 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from rich.console import Console
 
 from persys.cli import quick as quick_module
 from persys.cli import quick_verbs
 from persys.cli.safe_text import printable
+from tests.cases import load
 from tests.cli.test_quick_path import _both, _manifest, socket_closed
 from tests.e2e.harness import BIN, ctl
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 
-CASES = yaml.safe_load((Path(__file__).parent / "quick_verbs_cases.yaml").read_text())
+CASES = load(__file__, "quick_verbs_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[" ".join(c["argv"]) for c in CASES])

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
 
 from persys.model import Assignment, Capabilities, Node, Workload, WorkloadManifest, WorkloadStatus
 from persys.model.workload import workload_of
@@ -20,9 +19,10 @@ from persys.scheduler import keys, reconcile
 from persys.scheduler.reconcile import Write
 from persys.scheduler.state import ClusterState
 from persys.store.base import Delete, KeyValue, StateStore
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "reconcile_cases"
-CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
+CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in load(f)]
 NOW = 5000.0
 
 

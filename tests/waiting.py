@@ -43,7 +43,7 @@ async def _check(cond: Callable[[], Any]) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "condition",
+async def until(cond: Callable[[], Any], within: float = 15.0, what: str = "condition",
                 interval: float = 0.02, ignore: tuple[type[BaseException], ...] = ()) -> float:
     """Poll `cond` (sync or async) until it is truthy; seconds taken. `ignore`: exceptions that
     mean "not yet" (e.g. KeyError while an object is not there)."""
@@ -59,7 +59,7 @@ async def until(cond: Callable[[], Any], within: float = 10.0, what: str = "cond
         await asyncio.sleep(interval)
 
 
-async def settled(pred: Callable[[], Awaitable[T]], within: float = 5.0, interval: float = 0.05) -> T:
+async def settled(pred: Callable[[], Awaitable[T]], within: float = 8.0, interval: float = 0.05) -> T:
     """Poll the async `pred` until truthy or `within` passed; its last value either way."""
     deadline = time.monotonic() + within
     while True:

@@ -6,6 +6,7 @@
   coroutine function; returns the seconds it took (tests print them: timings go to bench/).
 - `settled(pred, within)`: polls an async `pred` until truthy or the bound passes and returns its
   last value either way, for tests that assert on the value themselves (a clearer message).
+- `ready_then_stopped(argv, log)`: a server started, awaited until it says it is ready, stopped.
 
 Bounds are generous on purpose: CI runs on two busy cores, where a condition reached in 50 ms on
 an idle machine can take seconds. The time taken is returned so that a test can print it.
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,3 +71,25 @@ async def settled(pred: Callable[[], Awaitable[T]], within: float = 8.0, interva
         if value or time.monotonic() > deadline:
             return value
         await asyncio.sleep(interval)
+
+
+def ready_then_stopped(argv: list[str], log: Path, ready: str = "scheduler ready", timeout: float = 30.0,
+                       env: dict[str, str] | None = None) -> str:
+    """Start `argv` with its output in `log`, wait (bounded) until it prints `ready` or exits,
+    stop it (SIGTERM, then SIGKILL) and return its output: for a server checked only at start."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + timeout
+            while ready not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            text = log.read_text()
+            assert ready in text, text[-2000:]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return log.read_text()

@@ -38,6 +38,7 @@ if ((fast)); then
   # passing slowly (tests/lanes.py decides what is `unit`; the directories skipped below hold
   # none, and skipping them saves their collection).
   bin=$(mktemp -d)
+  chmod 755 "$bin"  # process workloads run as their own uid and must reach tini through it
   trap 'rm -rf "$bin"' EXIT
   .venv/bin/python - "$bin" <<'PY'
 import fnmatch, os, sys
@@ -50,7 +51,8 @@ for d in os.environ["PATH"].split(":"):
                 os.symlink(os.path.join(d, name), link)
 PY
   PATH=$bin DOCKER_HOST=unix:///nonexistent .venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" \
-    --ignore=tests/e2e --ignore=tests/gateway --ignore=tests/agent/runtimes "$@"
+    -n "${PERSYS_TEST_WORKERS:-2}" --durations=15 --ignore=tests/e2e --ignore=tests/gateway \
+    --ignore=tests/agent/runtimes "$@"
   exit
 fi
 

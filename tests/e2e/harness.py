@@ -247,7 +247,8 @@ class Components:
             s.stop()
 
 
-def process_manifest(name: str, cpu: int = 100, replicas: int = 1) -> str:
+def process_manifest(name: str, cpu: int = 100, replicas: int = 1, memory: int = 16, extra: str = "") -> str:
+    """A process workload sleeping an hour; `extra`: more lines of its spec (indented two spaces)."""
     return f"""
 apiVersion: persys.dev/v1
 kind: Workload
@@ -255,9 +256,18 @@ metadata: {{name: {name}}}
 spec:
   type: process
   replicas: {replicas}
-  resources: {{cpuMillicores: {cpu}, memoryMb: 16}}
+  resources: {{cpuMillicores: {cpu}, memoryMb: {memory}}}
   process: {{command: ["sleep", "3600"]}}
-"""
+{extra}"""
+
+
+def start_dev(tmp: Path, *args: str) -> tuple[Proc, dict[str, str]]:
+    """`persys dev` on port 0 with its own PERSYS_HOME under `tmp`, and the env persysctl needs to
+    reach it (wait for "Press Ctrl-C to stop." before using it; stop it with SIGINT)."""
+    home = tmp / "home"
+    home.mkdir()
+    env = {"PERSYS_HOME": str(home)}
+    return Proc("dev", persys("dev", "--port", "0", *args), tmp, env=env), env
 
 
 def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]

@@ -26,7 +26,7 @@ def start_dev(home: Path) -> tuple[Proc, float]:
     """persys dev with its API on a port the kernel picks (the banner names it)."""
     t0 = time.monotonic()
     p = Proc("dev", persys("dev", "--port", "0", "--node-id", "dev-e2e"), home, env={"PERSYS_HOME": str(home)})
-    p.wait_for("Press Ctrl-C to stop.", timeout=30)
+    p.wait_for("Press Ctrl-C to stop.", timeout=120)
     return p, time.monotonic() - t0
 
 

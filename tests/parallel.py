@@ -9,8 +9,9 @@ computes, so two workers on two cores finish it in much less wall time. What mus
   fight over the portmapper registration, tests/nfs_server.py) and the one-node Ceph cluster (a
   session fixture: one start, ~1 min, instead of one per worker);
 - SERIAL modules measure behaviour under a load they make themselves (a CPU hog, a storm of
-  connections, ten processes starting): they run after the parallel part, alone
-  (`-m serial`), so that their bounds are not shared with another worker's processes.
+  connections, ten processes starting) or hold liveness bounds shortened for speed: they run
+  after the parallel part, alone (`-m serial`), so that their bounds are not shared with another
+  worker's processes.
 
 Every test binds port 0 or retries on a collision, names what it creates per cluster or per test,
 and keeps its files under its own tmp_path: workers do not otherwise see each other.
@@ -36,6 +37,11 @@ SERIAL = frozenset({
     "e2e/test_chaos_liveness_load.py",  # 20 hollow agents + a CPU hog + a Redis outage
     "e2e/test_chaos_shards.py",  # 10 processes starting at once must spread within a bound
     "gateway/test_shedding.py",  # 1,000 concurrent connections against one gateway
+    # Liveness bounds shortened to keep them quick (a 5 s grace for seven agents, a node guard's
+    # lease, agents returning at 15 s and 30 s): a second worker's processes would eat into them.
+    "e2e/test_chaos_liveness.py",
+    "e2e/test_chaos_node_guard.py",
+    "e2e/test_chaos_restart_grace.py",
 })
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from persys.security.cluster_id import cluster_id_of_file
 from persys.security.identity import Kind, from_certificate
 from tests.e2e.harness import REPO, Proc, ctl, epoch, eventually, persys, pid_alive
 from tests.fixtures_infra import free_port
@@ -92,7 +93,9 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         ctl("delete", "workload", "hello-process", env=env)
         ctl("delete", "workload", "hello-docker", env=env)
         assert not pid_alive(pid)
-        assert docker.from_env().containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
+        # This cluster's container only: other suites on the engine may run a hello-docker of theirs.
+        ours = ["persys.workload=hello-docker", f"persys.cluster={cluster_id_of_file(home / 'dev' / 'pki' / 'ca.crt')}"]
+        assert docker.from_env().containers.list(all=True, filters={"label": ours}) == []
     finally:
         dev.stop(signal.SIGINT)
 

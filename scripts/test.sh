@@ -2,7 +2,8 @@
 # One command for a fresh Debian 12 machine: install what the tests need (etcd, Redis, Docker
 # engine, ...), start the Docker engine if it is not running, and run the whole suite.
 #
-#   scripts/test.sh [PYTEST ARGS]   everything (what .ci/run runs)
+#   scripts/test.sh [PYTEST ARGS]   everything (what .ci/run runs), on two xdist workers
+#                                   (PERSYS_TEST_WORKERS=0: one process)
 #   scripts/test.sh --fast          the contributors' lane: lint, types, import contracts and the
 #                                   tests that need no external service (marked `unit` by
 #                                   tests/lanes.py), run with etcd, Redis, Docker and QEMU off
@@ -37,6 +38,7 @@ if ((fast)); then
   # passing slowly (tests/lanes.py decides what is `unit`; the directories skipped below hold
   # none, and skipping them saves their collection).
   bin=$(mktemp -d)
+  chmod 755 "$bin"  # process workloads run as their own uid and must reach tini through it
   trap 'rm -rf "$bin"' EXIT
   .venv/bin/python - "$bin" <<'PY'
 import fnmatch, os, sys
@@ -49,11 +51,28 @@ for d in os.environ["PATH"].split(":"):
                 os.symlink(os.path.join(d, name), link)
 PY
   PATH=$bin DOCKER_HOST=unix:///nonexistent .venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" \
-    --ignore=tests/e2e --ignore=tests/gateway --ignore=tests/agent/runtimes "$@"
+    -n "${PERSYS_TEST_WORKERS:-2}" --durations=15 --ignore=tests/e2e --ignore=tests/gateway \
+    --ignore=tests/agent/runtimes "$@"
   exit
 fi
 
 echo "==> tests"
 # --strict-skips: a skip not declared in tests/allowed_skips.txt fails the run (a machine that lost
-# a binary must not pass with fewer tests).
-exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips "$@"  # the slowest 30: where the budget goes
+# a binary must not pass with fewer tests). --durations: the slowest 30, where the budget goes.
+# Two xdist workers (PERSYS_TEST_WORKERS; 0 = one process), grouped by tests/parallel.py; then
+# the `serial` tests, which time a load they make themselves, alone.
+workers=${PERSYS_TEST_WORKERS:-2}
+if ((workers == 0)); then
+  exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips "$@"
+fi
+parallel=0
+.venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips -n "$workers" --dist loadgroup \
+  -m "not serial" "$@" || parallel=$?
+echo "==> tests that make their own load, alone"
+serial=0
+.venv/bin/pytest -q -p no:cacheprovider --durations=10 --strict-skips -m serial "$@" || serial=$?
+# 5 = "no test selected": fine for one part (e.g. a folder with no serial test), not for both.
+if ((parallel == 5 && serial == 5)); then exit 5; fi
+for code in "$parallel" "$serial"; do
+  if ((code != 0 && code != 5)); then exit "$code"; fi
+done

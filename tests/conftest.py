@@ -15,6 +15,7 @@ from tests.fixtures_infra import *  # noqa: F403
 from tests.fixtures_infra import stop_leftover_servers
 from tests.fixtures_secure_infra import *  # noqa: F403
 from tests.lanes import mark_unit_tests
+from tests.parallel import is_worker, mark_groups
 from tests.registry_server import *  # noqa: F403
 from tests.small_disk import small_disk  # noqa: F401  (a fixture: a real 1 MiB disk to fill)
 
@@ -32,8 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SkipGuard(), "persys-skip-guard")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_unit_tests(items)  # the fast lane's selection (tests/lanes.py)
+    mark_groups(items)  # what must share a worker, what runs alone (tests/parallel.py)
 
 
 def _agent_cgroups() -> set[Path]:
@@ -55,12 +58,20 @@ def _stop_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         print(f"\nstopped {len(left)} process(es) left running by tests: {', '.join(sorted(left))}", file=sys.stderr)
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _remove_agent_cgroups() -> Iterator[None]:
+_CGROUPS_BEFORE = pytest.StashKey[set[Path]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not is_worker():  # the controller (or a plain run): workers' agents are still running at a worker's end
+        session.config.stash[_CGROUPS_BEFORE] = _agent_cgroups()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
     """Agents leave their cgroup folder behind on purpose (workloads outlive the agent); the
     suite removes the empty ones its agents made, deepest first, so runs do not pile them up."""
-    before = _agent_cgroups()
-    yield
+    before = session.config.stash.get(_CGROUPS_BEFORE, None)
+    if before is None:
+        return
     for top in sorted(_agent_cgroups() - before):
         deepest_first = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
         for d in [*deepest_first, top]:

@@ -21,7 +21,8 @@ SERVICE_FIXTURES = frozenset({
     "loop_pool", "nfs_server", "ceph_cluster",  # storage: loop devices and mounts (root), nfs-ganesha, Ceph
 })
 SERVICE_DIRS = (Path("e2e"), Path("gateway"), Path("agent") / "runtimes")
-SERVICE_STARTERS = ("start_etcd", "start_redis", "start_bao")  # module globals that start a server in the test body
+SERVICE_STARTERS = ("start_etcd", "start_redis", "start_bao",  # module globals that start a server in the test body
+                    "start_cluster", "ready_cluster")  # scheduler, agent, gateway processes (gateway/cluster.py)
 
 TESTS = Path(__file__).resolve().parent
 

@@ -20,6 +20,7 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.docker_fixtures import remove_containers
+from tests.waiting import until
 
 
 class Relay:
@@ -78,13 +79,6 @@ async def cluster(tmp_path: Path, docker_engine: object) -> AsyncIterator[tuple[
         await sched.stop()
         # A deleted workload's container may outlive the agent's stop (removal is asynchronous).
         remove_containers("persys.node=cap-test")
-
-
-async def until(cond, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
 
 
 async def test_broken_runtime_is_withdrawn_and_restored(cluster: tuple[RunningScheduler, Agent, Relay]) -> None:

@@ -3,15 +3,14 @@ text (table: tests/agent/compose_error_cases/cases.yaml)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.runtimes.compose.errors import config_error, quotes_only_itself
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "compose_error_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "compose_error_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -6,17 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.decide.disconnect import AckClock, Snapshot, decide, heartbeat_interval, stop_after
 from persys.model import OnDisconnect, Workload
 from persys.model.manifest import ManifestError, validate_manifest
+from tests.cases import load as load_cases
 
 CASES = Path(__file__).parent / "disconnect_cases"
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    return yaml.safe_load((CASES / name).read_text())  # type: ignore[no-any-return]
+    return load_cases(CASES, name)  # type: ignore[no-any-return]
 
 
 DECIDE, HEARTBEAT, POLICY = load("decide.yaml"), load("heartbeat.yaml"), load("policy.yaml")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.runtimes.compose.project import choose_service
 from persys.agent.runtimes.exec_output import OutputBuffer, exit_status
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "exec_cases" / "exec.yaml").read_text())
+CASES = load(__file__, "exec_cases/exec.yaml")
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:

@@ -3,16 +3,15 @@ and the acknowledgement deadline."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.failover import STANDBY, AckDeadline, Probe, abandons, better_target, next_target
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "failover_cases" / "cases.yaml").read_text())
-PROBE_CASES = yaml.safe_load((Path(__file__).parent / "failover_cases" / "probes.yaml").read_text())
+CASES = load(__file__, "failover_cases/cases.yaml")
+PROBE_CASES = load(__file__, "failover_cases/probes.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -8,19 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.image_pull import PullJob, PullProgress, classify
 from persys.agent.runtimes.registry_auth import RegistryAuth, fingerprint, qualified, registry_of
 from persys.cli.server_common import check_registry_auth
 from persys.cli.server_errors import ServerError
+from tests.cases import load as load_cases
 
 CASES = Path(__file__).parent / "pull_cases"
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    return yaml.safe_load((CASES / name).read_text())  # type: ignore[no-any-return]
+    return load_cases(CASES, name)  # type: ignore[no-any-return]
 
 
 CLASSIFY, PROGRESS, AUTH = load("classify.yaml"), load("progress.yaml"), load("auth.yaml")

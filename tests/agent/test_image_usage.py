@@ -3,16 +3,15 @@ table-driven from tests/agent/image_usage_cases/usage.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.image_usage import docker_ref, images_in_use
 from persys.model import WorkloadSpec
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "image_usage_cases" / "usage.yaml").read_text())
+CASES = load(__file__, "image_usage_cases/usage.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.runtimes import log_times
 from persys.agent.runtimes.log_stream import ACCEPTED, LogQuery, UnsupportedQuery, file_stream
+from tests.cases import load
 
-CASES: dict[str, list[dict[str, Any]]] = yaml.safe_load(
-    (Path(__file__).parent / "log_times_cases" / "cases.yaml").read_text())
+CASES: dict[str, list[dict[str, Any]]] = load(__file__, "log_times_cases/cases.yaml")
 
 
 def _notes(raw: list[list[float]]) -> list[log_times.Note]:

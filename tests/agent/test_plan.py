@@ -7,17 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.decide import plan
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model import DesiredState, WorkloadSpec
+from tests.cases import load as load_cases
 
 CASES = Path(__file__).parent / "plan_cases"
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    return yaml.safe_load((CASES / name).read_text())  # type: ignore[no-any-return]
+    return load_cases(CASES, name)  # type: ignore[no-any-return]
 
 
 PLAN = load("restart.yaml") + load("orphans.yaml") + load("disconnect.yaml") + load("pull.yaml")

@@ -7,17 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.decide import report
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
 from persys.model.status import WorkloadUsage
 from tests.agent.test_plan import desired, failure, observed
+from tests.cases import load
 
 CASES = Path(__file__).parent / "report_cases"
-BUILD = yaml.safe_load((CASES / "build.yaml").read_text())
-SELECT = yaml.safe_load((CASES / "select.yaml").read_text())
+BUILD = load(CASES, "build.yaml")
+SELECT = load(CASES, "select.yaml")
 
 
 def usage(wid: str, u: dict[str, Any]) -> ObservedWorkload:

@@ -4,7 +4,6 @@ decided by the pure persys.agent.decide.report, table-tested in test_report_buil
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from persys.scheduler.reports import WorkloadReport
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import manifest
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -44,13 +44,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Agent
     await sched.stop()
     for o in await rt.list():  # its processes, uid claims and environment files go with it
         await rt.remove(o.workload_id)
-
-
-async def until(cond: Any, within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
 
 
 async def test_reports_carry_changes_and_are_complete_when_something_is_gone(

@@ -20,6 +20,7 @@ from persys.agent.decide.plan import Desired
 from persys.agent.failover import AckDeadline
 from persys.agent.link import PROBE_TIMEOUT, REPROBE_EVERY, GrpcLink
 from persys.model import DesiredState, WorkloadSpec
+from tests.waiting import until as _until
 
 
 class SwitchingStub:
@@ -53,13 +54,6 @@ def _agent(tmp_path: Path, **kw: Any) -> tuple[Agent, GrpcLink]:
     agent = Agent(config, [])
     assert isinstance(agent.link, GrpcLink)
     return agent, agent.link
-
-
-async def _until(cond: Any, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(("loop", "method"), [

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.automation.autoscale import Action, History, Observation, Recommendation, decide
 from persys.automation.replay import Step, report, simulate
 from persys.model.automation import Autoscale
+from tests.cases import load
 
 HERE = Path(__file__).parent
-CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "autoscale_cases.yaml").read_text())
-RUNS: list[dict[str, Any]] = yaml.safe_load((HERE / "flap_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "autoscale_cases.yaml")
+RUNS: list[dict[str, Any]] = load(__file__, "flap_cases.yaml")
 NOW = 1_000_000.0
 
 

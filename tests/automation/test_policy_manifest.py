@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.automation import validate_policy
 from persys.model.kinds import parse_all
 from persys.model.manifest import ManifestError
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "manifest_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "manifest_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

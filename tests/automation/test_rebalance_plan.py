@@ -3,17 +3,16 @@ over the cluster after the moves before it, within budgets, holding back what mo
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.automation.rebalance import Placed, plan
 from persys.model.automation import Rebalance
 from persys.scheduler import placement as pl
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "rebalance_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "rebalance_cases.yaml")
 NOW = 1_000_000.0
 
 

@@ -3,16 +3,15 @@ failed workloads once per window; everything under the hourly rate limit."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.automation.remediate import Done, FailedInstance, Failure, NodeView, plan
 from persys.model.automation import Remediate
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "remediate_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "remediate_cases.yaml")
 NOW = 1_000_000.0
 
 

@@ -3,11 +3,9 @@ workloads reference a bucket's keys, key ids, RGW's refusals named as our fields
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.bucket import Bucket, BucketKey, KeyRole, key_secret_name, rgw_user_of
 from persys.model.kinds import parse_all, validate_bucket
@@ -15,8 +13,9 @@ from persys.model.manifest import ManifestError
 from persys.model.secret_refs import SECRET_NAME_RE
 from persys.model.workload import Workload, WorkloadManifest
 from persys.scheduler import bucket_rules as rules
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "manifest_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "manifest_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

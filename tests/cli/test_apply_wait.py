@@ -3,15 +3,14 @@ from wait_cases.yaml. The waiting itself runs against a real cluster in tests/ga
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.cli.apply_wait import verdict
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "wait_cases.yaml").read_text())
+CASES = load(__file__, "wait_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

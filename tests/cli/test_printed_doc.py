@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +12,9 @@ import yaml
 from persys.cli.printed_doc import printed
 from persys.cli.views import as_manifests
 from persys.model.manifest import validate_manifest
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "printed_cases" / "printed.yaml").read_text())
+CASES = load(__file__, "printed_cases/printed.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

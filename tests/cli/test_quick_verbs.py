@@ -10,21 +10,20 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from rich.console import Console
 
 from persys.cli import quick as quick_module
 from persys.cli import quick_verbs
 from persys.cli.safe_text import printable
-from tests.cli.test_quick_path import _both, _manifest, socket_closed
+from tests.cases import load
+from tests.cli.test_quick_path import _both, _manifest, quick_only, socket_closed
 from tests.e2e.harness import BIN, ctl
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 
-CASES = yaml.safe_load((Path(__file__).parent / "quick_verbs_cases.yaml").read_text())
+CASES = load(__file__, "quick_verbs_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[" ".join(c["argv"]) for c in CASES])
@@ -138,12 +137,5 @@ def test_delete_prints_what_the_full_client_prints(cluster: tuple[GatewayCluster
 def test_the_quick_verbs_load_none_of_the_full_clients_libraries(
         cluster: tuple[GatewayCluster, dict[str, str]]) -> None:
     _c, env = cluster
-    probe = ("import sys; from persys.cli import quick; assert quick.run(['describe', 'workload', 'v-run']); "
-             "assert quick.run(['delete', 'workload', 'not-there']); "
-             "print(sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod}"
-             " & {'typer', 'rich', 'httpx', 'yaml', 'click', 'pydantic'}), file=sys.stderr)")
-    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **env},
-                       timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert p.stderr.strip() == "['yaml']"  # the configuration file is YAML; nothing else
-    assert "Name:           v-run" in p.stdout and "workload/not-there already gone" in p.stdout
+    out = quick_only(env, ["describe", "workload", "v-run"], ["delete", "workload", "not-there"])
+    assert "Name:           v-run" in out and "workload/not-there already gone" in out

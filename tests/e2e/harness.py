@@ -10,16 +10,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar
+
+from tests.waiting import eventually  # noqa: F401  (re-exported: e2e modules import it from here)
 
 REPO = Path(__file__).resolve().parents[2]
 # What `persys scheduler` / `persys gateway` print once serving (the port they bound).
 SCHEDULER_PORT = r"scheduler ready on port (\d+)"
 GATEWAY_PORT = r"gateway ready on https://\S+:(\d+)"
 BIN = Path(sys.executable).parent
-T = TypeVar("T")
 
 
 class Proc:
@@ -131,21 +131,6 @@ def epoch(value: float | str) -> float:
     import datetime as dt
 
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def eventually(fn: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> tuple[T, float]:
-    """Poll `fn` until it returns something truthy; returns it and the seconds it took."""
-    t0 = time.monotonic()
-    last_err: Exception | None = None
-    while time.monotonic() - t0 < timeout:
-        try:
-            value = fn()
-            if value:
-                return value, time.monotonic() - t0
-        except Exception as err:  # transient while things start
-            last_err = err
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s (last error: {last_err})")
 
 
 def pid_alive(pid: int) -> bool:
@@ -262,7 +247,8 @@ class Components:
             s.stop()
 
 
-def process_manifest(name: str, cpu: int = 100, replicas: int = 1) -> str:
+def process_manifest(name: str, cpu: int = 100, replicas: int = 1, memory: int = 16, extra: str = "") -> str:
+    """A process workload sleeping an hour; `extra`: more lines of its spec (indented two spaces)."""
     return f"""
 apiVersion: persys.dev/v1
 kind: Workload
@@ -270,9 +256,18 @@ metadata: {{name: {name}}}
 spec:
   type: process
   replicas: {replicas}
-  resources: {{cpuMillicores: {cpu}, memoryMb: 16}}
+  resources: {{cpuMillicores: {cpu}, memoryMb: {memory}}}
   process: {{command: ["sleep", "3600"]}}
-"""
+{extra}"""
+
+
+def start_dev(tmp: Path, *args: str) -> tuple[Proc, dict[str, str]]:
+    """`persys dev` on port 0 with its own PERSYS_HOME under `tmp`, and the env persysctl needs to
+    reach it (wait for "Press Ctrl-C to stop." before using it; stop it with SIGINT)."""
+    home = tmp / "home"
+    home.mkdir()
+    env = {"PERSYS_HOME": str(home)}
+    return Proc("dev", persys("dev", "--port", "0", *args), tmp, env=env), env
 
 
 def replica_healths(c: Components) -> dict[int, dict]:  # type: ignore[type-arg]

@@ -14,6 +14,7 @@ import docker
 import pytest
 import yaml
 
+from persys.security.cluster_id import cluster_id_of_file
 from tests.e2e.harness import GATEWAY_PORT, REPO, SCHEDULER_PORT, Proc, ctl, eventually, persys, pid_alive
 from tests.fixtures_infra import EtcdServer, RedisServer, free_port, start_etcd, start_redis
 
@@ -117,6 +118,11 @@ def test_events_reach_redis_and_health_reports_it(cluster: Cluster) -> None:
     assert health["mode"] == "normal" and health["eventsOk"] and health["storeBackend"] == "etcd"
 
 
+def _ours(c: Cluster, workload: str) -> list[str]:
+    """Labels of this cluster's containers of `workload` (other suites on the engine run theirs)."""
+    return [f"persys.workload={workload}", f"persys.cluster={cluster_id_of_file(c.tmp / 'pki' / 'ca.crt')}"]
+
+
 def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     client = docker.from_env()
     before_c = client.containers.get(_name(cluster, "hello-docker"))
@@ -127,7 +133,7 @@ def test_agent_restart_adopts_its_workloads(cluster: Cluster) -> None:
     cluster.agent.start()
     cluster.agent.wait_for("agent e2e-node started")
     time.sleep(3)  # several reconcile passes of the new agent
-    after = client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"})
+    after = client.containers.list(all=True, filters={"label": _ours(cluster, "hello-docker")})
     assert [c.id for c in after] == [before_c.id], "no second container"
     after_c = client.containers.get(_name(cluster, "hello-docker"))
     assert after_c.attrs["State"]["StartedAt"] == before_started, "container was not restarted"
@@ -174,7 +180,7 @@ def test_delete_stops_the_process_and_the_container(cluster: Cluster) -> None:
     ctl("delete", "-f", "-", env=cluster.env, stdin=_docker_manifest(cluster.http_port))
     assert not pid_alive(pid)
     client = docker.from_env()
-    assert client.containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
+    assert client.containers.list(all=True, filters={"label": _ours(cluster, "hello-docker")}) == []
     assert json.loads(ctl("get", "workloads", "-o", "json", env=cluster.env).stdout) == []
     again = ctl("delete", "workload", "hello-process", env=cluster.env).stdout
     assert "already gone" in again

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from persys.security.cluster_id import cluster_id_of_file
 from persys.security.identity import Kind, from_certificate
 from tests.e2e.harness import REPO, Proc, ctl, epoch, eventually, persys, pid_alive
 from tests.fixtures_infra import free_port
@@ -26,7 +27,7 @@ def start_dev(home: Path) -> tuple[Proc, float]:
     """persys dev with its API on a port the kernel picks (the banner names it)."""
     t0 = time.monotonic()
     p = Proc("dev", persys("dev", "--port", "0", "--node-id", "dev-e2e"), home, env={"PERSYS_HOME": str(home)})
-    p.wait_for("Press Ctrl-C to stop.", timeout=30)
+    p.wait_for("Press Ctrl-C to stop.", timeout=120)
     return p, time.monotonic() - t0
 
 
@@ -93,7 +94,9 @@ def test_dev_cluster_end_to_end(tmp_path: Path, docker_engine: object) -> None:
         ctl("delete", "workload", "hello-process", env=env)
         ctl("delete", "workload", "hello-docker", env=env)
         assert not pid_alive(pid)
-        assert docker.from_env().containers.list(all=True, filters={"label": "persys.workload=hello-docker"}) == []
+        # This cluster's container only: other suites on the engine may run a hello-docker of theirs.
+        ours = ["persys.workload=hello-docker", f"persys.cluster={cluster_id_of_file(home / 'dev' / 'pki' / 'ca.crt')}"]
+        assert docker.from_env().containers.list(all=True, filters={"label": ours}) == []
     finally:
         dev.stop(signal.SIGINT)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
+from tests.e2e.harness import REPO, ctl, eventually, start_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -25,13 +25,9 @@ spec:
 
 
 def test_plan_and_explain(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
-               tmp_path, env=env)
+    dev, env = start_dev(tmp_path, "--nodes", str(REPO / "examples/dev-3-nodes.yaml"))
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         # A dry run that fits on one node only; nothing is written.
         out = ctl("plan", "-f", str(REPO / "examples/placement-demo.yaml"), env=env).stdout
         assert "workload/placement-demo -> big" in out
@@ -96,12 +92,9 @@ spec:
 
 
 def test_vm_is_tcg_here_and_kvm_cannot_be_required(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", "0"), tmp_path, env=env)
+    dev, env = start_dev(tmp_path)
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         node = json.loads(ctl("get", "nodes", "-o", "json", env=env).stdout)[0]
         runtimes = node["capabilities"]["runtimes"]
         if "vm" not in runtimes:

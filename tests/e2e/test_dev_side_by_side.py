@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 def _dev(home: Path) -> Proc:
     p = Proc("dev", persys("dev", "--port", "0", "--node-id", "twin-node"), home, env={"PERSYS_HOME": str(home)})
-    p.wait_for("Press Ctrl-C to stop.", timeout=60)
+    p.wait_for("Press Ctrl-C to stop.", timeout=120)
     return p
 
 

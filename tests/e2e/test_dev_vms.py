@@ -68,7 +68,7 @@ spec:
     started = time.time()
     dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "vm-node"), home, env=env)
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         ctl("apply", "-f", "-", env=env, stdin=vm)
         ctl("apply", "-f", "-", env=env, stdin=microvm)
 

@@ -12,21 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
+from tests.e2e.harness import REPO, ctl, eventually, process_manifest, start_dev
 
 pytestmark = pytest.mark.e2e
 
 
 def manifest(name: str, extra: str = "", cpu: int = 100) -> str:
-    return f"""
-apiVersion: persys.dev/v1
-kind: Workload
-metadata: {{name: {name}}}
-spec:
-  type: process
-  resources: {{cpuMillicores: {cpu}, memoryMb: 64}}
-  process: {{command: [sleep, "3600"]}}
-{extra}"""
+    return process_manifest(name, cpu=cpu, memory=64, extra=extra)
 
 
 SECONDS = 6
@@ -35,11 +27,7 @@ ZONE_C = "  nodeSelector: {zone: c}\n"
 
 
 def test_no_execute_eviction_and_preemption(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
-               tmp_path, env=env)
+    dev, env = start_dev(tmp_path, "--nodes", str(REPO / "examples/dev-3-nodes.yaml"))
     applied: list[str] = []
 
     def view(name: str) -> dict:  # type: ignore[type-arg]
@@ -50,7 +38,7 @@ def test_no_execute_eviction_and_preemption(tmp_path: Path) -> None:
         return bool(w["phase"] == "Running" and w["node"] == node)
 
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         ctl("cordon", "tiny", env=env)  # both start on big
         ctl("apply", "-f", "-", env=env, stdin=manifest("plain"))
         ctl("apply", "-f", "-", env=env, stdin=manifest("patient", TOLERATES))

@@ -31,7 +31,7 @@ def test_rightsize_covers_the_p90_and_its_backtest_is_a_replay(tmp_path: Path, d
     env = {"PERSYS_HOME": str(home)}
     node = f"intel-{uuid.uuid4().hex[:6]}"
     dev = Proc("dev", persys("dev", "--port", "0", "--node-id", node), home, env=env)
-    dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+    dev.wait_for("Press Ctrl-C to stop.", timeout=120)
     cfg = yaml.safe_load((home / "config.yaml").read_text())
     tls = ssl.create_default_context(cafile=cfg["ca"])
     tls.load_cert_chain(cfg["cert"], cfg["key"])

@@ -24,6 +24,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from persys.security.cluster_id import cluster_id_of_file
 from tests.e2e.harness import REPO, Proc
 
 pytestmark = pytest.mark.e2e
@@ -105,8 +106,10 @@ def test_the_readme_commands_work_in_order(tmp_path: Path, docker_engine: object
                            env=env, capture_output=True, timeout=120)
         dev.stop(signal.SIGINT)
         client = docker.from_env()
-        for name in WORKLOADS:
-            for c in client.containers.list(all=True, filters={"label": f"persys.workload={name}"}):
+        ca = home / ".persys" / "dev" / "pki" / "ca.crt"  # this persys dev's cluster: not another suite's
+        for name in WORKLOADS if ca.exists() else ():
+            ours = [f"persys.workload={name}", f"persys.cluster={cluster_id_of_file(ca)}"]
+            for c in client.containers.list(all=True, filters={"label": ours}):
                 c.remove(force=True)
 
 

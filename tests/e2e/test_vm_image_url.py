@@ -53,7 +53,7 @@ def test_a_vm_boots_from_an_image_url(test_guest: TestGuest) -> None:  # noqa: F
         url = server.base + "/vm/guest.qcow2"
         try:
             dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "url-node"), home, env=env)
-            dev.wait_for("Press Ctrl-C to stop.", timeout=60)
+            dev.wait_for("Press Ctrl-C to stop.", timeout=120)
             refused = ctl("apply", "-f", "-", env=env, stdin=_vm("from-url", url, sha, guest), check=False)
             assert refused.returncode != 0 and "imageSources" in refused.stdout + refused.stderr, refused
             assert server.requests == []

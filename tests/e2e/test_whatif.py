@@ -11,21 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import REPO, Proc, ctl, eventually, persys
+from tests.e2e.harness import REPO, ctl, eventually, process_manifest, start_dev
 
 pytestmark = pytest.mark.e2e
 
 
 def manifest(name: str, memory: int, extra: str = "") -> str:
-    return f"""
-apiVersion: persys.dev/v1
-kind: Workload
-metadata: {{name: {name}}}
-spec:
-  type: process
-  resources: {{cpuMillicores: 100, memoryMb: {memory}}}
-  process: {{command: [sleep, "3600"]}}
-{extra}"""
+    return process_manifest(name, memory=memory, extra=extra)
 
 
 # Tolerates gpu's taint, too big for tiny: after big is drained, only gpu takes it.
@@ -34,11 +26,7 @@ STUCK = manifest("stuck", 3000)  # big only (gpu's taint, tiny's 256 MiB): nowhe
 
 
 def test_plan_drain_matches_the_drain_and_a_counterfactual_places_it(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(REPO / "examples/dev-3-nodes.yaml")),
-               tmp_path, env=env)
+    dev, env = start_dev(tmp_path, "--nodes", str(REPO / "examples/dev-3-nodes.yaml"))
     applied: list[str] = []
 
     def where(name: str) -> str:
@@ -49,7 +37,7 @@ def test_plan_drain_matches_the_drain_and_a_counterfactual_places_it(tmp_path: P
         return bool(w["phase"] == "Running" and w["node"] == node)
 
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         ctl("cordon", "gpu", env=env)  # both start on big
         for doc in (MOVER, STUCK):
             ctl("apply", "-f", "-", env=env, stdin=doc)
@@ -98,13 +86,10 @@ nodes:
 
 
 def test_dev_nodes_describe_runtimes_and_disk(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
     (tmp_path / "nodes.yaml").write_text(NODES)
-    env = {"PERSYS_HOME": str(home)}
-    dev = Proc("dev", persys("dev", "--port", "0", "--nodes", str(tmp_path / "nodes.yaml")), tmp_path, env=env)
+    dev, env = start_dev(tmp_path, "--nodes", str(tmp_path / "nodes.yaml"))
     try:
-        dev.wait_for("Press Ctrl-C to stop.", timeout=30)
+        dev.wait_for("Press Ctrl-C to stop.", timeout=120)
         nodes = {n["id"]: n for n in json.loads(ctl("get", "nodes", "-o", "json", env=env).stdout)}
         assert set(nodes["small-disk"]["capabilities"]["runtimes"]) == {"process"}
         assert nodes["small-disk"]["capabilities"]["diskMb"] == 1000

@@ -4,18 +4,17 @@ that turns it into an EventsLost gap event ahead of newer events."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.events.base import ClusterEvent
 from persys.events.loss import GAP_KIND, LossLedger, LostSpan, gap_event
 from persys.events.memory import MemoryEventBus
 from persys.events.outbox import EventOutbox
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "loss_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "loss_cases/cases.yaml")
 
 
 def _check_span(span: LostSpan | None, want: dict[str, Any] | None) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys._pb.persys.v1 import watch_pb2
 from persys.cli.follow import SseParser
@@ -16,12 +15,13 @@ from persys.events.base import ClusterEvent
 from persys.events.filters import FilterError, check_id, keep_last, make_filter, parse_since, start_of
 from persys.gateway.routes.streams import event_frame
 from persys.scheduler.watch_service import select
+from tests.cases import load
 
 CASES = Path(__file__).parent / "stream_cases"
 
 
 def _load(name: str) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = yaml.safe_load((CASES / name).read_text())
+    cases: list[dict[str, Any]] = load(CASES, name)
     return cases
 
 

@@ -3,15 +3,14 @@ exec_cases/refusals.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.gateway.routes.exec_routes import refusal
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "exec_cases" / "refusals.yaml").read_text())
+CASES = load(__file__, "exec_cases/refusals.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

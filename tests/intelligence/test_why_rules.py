@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.intelligence.evidence import Evidence
 from persys.intelligence.findings import Finding, investigate
 from persys.intelligence.why import SubjectError, rules_for, why
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "why_cases" / "cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "why_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

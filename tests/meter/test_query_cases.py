@@ -4,16 +4,15 @@ rates, retention options."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.meter.query import Query, QueryError, Retention, check, parse_retention, plan, rollup_target, serving_table
 from persys.scheduler.telemetry import Seen, rates
+from tests.cases import load
 
-CASES: dict[str, list[dict[str, Any]]] = yaml.safe_load((Path(__file__).parent / "query_cases.yaml").read_text())
+CASES: dict[str, list[dict[str, Any]]] = load(__file__, "query_cases.yaml")
 TABLES = Retention().tables()
 
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 import io
 import re
 import tarfile
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.copy_archive import (
     CopyError,
@@ -21,8 +19,9 @@ from persys.model.copy_archive import (
     rewrite,
     top_entry,
 )
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "copy_cases" / "copy.yaml").read_text())
+CASES = load(__file__, "copy_cases/copy.yaml")
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:

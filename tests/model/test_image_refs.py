@@ -4,16 +4,15 @@ be stored and retried forever with a generic error)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import ManifestError
 from persys.model.manifest import validate_manifest
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "manifest_cases" / "image_refs.yaml").read_text())
+CASES = load(__file__, "manifest_cases/image_refs.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.label_selector import SELECTOR_MAX_CHARS, SelectorError, parse
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "selector_cases" / "selectors.yaml").read_text())
+CASES = load(__file__, "selector_cases/selectors.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -4,16 +4,15 @@ from tests/model/manifest_cases/placement_fields.yaml."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import ManifestError
 from persys.model.manifest import validate_manifest
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "manifest_cases" / "placement_fields.yaml").read_text())
+CASES = load(__file__, "manifest_cases/placement_fields.yaml")
 BASE: dict[str, Any] = {
     "apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "w"},
     "spec": {"type": "process", "process": {"command": ["sleep", "60"]}},

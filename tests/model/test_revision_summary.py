@@ -3,16 +3,15 @@ table-driven from tests/model/revision_cases/summary.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import WorkloadSpec
 from persys.model.revision import change_summary
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "revision_cases" / "summary.yaml").read_text())
+CASES = load(__file__, "revision_cases/summary.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -3,17 +3,16 @@ tests/model/manifest_cases/unknown_fields.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import ManifestError
 from persys.model.kinds import validate_volume
 from persys.model.manifest import validate_manifest
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "manifest_cases" / "unknown_fields.yaml").read_text())
+CASES = load(__file__, "manifest_cases/unknown_fields.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

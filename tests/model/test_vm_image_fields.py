@@ -3,16 +3,15 @@ from tests/model/manifest_cases/vm_image.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import ManifestError
 from persys.model.manifest import validate_manifest
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "manifest_cases" / "vm_image.yaml").read_text())
+CASES = load(__file__, "manifest_cases/vm_image.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

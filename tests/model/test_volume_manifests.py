@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +13,9 @@ from persys.model.kinds import parse_all, validate_volume
 from persys.model.manifest import ManifestError
 from persys.model.volume import ReclaimPolicy, VolumeAccess, inline_spec, inline_volume_id
 from persys.model.workload import VolumeSpec
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "volume_cases" / "manifests.yaml").read_text())
+CASES = load(__file__, "volume_cases/manifests.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

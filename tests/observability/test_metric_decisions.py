@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from persys.model import WorkloadUsage
@@ -17,9 +16,9 @@ from persys.observability.metrics_http import LOOP_SHARE_MAX, _Handler, parse_li
 from persys.scheduler.placement.engine import Decision
 from persys.scheduler.placement.status import Status
 from persys.scheduler.replica_metrics import refusal_reason, usage_samples
+from tests.cases import load
 
-CASES: dict[str, list[dict[str, Any]]] = yaml.safe_load(
-    (Path(__file__).parent / "metric_cases" / "decisions.yaml").read_text())
+CASES: dict[str, list[dict[str, Any]]] = load(__file__, "metric_cases/decisions.yaml")
 ID_LABELS = {"workload", "node", "instance", "replica", "id", "node_id", "workload_id"}
 
 

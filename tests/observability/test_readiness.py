@@ -4,15 +4,14 @@ and the dependency checks' bounds: a check that raises or hangs is "not ok" with
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.observability.health_checks import CheckResult, NamedCheck, readiness, run_checks
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "readiness_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "readiness_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

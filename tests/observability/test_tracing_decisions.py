@@ -4,17 +4,16 @@ environment (errors naming the field), and persysctl's span names (never an argu
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.cli.ctl_tracing import command_name
 from persys.observability import trace_context
 from persys.observability.tracing import TracingConfigError, settings_from
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "tracing_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "tracing_cases/cases.yaml")
 KNOWN = {"apply", "get", "node", "secret", "events"}
 
 

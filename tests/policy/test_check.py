@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import WorkloadSpec
 from persys.policy import WorkloadPolicy, check
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "cases"
 CASES = [(f"{f.stem}: {c['name']}", c) for f in sorted(CASE_DIR.glob("*.yaml"))
-         for c in yaml.safe_load(f.read_text())]
+         for c in load(f)]
 
 
 @pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])

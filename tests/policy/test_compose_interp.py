@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.policy.compose_interp import InterpolationError, Unknown, interpolate, known_only
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "interp_cases" / "forms.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "interp_cases/forms.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["template"] + " " + json.dumps(c["env"]) for c in CASES])

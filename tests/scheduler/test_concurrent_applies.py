@@ -12,6 +12,7 @@ from persys.model import Capabilities, Node, Phase, RuntimeInfo, parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.replica import Scheduler
 from persys.store import open_store
+from tests.waiting import until
 
 NODES = 5
 CPU_PER_NODE = 1000
@@ -29,13 +30,6 @@ spec:
   resources: {{cpuMillicores: {CPU_EACH}, memoryMb: 10}}
   process: {{command: [sleep, '60']}}
 """
-
-
-async def until(cond, within: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("how", ["concurrent", "bulk"])

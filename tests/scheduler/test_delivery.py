@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Assignment
 from persys.scheduler.delivery import DeltaSender
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "delivery_cases"
-CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
+CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in load(f)]
 
 
 def assignment(inst: str, doc: str) -> Assignment:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Assignment, DesiredState, Phase, RestartPolicy
 from persys.scheduler.drift import Reported, detect
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "drift_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "drift_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -19,6 +19,7 @@ from persys.store import open_store
 from persys.store.etcd import EtcdStore
 from tests.fixtures_infra import start_etcd
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -39,14 +40,6 @@ def election(store: EtcdStore, name: str, events: list[str], ttl: float = 2.0) -
 
     return LeaderElection(store, name, f"127.0.0.1:1/{name}", elected, deposed, ttl=ttl,
                           blocking_lease=store.blocking_lease)
-
-
-async def until(cond: object, within: float) -> float:
-    t0 = time.monotonic()
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() - t0 < within, "condition not reached"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - t0
 
 
 async def test_a_leader_steps_down_when_its_key_is_deleted(etcd_url: str) -> None:

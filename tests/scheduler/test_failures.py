@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import WorkloadStatus
 from persys.scheduler import failures, quarantine
 from persys.scheduler.worker_watch import WorkerWatch
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "failure_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "failure_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES["status"], ids=[c["name"] for c in CASES["status"]])

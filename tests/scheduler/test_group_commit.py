@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.group_commit import TXN_MAX_OPS, GroupCommit, Unit, commit_units, pack
 from persys.store import open_store
 from persys.store.base import Compare, Put, StateStore
+from tests.cases import load
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def test_pack_counts_compares_and_operations_per_branch() -> None:
     assert [len(t) for t in pack([create("/x"), wide, create("/y")])] == [2, 1]
 
 
-PACK_CASES = yaml.safe_load((Path(__file__).parent / "group_commit_cases" / "pack.yaml").read_text())
+PACK_CASES = load(__file__, "group_commit_cases/pack.yaml")
 
 
 @pytest.mark.parametrize("case", PACK_CASES, ids=[c["name"] for c in PACK_CASES])

@@ -16,6 +16,7 @@ from persys.scheduler.ha import CATCH_UP_TTLS, LeaderElection, leader_key_change
 from persys.scheduler.takeover import COOLDOWN_TTLS
 from persys.store.base import KeyValue
 from persys.store.sqlite import SqliteStore
+from tests.waiting import until
 
 HISTORY = 20
 OWN = b'{"id": "a"}'
@@ -81,13 +82,6 @@ def counting(events: list[str], name: str, block: asyncio.Event | None = None) -
             await block.wait()
 
     return hook
-
-
-async def until(cond: Callable[[], bool], within: float) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_catch_up_that_never_ends_resigns_after_its_bound(tmp_path: Path) -> None:

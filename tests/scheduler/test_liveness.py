@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import NodeStatus
 from persys.scheduler.liveness import GuardConfig, GuardState, end_suspension, judge
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "liveness_cases"
-CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
+CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in load(f)]
 RANGE = re.compile(r"^(.*?)(\d+)\.\.(\d+)$")
 
 

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import NodeStatus
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.liveness import GuardState, Heard, check
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "liveness_step_cases"
-CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
+CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in load(f)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

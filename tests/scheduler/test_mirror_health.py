@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.mirror_health import LagTracker, MirrorSnapshot, judge
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "mirror_health_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "mirror_health_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES["judge"], ids=[c["name"] for c in CASES["judge"]])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from persys.scheduler.errors import CatchingUp
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.state import ClusterState
 from persys.store.sqlite import SqliteStore
+from tests.waiting import until
 
 HISTORY = 50  # small: a few dozen writes compact what the mirror has not read
 
@@ -31,14 +31,6 @@ metadata: {{name: {name}}}
 spec: {{type: process, process: {{command: [sleep, "{command}"]}}}}
 """
     return Workload.from_manifest(parse_manifests(doc)[0], time.time()).to_json()
-
-
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.01)
 
 
 async def test_a_mirror_that_missed_a_compaction_reloads_and_drops_vanished_keys(tmp_path: Path) -> None:

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler import node_admission as na
 from persys.security.identity import from_subject
+from tests.cases import load as load_cases
 
 CASE_DIR = Path(__file__).parent / "node_admission_cases"
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    return list(yaml.safe_load((CASE_DIR / name).read_text()))
+    return list(load_cases(CASE_DIR, name))
 
 
 def text(v: Any) -> str:

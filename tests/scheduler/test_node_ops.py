@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,19 +17,10 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
+from tests import waiting
 from tests.scheduler.test_core import Clock, manifest, node
 
-
-async def until(cond: Callable[[], object], within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            if cond():
-                return
-        except KeyError:
-            pass
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
+until = functools.partial(waiting.until, ignore=(KeyError,))  # an object not there yet is "not yet"
 
 
 async def until_event(s: Scheduler, kind: str) -> None:

@@ -4,11 +4,9 @@ keep."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.volume import Volume, VolumeAttachment, VolumeManifest, VolumeObjectSpec
 from persys.scheduler.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
@@ -16,10 +14,11 @@ from persys.scheduler.replica import Scheduler
 from persys.scheduler.state import Versioned
 from persys.scheduler.volume_api import VolumeApi
 from persys.scheduler.volume_steps import actions
+from tests.cases import load
 from tests.scheduler.test_core import node
 from tests.scheduler.test_node_ops import s, until_event  # noqa: F401  (s: the scheduler fixture)
 
-CASES = yaml.safe_load((Path(__file__).parent / "volume_cases" / "node_steps.yaml").read_text())
+CASES = load(__file__, "volume_cases/node_steps.yaml")
 
 
 def record(name: str, fields: dict[str, Any]) -> Versioned[Volume]:

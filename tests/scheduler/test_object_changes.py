@@ -4,15 +4,14 @@ object_change_cases.yaml; and the change feed streams share: coalescing, wake-up
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.object_changes import WORKLOADS, ChangeFeed, touched
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "object_change_cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "object_change_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['watched']}-{c['kind']}-{c['id']}" for c in CASES])

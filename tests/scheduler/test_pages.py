@@ -3,11 +3,9 @@ sorted index as the mirror changes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.pages import (
     DEFAULT_PAGE,
@@ -20,8 +18,9 @@ from persys.scheduler.pages import (
     page_limit,
     take_page,
 )
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "page_cases" / "pages.yaml").read_text())
+CASES = load(__file__, "page_cases/pages.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -3,19 +3,18 @@ re-enqueues only the Pending workloads it could help; the periodic retry still s
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Capabilities, Node, NodeStatus, RuntimeInfo, Taint, WorkloadStatus, parse_manifests
 from persys.scheduler import queueing_hints
 from persys.scheduler.replica import Scheduler
+from tests.cases import load
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
 
-CASES = yaml.safe_load((Path(__file__).parent / "queueing_hint_cases.yaml").read_text())["cases"]
+CASES = load(__file__, "queueing_hint_cases.yaml")["cases"]
 
 
 def node_of(d: dict[str, Any] | None) -> Node | None:

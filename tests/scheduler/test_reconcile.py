@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Assignment, Capabilities, Node, Workload, WorkloadManifest, WorkloadStatus
 from persys.model.workload import workload_of
@@ -20,9 +19,10 @@ from persys.scheduler.decide.effects import Intent, Write
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.mirror import fold
 from persys.store.base import KeyValue
+from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "reconcile_cases"
-CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in yaml.safe_load(f.read_text())]
+CASES = [c for f in sorted(CASE_DIR.glob("*.yaml")) for c in load(f)]
 NOW = 5000.0
 
 

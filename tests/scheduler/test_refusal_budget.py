@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.refusal_budget import RefusalBudget
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load(
-    (Path(__file__).parent / "refusal_budget_cases" / "cases.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "refusal_budget_cases/cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

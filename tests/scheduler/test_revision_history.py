@@ -6,9 +6,7 @@ would not fit in the store's request left out while the apply lands; bulk create
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from persys.scheduler import keys
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.revisions import KEEP_REVISIONS
 from persys.store import open_store
+from tests.waiting import until
 
 
 def manifest(command: list[str], labels: dict[str, str] | None = None, env: dict[str, str] | None = None
@@ -27,13 +26,6 @@ def manifest(command: list[str], labels: dict[str, str] | None = None, env: dict
     doc = {"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": "web", "labels": labels or {}},
            "spec": {"type": "process", "process": {"command": command, "env": env or {}}}}
     return parse_manifests(json.dumps(doc))[0]
-
-
-async def until(cond: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 async def stored(s: Scheduler) -> dict[int, WorkloadRevision]:

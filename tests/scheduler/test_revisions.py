@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Workload, parse_manifests
 from persys.model.manifest import ManifestError
 from persys.model.revision import WorkloadRevision
 from persys.scheduler import keys, revisions
 from persys.store.base import Compare, Delete, Put, txn_bytes
+from tests.cases import load
 
 CASES = Path(__file__).parent / "revision_cases"
-PRUNING = yaml.safe_load((CASES / "pruning.yaml").read_text())
-ROLLBACK = yaml.safe_load((CASES / "rollback.yaml").read_text())
+PRUNING = load(CASES, "pruning.yaml")
+ROLLBACK = load(CASES, "rollback.yaml")
 
 
 @pytest.mark.parametrize("case", PRUNING, ids=[c["name"] for c in PRUNING])

@@ -5,17 +5,16 @@ a toleration without seconds keeps it; each move is a Relocating event with reas
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model import Node, Phase, Taint, parse_manifests
 from persys.model.workload import Toleration
 from persys.scheduler import taint_eviction
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
+from tests.cases import load
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
 
@@ -26,7 +25,7 @@ async def report(sched: Scheduler, node_id: str, running: list[str]) -> None:
                                  for i in running], complete=True)
 
 
-CASES = yaml.safe_load((Path(__file__).parent / "taint_eviction_cases.yaml").read_text())["cases"]
+CASES = load(__file__, "taint_eviction_cases.yaml")["cases"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler import keys
 from persys.scheduler.takeover import Probe, should_clear
 from persys.store.base import KeyValue
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "takeover_cases" / "cases.yaml").read_text())
+CASES = load(__file__, "takeover_cases/cases.yaml")
 
 
 def kv(doc: dict[str, Any] | None) -> KeyValue | None:

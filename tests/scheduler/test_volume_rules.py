@@ -3,11 +3,9 @@ who uses a volume, reclaim with the owner's removal, and the spec agents get for
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.model.workload import Workload, WorkloadSpec
@@ -16,8 +14,9 @@ from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.delivery import resolved_claims
 from persys.scheduler.volume_rules import claim_problems, delete_refusal, reclaim_ops, users_of
 from persys.store.base import Delete, Put
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "volume_cases" / "claims.yaml").read_text())
+CASES = load(__file__, "volume_cases/claims.yaml")
 
 
 def spec(volumes: list[dict[str, Any]], replicas: int = 1) -> WorkloadSpec:

@@ -14,12 +14,13 @@ from persys.model.manifest import ManifestError, validate_manifest
 from persys.model.secret import SecretManifest, parse_documents
 from persys.model.secret_refs import SecretRefs
 from persys.secrets import refs
+from tests.cases import load
 
 CASES = Path(__file__).parent / "ref_cases"
 
 
 def cases(name: str) -> list[Any]:
-    return [pytest.param(c, id=c["name"]) for c in yaml.safe_load((CASES / name).read_text())]
+    return [pytest.param(c, id=c["name"]) for c in load(CASES, name)]
 
 
 def _spec(wtype: str, env: dict[str, str] | None, secrets: dict[str, Any] | None) -> dict[str, Any]:

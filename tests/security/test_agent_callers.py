@@ -3,15 +3,13 @@ proto in it (a new method without a rule is refused to everyone and fails here).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from persys._pb.persys.v1 import agent_pb2 as apb
 from persys.security.permissions import AGENT_SERVICE, agent_caller_refusal
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "agent_callers.yaml").read_text())
+CASES = load(__file__, "agent_callers.yaml")
 CALLERS = ("gateway", "scheduler", "admin", "node:n1", "user:alice", "gateway:gw-2", "scheduler:s2", "")
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.backend_access import BackendOptions, access_problems, backend_access, tls_refusal_hint
 from persys.credentials import MAX_PASSWORD_BYTES, CredentialError, CredentialRef, Password, parse_ref, resolve
 from persys.tlsfiles import TLSFiles
+from tests.cases import load
 
 CASES = Path(__file__).parent / "backend_access_cases"
-OPTIONS: list[dict[str, Any]] = yaml.safe_load((CASES / "options.yaml").read_text())
-REFUSALS: list[dict[str, Any]] = yaml.safe_load((CASES / "tls_refusals.yaml").read_text())
+OPTIONS: list[dict[str, Any]] = load(CASES, "options.yaml")
+REFUSALS: list[dict[str, Any]] = load(CASES, "tls_refusals.yaml")
 
 
 def _options(case: dict[str, Any], root: Path) -> BackendOptions:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.scheduler.cert_registry import CertRecord, status
 from persys.security.bao_roles import (
@@ -23,12 +22,13 @@ from persys.security.cert_requests import IdentityRequest, identity_request
 from persys.security.csr import new_key_and_csr
 from persys.security.identity import Kind
 from persys.security.pki import CertificateRequestError
+from tests.cases import load
 
 CASES = Path(__file__).parent / "bao_cases"
 
 
 def _load(name: str) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = yaml.safe_load((CASES / name).read_text())
+    cases: list[dict[str, Any]] = load(CASES, name)
     return cases
 
 

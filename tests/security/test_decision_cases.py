@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.gateway.authorization import RouteTable
 from persys.security.tokens import TokenRecord, new_token, parse, verify
+from tests.cases import load
 
 HERE = Path(__file__).parent
-TOKEN_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "token_cases.yaml").read_text())
-ROUTE_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "route_cases.yaml").read_text())
+TOKEN_CASES: list[dict[str, Any]] = load(__file__, "token_cases.yaml")
+ROUTE_CASES: list[dict[str, Any]] = load(__file__, "route_cases.yaml")
 PATHS = {"/v1/workloads": {"get": {}}, "/v1/workloads:batch": {"post": {}},
          "/v1/workloads/{workload_id}/explain": {"get": {}}, "/v1/workloads/{workload_id}/logs": {"get": {}},
          "/v1/workloads/{workload_id}/{action}": {"post": {}}, "/v1/workloads/{workload_id}/exec": {"post": {}},

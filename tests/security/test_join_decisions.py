@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -17,12 +16,13 @@ from cryptography.x509.oid import NameOID
 
 from persys.security.ca_pin import PinError, check_pin, pin_of, pinned_ca
 from persys.security.join_tokens import JoinTokenError, JoinTokenRecord, admit, digest, new_join_token, parse
+from tests.cases import load as load_cases
 
 CASES = Path(__file__).parent / "join_cases"
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = yaml.safe_load((CASES / name).read_text())
+    cases: list[dict[str, Any]] = load_cases(CASES, name)
     return cases
 
 

@@ -5,11 +5,7 @@ proves nothing (no certificate, no password); a backend run as in production get
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ from persys.scheduler.backend_probe import open_access_warnings
 from persys.security.pki import ClusterCA
 from tests.fixtures_infra import EtcdServer, RedisServer
 from tests.fixtures_secure_infra import SecureBackends
+from tests.waiting import ready_then_stopped
 
 pytestmark = [pytest.mark.etcd, pytest.mark.redis]
 
@@ -76,21 +73,6 @@ def test_persys_scheduler_warns_at_start_on_open_backends(etcd_server: EtcdServe
     argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
             "--tls-dir", str(_pki(tmp_path)), "--data-dir", str(tmp_path / "data"),
             "--store", etcd_server.url, "--events", redis_server.url]
-    log = tmp_path / "scheduler.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            deadline = time.monotonic() + 30
-            while "scheduler ready" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            text = log.read_text()
-            assert "scheduler ready" in text, text[-2000:]  # a warning, not a refusal
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    text = ready_then_stopped(argv, tmp_path / "scheduler.log")  # a warning, not a refusal
     assert f"WARNING persys: the state store ({etcd_server.url}) answers clients without" in text, text[-2000:]
     assert f"WARNING persys: the event bus ({redis_server.url}) answers clients without" in text, text[-2000:]

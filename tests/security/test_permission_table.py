@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
@@ -17,9 +16,10 @@ from persys.security.identity import ANONYMOUS, Identity, Kind
 from persys.security.permissions import JOIN_RPCS, NODE_RPCS, PUBLIC_ROUTES, REST_RULES, RPC_RULES
 from persys.security.pki import TLSFiles
 from persys.security.roles import all_grants, decide
+from tests.cases import load
 from tests.security.scheduler_methods import scheduler_methods
 
-MATRIX: dict[str, list[str]] = yaml.safe_load((Path(__file__).parent / "role_matrix.yaml").read_text())
+MATRIX: dict[str, list[str]] = load(__file__, "role_matrix.yaml")
 IDENTITIES = {
     "admin": Identity(Kind.USER, "a", ("persys:admins",)),
     "operator": Identity(Kind.USER, "o", ("persys:operators",)),

@@ -7,11 +7,8 @@ root filesystem deeper down) keeps its modes."""
 from __future__ import annotations
 
 import os
-import signal
 import stat
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.security.pki import ClusterCA
 from tests.agent.runtimes.test_runtime_process import wl
+from tests.waiting import ready_then_stopped
 
 NOBODY = 65534
 
@@ -97,21 +95,7 @@ def test_persys_scheduler_fixes_its_data_dir_at_start(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
             "--tls-dir", str(tmp_path / "pki"), "--data-dir", str(data),
             "--store", f"sqlite://{data}/state.db", "--events", "memory://"]
-    out = tmp_path / "scheduler.log"
-    with out.open("wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 30
-            while "scheduler ready" not in out.read_text() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert "scheduler ready" in out.read_text(), out.read_text()[-2000:]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    ready_then_stopped(argv, tmp_path / "scheduler.log")
     assert mode(data) == 0o700 and mode(data / "backups") == 0o700 and mode(old) == 0o600
     assert mode(data / "secrets.key") == 0o600
 

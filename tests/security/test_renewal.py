@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.security.renewal import Validity, expired, renew_at, retry_at
+from tests.cases import load
 
-CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "renewal_cases" / "schedule.yaml").read_text())
+CASES: list[dict[str, Any]] = load(__file__, "renewal_cases/schedule.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

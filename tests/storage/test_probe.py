@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.storage.base import AttachKind, Capability
 from persys.storage.config import StorageConfig, StorageConfigError, load_storage_config, parse_storage_config
@@ -23,10 +22,11 @@ from persys.storage.probe import (
     probe_drivers,
     simulated_reports,
 )
+from tests.cases import load
 
 HERE = Path(__file__).parent
-CONFIG_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "config_cases.yaml").read_text())
-REFUSAL_CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "refusal_cases.yaml").read_text())
+CONFIG_CASES: list[dict[str, Any]] = load(__file__, "config_cases.yaml")
+REFUSAL_CASES: list[dict[str, Any]] = load(__file__, "refusal_cases.yaml")
 
 
 def _plain(value: Any) -> Any:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.storage.rbd_fencing import Locker, client_ip, plan_fence
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "cases" / "rbd_fence.yaml").read_text())
+CASES = load(__file__, "cases/rbd_fence.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.storage.s3_names import bucket_name_problem
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "cases" / "bucket_names.yaml").read_text())
+CASES = load(__file__, "cases/bucket_names.yaml")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c["name"])[:20] for c in CASES])

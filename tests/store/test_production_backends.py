@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -36,6 +34,7 @@ from persys.store.etcd_auth import StoreAccessDenied
 from tests.fixtures_infra import free_port
 from tests.fixtures_secure_infra import REDIS_ACL, BackendPKI, SecureBackends
 from tests.scheduler.test_core import node
+from tests.waiting import ready_then_stopped
 
 pytestmark = [pytest.mark.etcd, pytest.mark.redis]
 
@@ -282,23 +281,7 @@ def test_persys_scheduler_runs_on_them_from_files_and_environment(secure_backend
             "--etcd-key", str(tls.key), "--etcd-user", "persys", "--etcd-password-file", b.etcd_access.password.target,
             "--events", b.redis.url.replace("rediss://", "rediss://persys@"), "--redis-ca", str(b.pki.ca),
             "--redis-cert", str(tls.cert), "--redis-key", str(tls.key), "--redis-password", "env:PERSYS_REDIS_PW"]
-    log = tmp_path / "scheduler.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PERSYS_REDIS_PW": b.redis_password})
-        try:
-            deadline = time.monotonic() + 30
-            while "scheduler ready" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert "scheduler ready" in log.read_text(), log.read_text()[-2000:]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    text = log.read_text()  # debug logging (--verbose) included
+    text = ready_then_stopped(argv, tmp_path / "scheduler.log", env={**os.environ, "PERSYS_REDIS_PW": b.redis_password})
     assert b.etcd_password not in text and b.redis_password not in text
     assert "Traceback" not in text
     assert "answers clients without" not in text  # both authenticate every client: no warning (issue #30)

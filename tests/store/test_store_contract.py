@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from persys.store.base import DEFAULT_MAX_TXN_BYTES, BlockingLeases
 from persys.store.etcd import EtcdStore
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import EtcdServer, start_etcd
+from tests.waiting import until as poll
 
 SQLITE_HISTORY = 50  # small, so the compaction test needs few writes
 
@@ -55,14 +56,6 @@ async def store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) ->
 def p() -> str:
     """A key prefix unique to the test (the etcd server is shared by the session)."""
     return f"t/{uuid.uuid4().hex[:8]}/"
-
-
-async def poll(check: Callable[[], Awaitable[bool]], within: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def take(it: AsyncIterator[WatchEvent], n: int, within: float = 5.0) -> list[WatchEvent]:

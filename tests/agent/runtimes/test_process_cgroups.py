@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.agent.runtimes.base import RuntimeState
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, memory_limit_writes
 from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from tests.agent.runtimes.test_runtime_process import CG, pid_alive, wait_for, wl
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "cgroup_cases" / "memory_limits.yaml").read_text())
+CASES = load(__file__, "cgroup_cases/memory_limits.yaml")
 NAMES = {"memory": MEMORY, "memsw": MEMSW}
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeWorkload
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
 from persys.model.limits import EXEC_OUTPUT_MAX_BYTES
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
+from tests.agent.runtimes.process_teardown import tear_down
 from tests.agent.runtimes.test_runtime_process import argv0, wait_for
 
 CG = Path("/sys/fs/cgroup")
@@ -26,12 +27,7 @@ CG = Path("/sys/fs/cgroup")
 async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
     r = ProcessRuntime(tmp_path, grace_seconds=1.0, isolate=False)
     yield r
-    for o in await r.list():
-        await r.remove(o.workload_id)
-    await r.close()
-    for ctl in CGROUP_CONTROLLERS:
-        with contextlib.suppress(OSError):
-            (CG / ctl / r.cgroup_parent).rmdir()
+    await tear_down(r)
 
 
 async def _started(rt: ProcessRuntime, tmp_path: Path) -> str:

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload, SecretMaterial
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
 from persys.agent.runtimes.process_isolation import Isolation, tools_missing
 from persys.model.secret_refs import SecretEnvVar, SecretFile, SecretKeyRef, SecretRefs
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
-from tests.agent.runtimes.test_runtime_process import CG, pid_alive, wait_for
+from tests.agent.runtimes.process_teardown import tear_down
+from tests.agent.runtimes.test_runtime_process import pid_alive, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(tools_missing()),
                                 reason="isolation needs a root agent with unshare, nsenter, setpriv, ip and tini")
@@ -56,12 +57,7 @@ async def rt(state: Path, claims: Path) -> AsyncIterator[ProcessRuntime]:
                        agent_id=f"iso-{uuid.uuid4().hex[:6]}")
     assert r.isolates
     yield r
-    for o in await r.list():
-        await r.remove(o.workload_id)
-    await r.close()
-    for ctl in CGROUP_CONTROLLERS:
-        with contextlib.suppress(OSError):
-            (CG / ctl / r.cgroup_parent).rmdir()
+    await tear_down(r)
 
 
 def _wl(command: list[str], *, wid: str = "", network: str | None = None, user: str | None = None,

@@ -4,7 +4,6 @@ limited by its cgroups all the same. Real processes; the agent here runs as root
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -13,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
+from tests.agent.runtimes.process_teardown import tear_down
 from tests.agent.runtimes.test_runtime_process import CG, pid_alive, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs a root agent")
@@ -24,12 +24,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs
 async def rt(tmp_path: Path) -> AsyncIterator[ProcessRuntime]:
     r = ProcessRuntime(tmp_path, grace_seconds=1.0, isolate=False)
     yield r
-    for o in await r.list():
-        await r.remove(o.workload_id)
-    await r.close()
-    for ctl in CGROUP_CONTROLLERS:
-        with contextlib.suppress(OSError):
-            (CG / ctl / r.cgroup_parent).rmdir()
+    await tear_down(r)
 
 
 def _uid(pid: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 import socket
@@ -34,6 +35,7 @@ from persys.agent.runtimes.compose import (
 )
 from persys.model.manifest import parse_manifests
 from persys.model.workload import ComposeSpec, PullPolicy, WorkloadSpec
+from tests.waiting import settled
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -81,13 +83,7 @@ def compose_workload(
     return RuntimeWorkload(workload_id=wid, revision=revision, generation=generation, spec=spec)
 
 
-async def wait_for(pred: Any, within: float = 8.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await pred()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.2)
+wait_for = functools.partial(settled, interval=0.2)  # each look runs docker compose
 
 
 # ---- pure parts (no engine) ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.docker import DockerRuntime, container_name
 from persys.model.workload import ContainerSpec, PortMapping, PullPolicy, Resources, WorkloadSpec
+from tests.waiting import settled
 
 pytestmark = pytest.mark.docker
 
@@ -55,13 +57,7 @@ def workload(
     return RuntimeWorkload(workload_id=wid, revision=revision, generation=generation, spec=spec)
 
 
-async def wait_for(pred: Any, within: float = 5.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await pred()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.1)
+wait_for = functools.partial(settled, interval=0.1)
 
 
 async def test_probe(rt: DockerRuntime) -> None:

@@ -18,6 +18,7 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
 from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
+from tests.waiting import settled as wait_for
 
 CG = Path("/sys/fs/cgroup")
 SRC_DIR = str(Path(__file__).resolve().parents[3] / "src")
@@ -46,15 +47,6 @@ def pid_alive(pid: int) -> bool:
 
 def argv0(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-
-
-async def wait_for(pred: Any, within: float = 5.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await pred()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.runtimes.base import RuntimeFailure
@@ -19,10 +18,11 @@ from persys.agent.runtimes.docker_stats import container_usage, parse_docker_tim
 from persys.agent.runtimes.kvm import PROBE_FIRMWARE, firmware_runs, write_firmware
 from persys.agent.runtimes.workdir import WorkDirs, tail_text
 from persys.model.status import WorkloadUsage
+from tests.cases import load
 
 CASES = Path(__file__).parent / "usage_cases"
-STATS_CASES = yaml.safe_load((CASES / "docker_stats.yaml").read_text())
-SAMPLER_CASES = yaml.safe_load((CASES / "cpu_sampler.yaml").read_text())
+STATS_CASES = load(CASES, "docker_stats.yaml")
+SAMPLER_CASES = load(CASES, "cpu_sampler.yaml")
 
 
 @pytest.mark.parametrize("case", STATS_CASES, ids=[c["name"] for c in STATS_CASES])

@@ -3,15 +3,14 @@ capacity, the workload and node filters, and the placement table's node-by-node 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from persys.gateway.dashboard import figures
+from tests.cases import load
 
-CASES = yaml.safe_load((Path(__file__).parent / "figures_cases.yaml").read_text())
+CASES = load(__file__, "figures_cases.yaml")
 
 
 @pytest.mark.parametrize("case", CASES["overview"], ids=lambda c: c["name"])

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from placement_helpers import config_from_data, node_from_data, request_from_data
 from whatif_helpers import cluster_from_data
 
 from persys.scheduler.placement import Operation, counterfactuals, decide, plan_operation, preemption
+from tests.cases import load
 
 CASES = Path(__file__).parent / "whatif_cases"
 
@@ -29,7 +29,7 @@ CASES = Path(__file__).parent / "whatif_cases"
 def _cases() -> list[Any]:
     params = []
     for path in sorted(CASES.glob("*.yaml")):
-        for case in yaml.safe_load(path.read_text())["cases"]:
+        for case in load(path)["cases"]:
             params.append(pytest.param(case, id=f"{path.stem}:{case['name']}"))
     return params
 

@@ -66,6 +66,7 @@ class InstanceView(View):
     placement: PlacementView
     drift: dict[str, Any]
     updated_at: float
+    moved_at: float = 0.0  # the last move (persysctl move, rebalance): 0 never
 
 
 class DriftView(View):

@@ -59,9 +59,11 @@ fi
 echo "==> tests"
 # --strict-skips: a skip not declared in tests/allowed_skips.txt fails the run (a machine that lost
 # a binary must not pass with fewer tests). --durations: the slowest 30, where the budget goes.
-# Two xdist workers (PERSYS_TEST_WORKERS; 0 = one process), grouped by tests/parallel.py; then
-# the `serial` tests, which time a load they make themselves, alone.
-workers=${PERSYS_TEST_WORKERS:-2}
+# PERSYS_TEST_WORKERS=2: two xdist workers, grouped by tests/parallel.py, then the `serial`
+# tests, which time a load they make themselves, alone. The default is one process: on 2 cores
+# the e2e modules' processes compete for the CPU and the parallel run was not faster (a clean-clone
+# run at load 6-11 had done a third of the suite after 25 minutes) while bounds got tighter.
+workers=${PERSYS_TEST_WORKERS:-0}
 if ((workers == 0)); then
   exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 --strict-skips "$@"
 fi

@@ -24,7 +24,7 @@ import pytest
 from persys.storage import node_mounts as nm
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
-from tests.storage.loop_pool import sweep_pool
+from tests.storage.loop_pool import cluster_pool, sweep_pool
 
 pytestmark = pytest.mark.e2e
 # Into the start and into the deletion: both paths take about 50 ms on a quiet machine
@@ -47,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayC
     try:
         eventually(lambda: [n for n in c.client().get("/v1/nodes").json() if n["status"] == "Ready"], 60,
                    "node n1 Ready")
-        yield c, pool
+        yield c, cluster_pool(pool, tmp_path / "pki" / "ca.crt")  # where this cluster's volumes live
     finally:
         c.stop()
         for meta in (tmp_path / "agent" / "runtimes" / "process").glob("*/meta.json"):  # a failed case's command

@@ -20,7 +20,7 @@ from persys.storage.ext4_images import can_grow_online
 from tests.docker_fixtures import DockerEngine
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
-from tests.storage.loop_pool import sweep_pool
+from tests.storage.loop_pool import cluster_pool, sweep_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayC
     try:
         eventually(lambda: [n for n in c.client().get("/v1/nodes").json() if n["status"] == "Ready"], timeout=60,
                    what="node n1 Ready")
-        yield c, pool
+        yield c, cluster_pool(pool, tmp / "pki" / "ca.crt")  # where this cluster's volumes live
     finally:
         c.stop()
         sweep_pool(pool)

@@ -39,3 +39,11 @@ def loop_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield pool
     left = sweep_pool(pool)
     assert not left, f"the test left these behind (now removed): {left}"
+
+
+def cluster_pool(pool: Path, ca: Path) -> Path:
+    """Where a node of the cluster whose CA is `ca` keeps its local volumes under `pool`
+    (storage.local: `<pool>/cluster-<id>/`, so two clusters sharing a pool never meet)."""
+    from persys.security.cluster_id import cluster_id_of_file
+
+    return pool / f"cluster-{cluster_id_of_file(ca)}"

@@ -9,6 +9,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +22,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs
 NOBODY = 65534
 
 
-def status(pid: int) -> dict[str, str]:
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+def status(pid: int, uid: int | None = None) -> dict[str, str]:
+    """The process's status; with `uid`, once its exec has committed the new credentials. A
+    vfork parent is woken early in the child's execve (when the child leaves the shared memory),
+    before the kernel installs the exec's credentials: for a moment /proc still shows the
+    spawning thread's saved uid 0. A child whose saved uid stayed 0 fails after 5 s."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        st = {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        if uid is None or st["Uid"].split()[2] == str(uid) or time.monotonic() > deadline:
+            return st
+        time.sleep(0.001)
 
 
 @pytest.fixture
@@ -43,7 +53,7 @@ def test_the_child_has_the_users_ids_and_nothing_more(folder: Path, uid: int, gi
     assert user_spawner().usable  # this machine: x86_64, root
     child = started(folder, uid, gid)
     try:
-        st = status(child.pid)
+        st = status(child.pid, uid)
         assert st["Uid"].split() == [str(uid)] * 4  # real, effective, saved, filesystem
         assert st["Gid"].split() == [str(gid)] * 4
         assert st["Groups"] == ""
@@ -67,7 +77,7 @@ def test_the_spawning_thread_is_root_again_after_each_start_and_a_failed_one(fol
         child = spawner.run_as(NOBODY, NOBODY, lambda: subprocess.Popen(["sleep", "30"]), cwd=locked)
         try:
             assert os.readlink(f"/proc/{child.pid}/cwd") == str(locked)
-            assert status(child.pid)["Uid"].split() == [str(NOBODY)] * 4
+            assert status(child.pid, NOBODY)["Uid"].split() == [str(NOBODY)] * 4
         finally:
             child.kill()
             child.wait()

@@ -31,6 +31,17 @@ class Move:
     why: str  # the engine's explanation
 
 
+def cached_request(workloads: Mapping[str, Workload], cache: dict[str, pl.WorkloadRequest],
+                   instance: str) -> pl.WorkloadRequest | None:
+    """The engine's request for `instance` (built once per planner), None if its workload is unknown."""
+    if instance not in cache:
+        w = workloads.get(workload_of(instance))
+        if w is None:
+            return None
+        cache[instance] = to_request(w, instance)
+    return cache[instance]
+
+
 @dataclass(frozen=True)
 class NodePlan:
     node: str
@@ -91,12 +102,7 @@ class EnginePlanner:
     requests: dict[str, pl.WorkloadRequest] = field(default_factory=dict)
 
     def request(self, instance: str) -> pl.WorkloadRequest | None:
-        if instance not in self.requests:
-            w = self.workloads.get(workload_of(instance))
-            if w is None:
-                return None
-            self.requests[instance] = to_request(w, instance)
-        return self.requests[instance]
+        return cached_request(self.workloads, self.requests, instance)
 
     async def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan:
         infos = {str(v["id"]): node_info(v) for v in self.nodes}
@@ -137,12 +143,7 @@ class SchedulerPlanner:
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the plan's answer (evidence)
 
     def request(self, instance: str) -> pl.WorkloadRequest | None:
-        if instance not in self.requests:
-            w = self.workloads.get(workload_of(instance))
-            if w is None:
-                return None
-            self.requests[instance] = to_request(w, instance)
-        return self.requests[instance]
+        return cached_request(self.workloads, self.requests, instance)
 
     async def lose_node(self, lose: str, gone: frozenset[str], placed: Mapping[str, str]) -> NodePlan:
         answer = await self.api.plan_operation({"kind": "lose-node", "nodes": sorted({lose, *gone})})

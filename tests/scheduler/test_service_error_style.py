@@ -21,20 +21,7 @@ from persys.security.identity import from_subject
 from persys.security.join_tokens import JoinTokenError
 from persys.security.tokens import TokenError
 from persys.store.base import StoreFull, StoreUnavailable
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class Context:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
-
-    def set_trailing_metadata(self, md: Any) -> None:
-        pass
+from tests.scheduler.test_service_errors import Aborted, Context
 
 
 class Failing:

@@ -197,8 +197,13 @@ def test_scheduling_continues_when_redis_is_down(cluster: Cluster) -> None:
     try:
         ctl("apply", "-f", str(REPO / "examples/hello-process.yaml"), env=cluster.env)
         eventually(lambda: cluster.running("hello-process"), 10, "Running without Redis")
-        health = json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)
-        assert health["eventsOk"] is False and "events" in health["detail"]
+        # Health answers from the dependencies' latest probe (one per health interval), so the
+        # outage shows once the next probe ran, not in the instant Redis stopped.
+        def events_down() -> dict | None:
+            health = json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)
+            return health if health["eventsOk"] is False else None
+        health, _ = eventually(events_down, 15, "events reported down")
+        assert "events" in health["detail"]
     finally:
         cluster.redis.start()
     eventually(lambda: json.loads(ctl("health", "-o", "json", env=cluster.env).stdout)["eventsOk"], 10, "events back")

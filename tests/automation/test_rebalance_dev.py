@@ -86,6 +86,8 @@ def test_rebalance_empties_a_node_within_budget_and_hold(tmp_path: Path) -> None
         assert (dry["from"], dry["to"], dry["dryRun"]) == ("hot", "cold", True), dry
         bad = ctl("move", "s0/s0", "--to", "hot", env=env, check=False)
         assert bad.returncode != 0 and "to:" in bad.stderr + bad.stdout, bad
+        odd = ctl("move", "s0/0", "--to", "bad node!", env=env, check=False)
+        assert odd.returncode != 0 and "to: node name 'bad node!'" in odd.stderr + odd.stdout, odd
         gone = ctl("move", "s0/7", env=env, check=False)
         assert gone.returncode != 0 and "not found" in (gone.stderr + gone.stdout).lower(), gone
         local = ctl("move", "pinned/0", "--to", "cold", env=env, check=False)

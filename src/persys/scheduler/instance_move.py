@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from persys.model import ManifestError, Phase, WorkloadStatus
+from persys.model.node_names import node_id_problem
 from persys.model.workload import index_of, instance_id
 from persys.scheduler import keys
 from persys.scheduler import placement as pl
@@ -63,8 +64,9 @@ def check(state: ClusterState, placement: PlacementService, workload_id: str, in
     (bad input, naming the field) or MutationRefused (why it cannot move)."""
     if not instance or len(instance) > MAX_NAME:
         raise ManifestError([f"instance: 1-{MAX_NAME} characters are required"])
-    if len(to_node) > MAX_NAME:
-        raise ManifestError([f"to: a node name of at most {MAX_NAME} characters"])
+    if to_node and (bad := node_id_problem(to_node)):
+        # A name no node can have is bad input (400 naming `to`), not a missing node (404).
+        raise ManifestError([f"to: {bad.replace('node_id', 'node name', 1)}"])
     cur = state.workloads.get(workload_id)
     if cur is None or cur.value.deleting:
         raise NotFound(f"workload {workload_id!r}")

@@ -51,3 +51,16 @@ def test_every_dotted_module_path_exists() -> None:
     bad = sorted({f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files
                   for m in TOKEN.finditer(f.read_text(errors="replace")) if _problem(m.group(0))})
     assert not bad, "dotted paths naming no module (moved or renamed?):\n" + "\n".join(bad)
+
+
+def test_every_source_file_path_in_docs_and_comments_exists() -> None:
+    """`scheduler/reconcile.py` or `src/persys/cli/ctl.py` in a doc or a comment: that file exists."""
+    pkg = SRC / "persys"
+    tops = sorted(p.name for p in pkg.iterdir() if (p / "__init__.py").is_file())
+    path = re.compile(r"(?<![\w./-])(?:src/persys/)?((?:" + "|".join(tops) + r")/[\w/]*\w\.py)\b")
+    files = [f for pattern in ("docs/**/*.md", "*.md", "src/**/*.py") for f in ROOT.glob(pattern)
+             if "_pb" not in f.parts]
+    seen = [(f, m.group(1)) for f in files for m in path.finditer(f.read_text(errors="replace"))]
+    assert len(seen) > 20, "no file paths found: the pattern is wrong"
+    bad = sorted({f"{f.relative_to(ROOT)}: {p}" for f, p in seen if not (pkg / p).is_file()})
+    assert not bad, "file paths naming no file (moved or renamed?):\n" + "\n".join(bad)

@@ -192,7 +192,12 @@ class Bench:
         args = ["scheduler", "--listen", self.target, "--store", f"etcd://{self.etcd_ep}",
                 "--events", f"redis://{redis_ep}/0", "--tls-dir", str(self.pki), "--node-grace", str(a.node_grace)]
         src_env = {"PYTHONPATH": str(a.scheduler_src)} if a.scheduler_src is not None else {}
-        help_text = subprocess.run([sys.executable, "-m", "persys.cli.server", "scheduler", "--help"],
+        # `persys`'s module: cli/servers/app.py since cli/ was split by audience, cli/server.py before
+        # (a --compare revision may predate the split)
+        persys_module = "persys.cli.servers.app"
+        if a.scheduler_src is not None and not (a.scheduler_src / "persys/cli/servers/app.py").exists():
+            persys_module = "persys.cli.server"
+        help_text = subprocess.run([sys.executable, "-m", persys_module, "scheduler", "--help"],
                                    capture_output=True, text=True, timeout=60,
                                    env={**os.environ, "COLUMNS": "200", **src_env}).stdout
         if "--data-dir" in help_text:  # cluster-id memory and rolling backups: private to this run
@@ -208,9 +213,9 @@ class Bench:
             env["PYTHONPATH"] = str(a.scheduler_src)
         if a.profiler == "cprofile":
             self.profile_path = self.dir / "scheduler.prof"
-            argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", "persys.cli.server", *args]
+            argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", persys_module, *args]
         elif a.scheduler_src is not None:
-            argv = [sys.executable, "-m", "persys.cli.server", *args]
+            argv = [sys.executable, "-m", persys_module, *args]
         else:
             argv = [str(BIN / "persys"), *args]
         self.sched = infra.Child("scheduler", argv, self.dir, env=env, stop_signal=signal.SIGINT)

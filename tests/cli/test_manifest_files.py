@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.cli.api import CtlError
-from persys.cli.ctl import _read_files
+from persys.cli.ctl.api import CtlError
+from persys.cli.ctl.app import _read_files
 
 
 def manifest(name: str) -> str:

@@ -6,8 +6,9 @@ import io
 
 from rich.console import Console
 
-from persys.cli import ctl, listing_rows, plain_table
-from persys.cli.describe_text import node_text
+from persys.cli.ctl import app as ctl
+from persys.cli.output import listing_rows, plain_table
+from persys.cli.output.describe_text import node_text
 
 
 def rendered(table: object) -> str:

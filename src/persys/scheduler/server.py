@@ -213,7 +213,7 @@ async def start_scheduler(
     backends' own TLS identities and users (scheduler.backends); `secret_resolver` resolves their
     `secret:` password references (never a store kept in the backend it unlocks).
     `signer_for(store)` gives the signer of node certificates (Join on `join_listen`, Renew on
-    the main port; `cli.signer_options.signer_from_options` records each in the registry);
+    the main port; `cli.servers.signer_options.signer_from_options` records each in the registry);
     without one, nodes bring certificates issued elsewhere (`persys certs issue`).
     `metrics`: count gRPC calls and store operations (off: neither is wrapped; for measuring
     what they cost); `metrics_listen`/`metrics_plain_listen`: serve them (security.metrics_access)."""

@@ -180,6 +180,22 @@ def storage_keys(storage: StorageConfig | None) -> dict[str, str]:
     return {"ceph-rbd": storage.ceph.secret_name} if storage is not None and storage.ceph is not None else {}
 
 
+async def _secret_store(secrets: str | None, store: StateStore, events: EventBus,
+                        config: SchedulerConfig) -> SecretStore | None:
+    """The secret store (None without one); a built-in one whose master key does not open the
+    stored secrets closes the backends and raises MasterKeyMismatch."""
+    secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
+        if secrets else None
+    if isinstance(secret_store, BuiltinSecretStore):
+        try:
+            await secret_store.check_master_key()
+        except MasterKeyMismatch:
+            await events.close()
+            await store.close()
+            raise
+    return secret_store
+
+
 async def start_scheduler(
     store_url: str,
     events_url: str,
@@ -223,15 +239,7 @@ async def start_scheduler(
     registry = Metrics() if metrics else None
     if registry is not None:
         store = MeteredStore(store, registry)
-    secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
-        if secrets else None
-    if isinstance(secret_store, BuiltinSecretStore):
-        try:
-            await secret_store.check_master_key()
-        except MasterKeyMismatch:
-            await events.close()
-            await store.close()
-            raise
+    secret_store = await _secret_store(secrets, store, events, config)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
     keeper = store.blocking_lease if isinstance(store, BlockingLeases) else None

@@ -16,8 +16,9 @@ import ipaddress
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import grpc
 import grpc.aio
@@ -139,6 +140,16 @@ def _raise_if_ended(resp: rpc_pb2.WatchResponse, next_rev: int | None, target: s
         raise denied(target, user, resp.cancel_reason)
     if resp.canceled:
         raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
+
+
+@dataclass
+class _WatchState:
+    """One watch across its reconnections: where to resume, the backoff, what was said."""
+
+    next_rev: int | None  # None: "from now", pinned at the first stream's creation
+    backoff: float = 0.1
+    outage_logged: bool = False
+    renewed: bool = False  # a watch refused for a stale token gets one new authentication
 
 
 class EtcdStore:
@@ -359,34 +370,42 @@ class EtcdStore:
             raise StoreUnavailable("etcd store is closed")
         async with self._ka_lock:
             for attempt in range(2):  # a stale stream (e.g. after an etcd restart) gets one retry
-                if self._ka_call is None:
-                    self._ka_metadata = await self._metadata()
-                    self._ka_call = self._lease.LeaseKeepAlive(metadata=self._ka_metadata)
-                call = self._ka_call
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
-                        resp = await call.read()
-                except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError) as e:
-                    call.cancel()
-                    self._ka_call = None
-                    if attempt == 0 and not isinstance(e, TimeoutError):
-                        if isinstance(e, grpc.aio.AioRpcError) and is_stale_token(e):
-                            await self._fresh_token(self._ka_metadata)
-                        continue
-                    if isinstance(e, grpc.aio.AioRpcError):
-                        raise _map_error(e, self.target, self.user) from e
-                    raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
-                if resp is grpc.aio.EOF:
-                    self._ka_call = None
-                    if attempt == 0:
-                        continue
-                    raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
-                assert isinstance(resp, rpc_pb2.LeaseKeepAliveResponse)
+                resp = await self._keep_alive_once(lease_id, may_retry=attempt == 0)
+                if resp is None:
+                    continue
                 if resp.TTL <= 0:
                     raise LeaseNotFound(f"lease {lease_id:x} not found")
                 return float(resp.TTL)
         raise AssertionError("unreachable")
+
+    async def _keep_alive_once(self, lease_id: int, may_retry: bool) -> rpc_pb2.LeaseKeepAliveResponse | None:
+        """One keep-alive on the shared stream (opened if needed); None when the stream was
+        stale and `may_retry` (it is dropped, a stale token renewed, for a second try)."""
+        if self._ka_call is None:
+            self._ka_metadata = await self._metadata()
+            self._ka_call = self._lease.LeaseKeepAlive(metadata=self._ka_metadata)
+        call = self._ka_call
+        try:
+            async with asyncio.timeout(self.timeout):
+                await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
+                resp = await call.read()
+        except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError) as e:
+            call.cancel()
+            self._ka_call = None
+            if may_retry and not isinstance(e, TimeoutError):
+                if isinstance(e, grpc.aio.AioRpcError) and is_stale_token(e):
+                    await self._fresh_token(self._ka_metadata)
+                return None
+            if isinstance(e, grpc.aio.AioRpcError):
+                raise _map_error(e, self.target, self.user) from e
+            raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
+        if resp is grpc.aio.EOF:
+            self._ka_call = None
+            if may_retry:
+                return None
+            raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
+        assert isinstance(resp, rpc_pb2.LeaseKeepAliveResponse)
+        return resp
 
     def blocking_lease(self) -> BlockingLease:
         """A lease keep-alive for a plain thread, on a connection of its own (see BlockingLease)."""
@@ -397,10 +416,7 @@ class EtcdStore:
     async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
         key = prefix.encode() or b"\0"
         end = prefix_range_end(prefix.encode())
-        next_rev = start_revision if start_revision and start_revision > 0 else None
-        backoff = 0.1
-        outage_logged = False
-        renewed = False  # a watch refused for a stale token gets one new authentication
+        st = _WatchState(start_revision if start_revision and start_revision > 0 else None)
         while not self._closed:
             metadata = await self._metadata()
             call = self._watch.Watch(metadata=metadata)
@@ -408,44 +424,50 @@ class EtcdStore:
                 await call.write(
                     rpc_pb2.WatchRequest(
                         create_request=rpc_pb2.WatchCreateRequest(
-                            key=key, range_end=end, start_revision=next_rev or 0, progress_notify=True
+                            key=key, range_end=end, start_revision=st.next_rev or 0, progress_notify=True
                         )
                     )
                 )
-                while True:
-                    resp = await call.read()
-                    if resp is grpc.aio.EOF:
-                        break
-                    assert isinstance(resp, rpc_pb2.WatchResponse)
-                    if self._token_refused(resp, renewed):
-                        # etcd cancels a watch created with an expired token ("invalid auth token").
-                        renewed = True
-                        await self._fresh_token(metadata)
-                        break
-                    _raise_if_ended(resp, next_rev, self.target, self.user)
-                    if resp.created:
-                        backoff, outage_logged, renewed = 0.1, False, False
-                        if next_rev is None:  # "from now": pin it so a reconnect misses nothing
-                            next_rev = resp.header.revision + 1
-                        continue
-                    for ev in resp.events:
-                        kind: Literal["put", "delete"] = "put" if ev.type == kv_pb2.Event.PUT else "delete"
-                        rev = ev.kv.mod_revision
-                        next_rev = rev + 1
-                        yield WatchEvent(kind, _kv(ev.kv), rev)
+                async for ev in self._watch_stream(call, metadata, st):
+                    yield ev
             except grpc.aio.AioRpcError as e:
                 if self._closed or e.code() == grpc.StatusCode.CANCELLED:
                     return
                 err = _map_error(e, self.target, self.user)
                 if not isinstance(err, StoreUnavailable):
                     raise err from e
-                if not outage_logged:
+                if not st.outage_logged:
                     log.warning("etcd watch on %r interrupted, reconnecting: %s", prefix, err)
-                    outage_logged = True
+                    st.outage_logged = True
             finally:
                 call.cancel()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            await asyncio.sleep(st.backoff)
+            st.backoff = min(st.backoff * 2, 2.0)
+
+    async def _watch_stream(self, call: Any, metadata: Metadata | None, st: _WatchState) -> AsyncIterator[WatchEvent]:
+        """The events of one watch stream until it ends (EOF, or a stale token renewed for the
+        next stream); `st.next_rev` follows them, so the next stream resumes after the last."""
+        while True:
+            resp = await call.read()
+            if resp is grpc.aio.EOF:
+                return
+            assert isinstance(resp, rpc_pb2.WatchResponse)
+            if self._token_refused(resp, st.renewed):
+                # etcd cancels a watch created with an expired token ("invalid auth token").
+                st.renewed = True
+                await self._fresh_token(metadata)
+                return
+            _raise_if_ended(resp, st.next_rev, self.target, self.user)
+            if resp.created:
+                st.backoff, st.outage_logged, st.renewed = 0.1, False, False
+                if st.next_rev is None:  # "from now": pin it so a reconnect misses nothing
+                    st.next_rev = resp.header.revision + 1
+                continue
+            for ev in resp.events:
+                kind: Literal["put", "delete"] = "put" if ev.type == kv_pb2.Event.PUT else "delete"
+                rev = ev.kv.mod_revision
+                st.next_rev = rev + 1
+                yield WatchEvent(kind, _kv(ev.kv), rev)
 
     def _token_refused(self, resp: rpc_pb2.WatchResponse, renewed: bool) -> bool:
         return self._auth is not None and not renewed and resp.canceled and stale_token_text(resp.cancel_reason)

@@ -361,6 +361,16 @@ class SqliteStore:
             db.execute("COMMIT")
         return rows, compact, current
 
+    def _check_readable(self, db: sqlite3.Connection, revision: int) -> int:
+        """The compact revision, once `revision` is known to be neither future nor compacted."""
+        compact, current = self._meta(db, "compact_revision"), self._meta(db, "revision")
+        if revision > current:
+            raise FutureRevision(f"revision {revision} is in the future (the store is at {current})")
+        if revision < max(compact, 1):
+            raise CompactedError(f"revision {revision} has been compacted (the embedded store keeps history "
+                                 f"from revision {compact})")
+        return compact
+
     def _range_at_sync(self, prefix: str, revision: int) -> list[KeyValue]:
         """The keys under prefix at `revision`: the current rows with every later change undone
         from the history table, which holds every change after the compact revision."""
@@ -369,12 +379,7 @@ class SqliteStore:
         db = self._db
         db.execute("BEGIN")  # one snapshot for rows, history and revisions
         try:
-            compact, current = self._meta(db, "compact_revision"), self._meta(db, "revision")
-            if revision > current:
-                raise FutureRevision(f"revision {revision} is in the future (the store is at {current})")
-            if revision < max(compact, 1):
-                raise CompactedError(f"revision {revision} has been compacted (the embedded store keeps history "
-                                     f"from revision {compact})")
+            compact = self._check_readable(db, revision)
             out = {kv.key: kv for kv in map(_kv, db.execute(
                 f"SELECT key, value, create_rev, mod_rev, version, lease FROM kv WHERE {where}", args))}
             first_after: dict[bytes, tuple[int, int]] = {}  # key -> (type, version) of its first later change

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -290,25 +290,11 @@ def get(
     if sel and k not in ("workloads", "nodes"):
         fail("-l selects workloads and nodes by their labels; secrets, volumes and buckets have none here")
     api = Api(server)
-    if k == "secrets":
+    if k in _OTHER_LISTS:
+        lister, changes = _OTHER_LISTS[k]
         if watch:
-            fail("-w follows workloads and nodes; secrets change through `persysctl events --kind SecretChanged -f`")
-        secret_cmds.get_secrets(api, name, output)
-        return
-    if k == "volumes":
-        if watch:
-            fail("-w follows workloads and nodes; volumes change through `persysctl events -f` (Volume* events)")
-        volume_cmds.get_volumes(api, name, output)
-        return
-    if k == "buckets":
-        if watch:
-            fail("-w follows workloads and nodes; buckets change through `persysctl events -f` (Bucket* events)")
-        bucket_cmds.get_buckets(api, name, output)
-        return
-    if k == "policies":
-        if watch:
-            fail("-w follows workloads and nodes; policies change through `persysctl events -f` (Policy* events)")
-        automation_cmds.get_policies(api, name, output)
+            fail(f"-w follows workloads and nodes; {k} change through {changes}")
+        lister(api, name, output)
         return
     if watch:
         follow.follow_objects(api, k, {"node": node} if node and k == "workloads" else {},
@@ -321,6 +307,16 @@ def get(
     items = _matching([api.request("GET", f"/v1/{k}/{name}")], sel)
     # One object asked for by name prints as that object, as kubectl does (not a list of one).
     emit(items[0] if items else items, output, _table(k, items), wide=_table(k, items, wide=True), kind=k[:-1])
+
+
+# The kinds `get` hands to their own modules: the lister, and where their changes are followed
+# instead of -w.
+_OTHER_LISTS: dict[str, tuple[Callable[[Api, str | None, str], None], str]] = {
+    "secrets": (secret_cmds.get_secrets, "`persysctl events --kind SecretChanged -f`"),
+    "volumes": (volume_cmds.get_volumes, "`persysctl events -f` (Volume* events)"),
+    "buckets": (bucket_cmds.get_buckets, "`persysctl events -f` (Bucket* events)"),
+    "policies": (automation_cmds.get_policies, "`persysctl events -f` (Policy* events)"),
+}
 
 
 def _matching(items: list[dict[str, Any]], sel: Selector) -> list[dict[str, Any]]:
@@ -366,21 +362,33 @@ def _emit_pages(pages: Iterator[list[dict[str, Any]]], output: str, kind: str) -
             continue
         if output in ("json", "yaml") or output.startswith("jsonpath="):
             items = printed(items)  # RFC 3339 times, camelCase keys
-        if output == "json":
-            text = ",\n".join(json.dumps(i, indent=2) for i in items)
-            sys.stdout.write(("[\n" if count == 0 else ",\n") + text)
-        elif output == "yaml":
-            sys.stdout.write(yaml.safe_dump(items, sort_keys=False))
-        elif output == "name":
-            sys.stdout.write("".join(name_line(kind[:-1], i) + "\n" for i in items))
-        elif output.startswith("jsonpath="):
+        if output.startswith("jsonpath="):
             whole += items
         else:
-            table = _table(kind, items, wide=output == "wide")
-            table.show_header = count == 0
-            out.print(table)
+            _write_page(items, output, kind, first=count == 0)
         sys.stdout.flush()
         count += len(items)
+    _write_end(output, kind, count, whole)
+
+
+def _write_page(items: list[dict[str, Any]], output: str, kind: str, first: bool) -> None:
+    """One page as -o json, yaml, name or a table (the first page's with the header)."""
+    if output == "json":
+        text = ",\n".join(json.dumps(i, indent=2) for i in items)
+        sys.stdout.write(("[\n" if first else ",\n") + text)
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(items, sort_keys=False))
+    elif output == "name":
+        sys.stdout.write("".join(name_line(kind[:-1], i) + "\n" for i in items))
+    else:
+        table = _table(kind, items, wide=output == "wide")
+        table.show_header = first
+        out.print(table)
+
+
+def _write_end(output: str, kind: str, count: int, whole: list[dict[str, Any]]) -> None:
+    """What follows the last page: the JSON list's end, an empty list, the jsonpath rendering or
+    `No workloads found.`"""
     if output == "json":
         sys.stdout.write("\n]\n" if count else "[]\n")
     elif output == "yaml" and not count:
@@ -506,31 +514,40 @@ def explain(
         emit(r, output)
         return
     for rep in r["replicas"]:
-        where = rep["node"] or "no node"
-        out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
-        decision = rep.get("decision") or {}
-        text = rep["explanation"] or "not evaluated yet"
-        if (decision.get("seen") or {}).get("rev"):
-            text += f"\n  decided at revision {decision['seen']['rev']} (replay: explain {name} --at " \
-                    f"{decision['seen']['rev']})"
-        if decision.get("reasons"):
-            text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
-                "\n".join(reason_lines(decision, "    "))
-        out.print(f"  {text}", markup=False, highlight=False)
-        lines = score_lines(rep.get("decision") or {})
-        if lines:
-            out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)
-    ev = r.get("node")
-    if ev:
-        verdict = "feasible" if ev["feasible"] else "rejected"
-        out.print(f"node/{ev['node_id']}: {verdict}", highlight=False)
-        for f in ev["filters"]:
-            mark = "pass" if f["passed"] else "FAIL"
-            detail = "" if f["passed"] else f"  {f['message']}"
-            out.print(f"  {mark:<5}{f['filter']}{detail}", markup=False, highlight=False)
-        if ev["feasible"]:
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in ev["breakdown"].items())
-            out.print(f"  score {ev['total']:.1f} [{parts}]", markup=False, highlight=False)
+        _print_replica_decision(rep, name)
+    if r.get("node"):
+        _print_node_evaluation(r["node"])
+
+
+def _print_replica_decision(rep: dict[str, Any], name: str) -> None:
+    """One instance: where it is, why (every reason per node when recorded), the top candidates."""
+    where = rep["node"] or "no node"
+    out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
+    decision = rep.get("decision") or {}
+    text = rep["explanation"] or "not evaluated yet"
+    if (decision.get("seen") or {}).get("rev"):
+        text += f"\n  decided at revision {decision['seen']['rev']} (replay: explain {name} --at " \
+                f"{decision['seen']['rev']})"
+    if decision.get("reasons"):
+        text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
+            "\n".join(reason_lines(decision, "    "))
+    out.print(f"  {text}", markup=False, highlight=False)
+    lines = score_lines(rep.get("decision") or {})
+    if lines:
+        out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)
+
+
+def _print_node_evaluation(ev: dict[str, Any]) -> None:
+    """`explain --node N`: every filter's verdict for that node, and its score when feasible."""
+    verdict = "feasible" if ev["feasible"] else "rejected"
+    out.print(f"node/{ev['node_id']}: {verdict}", highlight=False)
+    for f in ev["filters"]:
+        mark = "pass" if f["passed"] else "FAIL"
+        detail = "" if f["passed"] else f"  {f['message']}"
+        out.print(f"  {mark:<5}{f['filter']}{detail}", markup=False, highlight=False)
+    if ev["feasible"]:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in ev["breakdown"].items())
+        out.print(f"  score {ev['total']:.1f} [{parts}]", markup=False, highlight=False)
 
 
 @app.command()
@@ -563,26 +580,28 @@ def delete(
     elif files:
         names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
     elif kind and name:
-        if resource_kind(kind) == "nodes":
-            _delete_node(name, force, server)
-            return
-        if resource_kind(kind) == "secrets":
-            secret_cmds.delete_secret(Api(server), name)
-            return
-        if resource_kind(kind) == "volumes":
-            volume_cmds.delete_volume(Api(server), name)
-            return
-        if resource_kind(kind) == "policies":
-            automation_cmds.delete_policy(Api(server), name)
-            return
-        if resource_kind(kind) == "buckets":
-            r = Api(server).request("DELETE", f"/v1/buckets/{name}", params={"purge": "false"})
-            out.print(f"bucket/{name} {'already gone' if r['alreadyGone'] else 'deleted'}", highlight=False)
+        if resource_kind(kind) != "workloads":
+            _delete_other(resource_kind(kind), name, force, server)
             return
         names = [name]
     else:
         fail("give `workload NAME`, -f FILE or `workloads -l SELECTOR`")
     _delete_workloads(Api(server), names, wait, timeout)
+
+
+def _delete_other(kind: str, name: str, force: bool, server: str | None) -> None:
+    """`delete KIND NAME` of anything but a workload: each kind's own module does it."""
+    if kind == "nodes":
+        _delete_node(name, force, server)
+    elif kind == "secrets":
+        secret_cmds.delete_secret(Api(server), name)
+    elif kind == "volumes":
+        volume_cmds.delete_volume(Api(server), name)
+    elif kind == "policies":
+        automation_cmds.delete_policy(Api(server), name)
+    elif kind == "buckets":
+        r = Api(server).request("DELETE", f"/v1/buckets/{name}", params={"purge": "false"})
+        out.print(f"bucket/{name} {'already gone' if r['alreadyGone'] else 'deleted'}", highlight=False)
 
 
 def _delete_workloads(api: Api, names: list[str], wait: bool, timeout: float) -> None:

@@ -45,6 +45,17 @@ def _show(output: str) -> Any:
     return show
 
 
+def _list_events(api: Api, params: dict[str, Any], limit: int, output: str) -> None:
+    """The last `limit` events matching the filter, as a table (or -o json|yaml)."""
+    items = api.request("GET", "/v1/events", params={**params, "limit": limit})
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
+        t.add_column(col, overflow="fold")
+    for e in items:
+        t.add_row(age_text(e["ts"]), e["kind"], e["subject"], e["message"])
+    emit(items, output, t)
+
+
 def events_command(
     subject: str = typer.Option("", "--for", "--subject", "--object",
                                 help="Only events about this object, e.g. workload/web or node/n1."),
@@ -74,13 +85,7 @@ def events_command(
         params["kind"] = sorted(flt.kinds)
     api = Api(server)
     if not (follow or since_id):
-        items = api.request("GET", "/v1/events", params={**params, "limit": limit})
-        t = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
-            t.add_column(col, overflow="fold")
-        for e in items:
-            t.add_row(age_text(e["ts"]), e["kind"], e["subject"], e["message"])
-        emit(items, output, t)
+        _list_events(api, params, limit, output)
         return
     show = _show(output)
     start = since_id

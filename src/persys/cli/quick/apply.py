@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, Refused, fail
+from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, Refused, fail, option_value
 
 APPLY_BATCH = 500  # as cli.ctl.app.APPLY_BATCH: the full client splits larger sets into several requests
 MANIFEST_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec"})
@@ -53,11 +53,10 @@ def parse(argv: list[str]) -> ApplyCommand | None:
         if a.startswith("-f") and len(a) > 2 and seen_apply:
             files.append(a[2:])
         elif key in ("-f", "--filename", *GLOBAL):
-            if not eq:
-                if i + 1 >= len(argv):
-                    return None
-                i += 1
-                value = argv[i]
+            i, given = option_value(argv, i, eq, value)
+            if given is None:
+                return None
+            value = given
             if key in ("-f", "--filename"):
                 if not seen_apply:
                     return None

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail
+from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail, option_value
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -50,11 +50,10 @@ def parse(argv: list[str]) -> GetCommand | None:
         a = argv[i]
         key, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
         if key in names:
-            if not eq:
-                if i + 1 >= len(argv):
-                    return None
-                i += 1
-                value = argv[i]
+            i, given = option_value(argv, i, eq, value)
+            if given is None:
+                return None
+            value = given
             after = bool(words)  # the command's own options come after it, the global ones before
             if (key in ("--token", "--context") and after) or (key not in GLOBAL and not after):
                 return None  # misplaced: the full client says what is wrong

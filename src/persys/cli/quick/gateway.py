@@ -12,6 +12,16 @@ TIMEOUT = 30.0  # seconds, as the full client's
 GLOBAL = ("--token", "--context", "--server")  # persysctl's options before a command (`get` has a --server too)
 
 
+def option_value(argv: list[str], i: int, eq: str, value: str) -> tuple[int, str | None]:
+    """The value of the option at argv[i]: after its `=` (`eq` set), else the next word (the
+    index moves past it); None when the command line ends first. Pure."""
+    if eq:
+        return i, value
+    if i + 1 >= len(argv):
+        return i, None
+    return i + 1, argv[i + 1]
+
+
 class QuickError(Exception):
     """One line for the user; exit code 1 (as the full client's CtlError)."""
 

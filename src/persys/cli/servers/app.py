@@ -413,12 +413,7 @@ def gateway(
         from persys.gateway.server import start_gateway
 
         idopt.check_source(identity_from, tls_dir)
-        if not port_s.isdigit():
-            raise ServerError(f"--listen {listen!r} must be host:port")
-        if not port_free(host, int(port_s)):
-            raise ServerError(f"port {port_s} on {host} is in use")
-        if health_listen:
-            check_listen(health_listen, "--health-listen")
+        _check_gateway_listen(listen, health_listen)
         live = await idopt.start_identity(vault, "gateway") if identity_from == "openbao" else None
         tls = live.files if live else tls_from_dir(tls_dir, "gateway")
         holder = []
@@ -449,6 +444,18 @@ def gateway(
         await until_signalled(started, stop)
 
     tracing_opts.run_traced("persys-gateway", otlp_endpoint, "", lambda: run_main(main))
+
+
+
+def _check_gateway_listen(listen: str, health_listen: str) -> None:
+    """--listen is host:port with the port free; --health-listen (if given) is well formed."""
+    host, _, port_s = listen.rpartition(":")
+    if not port_s.isdigit():
+        raise ServerError(f"--listen {listen!r} must be host:port")
+    if not port_free(host, int(port_s)):
+        raise ServerError(f"port {port_s} on {host} is in use")
+    if health_listen:
+        check_listen(health_listen, "--health-listen")
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -38,6 +38,11 @@ from persys.model.devices import MAX_NODE_DEVICES, Device
 from persys.security.cluster_id import cluster_id_of_file
 from persys.security.pki import ADMIN_GROUPS, ClusterCA, standard_identities
 from persys.storage.config import LocalConfig, StorageConfig, StorageConfigError, parse_storage_config
+
+if TYPE_CHECKING:
+    from persys.agent.agent import Agent
+    from persys.gateway.server import RunningGateway
+    from persys.scheduler.server import RunningScheduler
 from persys.tlsfiles import TLSFiles
 
 
@@ -168,7 +173,6 @@ def dev(
         raise typer.Exit(1) from None
 
     async def main() -> None:
-        from persys.agent.agent import Agent, AgentConfig
         from persys.cli.servers.signer_options import signer_from_options
         from persys.gateway.server import start_gateway
         from persys.policy import WorkloadPolicy
@@ -206,36 +210,14 @@ def dev(
             parts.append(sched.stop)
             agents = []
             for spec in node_specs:
-                # One node keeps the historical state dir; more nodes get one each.
-                state = data / "agent" if len(node_specs) == 1 else data / "agents" / spec.name
-                agent = Agent(
-                    AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
-                                tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
-                                labels=spec.labels, taints=spec.taints,
-                                cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
-                                devices=spec.devices,
-                                # Embedded default: local volumes in a pool under the node's folder.
-                                storage=spec.storage or storage_config
-                                or StorageConfig(local=LocalConfig(str(state / "volumes"))),
-                                cluster_id=cluster_id_of_file(ca.ca_cert_path)),
-                    # As the policy defaults; the cluster id from the data dir's CA (a second
-                    # `persys dev` elsewhere is another cluster on the same engine).
-                    [r for r in default_runtimes(state, spec.name, allow_node_paths=[data],
-                                                 cluster_id=cluster_id_of_file(ca.ca_cert_path))
-                     if not spec.runtimes or r.name in spec.runtimes],
-                )
+                agent = _dev_agent(spec, len(node_specs), data, target, host, hosts, ca, storage_config)
                 await agent.start()
                 parts.append(agent.stop)
                 agents.append(agent)
             gw = await start_gateway(target, host, port, ids["gateway"],
                                      grpc_listen=f"{host}:{intelligence_port}" if intelligence_port >= 0 else "")
             parts.append(gw.stop)
-            # One /metrics for the whole all-in-one: the scheduler's and each agent's series beside
-            # the gateway's (a production cluster scrapes each process on its own listener).
-            if sched.metrics is not None:
-                gw.metrics.include(sched.metrics)
-            for agent in agents:
-                gw.metrics.include(agent.meter.metrics, {"node": agent.config.node_id})
+            _one_metrics(gw, sched, agents)
             # The automation (docs/automation.md), as its own operator identity.
             parts.append(await start_dev_automation(ca, data / "automation", target))
             user = dev_admin(ca, data / "client")
@@ -270,3 +252,37 @@ def dev(
         await until_signalled(started, stop)
 
     tracing_opts.run_traced("persys-dev", otlp_endpoint, node_specs[0].name, lambda: run_main(main))
+
+
+def _dev_agent(spec: DevNode, count: int, data: Path, target: str, host: str, hosts: tuple[str, ...],
+               ca: ClusterCA, storage_config: StorageConfig | None) -> Agent:
+    """One of the dev cluster's agents, its certificate from the dev CA, its state under --data-dir."""
+    from persys.agent.agent import Agent, AgentConfig
+
+    # One node keeps the historical state dir; more nodes get one each.
+    state = data / "agent" if count == 1 else data / "agents" / spec.name
+    return Agent(
+        AgentConfig(node_id=spec.name, scheduler=target, state_dir=state, listen=f"{host}:0",
+                    tls=ca.issue(f"node-{spec.name}", f"node:{spec.name}", hosts),
+                    labels=spec.labels, taints=spec.taints,
+                    cpu_millicores=spec.cpu_millicores, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
+                    devices=spec.devices,
+                    # Embedded default: local volumes in a pool under the node's folder.
+                    storage=spec.storage or storage_config
+                    or StorageConfig(local=LocalConfig(str(state / "volumes"))),
+                    cluster_id=cluster_id_of_file(ca.ca_cert_path)),
+        # As the policy defaults; the cluster id from the data dir's CA (a second
+        # `persys dev` elsewhere is another cluster on the same engine).
+        [r for r in default_runtimes(state, spec.name, allow_node_paths=[data],
+                                     cluster_id=cluster_id_of_file(ca.ca_cert_path))
+         if not spec.runtimes or r.name in spec.runtimes],
+    )
+
+
+def _one_metrics(gw: RunningGateway, sched: RunningScheduler, agents: list[Agent]) -> None:
+    """One /metrics for the whole all-in-one: the scheduler's and each agent's series beside the
+    gateway's (a production cluster scrapes each process on its own listener)."""
+    if sched.metrics is not None:
+        gw.metrics.include(sched.metrics)
+    for agent in agents:
+        gw.metrics.include(agent.meter.metrics, {"node": agent.config.node_id})

@@ -50,7 +50,7 @@ class ThreadedLeaseKeeper:
     lease for that alone: deposition would throw away its queue and reservations, and a re-election
     storm is worse than a slow leader. A crashed process still loses the lease within the TTL, and
     every write stays fenced, so this only removes false depositions. The thread uses no event
-    loop at all (see persys.store.etcd.BlockingLease); `lost` is an event of the loop that started
+    loop at all (see persys.store.etcd_lease.BlockingLease); `lost` is an event of the loop that started
     the keeper.
     """
 

@@ -1,7 +1,9 @@
 """persysctl: the Persys command-line client (talks to the REST gateway over mutual TLS).
 
-Just over 500 lines: the core verbs (apply, get, describe, delete, logs, plan) stay together;
-resource groups (auth, certs, node, policy, secret, admin) live in their own `*_cmds` modules.
+The command tree: `get`, `delete` and the workload controls here; `apply` (apply_cmd),
+`describe`, `plan`, `explain` (inspect_cmds), `health` and `top` (status_cmds) and the resource
+groups (auth, node, policy, secret, admin...) live in their own modules and are registered here,
+in the order `persysctl --help` lists them.
 """
 
 from __future__ import annotations
@@ -10,9 +12,8 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 import yaml
@@ -20,23 +21,23 @@ from rich.table import Table
 from rich.text import Text
 
 from persys.cli.ctl import (
-    apply_wait,
+    apply_cmd,
     automation_cmds,
     bucket_cmds,
     events_cmd,
     exec_cmds,
     follow,
+    inspect_cmds,
     intel_cmds,
     logs_cmd,
     meter_cmds,
     move_cmd,
     node_cmds,
     object_cmds,
-    replay_cmds,
     rollout_cmds,
     secret_cmds,
+    status_cmds,
     volume_cmds,
-    whatif_cmds,
 )
 from persys.cli.ctl import tracing as ctl_tracing
 from persys.cli.ctl.admin_cmds import admin_app
@@ -45,7 +46,6 @@ from persys.cli.ctl.api import (
     CtlError,
     OutputOpt,
     ServerOpt,
-    age_text,
     check_output,
     emit,
     err_console,
@@ -54,29 +54,19 @@ from persys.cli.ctl.api import (
     object_ref,
     out,
     resource_kind,
-    scalar_text,
-    size_text,
     write_jsonpath,
 )
+from persys.cli.ctl.apply_cmd import read_manifest_files
 from persys.cli.ctl.auth_cmds import audit_command, auth_app
 from persys.cli.ctl.config_cmds import config_app
 from persys.cli.ctl.join_cmds import node_app
 from persys.cli.ctl.policy_cmd import policy_app
-from persys.cli.ctl.views import as_manifests
 from persys.cli.output import listing_rows
-from persys.cli.output.describe_text import node_text, reason_lines, score_lines, workload_text
 from persys.cli.output.printed_doc import printed
-from persys.cli.output.safe_text import cell, printable
+from persys.cli.output.safe_text import cell
 from persys.cli.version import version_option
 from persys.model.label_selector import Selector, SelectorError
 from persys.model.label_selector import parse as parse_selector
-from persys.model.limits import BATCH_MAX_BYTES, MANIFEST_MAX_BYTES, human_bytes
-
-if TYPE_CHECKING:  # the models load only for the commands that read manifests (startup time)
-    from persys.model.automation import PolicyManifest
-    from persys.model.bucket import BucketManifest
-    from persys.model.secret import SecretManifest
-    from persys.model.volume import VolumeManifest
 
 app = typer.Typer(
     name="persysctl",
@@ -109,148 +99,9 @@ def _table(kind: str, items: list[dict[str, Any]], wide: bool = False) -> Table:
     return _rows_table(kind, items, wide)
 
 
-
-
 # --------------------------------------------------------------------------- commands
 
-
-def _read_manifest_files(files: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    return _read_files(files).docs
-
-
-def _expand_dirs(files: list[Path]) -> list[Path]:
-    """A folder stands for its manifests (*.yaml, *.yml, *.json, not recursive, in name order), as
-    with kubectl; an empty one is an error rather than a silent no-op."""
-    out: list[Path] = []
-    for f in files:
-        if str(f) != "-" and f.is_dir():
-            found = sorted(p for p in f.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
-            if not found:
-                fail(f"{f}: a folder with no *.yaml, *.yml or *.json manifest")
-            out += found
-        else:
-            out.append(f)
-    return out
-
-
-@dataclass
-class _Files:
-    docs: list[tuple[str, dict[str, Any]]]  # workload manifests, as documents to send
-    secrets: list[SecretManifest]
-    volumes: list[VolumeManifest]
-    buckets: list[BucketManifest]
-    policies: list[PolicyManifest] = field(default_factory=list)
-
-
-def _read_files(files: list[Path]) -> _Files:
-    """Workload manifests and the `kind: Secret` and `kind: Volume` documents of the files."""
-    from persys.model.kinds import parse_documents
-    from persys.model.manifest import ManifestError, load_documents
-
-    docs: list[tuple[str, dict[str, Any]]] = []
-    secrets: list[SecretManifest] = []
-    volumes: list[VolumeManifest] = []
-    buckets: list[BucketManifest] = []
-    policies: list[PolicyManifest] = []
-    for f in _expand_dirs(files):
-        if str(f) == "-":
-            text, source = sys.stdin.read(), "<stdin>"
-        else:
-            if not f.exists():
-                fail(f"{f}: no such file")
-            # A file of many manifests may be larger than one; each is checked after parsing.
-            if f.stat().st_size > BATCH_MAX_BYTES:
-                fail(f"{f}: larger than {human_bytes(BATCH_MAX_BYTES)}, the most one apply may send")
-            text, source = f.read_text(), str(f)
-        try:
-            # Validate locally first: the whole set is refused before anything is written.
-            # What `get -o yaml|json` printed reads as the manifests it shows (persys.cli.ctl.views).
-            found = parse_documents(as_manifests(load_documents(text, source)), source)
-            secrets += found.secrets
-            volumes += found.volumes
-            buckets += found.buckets
-            policies += found.policies
-            for m in found.workloads:
-                doc = m.model_dump(mode="json", by_alias=True, exclude_unset=True)
-                if len(json.dumps(doc)) > MANIFEST_MAX_BYTES:
-                    fail(f"{source}: manifest {m.metadata.name} is larger than {human_bytes(MANIFEST_MAX_BYTES)}")
-                docs.append((source, doc))
-        except ManifestError as e:
-            fail(f"{source}: invalid manifest: " + "; ".join(e.problems))
-    return _Files(docs, secrets, volumes, buckets, policies)
-
-
-APPLY_BATCH = 500  # manifests per bulk request (and at most half the gateway's batch byte limit)
-
-
-def _batches(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = [[]]
-    size = 0
-    for d in docs:
-        n = len(json.dumps(d)) + 2
-        if out[-1] and (len(out[-1]) >= APPLY_BATCH or size + n > BATCH_MAX_BYTES // 2):
-            out.append([])
-            size = 0
-        out[-1].append(d)
-        size += n
-    return out
-
-
-@app.command()
-def apply(
-    files: list[Path] = typer.Option(..., "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
-                                      "or a folder of them (repeatable)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would change; write nothing."),
-    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the trace id of the apply (on stderr "
-                                 "with -o json/yaml): find its spans in your tracing backend, and its events with "
-                                 "`persysctl events -o json` (fields.traceId). Needs a gateway run with "
-                                 "--otlp-endpoint."),
-    wait: bool = typer.Option(False, "--wait", help="Then wait until every applied workload is Running (all "
-                              "replicas), printing progress on stderr; exit 1 with one line per workload that is "
-                              "not (its phase and reason) when one fails for good or at --timeout."),
-    timeout: float = typer.Option(120, "--timeout", min=1, help="Seconds --wait waits at most."),
-    settle: float = typer.Option(apply_wait.SETTLE_S, "--settle", min=0, max=3600,
-                                 help="With --wait: seconds every replica must stay Running with no restart "
-                                 "(a crash loop is Running between exits)."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Create or update workloads, secrets, volumes and buckets (`kind: Secret`, `kind: Volume` and
-    `kind: Bucket`, applied first, so workloads can use them) from manifests. Idempotent: applying
-    twice changes nothing. With --wait, returns once they run (CI: `apply -f app.yaml --wait`)."""
-    found = _read_files(files)
-    docs = found.docs
-    api = Api(server)
-    secret_results = secret_cmds.apply_secrets(api, found.secrets, dry_run) if found.secrets else []
-    secret_results += volume_cmds.apply_volumes(api, found.volumes, dry_run) if found.volumes else []
-    secret_results += bucket_cmds.apply_buckets(api, found.buckets, dry_run) if found.buckets else []
-    secret_results += automation_cmds.apply_policies(api, found.policies, dry_run) if found.policies else []
-    results: list[dict[str, Any]] = []
-    if len(docs) > 1 and not dry_run:  # one request; the scheduler writes new workloads in bulk
-        for batch in _batches([d for _, d in docs]):
-            results += api.request("POST", "/v1/workloads:batch", json=batch)["items"]
-    else:
-        results = [api.request("POST", "/v1/workloads", params={"dryRun": str(dry_run).lower()}, json=doc)
-                   for _source, doc in docs]
-    if output == "text":
-        for r in results:
-            verb = "created" if r["created"] else ("configured" if r["changed"] else "unchanged")
-            out.print(f"workload/{r['id']} {verb}{' (dry run)' if dry_run else ''}", highlight=False)
-    if output != "text":
-        emit(secret_results + results, output)
-    if verbose:
-        _print_trace(api.trace_id or ctl_tracing.trace_id(), output)
-    if wait and not dry_run and results:
-        not_running = apply_wait.wait_running(api, [r["id"] for r in results], timeout, settle)
-        for line in not_running:
-            err_console.print(line, markup=False, highlight=False)
-        if not_running:
-            raise typer.Exit(1)
-
-
-def _print_trace(trace_id: str, output: str) -> None:
-    line = f"trace {trace_id}" if trace_id else "trace: none (the gateway does not trace: see --otlp-endpoint)"
-    (out if output == "text" else err_console).print(line, markup=False, highlight=False)
+app.command()(apply_cmd.apply)
 
 
 LabelOpt = typer.Option("", "--selector", "-l", help="Only objects whose labels match: key=value, key!=value, "
@@ -399,155 +250,13 @@ def _write_end(output: str, kind: str, count: int, whole: list[dict[str, Any]]) 
         out.print(f"No {kind} found.")
 
 
-@app.command()
-def describe(
-    kind: str = typer.Argument(..., help="workload, node, secret, volume or bucket (or KIND/NAME)"),
-    name_arg: str | None = typer.Argument(None, metavar="NAME", help="Its name."),
-    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Show one workload, node, secret, volume or bucket in detail, including why a workload is Pending.
-
-    `persysctl describe workload web` or `persysctl describe workload/web` (what -o name prints)."""
-    ref_kind, ref_name = object_ref(kind, name_arg)
-    if not ref_name:
-        fail(f"give the {kind}'s name: `persysctl describe {kind} NAME` or `{kind}/NAME`")
-    name = ref_name
-    k = resource_kind(ref_kind or kind)
-    api = Api(server)
-    if k == "volumes":
-        volume_cmds.describe_volume(api, name, output)
-        return
-    if k == "secrets":
-        secret_cmds.describe_secret(api, name, output)
-        return
-    if k == "buckets":
-        bucket_cmds.describe_bucket(api, name, output)
-        return
-    if k == "policies":
-        automation_cmds.describe_policy(api, name, output)
-        return
-    item = api.request("GET", f"/v1/{k}/{name}")
-    if output == "text":
-        text = workload_text(item) if k == "workloads" else node_text(item)
-        out.print(printable(text, keep_newlines=True), markup=False, highlight=False)
-        events = api.request("GET", "/v1/events", params={"limit": 10, "subject": f"{k[:-1]}/{name}"})
-        if events:
-            out.print("Events:", highlight=False)
-            for e in events:
-                out.print(printable(f"  {age_text(e['ts']):>5} ago  {e['kind']:<18} {e['message']}"), markup=False,
-                          highlight=False)
-    else:
-        emit(item, output)
+app.command()(inspect_cmds.describe)
 
 
-@app.command()
-def plan(
-    files: list[Path] = typer.Option(None, "--filename", "-f", help="Manifest file (YAML or JSON; - for stdin) "
-                                     "or a folder of them (repeatable)."),
-    drain: list[str] = typer.Option(None, "--drain", help="What if NODE were drained (repeatable)."),
-    cordon: list[str] = typer.Option(None, "--cordon", help="What if NODE were cordoned (repeatable)."),
-    lose_node: list[str] = typer.Option(None, "--lose-node", help="What if NODE were lost (repeatable)."),
-    lose_label: str = typer.Option("", "--lose-label", help="What if every node labelled key=value were lost."),
-    add_node: Path | None = typer.Option(None, "--add-node", help="What if the nodes of this file joined (the "
-                                         "`persys dev --nodes` format: name, labels, taints, cpuMillicores, "
-                                         "memoryMb, diskMb, runtimes, storageDrivers)."),
-    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Dry run: where workloads would be placed and why (-f), or what an operation would do:
-    where every instance it affects would go, what would stay Pending and why (--drain, --cordon,
-    --lose-node, --lose-label, --add-node). Decided by the real engine on the current cluster;
-    writes and reserves nothing."""
-    api = Api(server)
-    op = whatif_cmds.operation_doc(drain or [], cordon or [], lose_node or [], lose_label, add_node)
-    if op is not None:
-        if files:
-            fail("plan either manifests (-f) or an operation, not both")
-        whatif_cmds.plan_operation(api, op, output)
-        return
-    if not files:
-        fail("nothing to plan: give manifests (-f FILE) or an operation (--drain, --cordon, --lose-node, "
-             "--lose-label, --add-node)")
-    results = []
-    read = _read_files(files)
-    for _source, doc in read.docs:
-        r = api.request("POST", "/v1/plan", json=whatif_cmds.with_declared_volumes(doc, read.volumes))
-        results.append(r)
-        if output != "text":
-            continue
-        for rep in r["replicas"]:
-            target = rep["node"] or "nowhere (would stay Pending)"
-            out.print(f"workload/{rep['instance']} -> {target}", highlight=False)
-            out.print(f"  {rep['explanation'].split('. Per node: ', 1)[0]}", markup=False, highlight=False)
-            lines = score_lines(rep["decision"]) or reason_lines(rep["decision"], "    ")
-            out.print("\n".join(lines), markup=False, highlight=False)
-    if output != "text":
-        emit(results, output)
+app.command()(inspect_cmds.plan)
 
 
-@app.command()
-def explain(
-    name: str = typer.Argument(..., help="Workload name."),
-    node: str = typer.Option("", "--node", help="Also show every filter's verdict and the scores for this node."),
-    what_if: bool = typer.Option(False, "--what-if", help="For a Pending workload: the smallest changes that "
-                                 "would make it fit (a smaller request, a toleration, a label, a node to uncordon, "
-                                 "instances to move), each checked by the engine."),
-    at: int = typer.Option(0, "--at", min=0, help="Replay the decision taken on the store at this revision "
-                           "(shown as 'decided at revision N'): the snapshot is rebuilt from the store as it was then, "
-                           "with the reservations then in flight, and the engine decides again; says whether the "
-                           "answer agrees with the recorded one."),
-    output: str = typer.Option("text", "--output", "-o", help="text, json or yaml."),
-    server: str | None = ServerOpt,
-) -> None:
-    """Explain why a workload went where it went, or why it went nowhere.
-
-    `explain W --at REV` replays a past decision; `--what-if` lists what would make a Pending one fit."""
-    if what_if:
-        whatif_cmds.what_if(Api(server), name, output)
-        return
-    if at:
-        replay_cmds.show_replay(Api(server), name, at, output)
-        return
-    r = Api(server).request("GET", f"/v1/workloads/{name}/explain", params={"node": node} if node else None)
-    if output != "text":
-        emit(r, output)
-        return
-    for rep in r["replicas"]:
-        _print_replica_decision(rep, name)
-    if r.get("node"):
-        _print_node_evaluation(r["node"])
-
-
-def _print_replica_decision(rep: dict[str, Any], name: str) -> None:
-    """One instance: where it is, why (every reason per node when recorded), the top candidates."""
-    where = rep["node"] or "no node"
-    out.print(f"workload/{rep['instance']}: {rep['phase']} on {where}", highlight=False)
-    decision = rep.get("decision") or {}
-    text = rep["explanation"] or "not evaluated yet"
-    if (decision.get("seen") or {}).get("rev"):
-        text += f"\n  decided at revision {decision['seen']['rev']} (replay: explain {name} --at " \
-                f"{decision['seen']['rev']})"
-    if decision.get("reasons"):
-        text = text.split(". Per node: ", 1)[0] + "\n  every reason per node:\n" + \
-            "\n".join(reason_lines(decision, "    "))
-    out.print(f"  {text}", markup=False, highlight=False)
-    lines = score_lines(rep.get("decision") or {})
-    if lines:
-        out.print("  top candidates:\n" + "\n".join(lines), markup=False, highlight=False)
-
-
-def _print_node_evaluation(ev: dict[str, Any]) -> None:
-    """`explain --node N`: every filter's verdict for that node, and its score when feasible."""
-    verdict = "feasible" if ev["feasible"] else "rejected"
-    out.print(f"node/{ev['node_id']}: {verdict}", highlight=False)
-    for f in ev["filters"]:
-        mark = "pass" if f["passed"] else "FAIL"
-        detail = "" if f["passed"] else f"  {f['message']}"
-        out.print(f"  {mark:<5}{f['filter']}{detail}", markup=False, highlight=False)
-    if ev["feasible"]:
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in ev["breakdown"].items())
-        out.print(f"  score {ev['total']:.1f} [{parts}]", markup=False, highlight=False)
+app.command()(inspect_cmds.explain)
 
 
 @app.command()
@@ -578,7 +287,7 @@ def delete(
             out.print(f"No workloads match {selector!r}.", highlight=False)
             return
     elif files:
-        names = [doc["metadata"]["name"] for _s, doc in _read_manifest_files(files)]
+        names = [doc["metadata"]["name"] for _s, doc in read_manifest_files(files)]
     elif kind and name:
         if resource_kind(kind) != "workloads":
             _delete_other(resource_kind(kind), name, force, server)
@@ -638,33 +347,7 @@ def _delete_node(node: str, force: bool, server: str | None) -> None:
               highlight=False)
 
 
-@app.command()
-def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
-    """Show the control plane's health and operating mode, and each dependency (state store,
-    event bus, secret store, meter, node runtimes): ok, or FAILING with the reason."""
-    h = Api(server).request("GET", "/v1/health")
-    t = Table(box=None, show_header=False, pad_edge=False)
-    for k, v in h.items():
-        if k == "liveness":
-            t.add_row(k, _liveness_line(v))
-            continue
-        if k == "dependencies":  # one row each: ok or what is wrong
-            t.add_row(k, "")
-            for d in v:
-                state = "ok" if d["ok"] else "FAILING"
-                t.add_row(f"  {d['name']}", state + (f": {d['reason']}" if d.get("reason") else ""))
-            continue
-        t.add_row(k, ", ".join(f"{kk} {scalar_text(vv)}" for kk, vv in v.items()) if isinstance(v, dict)
-                  else scalar_text(v))
-    emit(h, output, t)
-
-
-def _liveness_line(g: dict[str, Any]) -> str:
-    if not g.get("suspended"):
-        return f"judging {g.get('judgedNodes', 0)} nodes ({g.get('silentNodes', 0)} silent)"
-    return (f"SUSPENDED for {age_text(g['since'])} ({g['reason']}): {g['silentNodes']} of {g['judgedNodes']} nodes "
-            f"silent, not marked NotReady; ends in {max(0, int(g['endsAt'] - time.time()))}s at the latest "
-            "(persysctl admin liveness resume ends it now)")
+app.command()(status_cmds.health)
 
 
 def _control(name: str, action: str, server: str | None) -> None:
@@ -690,41 +373,7 @@ def restart(name: str = typer.Argument(..., help="Workload name."), server: str 
     _control(name, "restart", server)
 
 
-@app.command()
-def top(
-    kind: str = typer.Argument("workloads", help="workloads or nodes"),
-    since: str = typer.Option("", "--since", help="Average and maximum over this window from Persys Meter "
-                              "(e.g. 10m, 1h, 7d) instead of the last report."),
-    output: str = OutputOpt,
-    server: str | None = ServerOpt,
-) -> None:
-    """Resource usage as last reported by the agents (CPU, memory, disk and network I/O), or with
-    --since averaged over a window from Persys Meter."""
-    k = resource_kind(kind)
-    if since:
-        meter_cmds.top_since(k, since, output, server)
-        return
-    items = Api(server).request("GET", f"/v1/{k}")
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    if k == "workloads":
-        for col in ("NAME", "TYPE", "READY", "NODE", "CPU%", "MEMORY", "DISK READ", "DISK WRITE", "NET RX", "NET TX"):
-            t.add_column(col, justify="right" if col not in ("NAME", "TYPE", "NODE") else "left")
-        rows = [{"name": w["name"], "type": w["type"], "ready": w["ready"], "node": ",".join(w["nodes"]) or "-",
-                 **w["usage"]} for w in items]
-        for r in rows:
-            # A host process shares the node's network: its traffic is not measured, not zero.
-            net = ("-", "-") if r["type"] == "process" else (size_text(r["netRxBytes"]), size_text(r["netTxBytes"]))
-            t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}",
-                      size_text(r["memoryBytes"]), size_text(r["diskReadBytes"]), size_text(r["diskWriteBytes"]),
-                      *net)
-    else:
-        for col in ("NAME", "STATUS", "CPU%", "MEMORY USED", "WORKLOADS"):
-            t.add_column(col)
-        rows = [{"name": n["id"], "status": n["status"], **n.get("usage", {})} for n in items]
-        for r in rows:
-            t.add_row(r["name"], r["status"], f"{r.get('cpuPercent', 0):.1f}", f"{r.get('memoryUsedMb', 0)} MiB",
-                      str(r.get("workloads", 0)))
-    emit(rows, output, t)
+app.command()(status_cmds.top)
 
 
 node_cmds.register(app)

@@ -9,17 +9,17 @@ A scheduler and a gateway run as processes (tests.gateway.cluster, SQLite store,
   python -c 'import httpx, rich.table, typer, yaml'   the third-party libraries persysctl is made of
   persysctl --version              persysctl's imports and its command tree, no request
   persysctl get workloads          one mutual-TLS request and a table (target < 150 ms): the quick
-                                   path (persys.cli.quick: the standard library, no typer/rich/httpx)
+                                   path (persys.cli.quick.entry: the standard library, no typer/rich/httpx)
   persysctl get workloads -o json
   full client get workloads        the same command through the full client (python -m
-                                   persys.cli.ctl: typer's command tree, rich, httpx), the baseline
+                                   persys.cli.ctl.app: typer's command tree, rich, httpx), the baseline
   persysctl describe workload W    two requests (the workload, its events) and its text: the quick
-  full client describe workload W  path (persys.cli.quick_verbs) and the full client
+  full client describe workload W  path (persys.cli.quick.verbs) and the full client
   persysctl delete workload D      the delete and its --wait polling (the workload is applied again,
   full client delete workload D    untimed, before each; no agent: it is gone at once)
-  persysctl apply -f one file      one small manifest, unchanged: the quick path (persys.cli.quick_apply:
+  persysctl apply -f one file      one small manifest, unchanged: the quick path (persys.cli.quick.apply:
   full client apply -f one file    the gateway validates) and the full client (validates locally first)
-  python -c 'import persys.model.kinds, persys.cli.views'   what loading the full client's models costs
+  python -c 'import persys.model.kinds, persys.cli.ctl.views'   what loading the full client's models costs
 
 Printed: the median and p90 wall time of each, and each persysctl figure as a ratio of the
 interpreter's start measured in the same run (kubectl answers `version --client` in ~40 ms and
@@ -73,11 +73,11 @@ def main() -> None:
                 "persysctl --version": [str(BIN / "persysctl"), "--version"],
                 "persysctl get workloads": [str(BIN / "persysctl"), "get", "workloads"],
                 "persysctl get workloads -o json": [str(BIN / "persysctl"), "get", "workloads", "-o", "json"],
-                "full client get workloads": [PY, "-m", "persys.cli.ctl", "get", "workloads"],
+                "full client get workloads": [PY, "-m", "persys.cli.ctl.app", "get", "workloads"],
             }
             manifest = Path(tmp) / "one.yaml"
             manifest.write_text(process_manifest("w-000"))
-            pctl, full = [str(BIN / "persysctl")], [PY, "-m", "persys.cli.ctl"]
+            pctl, full = [str(BIN / "persysctl")], [PY, "-m", "persys.cli.ctl.app"]
             cases |= {
                 "persysctl describe workload W": [*pctl, "describe", "workload", "w-000"],
                 "full client describe workload W": [*full, "describe", "workload", "w-000"],
@@ -85,8 +85,8 @@ def main() -> None:
                 "full client delete workload D": [*full, "delete", "workload", "d-full"],
                 "persysctl apply -f one file": [*pctl, "apply", "-f", str(manifest)],
                 "full client apply -f one file": [*full, "apply", "-f", str(manifest)],
-                "python -c 'import persys.model.kinds, persys.cli.views'":
-                    [PY, "-c", "import persys.model.kinds, persys.cli.views"],
+                "python -c 'import persys.model.kinds, persys.cli.ctl.views'":
+                    [PY, "-c", "import persys.model.kinds, persys.cli.ctl.views"],
             }
             to_delete = {"persysctl delete workload D": "d-quick", "full client delete workload D": "d-full"}
 

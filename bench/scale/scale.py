@@ -79,6 +79,14 @@ RETRY_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.Status
                grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
+def _persys_module(scheduler_src: Path | None) -> str:
+    """`persys`'s module: cli/servers/app.py since cli/ was split by audience, cli/server.py before
+    (a --compare revision may predate the split)."""
+    if scheduler_src is not None and not (scheduler_src / "persys/cli/servers/app.py").exists():
+        return "persys.cli.server"
+    return "persys.cli.servers.app"
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(p * len(s)))] if s else float("nan")
@@ -180,6 +188,15 @@ class Bench:
 
     # ------------------------------------------------------------------ set-up (sync, main thread)
 
+    def _optional_args(self, help_text: str) -> list[str]:
+        """The options of a newer scheduler, given when the one measured has them (--compare)."""
+        args: list[str] = []
+        if "--data-dir" in help_text:  # cluster-id memory and rolling backups: private to this run
+            args += ["--data-dir", str(self.dir / "scheduler-data")]
+        if "--node-simulator" in help_text:  # hollow agents act for their nodes with the admin certificate
+            args += ["--node-simulator", "user:admin"]
+        return args
+
     def setup(self) -> None:
         a = self.a
         subprocess.run([str(BIN / "persys"), "certs", "init", "--dir", str(self.pki)], check=True,
@@ -192,13 +209,11 @@ class Bench:
         args = ["scheduler", "--listen", self.target, "--store", f"etcd://{self.etcd_ep}",
                 "--events", f"redis://{redis_ep}/0", "--tls-dir", str(self.pki), "--node-grace", str(a.node_grace)]
         src_env = {"PYTHONPATH": str(a.scheduler_src)} if a.scheduler_src is not None else {}
-        help_text = subprocess.run([sys.executable, "-m", "persys.cli.server", "scheduler", "--help"],
+        persys_module = _persys_module(a.scheduler_src)
+        help_text = subprocess.run([sys.executable, "-m", persys_module, "scheduler", "--help"],
                                    capture_output=True, text=True, timeout=60,
                                    env={**os.environ, "COLUMNS": "200", **src_env}).stdout
-        if "--data-dir" in help_text:  # cluster-id memory and rolling backups: private to this run
-            args += ["--data-dir", str(self.dir / "scheduler-data")]
-        if "--node-simulator" in help_text:  # hollow agents act for their nodes with the admin certificate
-            args += ["--node-simulator", "user:admin"]
+        args += self._optional_args(help_text)
         if a.stall_log_ms > 0:  # diagnostics: the scheduler and the hollow agents log their event-loop stalls
             args += ["--stall-log-ms", str(a.stall_log_ms)]
         metrics_args = {"off": ["--no-metrics"], "scraped": ["--metrics-plain-listen", "127.0.0.1:0"]}
@@ -208,9 +223,9 @@ class Bench:
             env["PYTHONPATH"] = str(a.scheduler_src)
         if a.profiler == "cprofile":
             self.profile_path = self.dir / "scheduler.prof"
-            argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", "persys.cli.server", *args]
+            argv = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path), "-m", persys_module, *args]
         elif a.scheduler_src is not None:
-            argv = [sys.executable, "-m", "persys.cli.server", *args]
+            argv = [sys.executable, "-m", persys_module, *args]
         else:
             argv = [str(BIN / "persys"), *args]
         self.sched = infra.Child("scheduler", argv, self.dir, env=env, stop_signal=signal.SIGINT)

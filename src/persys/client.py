@@ -1,4 +1,10 @@
-"""An async client of the scheduler's AgentControl API (used by the gateway and tests)."""
+"""An async client of the scheduler's AgentControl API (used by the gateway and tests).
+
+Over 500 lines on purpose: one method per call of the scheduler's client API (73, each
+a few lines turning arguments into a request and the answer into a document), all over one set
+of channels with fail-over between replicas. A flat list, read by the call's name; split by
+topic, every part would repeat the channel and fail-over handling.
+"""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ import pytest
 from persys.agent.runtimes.base import RuntimeFailure
 from persys.agent.runtimes.image_pull import PullJob, PullProgress, classify
 from persys.agent.runtimes.registry_auth import RegistryAuth, fingerprint, qualified, registry_of
-from persys.cli.server_common import check_registry_auth
-from persys.cli.server_errors import ServerError
+from persys.cli.servers.common import check_registry_auth
+from persys.cli.servers.errors import ServerError
 from tests.cases import load as load_cases
 
 CASES = Path(__file__).parent / "pull_cases"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.docker import DockerRuntime
-from persys.cli.describe_text import node_text
+from persys.cli.output.describe_text import node_text
 from persys.model import Node
 from persys.model.node import Capabilities
 from persys.scheduler.node_admission import unavailable_runtimes

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from persys.agent.state_claim import MARKER, StateDirTaken, claim_state_dir
-from persys.cli.server_common import default_runtimes
-from persys.cli.server_errors import ServerError
+from persys.cli.servers.common import default_runtimes
+from persys.cli.servers.errors import ServerError
 
 
 def test_claimed_kept_and_refused_to_another_cluster(tmp_path: Path) -> None:

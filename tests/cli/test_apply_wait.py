@@ -1,4 +1,4 @@
-"""`persysctl apply --wait`'s decision per workload view (persys.cli.apply_wait.verdict), table-driven
+"""`persysctl apply --wait`'s decision per workload view (persys.cli.ctl.apply_wait.verdict), table-driven
 from wait_cases.yaml. The waiting itself runs against a real cluster in tests/gateway/test_logs_follow.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persys.cli.apply_wait import verdict
+from persys.cli.ctl.apply_wait import verdict
 from tests.cases import load
 
 CASES = load(__file__, "wait_cases.yaml")
@@ -23,7 +23,7 @@ def test_verdict(case: dict[str, Any]) -> None:
 def test_running_counts_once_it_held_without_a_restart() -> None:
     """A crash loop is Running between its exits: `--wait` waits for the settling time with the
     restart count unchanged, and says how often it restarted meanwhile."""
-    from persys.cli.apply_wait import Settling, Verdict
+    from persys.cli.ctl.apply_wait import Settling, Verdict
 
     running, failed = Verdict("running", "Running, 1/1 ready"), Verdict("waiting", "Failed (Exited): exit code 1")
     s = Settling(settle=2.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from persys.cli.auth_cmds import shown_action
+from persys.cli.ctl.auth_cmds import shown_action
 
 CASES = [
     ("POST /v1/nodes/{node_id}/revoke", "POST /v1/nodes/{node_id}/revoke"),

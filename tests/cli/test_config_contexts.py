@@ -11,9 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from persys.cli.api import CtlError
 from persys.cli.config import ClientConfig, ConfigError, load_client_config
-from persys.cli.ctl import app
+from persys.cli.ctl.api import CtlError
+from persys.cli.ctl.app import app
 from persys.security.pki import ClusterCA, standard_identities
 
 

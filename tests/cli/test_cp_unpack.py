@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from persys.cli.exec_cmds import _unpack
+from persys.cli.ctl.exec_cmds import _unpack
 from persys.model.copy_archive import CopyError
 
 

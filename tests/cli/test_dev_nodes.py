@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.cli.dev_cmd import dev_nodes
-from persys.cli.server_errors import ServerError
+from persys.cli.servers.dev_cmd import dev_nodes
+from persys.cli.servers.errors import ServerError
 from persys.storage.base import AttachKind
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dev-storage-nodes.yaml"

@@ -1,4 +1,4 @@
-"""`persys agent`'s identity at start (cli.join_setup.agent_tls): a valid certificate in the TLS
+"""`persys agent`'s identity at start (cli.servers.join_setup.agent_tls): a valid certificate in the TLS
 folder is used as it is (a restarted agent needs no token and dials nothing), otherwise the
 join needs its address, a token and a well-formed pin, each refused naming the flag."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from persys.agent import node_identity
-from persys.cli.join_setup import agent_tls, scheduler_signer
-from persys.cli.server_errors import ServerError
+from persys.cli.servers.errors import ServerError
+from persys.cli.servers.join_setup import agent_tls, scheduler_signer
 from persys.security.pki import ClusterCA
 
 # Nothing listens here: a join attempt would fail with "cannot reach", not with the flag's name.

@@ -1,4 +1,4 @@
-"""`-o jsonpath=`: kubectl's template subset (persys.cli.jsonpath), table-driven."""
+"""`-o jsonpath=`: kubectl's template subset (persys.cli.output.jsonpath), table-driven."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from persys.cli.jsonpath import TEMPLATE_MAX_CHARS, TemplateError, render
+from persys.cli.output.jsonpath import TEMPLATE_MAX_CHARS, TemplateError, render
 
 LIST = {"items": [
     {"name": "web", "phase": "Running", "labels": {"app": "web"}, "nodes": ["n1", "n2"], "ready": True},

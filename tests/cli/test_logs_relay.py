@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from persys.cli.follow import SseParser
+from persys.cli.ctl.follow import SseParser
 from persys.gateway.routes.logs import _with_keepalive
 from persys.gateway.routes.stream_budget import StreamBudget
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.cli.api import CtlError
-from persys.cli.ctl import _read_files
+from persys.cli.ctl.api import CtlError
+from persys.cli.ctl.apply_cmd import read_files
 
 
 def manifest(name: str) -> str:
@@ -21,7 +21,7 @@ def test_a_folder_stands_for_its_manifests_in_name_order(tmp_path: Path) -> None
     (tmp_path / "README.md").write_text("not a manifest")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c.yaml").write_text(manifest("nested"))  # not recursive, as kubectl without -R
-    found = _read_files([tmp_path])
+    found = read_files([tmp_path])
     assert [d["metadata"]["name"] for _, d in found.docs] == ["first", "second"]
     assert [src for src, _ in found.docs] == [str(tmp_path / "a.yml"), str(tmp_path / "b.yaml")]
     assert found.secrets == [] and found.volumes == []
@@ -29,11 +29,11 @@ def test_a_folder_stands_for_its_manifests_in_name_order(tmp_path: Path) -> None
 
 def test_an_empty_folder_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(CtlError, match="a folder with no"):
-        _read_files([tmp_path])
+        read_files([tmp_path])
 
 
 def test_a_bad_manifest_in_a_folder_is_named_and_nothing_is_sent(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(manifest("fine"))
     (tmp_path / "b.yaml").write_text(manifest("Bad_Name"))
     with pytest.raises(CtlError, match=r"b\.yaml"):
-        _read_files([tmp_path])
+        read_files([tmp_path])

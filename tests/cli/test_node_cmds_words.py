@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from persys.cli.node_cmds import _changed
+from persys.cli.ctl.node_cmds import _changed
 
 
 @pytest.mark.parametrize(("adds", "removes", "said"), [

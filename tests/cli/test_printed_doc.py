@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.cli.printed_doc import printed
-from persys.cli.views import as_manifests
+from persys.cli.ctl.views import as_manifests
+from persys.cli.output.printed_doc import printed
 from persys.model.manifest import validate_manifest
 from tests.cases import load
 

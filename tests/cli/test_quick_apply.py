@@ -1,4 +1,4 @@
-"""persysctl's quick path for `apply -f FILE` (`persys.cli.quick_apply`): the command lines and
+"""persysctl's quick path for `apply -f FILE` (`persys.cli.quick.apply`): the command lines and
 the files it answers itself, and, against a real cluster (scheduler, agent n1, gateway, each its
 own process), the same bytes and exit codes as the full client for a created, an unchanged, a
 changed and a batch apply, and for refusals (a manifest the model refuses, one the policy refuses,
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from persys.cli import quick as quick_module
-from persys.cli import quick_apply
+from persys.cli.quick import apply as quick_apply
+from persys.cli.quick import entry as quick_module
 from tests.cli.test_quick_path import _manifest
 from tests.e2e.harness import BIN, ctl
 from tests.gateway.cluster import GatewayCluster, ready_cluster
@@ -65,7 +65,7 @@ def _run(env: dict[str, str], quick: bool, *args: str) -> subprocess.CompletedPr
     run_env = {**os.environ, **env}
     for v in (*quick_module.TRACING_VARS, *quick_module.RICH_VARS):
         run_env.pop(v, None)
-    head = [str(BIN / "persysctl")] if quick else [sys.executable, "-m", "persys.cli.ctl"]
+    head = [str(BIN / "persysctl")] if quick else [sys.executable, "-m", "persys.cli.ctl.app"]
     return subprocess.run([*head, *args], capture_output=True, text=True, env=run_env, timeout=120)
 
 
@@ -129,7 +129,7 @@ def test_the_quick_apply_loads_none_of_the_full_clients_libraries(
     _c, env = cluster
     f = tmp_path / "one.yaml"
     f.write_text(_manifest("qa-probe", 20))
-    probe = (f"import sys; from persys.cli import quick; assert quick.run(['apply', '-f', {str(f)!r}]); "
+    probe = (f"import sys; from persys.cli.quick import entry as quick; assert quick.run(['apply', '-f', {str(f)!r}]); "
              "print(sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod}"
              " & {'typer', 'rich', 'httpx', 'click', 'pydantic'}), file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **env},

@@ -1,4 +1,4 @@
-"""persysctl's quick path (`persys.cli.quick`): the command lines it answers itself, tables drawn
+"""persysctl's quick path (`persys.cli.quick.entry`): the command lines it answers itself, tables drawn
 exactly as rich draws them, and, against a real cluster (scheduler, agent n1, gateway, each its
 own process), the same bytes and exit codes as the full client for every output and refusal,
 without loading typer, rich or httpx."""
@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from persys.cli import plain_table, quick
+from persys.cli.output import plain_table
+from persys.cli.quick import entry as quick
 from tests.cases import load
 from tests.e2e.harness import BIN, ctl
 from tests.gateway.cluster import GatewayCluster, ready_cluster
@@ -114,7 +115,7 @@ def _both(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[
     for v in (*quick.TRACING_VARS, *quick.RICH_VARS):
         run_env.pop(v, None)
     fast = subprocess.run([str(BIN / "persysctl"), *args], capture_output=True, text=True, env=run_env, timeout=60)
-    full = subprocess.run([sys.executable, "-m", "persys.cli.ctl", *args], capture_output=True, text=True,
+    full = subprocess.run([sys.executable, "-m", "persys.cli.ctl.app", *args], capture_output=True, text=True,
                           env=run_env, timeout=60)
     return fast, full
 
@@ -209,7 +210,7 @@ def quick_only(env: dict[str, str], *commands: list[str]) -> str:
     """Run `commands` through the quick path in a fresh interpreter; assert that of the full
     client's libraries only yaml (the configuration file) was loaded; their output."""
     runs = "; ".join(f"assert quick.run({c!r})" for c in commands)
-    probe = (f"import sys; from persys.cli import quick; {runs}; "
+    probe = (f"import sys; from persys.cli.quick import entry as quick; {runs}; "
              "print(sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod}"
              " & {'typer', 'rich', 'httpx', 'yaml', 'click', 'pydantic'}), file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **env},

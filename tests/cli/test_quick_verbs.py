@@ -1,4 +1,4 @@
-"""persysctl's quick path for `describe` and `delete` (`persys.cli.quick_verbs`): the command
+"""persysctl's quick path for `describe` and `delete` (`persys.cli.quick.verbs`): the command
 lines it answers itself, and, against a real cluster (scheduler, agent n1, gateway, each its own
 process), the same bytes and exit codes as the full client, without loading typer, rich or httpx."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from persys.cli import quick as quick_module
-from persys.cli import quick_verbs
-from persys.cli.safe_text import printable
+from persys.cli.output.safe_text import printable
+from persys.cli.quick import entry as quick_module
+from persys.cli.quick import verbs as quick_verbs
 from tests.cases import load
 from tests.cli.test_quick_path import _both, _manifest, quick_only, socket_closed
 from tests.e2e.harness import BIN, ctl
@@ -112,7 +112,7 @@ def _one(env: dict[str, str], quick: bool, name: str, *flags: str) -> subprocess
     run_env = {**os.environ, **env}
     for v in (*quick_module.TRACING_VARS, *quick_module.RICH_VARS):
         run_env.pop(v, None)
-    head = [str(BIN / "persysctl")] if quick else [sys.executable, "-m", "persys.cli.ctl"]
+    head = [str(BIN / "persysctl")] if quick else [sys.executable, "-m", "persys.cli.ctl.app"]
     done = subprocess.run([*head, "delete", "workload", name, *flags], capture_output=True, text=True,
                           env=run_env, timeout=120)
     ctl("delete", "workload", name, env=env)

@@ -6,8 +6,10 @@ import io
 
 from rich.console import Console
 
-from persys.cli import ctl, listing_rows, plain_table
-from persys.cli.describe_text import node_text
+from persys.cli.ctl import app as ctl
+from persys.cli.output import listing_rows, plain_table
+from persys.cli.output.describe_text import node_text
+from persys.cli.output.safe_text import printable
 
 
 def rendered(table: object) -> str:
@@ -35,6 +37,6 @@ def test_the_quick_paths_rows_are_escaped_too() -> None:
 
 def test_describe_node_escapes_labels_and_version() -> None:
     node = {"id": "n1", "status": "Ready", "agentVersion": "1\x1b[8m", "labels": {"zone": "a\u202eb"}}
-    text = ctl.printable(node_text(node), keep_newlines=True)
+    text = printable(node_text(node), keep_newlines=True)
     assert "\x1b" not in text and "\u202e" not in text
     assert "1\\x1b[8m" in text and "a\\u202eb" in text and text.count("\n") == node_text(node).count("\n")

@@ -7,8 +7,8 @@ import re
 from typer.testing import CliRunner
 
 import persys
-from persys.cli.ctl import app as persysctl
-from persys.cli.server import app as persys_app
+from persys.cli.ctl.app import app as persysctl
+from persys.cli.servers.app import app as persys_app
 
 
 def test_version_of_both_binaries() -> None:

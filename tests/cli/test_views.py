@@ -1,8 +1,8 @@
-"""`apply -f` reads what `get -o yaml|json` printed (persys.cli.views): views become manifests."""
+"""`apply -f` reads what `get -o yaml|json` printed (persys.cli.ctl.views): views become manifests."""
 
 from __future__ import annotations
 
-from persys.cli.views import as_manifests
+from persys.cli.ctl.views import as_manifests
 
 WORKLOAD_VIEW = {"id": "web", "name": "web", "type": "process", "labels": {"app": "web"}, "revision": "abc",
                  "phase": "Running", "node": "n1", "usage": {"cpuPercent": 1.0},
@@ -30,7 +30,7 @@ def test_what_is_not_a_view_is_left_for_the_model_to_refuse() -> None:
 def test_watch_rows_line_up() -> None:
     """`get -w` prints each change alone: every row pads to the same running widths, so columns
     line up (they were drawn as separate tables, each as wide as its own cells)."""
-    from persys.cli.listing_rows import columns, row, watch_line
+    from persys.cli.output.listing_rows import columns, row, watch_line
 
     header = columns("workloads", False)
     w1 = {"name": "web", "type": "process", "ready": "1/1", "phase": "Running", "node": "n1", "revision": "abc",

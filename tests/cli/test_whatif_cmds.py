@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.cli import whatif_cmds
-from persys.cli.api import CtlError
+from persys.cli.ctl import whatif_cmds
+from persys.cli.ctl.api import CtlError
 from persys.model.kinds import parse_documents
 from persys.model.manifest import load_documents, validate_manifest
 

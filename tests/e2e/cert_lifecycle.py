@@ -216,7 +216,7 @@ def status_json(c: Cluster) -> list[dict[str, object]]:
     command's own code, without another interpreter's start-up)."""
     from typer.testing import CliRunner
 
-    from persys.cli.certs_cmds import certs_app
+    from persys.cli.servers.certs_cmds import certs_app
 
     out = CliRunner().invoke(certs_app, ["status", "--store", f"sqlite:///{c.tmp / 'state.db'}", "--vault-addr",
                                          c.bao.url, "--json"], env={"VAULT_TOKEN": c.bao.root_token})

@@ -119,15 +119,19 @@ def test_standby_that_missed_a_compaction_recovers_and_takes_over_without_removi
         for link in links:
             link.close()
         etcd.stop()
-        # Stopping the agent leaves its processes running (the next agent adopts them): end them
-        # and remove their cgroups (rmdir only succeeds on an empty one).
-        metas = [json.loads(m.read_text()) for m in tmp_path.glob("agent-*/runtimes/process/*/meta.json")]
-        for meta in metas:
-            if meta.get("pid") and pid_alive(meta["pid"]):
-                os.kill(meta["pid"], signal.SIGKILL)
-        for meta in metas:
-            if meta.get("pid"):
-                eventually(lambda pid=meta["pid"]: not pid_alive(pid), 10, "process gone")
-            for cgroup in meta.get("cgroups", []):
-                with contextlib.suppress(OSError):
-                    os.rmdir(cgroup)
+        _end_processes(tmp_path)
+
+
+def _end_processes(tmp_path: Path) -> None:
+    """Stopping the agent leaves its processes running (the next agent adopts them): end them
+    and remove their cgroups (rmdir only succeeds on an empty one)."""
+    metas = [json.loads(m.read_text()) for m in tmp_path.glob("agent-*/runtimes/process/*/meta.json")]
+    for meta in metas:
+        if meta.get("pid") and pid_alive(meta["pid"]):
+            os.kill(meta["pid"], signal.SIGKILL)
+    for meta in metas:
+        if meta.get("pid"):
+            eventually(lambda pid=meta["pid"]: not pid_alive(pid), 10, "process gone")
+        for cgroup in meta.get("cgroups", []):
+            with contextlib.suppress(OSError):
+                os.rmdir(cgroup)

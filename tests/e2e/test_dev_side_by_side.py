@@ -156,14 +156,19 @@ def _remove_leftovers(client: docker.DockerClient, home: Path) -> None:
     _remove_process_leftovers(cluster, home)
 
 
-def _remove_process_leftovers(cluster: str, home: Path) -> None:
-    """Its process instances (persys dev leaves workloads running when it stops), their volumes'
-    mounts (the loop devices go with them), secret folders, cgroups and uid claims."""
+def _kill_cgroup_processes(cluster: str) -> None:
+    """Every process left in the twin node's instance cgroups, killed."""
     for ctl_dir in Path("/sys/fs/cgroup").glob(f"*/persys/{cluster}-twin-node"):
         for cg in (d for d in ctl_dir.iterdir() if d.is_dir()):
             for pid in (cg / "cgroup.procs").read_text().split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
+
+
+def _remove_process_leftovers(cluster: str, home: Path) -> None:
+    """Its process instances (persys dev leaves workloads running when it stops), their volumes'
+    mounts (the loop devices go with them), secret folders, cgroups and uid claims."""
+    _kill_cgroup_processes(cluster)
     for m in reversed(nm.parse_mountinfo(Path("/proc/self/mountinfo").read_text())):
         if m.mount_point.startswith(f"{home}/"):
             subprocess.run(["umount", "-l", m.mount_point], capture_output=True, timeout=30)

@@ -1,6 +1,6 @@
 """The live event stream's pure decisions (persys.events.filters), table-driven from stream_cases/:
 which events a filter keeps, where a stream starts and when it reports a gap, `since` parsing;
-and the SSE framing persysctl reads back (cli.follow.SseParser over gateway.routes.streams)."""
+and the SSE framing persysctl reads back (cli.ctl.follow.SseParser over gateway.routes.streams)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from persys._pb.persys.v1 import watch_pb2
-from persys.cli.follow import SseParser
+from persys.cli.ctl.follow import SseParser
 from persys.events.base import ClusterEvent
 from persys.events.filters import FilterError, check_id, keep_last, make_filter, parse_since, start_of
 from persys.gateway.routes.streams import event_frame

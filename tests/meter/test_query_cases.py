@@ -70,6 +70,6 @@ def test_retention(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", CASES["sparkline"], ids=str)
 def test_sparkline(case: dict[str, Any]) -> None:
-    from persys.cli.meter_cmds import sparkline
+    from persys.cli.ctl.meter_cmds import sparkline
 
     assert sparkline([float(v) for v in case["values"]], case.get("width", 60)) == case["line"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from persys.cli.ctl_tracing import command_name
+from persys.cli.ctl.tracing import command_name
 from persys.observability import trace_context
 from persys.observability.tracing import TracingConfigError, settings_from
 from tests.cases import load

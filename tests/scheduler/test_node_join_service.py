@@ -27,7 +27,7 @@ from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.agent import node_identity
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.join import JoinError, join
-from persys.cli.signer_options import signer_from_options
+from persys.cli.servers.signer_options import signer_from_options
 from persys.scheduler import cert_registry
 from persys.scheduler.join_token_store import JOIN_TOKENS
 from persys.scheduler.server import RunningScheduler, start_scheduler

@@ -138,11 +138,11 @@ async def test_session_logs_in_again_when_its_token_is_revoked(setup: Setup, tmp
 # ---------------------------------------------------------------- the command line: one-line errors
 
 def _persys(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """`persys ARGS` in-process; a ServerError becomes the one line `persys` prints for it (cli.server.main)."""
+    """`persys ARGS` in-process; a ServerError becomes the one line `persys` prints for it (cli.servers.app.main)."""
     from typer.testing import CliRunner
 
-    from persys.cli.server import app
-    from persys.cli.server_errors import ServerError
+    from persys.cli.servers.app import app
+    from persys.cli.servers.errors import ServerError
 
     result = CliRunner().invoke(app, list(args), env=env)
     if isinstance(result.exception, ServerError):
@@ -211,8 +211,8 @@ async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
 
 
 async def test_signer_from_options_records_every_signature(tmp_path: Path) -> None:
-    from persys.cli.server_errors import ServerError
-    from persys.cli.signer_options import signer_from_options
+    from persys.cli.servers.errors import ServerError
+    from persys.cli.servers.signer_options import signer_from_options
     from persys.scheduler.cert_registry import list_records
     from persys.security.pki import ClusterCA
     from persys.store import open_store

@@ -10,9 +10,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from typer.testing import CliRunner
 
-from persys.cli.certs_cmds import certs_app
-from persys.cli.safe_text import printable
-from persys.cli.server_errors import ServerError
+from persys.cli.output.safe_text import printable
+from persys.cli.servers.certs_cmds import certs_app
+from persys.cli.servers.errors import ServerError
 from persys.security import peer_names
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from persys.cli.server import app
+from persys.cli.servers.app import app
 from persys.scheduler.backend_probe import open_access_warnings
 from persys.security.pki import ClusterCA
 from tests.fixtures_infra import EtcdServer, RedisServer
@@ -70,7 +70,7 @@ def test_etcds_trusting_the_cluster_ca_without_etcd_auth_is_refused(secure_backe
 
 def test_persys_scheduler_warns_at_start_on_open_backends(etcd_server: EtcdServer, redis_server: RedisServer,
                                                           tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
+    argv = [sys.executable, "-m", "persys.cli.servers.app", "scheduler", "--listen", "127.0.0.1:0",
             "--tls-dir", str(_pki(tmp_path)), "--data-dir", str(tmp_path / "data"),
             "--store", etcd_server.url, "--events", redis_server.url]
     text = ready_then_stopped(argv, tmp_path / "scheduler.log")  # a warning, not a refusal

@@ -92,7 +92,7 @@ def test_persys_scheduler_fixes_its_data_dir_at_start(tmp_path: Path) -> None:
     data = make(tmp_path / "data", 0o755)
     old = make(data / "backups" / "old.db", 0o644, "state")
     os.chmod(data / "backups", 0o755)
-    argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
+    argv = [sys.executable, "-m", "persys.cli.servers.app", "scheduler", "--listen", "127.0.0.1:0",
             "--tls-dir", str(tmp_path / "pki"), "--data-dir", str(data),
             "--store", f"sqlite://{data}/state.db", "--events", "memory://"]
     ready_then_stopped(argv, tmp_path / "scheduler.log")

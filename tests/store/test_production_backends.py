@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from persys.backend_access import BackendAccess, BackendTLS
-from persys.cli.server import app
+from persys.cli.servers.app import app
 from persys.client import SchedulerClient
 from persys.credentials import CredentialRef, Login, Password
 from persys.events import ClusterEvent, open_events
@@ -275,7 +275,7 @@ def test_persys_scheduler_runs_on_them_from_files_and_environment(secure_backend
     ca.issue("scheduler", "scheduler", ("localhost",))
     tls = b.etcd_access.tls
     assert tls is not None and tls.cert is not None and tls.key is not None and b.etcd_access.password
-    argv = [sys.executable, "-m", "persys.cli.server", "scheduler", "--listen", "127.0.0.1:0",
+    argv = [sys.executable, "-m", "persys.cli.servers.app", "scheduler", "--listen", "127.0.0.1:0",
             "--tls-dir", str(tmp_path / "pki"), "--data-dir", str(tmp_path / "data"), "--verbose",
             "--store", _etcd_url(b), "--etcd-ca", str(b.pki.ca), "--etcd-cert", str(tls.cert),
             "--etcd-key", str(tls.key), "--etcd-user", "persys", "--etcd-password-file", b.etcd_access.password.target,

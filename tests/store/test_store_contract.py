@@ -598,9 +598,9 @@ async def test_watch_compacted_while_disconnected(
         else:
             # The consumer does not read: its live buffer overflows and the watch must re-read
             # history that is compacted by then.
-            from persys.store import sqlite as sqlite_backend
+            from persys.store import sqlite_watcher
 
-            monkeypatch.setattr(sqlite_backend, "_WATCH_QUEUE_MAX", 5)
+            monkeypatch.setattr(sqlite_watcher, "WATCH_QUEUE_MAX", 5)
             for i in range(SQLITE_HISTORY * 2):
                 await store.put(p + "k", str(i).encode())
         with pytest.raises(WatchCompacted) as caught:

@@ -11,6 +11,11 @@ execute the actions (I/O), then build the report (`decide.report`, pure) that th
 Registration, heartbeats, reports, the desired-state stream and secret requests go through the
 link (`persys.agent.link`); the agent is its `LinkHandler`. Only joining (`join`) and certificate
 renewal (`cert_renewal`) dial the scheduler on their own channels.
+
+Over 500 lines on purpose: the decisions are pure modules (agent/decide/: plan, merge,
+report, disconnect); what remains is the I/O around them in one class that holds the runtimes,
+the local records and the link. Its sections (lifecycle, LinkHandler, ServedNode, local
+reconciliation, the loss of every replica) each act on that shared state.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ choice is the pure `persys.agent.failover`). What it carries comes from and goes
 which reuses this link with nothing running behind it, as kubemark's hollow nodes do.
 The agent loop sees the link through the narrow `SchedulerLink` protocol.
 
-Just over 500 lines: the stream loops, failover between replicas and the channel renewal
-share the channel state; splitting them would expose it.
+Over 500 lines on purpose: one GrpcLink, with the SchedulerLink protocol it implements and
+the LinkHandler it drives. Registration, heartbeats, the update stream, the watch, fail-over
+between replicas and channel renewal share one generation counter and set of channels;
+splitting them would expose that state. Its decisions are pure (`persys.agent.failover`).
 """
 
 from __future__ import annotations

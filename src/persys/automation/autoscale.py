@@ -105,14 +105,7 @@ def _on_metric(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
     unit = {"cpu": "% CPU", "memory": " MiB"}.get(spec.metric, f" {spec.prometheus.name if spec.prometheus else ''}")
     stale = _staleness(spec, obs)
     if stale:
-        if spec.fallback_replicas is None:
-            return Verdict(None, None, cur, "stale", f"{stale}; no fallbackReplicas: {cur} kept", None)
-        fb = spec.fallback_replicas
-        if fb <= cur:
-            return Verdict(fb, None, cur, "stale", f"{stale}; fallback {fb} is not above {cur}: "
-                           "never scale in on stale data", None)
-        desired, held, why = _limits(spec, obs.now, cur, fb, hist)
-        return Verdict(fb, None, desired, held or "fallback", f"{stale}; fallback {fb}{why}", None)
+        return _on_stale(spec, obs, hist, stale)
     assert obs.total is not None
     per = obs.total / max(cur, 1)
     ratio = per / spec.target
@@ -141,6 +134,19 @@ def _on_metric(spec: Autoscale, obs: Observation, hist: History) -> Verdict:
             held, desired = lim, limited
             steps.append(why.removeprefix(", "))
     return Verdict(raw, rec, desired, held, "; ".join(steps), per)
+
+
+def _on_stale(spec: Autoscale, obs: Observation, hist: History, stale: str) -> Verdict:
+    """No fresh metric: the fallback replica count, and only ever upwards."""
+    cur = obs.current
+    if spec.fallback_replicas is None:
+        return Verdict(None, None, cur, "stale", f"{stale}; no fallbackReplicas: {cur} kept", None)
+    fb = spec.fallback_replicas
+    if fb <= cur:
+        return Verdict(fb, None, cur, "stale", f"{stale}; fallback {fb} is not above {cur}: "
+                       "never scale in on stale data", None)
+    desired, held, why = _limits(spec, obs.now, cur, fb, hist)
+    return Verdict(fb, None, desired, held or "fallback", f"{stale}; fallback {fb}{why}", None)
 
 
 def _zero(spec: Autoscale, obs: Observation, hist: History) -> Verdict | None:

@@ -112,30 +112,39 @@ def plan(spec: Rebalance, now: float, nodes: Sequence[pl.NodeInfo], placed: Sequ
                 if limit == "maxMovesPerNode":
                     break
                 return out
-            # Only the nodes under the low threshold may take it, the source never.
-            req = pl.WorkloadRequest(id=p.instance, type=p.type, cpu_millicores=p.cpu_millicores,
-                                     memory_mb=p.memory_mb, service=p.workload, priority=p.priority,
-                                     node_selector=dict(p.node_selector),
-                                     tolerations=p.tolerations, required_features=p.required_features,
-                                     excluded_nodes=frozenset(n.id for n in cur if n.id not in under))
-            decision = pl.decide(pl.Snapshot(tuple(cur)), req)
-            if decision.node_id is None:
-                out.append(Move(p.workload, p.instance, src.id, None, "verify",
-                                f"{util}; no node below {spec.low_percent}% takes {p.instance}: {decision.explain()}"))
-                continue
-            dest = decision.node_id
-            moved_cur = _shift(cur, p, src.id, dest)
-            after = utilisation(next(n for n in moved_cur if n.id == dest), spec.resource)
-            if after > spec.high_percent:  # it would only move the overload
-                out.append(Move(p.workload, p.instance, src.id, None, "verify",
-                                f"{util}; {dest} would be at {after:.0f}% after taking {p.instance}"))
+            move, moved_cur = _try_move(spec, cur, under, by_id, p, src.id, util)
+            out.append(move)
+            if moved_cur is None:
                 continue
             cur = moved_cur
-            out.append(Move(p.workload, p.instance, src.id, dest, "",
-                            f"{util}; {p.instance} ({p.cpu_millicores}m, {p.memory_mb} MiB) to {dest} "
-                            f"(at {utilisation(by_id[dest], spec.resource):.0f}% -> {after:.0f}%), placement: "
-                            f"{decision.explain()[:300]}"))
             run_moves, node_moves, hour_left, cluster_left = run_moves + 1, node_moves + 1, hour_left - 1, \
                 cluster_left - 1
             held_workloads.add(p.workload)  # never twice in one plan either
     return out
+
+
+def _try_move(spec: Rebalance, cur: list[pl.NodeInfo], under: set[str], by_id: dict[str, pl.NodeInfo], p: Placed,
+              src: str, util: str) -> tuple[Move, list[pl.NodeInfo] | None]:
+    """One candidate placed on the nodes under the low threshold: the move and the nodes after it,
+    or a `verify` record (and None) when no node takes it or the taker would only carry the
+    overload."""
+    # Only the nodes under the low threshold may take it, the source never.
+    req = pl.WorkloadRequest(id=p.instance, type=p.type, cpu_millicores=p.cpu_millicores,
+                             memory_mb=p.memory_mb, service=p.workload, priority=p.priority,
+                             node_selector=dict(p.node_selector),
+                             tolerations=p.tolerations, required_features=p.required_features,
+                             excluded_nodes=frozenset(n.id for n in cur if n.id not in under))
+    decision = pl.decide(pl.Snapshot(tuple(cur)), req)
+    if decision.node_id is None:
+        return Move(p.workload, p.instance, src, None, "verify",
+                    f"{util}; no node below {spec.low_percent}% takes {p.instance}: {decision.explain()}"), None
+    dest = decision.node_id
+    moved_cur = _shift(cur, p, src, dest)
+    after = utilisation(next(n for n in moved_cur if n.id == dest), spec.resource)
+    if after > spec.high_percent:  # it would only move the overload
+        return Move(p.workload, p.instance, src, None, "verify",
+                    f"{util}; {dest} would be at {after:.0f}% after taking {p.instance}"), None
+    return Move(p.workload, p.instance, src, dest, "",
+                f"{util}; {p.instance} ({p.cpu_millicores}m, {p.memory_mb} MiB) to {dest} "
+                f"(at {utilisation(by_id[dest], spec.resource):.0f}% -> {after:.0f}%), placement: "
+                f"{decision.explain()[:300]}"), moved_cur

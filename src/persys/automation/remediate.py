@@ -135,19 +135,28 @@ def plan(spec: Remediate, now: float, failures: Sequence[Failure], nodes: Sequen
     cordons = {p.target for p in out if p.type == "cordon"}
     out += _relocations(full, [n for n in nodes if n.id not in cordons], placed, done, cordoned_by_us, budget)
     if spec.restart_unhealthy:
-        restarted = {d.target for d in done if d.type == "restart" and d.ts > now - spec.failure_window_seconds}
-        seen: set[str] = set()
-        for f in sorted(failed, key=lambda f: f.instance):
-            target = f.workload  # a restart is the workload's (persysctl restart): once for all its instances
-            if target in seen:
-                continue
-            seen.add(target)
-            why = f"instance {f.instance} Failed on {f.node or '?'}: {f.reason}"
-            if target in restarted:
-                out.append(Planned("restart", target, "hold", f"{why}; restarted within the last "
-                                   f"{spec.failure_window_seconds}s already"))
-                continue
-            out.append(budget(Planned("restart", target, "", why)))
+        out += _restarts(spec, now, failed, done, budget)
+    return out
+
+
+def _restarts(spec: Remediate, now: float, failed: Sequence[FailedInstance], done: Sequence[Done],
+              budget: Any) -> list[Planned]:
+    """A restart per workload with a Failed instance, unless this policy restarted it within the
+    failure window."""
+    out: list[Planned] = []
+    restarted = {d.target for d in done if d.type == "restart" and d.ts > now - spec.failure_window_seconds}
+    seen: set[str] = set()
+    for f in sorted(failed, key=lambda f: f.instance):
+        target = f.workload  # a restart is the workload's (persysctl restart): once for all its instances
+        if target in seen:
+            continue
+        seen.add(target)
+        why = f"instance {f.instance} Failed on {f.node or '?'}: {f.reason}"
+        if target in restarted:
+            out.append(Planned("restart", target, "hold", f"{why}; restarted within the last "
+                               f"{spec.failure_window_seconds}s already"))
+            continue
+        out.append(budget(Planned("restart", target, "", why)))
     return out
 
 

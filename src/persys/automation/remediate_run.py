@@ -43,15 +43,7 @@ class RemediateLoop:
                                e.get("subject", "").removeprefix("workload/"), str(e.get("id", "")))
                     for e in events if e.get("kind") == "WorkloadFailed" and e.get("fields", {}).get("node")]
         nodes = [rm.NodeView(n["id"], bool(n.get("cordoned"))) for n in await self.api.list_nodes()]
-        failed = []
-        if spec.restart_unhealthy:
-            for w in await self.api.list_workloads():
-                if w.get("desiredState") != "Running":
-                    continue
-                for i in w.get("instances", []):
-                    if i.get("phase") == "Failed":
-                        failed.append(rm.FailedInstance(w["id"], i["instance"], i.get("node") or "",
-                                                        str(i.get("reason") or i.get("message") or "")[:200]))
+        failed = await self._failed_instances() if spec.restart_unhealthy else []
         done = await self._done(p.name, now)
         full, placed, disk_note = await self._disk(spec, now)
         planned = rm.plan(spec, now, failures, nodes, failed, done, full, placed)
@@ -68,19 +60,35 @@ class RemediateLoop:
             action = {"type": pl.type, "target": pl.target}
             ev = evidence + [Evidence(source="intelligence" if pl.evidence_source == "intelligence" else "events",
                                       ref=i) for i in pl.evidence[:8]]
-            outcome, reason = Outcome.NONE, pl.reason
-            if not pl.held_by:
-                if p.spec.dry_run:
-                    outcome = Outcome.DRY_RUN
-                elif not self.may_act():
-                    reason = f"{reason}; not done: this automation lost its lease"
-                else:
-                    outcome, reason = await self._act(pl)
-                    if outcome == Outcome.ACTED:
-                        done.append(rm.Done(now, pl.type, pl.target))
+            outcome, reason = await self._carry_out(p, pl, now, done)
             out.append(Decision(**base, evidence=ev, inputs={"failures": len(failures)}, held_by=pl.held_by,
                                 action=action, outcome=outcome, reason=reason[:1000]))
         return out
+
+    async def _failed_instances(self) -> list[rm.FailedInstance]:
+        """The Failed instances of workloads meant to run."""
+        failed = []
+        for w in await self.api.list_workloads():
+            if w.get("desiredState") != "Running":
+                continue
+            for i in w.get("instances", []):
+                if i.get("phase") == "Failed":
+                    failed.append(rm.FailedInstance(w["id"], i["instance"], i.get("node") or "",
+                                                    str(i.get("reason") or i.get("message") or "")[:200]))
+        return failed
+
+    async def _carry_out(self, p: Policy, pl: rm.Planned, now: float, done: list[rm.Done]) -> tuple[Outcome, str]:
+        """A planned action done (and recorded in `done`), or why not: held, a dry run, no lease."""
+        if pl.held_by:
+            return Outcome.NONE, pl.reason
+        if p.spec.dry_run:
+            return Outcome.DRY_RUN, pl.reason
+        if not self.may_act():
+            return Outcome.NONE, f"{pl.reason}; not done: this automation lost its lease"
+        outcome, reason = await self._act(pl)
+        if outcome == Outcome.ACTED:
+            done.append(rm.Done(now, pl.type, pl.target))
+        return outcome, reason
 
     async def _disk(self, spec: Remediate, now: float) -> tuple[list[rm.Filling], list[rm.Placed], str]:
         """The nodes Intelligence forecasts full, the instances on them, and what was read."""

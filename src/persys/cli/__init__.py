@@ -1,4 +1,9 @@
-"""Command-line entry points: `persys` (servers) and `persysctl` (client)."""
+"""Command-line entry points, by audience: `persys` for operators running the servers
+(`cli.servers`) and `persysctl` for users of a cluster (`cli.quick` answers the commands run most
+often with the standard library, `cli.ctl` is the full client, `cli.output` what both print).
+What both binaries share sits here: the client configuration (`config`, which `persys dev` and
+`persys certs` write too) and `--version` (`version`).
+"""
 
 import sys
 

@@ -17,7 +17,7 @@ def version_text(program: str) -> str:
 
 def version_option(program: str) -> Any:
     """The eager `--version` flag: prints and exits before anything else runs (typer loads here:
-    `cli.quick` prints the version without it)."""
+    `cli.quick.entry` prints the version without it)."""
     import typer
 
     def show(value: bool) -> None:

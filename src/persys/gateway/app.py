@@ -68,21 +68,26 @@ def body_limit_for(limits: GatewayLimits) -> Any:
             return limits.copy_bytes  # persysctl cp's tar archive, streamed through to the node
         if method != "POST":
             return limits.small_body_bytes
-        if path in ("/v1/workloads", "/v1/plan"):
-            return limits.manifest_bytes
-        if path == "/ui/apply":  # the dashboard's manifest form: URL-encoding can triple it
-            return 3 * limits.manifest_bytes
-        if path == "/v1/workloads:batch":
-            return limits.batch_bytes
-        if path == "/v1/admin/restore":
-            return limits.restore_bytes
-        if path.startswith("/v1/nodes/") and path.endswith("/images"):
-            return limits.image_bytes
-        if path.startswith("/v1/workloads/") and path.endswith("/exec"):
-            return EXEC_BODY_MAX_BYTES  # persysctl exec -i: its input in base64
-        return limits.small_body_bytes
+        return _post_body_limit(limits, path)
 
     return limit
+
+
+def _post_body_limit(limits: GatewayLimits, path: str) -> int:
+    """A POST body's byte limit: manifests, batches, backups and images have their own."""
+    if path in ("/v1/workloads", "/v1/plan"):
+        return limits.manifest_bytes
+    if path == "/ui/apply":  # the dashboard's manifest form: URL-encoding can triple it
+        return 3 * limits.manifest_bytes
+    if path == "/v1/workloads:batch":
+        return limits.batch_bytes
+    if path == "/v1/admin/restore":
+        return limits.restore_bytes
+    if path.startswith("/v1/nodes/") and path.endswith("/images"):
+        return limits.image_bytes
+    if path.startswith("/v1/workloads/") and path.endswith("/exec"):
+        return EXEC_BODY_MAX_BYTES  # persysctl exec -i: its input in base64
+    return limits.small_body_bytes
 
 
 async def _scheduler_error(_req: Request, err: Exception) -> JSONResponse:

@@ -187,12 +187,18 @@ class Authorization:
         if not isinstance(caller, Caller):  # refused: the answer, sent before anything is read
             await answer(caller)
             return
+        await self._serve(scope, receive, send_with_id, caller, rule, method, template, rid)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, caller: Caller, rule: Rule, method: str,
+                     template: str, rid: str) -> None:
+        """An allowed request served with the caller's identity forwarded to the scheduler, and
+        recorded in the audit log with its status when the rule says so."""
         token = forwarding.forward(forwarding.metadata_for(caller.identity, caller.token, rid))
         status: list[int] = []
 
         async def observed(message: Message) -> None:
             status[:] = status or [c for c in (_status_of(message),) if c]  # the first status only
-            await send_with_id(message)
+            await send(message)
 
         try:
             await self.app(scope, receive, observed)

@@ -37,17 +37,8 @@ class BodyLimit:
             return
         path = scope["path"]
         limit = self.limit_for(scope["method"], path)
-        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        if length is not None:
-            if not length.isdigit():
-                await _reply(send, 400, {"error": "Content-Length is not a number", "problems": []})
-                return
-            if int(length) > limit:
-                expects = any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope["headers"])
-                if int(length) <= LINGER_MAX_BYTES and not expects:  # (100-continue: no body comes)
-                    await _discard(receive)  # so the client, still sending, reads the answer
-                await _reply(send, 413, BodyTooLarge(limit, path).body())
-                return
+        if await _refused_by_length(scope, receive, send, limit):
+            return
         received = 0
         started = False
 
@@ -71,6 +62,24 @@ class BodyLimit:
             if started:
                 raise
             await _reply(send, 413, err.body())
+
+
+async def _refused_by_length(scope: Scope, receive: Receive, send: Send, limit: int) -> bool:
+    """Whether the announced Content-Length is refused (400 not a number, 413 too large: the
+    answer sent before the application sees the request)."""
+    length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+    if length is None:
+        return False
+    if not length.isdigit():
+        await _reply(send, 400, {"error": "Content-Length is not a number", "problems": []})
+        return True
+    if int(length) <= limit:
+        return False
+    expects = any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope["headers"])
+    if int(length) <= LINGER_MAX_BYTES and not expects:  # (100-continue: no body comes)
+        await _discard(receive)  # so the client, still sending, reads the answer
+    await _reply(send, 413, BodyTooLarge(limit, scope["path"]).body())
+    return True
 
 
 async def _reply(send: Send, status: int, doc: dict[str, object]) -> None:

@@ -67,6 +67,7 @@ def _bad(err: BadInput) -> JSONResponse:
 
 
 def intelligence_routes(api: IntelligenceApi) -> APIRouter:
+    """`why` and its investigations here; the analyses in `_analysis_routes`."""
     router = APIRouter(tags=["intelligence"])
 
     @router.get("/v1/investigations")
@@ -93,6 +94,13 @@ def intelligence_routes(api: IntelligenceApi) -> APIRouter:
     async def why_cluster(narrate: bool = False) -> dict[str, Any]:
         """What is wrong with the control plane (store, event bus, secret store, meter, mode) and its nodes."""
         return await api.why_cluster(narrate)
+
+    _analysis_routes(router, api)
+    return router
+
+
+def _analysis_routes(router: APIRouter, api: IntelligenceApi) -> None:
+    """The read-only analyses: insights, rightsizing and forecasts."""
 
     @router.get("/v1/insights", responses=SCHEDULER_ERRORS)
     async def cluster_insights() -> dict[str, Any]:
@@ -131,5 +139,3 @@ def intelligence_routes(api: IntelligenceApi) -> APIRouter:
             return await api.forecast("cluster", "", metric, since, horizon)
         except BadInput as err:
             return _bad(err)
-
-    return router

@@ -53,18 +53,23 @@ def _log_ids(ev: Evidence, words: Iterable[str]) -> list[str]:
     return [x.id for x in ev.logs if any(w in line.lower() for line in x.lines for w in ws)]
 
 
+def _current_causes(doc: Document) -> dict[str, tuple[str, str]]:
+    """The failure classes the instances' reasons and messages name now: (message, instance) each."""
+    current: dict[str, tuple[str, str]] = {}
+    for inst in instances(doc):
+        reason, message = str(inst.get("reason", "")), str(inst.get("message", ""))
+        if reason == "Unschedulable":
+            continue  # the placement's words, read by pending_placement
+        for sig in classify(reason, f"{reason} {message}"):
+            current.setdefault(sig.cause, (message, str(inst.get("instance", doc.name))))
+    return current
+
+
 def failure_signatures(ev: Evidence, subject: str) -> Iterator[Finding]:
     """A known failure class in an instance's reason/message (now), or in its events (before)."""
     doc = workload_doc(ev, subject)
     events = [e for e in ev.events_about(subject) if e.kind in FAILURE_EVENTS]
-    current: dict[str, tuple[str, str]] = {}
-    if doc is not None:
-        for inst in instances(doc):
-            reason, message = str(inst.get("reason", "")), str(inst.get("message", ""))
-            if reason == "Unschedulable":
-                continue  # the placement's words, read by pending_placement
-            for sig in classify(reason, f"{reason} {message}"):
-                current.setdefault(sig.cause, (message, str(inst.get("instance", doc.name))))
+    current = _current_causes(doc) if doc is not None else {}
     seen: dict[str, list[Event]] = {}
     for e in events:
         for sig in classify(e.reason, e.text()):

@@ -49,22 +49,24 @@ def parse_all(text: str, source: str = "") -> Documents:
     return parse_documents(load_documents(text, source), source)
 
 
+def _validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest | PolicyManifest:
+    """One document by its kind; anything else is read as a workload (which names what is wrong)."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "Policy":
+        return validate_policy(doc)
+    if kind == "Bucket":
+        return validate_bucket(doc)
+    if kind == "Secret":
+        return validate_secret(doc)
+    if kind == "Volume":
+        return validate_volume(doc)
+    return validate_manifest(doc)
+
+
 def parse_documents(docs: list[Any], source: str = "") -> Documents:
     """`parse_all` of documents already read (bounded: `load_documents`)."""
-    def validate(doc: Any) -> WorkloadManifest | SecretManifest | VolumeManifest | BucketManifest | PolicyManifest:
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        if kind == "Policy":
-            return validate_policy(doc)
-        if kind == "Bucket":
-            return validate_bucket(doc)
-        if kind == "Secret":
-            return validate_secret(doc)
-        if kind == "Volume":
-            return validate_volume(doc)
-        return validate_manifest(doc)
-
     out = Documents()
-    for m in validate_all(docs, validate, source):
+    for m in validate_all(docs, _validate, source):
         if isinstance(m, WorkloadManifest):
             out.workloads.append(m)
         elif isinstance(m, SecretManifest):

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Bounds on what the placement engine consumes (it sums and compares quantities, and turns them
+# into float scores): large enough for any real machine, small enough that no sum overflows.
+MAX_QUANTITY = 2**40  # millicores, MiB
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB

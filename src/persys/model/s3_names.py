@@ -23,16 +23,20 @@ def bucket_name_problem(name: object) -> str:
                 "and end with a letter or digit")
     if ".." in name:
         return f"bucket: {name!r} must not hold two periods in a row"
+    if _is_ipv4(name):
+        return f"bucket: {name!r} must not look like an IP address"
+    prefix = next((p for p in _RESERVED_PREFIXES if name.startswith(p)), None)
+    if prefix is not None:
+        return f"bucket: {name!r} must not begin with the reserved prefix {prefix!r}"
+    suffix = next((x for x in _RESERVED_SUFFIXES if name.endswith(x)), None)
+    if suffix is not None:
+        return f"bucket: {name!r} must not end with the reserved suffix {suffix!r}"
+    return ""
+
+
+def _is_ipv4(name: str) -> bool:
     try:
         ipaddress.IPv4Address(name)
     except ValueError:
-        pass
-    else:
-        return f"bucket: {name!r} must not look like an IP address"
-    for prefix in _RESERVED_PREFIXES:
-        if name.startswith(prefix):
-            return f"bucket: {name!r} must not begin with the reserved prefix {prefix!r}"
-    for suffix in _RESERVED_SUFFIXES:
-        if name.endswith(suffix):
-            return f"bucket: {name!r} must not end with the reserved suffix {suffix!r}"
-    return ""
+        return False
+    return True

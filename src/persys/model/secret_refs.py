@@ -124,12 +124,32 @@ def ref_problems(workload_type: str, plain_env: set[str], refs: SecretRefs) -> l
         problems.append("secrets.files: compose takes secrets as env (its ${VAR} interpolation variables) only")
     if workload_type == "process" and refs.registry_auth:
         problems.append("secrets.registryAuth: a process pulls no images (container and compose do)")
+    problems += _registry_problems(refs)
+    problems += _env_problems(plain_env, refs)
+    paths: set[str] = set()
+    for i, f in enumerate(refs.files):
+        clash = [p for p in paths if p == f.path or p.startswith(f.path + "/") or f.path.startswith(p + "/")]
+        if clash:
+            problems.append(f"secrets.files[{i}].path: {f.path} collides with {clash[0]}")
+        paths.add(f.path)
+    return problems
+
+
+def _registry_problems(refs: SecretRefs) -> list[str]:
+    """A registry given twice (Docker Hub under any of its names)."""
+    problems = []
     registries: set[str] = set()
     for i, c in enumerate(refs.registry_auth or []):
         host = "docker.io" if c.registry.lower() in ("index.docker.io", "registry-1.docker.io") else c.registry.lower()
         if host in registries:
             problems.append(f"secrets.registryAuth[{i}].registry: {c.registry} is given twice")
         registries.add(host)
+    return problems
+
+
+def _env_problems(plain_env: set[str], refs: SecretRefs) -> list[str]:
+    """An env name also plain, given twice, or one of the agent's own (PERSYS_*)."""
+    problems = []
     seen: set[str] = set()
     for i, e in enumerate(refs.env):
         if e.name in plain_env:
@@ -139,10 +159,4 @@ def ref_problems(workload_type: str, plain_env: set[str], refs: SecretRefs) -> l
         elif e.name.startswith("PERSYS_"):
             problems.append(f"secrets.env[{i}].name: PERSYS_ variables are the agent's")
         seen.add(e.name)
-    paths: set[str] = set()
-    for i, f in enumerate(refs.files):
-        clash = [p for p in paths if p == f.path or p.startswith(f.path + "/") or f.path.startswith(p + "/")]
-        if clash:
-            problems.append(f"secrets.files[{i}].path: {f.path} collides with {clash[0]}")
-        paths.add(f.path)
     return problems

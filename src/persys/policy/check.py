@@ -7,7 +7,8 @@ manifest with any, naming them all, before anything is written.
 from __future__ import annotations
 
 from persys.model.documents import DocumentError
-from persys.model.workload import ComposeSpec, MicroVMSpec, ProcessSpec, VMSpec, WorkloadSpec
+from persys.model.vm_spec import MicroVMSpec, VMSpec
+from persys.model.workload import ComposeSpec, ProcessSpec, WorkloadSpec
 from persys.policy import compose_env
 from persys.policy.compose_rules import check_compose_document
 from persys.policy.compose_yaml import load_compose

@@ -157,15 +157,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
                         else Caller(peer, "", "token (refused)")
                     await self._record(who, method, request, None, err.code.name)
                 await abort(context, err.code, str(err))
-            refusal: tuple[grpc.StatusCode, str] | None
-            if caller.identity == ANONYMOUS:
-                refusal = (grpc.StatusCode.UNAUTHENTICATED, f"{method} needs an identity ({caller.via or 'peer'} "
-                           "forwarded none)")
-            else:
-                decision = decide(caller.identity, rule.verb, rule.resource)
-                refusal = None if decision.allowed else (
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"{decision.reason} (needs {rule.verb} on {rule.resource})")
+            refusal = _refusal(caller, method, rule)
             if refusal is not None:
                 if rule.audited:
                     await self._record(caller, method, request, None, refusal[0].name)
@@ -220,3 +212,13 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
             "credential": caller.credential, "action": method, "object": object_of(request, response),
             "result": result, "requestId": caller.request_id,
         })
+
+
+def _refusal(caller: Caller, method: str, rule: Rule) -> tuple[grpc.StatusCode, str] | None:
+    """Why the caller may not make this call (its status and message), or None when it may."""
+    if caller.identity == ANONYMOUS:
+        return grpc.StatusCode.UNAUTHENTICATED, f"{method} needs an identity ({caller.via or 'peer'} forwarded none)"
+    decision = decide(caller.identity, rule.verb, rule.resource)
+    if decision.allowed:
+        return None
+    return grpc.StatusCode.PERMISSION_DENIED, f"{decision.reason} (needs {rule.verb} on {rule.resource})"

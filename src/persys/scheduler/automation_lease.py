@@ -9,6 +9,7 @@ same operator certificate."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -45,18 +46,10 @@ class AutomationLease:
         for _ in range(ATTEMPTS):
             cur, rev = await self._read()
             if cur is not None and cur.get("holder") == holder:
-                if release:
-                    try:
-                        await self.s.store.revoke_lease(int(cur["lease"]))
-                    except LeaseNotFound:
-                        pass
-                    self.s.emit("AutomationLeaderReleased", "automation", f"{holder} ({by}) gave up the lead")
-                    return {"held": False, "holder": "", "acquiredAt": 0.0, "term": int(cur.get("term", 0))}
-                try:
-                    await self.s.store.keep_alive(int(cur["lease"]))
-                    return {"held": True, **_public(cur)}
-                except LeaseNotFound:
+                mine = await self._release(cur, holder, by) if release else await self._renew(cur)
+                if mine is None:
                     continue  # expired just now: its key is going; read again
+                return mine
             if cur is not None:
                 return {"held": False, **_public(cur)}
             if release:
@@ -74,6 +67,21 @@ class AutomationLease:
                 pass
         cur, _ = await self._read()
         return {"held": False, **_public(cur or {})}
+
+    async def _release(self, cur: dict[str, Any], holder: str, by: str) -> dict[str, Any]:
+        """The holder gives the lead up: its lease revoked (the key goes with it)."""
+        with contextlib.suppress(LeaseNotFound):
+            await self.s.store.revoke_lease(int(cur["lease"]))
+        self.s.emit("AutomationLeaderReleased", "automation", f"{holder} ({by}) gave up the lead")
+        return {"held": False, "holder": "", "acquiredAt": 0.0, "term": int(cur.get("term", 0))}
+
+    async def _renew(self, cur: dict[str, Any]) -> dict[str, Any] | None:
+        """The holder keeps the lead: its lease renewed; None when it expired just now."""
+        try:
+            await self.s.store.keep_alive(int(cur["lease"]))
+        except LeaseNotFound:
+            return None
+        return {"held": True, **_public(cur)}
 
     async def _term(self) -> int:
         kv = await self.s.store.get(LEADER + "-term")

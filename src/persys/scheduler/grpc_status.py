@@ -27,7 +27,9 @@ def dumps(doc: Any) -> bytes:
 
 @aborting
 @contextlib.asynccontextmanager
-async def mapped(context: grpc.aio.ServicerContext, *invalid: type[Exception]) -> AsyncIterator[None]:
+async def mapped(  # noqa: C901 - a flat table, one except clause per error kind and its status
+    context: grpc.aio.ServicerContext, *invalid: type[Exception]
+) -> AsyncIterator[None]:
     """Turn the scheduler's exceptions into gRPC statuses with a message for humans; `invalid`:
     a service's own errors that say the request is wrong (INVALID_ARGUMENT with their message).
     Every servicer maps its errors this way (`async with mapped(context, ...)`)."""

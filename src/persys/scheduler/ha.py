@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from persys.scheduler import keys
@@ -50,7 +50,7 @@ class ThreadedLeaseKeeper:
     lease for that alone: deposition would throw away its queue and reservations, and a re-election
     storm is worse than a slow leader. A crashed process still loses the lease within the TTL, and
     every write stays fenced, so this only removes false depositions. The thread uses no event
-    loop at all (see persys.store.etcd.BlockingLease); `lost` is an event of the loop that started
+    loop at all (see persys.store.etcd_lease.BlockingLease); `lost` is an event of the loop that started
     the keeper.
     """
 
@@ -345,11 +345,16 @@ class LeaderElection:
                     if ev.type == "delete" and ev.kv.key == keys.LEADER:
                         return
         finally:
-            for f in (nxt, lost, guard):
-                if f is not None:
-                    f.cancel()
-            with contextlib.suppress(Exception):
-                await watch.aclose()  # type: ignore[attr-defined]
+            await _stop_waiting(watch, (nxt, lost, guard))
+
+
+async def _stop_waiting(watch: AsyncIterator[WatchEvent], futures: Iterable[asyncio.Future[Any] | None]) -> None:
+    """The vacancy wait's futures cancelled and its watch closed."""
+    for f in futures:
+        if f is not None:
+            f.cancel()
+    with contextlib.suppress(Exception):
+        await watch.aclose()  # type: ignore[attr-defined]
 
 
 def leader_key_change(now: KeyValue | None, revision: int, own_value: bytes) -> str | None:

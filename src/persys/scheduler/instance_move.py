@@ -71,12 +71,7 @@ def check(state: ClusterState, placement: PlacementService, workload_id: str, in
     if cur is None or cur.value.deleting:
         raise NotFound(f"workload {workload_id!r}")
     w = cur.value
-    inst = instance_of(workload_id, instance)
-    if inst.partition(".")[0] != workload_id or inst != instance_id(workload_id, index_of(inst)):
-        raise ManifestError([f"instance: {instance!r} is not an instance of {workload_id} (its ids: "
-                             f"{instance_id(workload_id, 0)}, {instance_id(workload_id, 1)}, ... or an index)"])
-    if index_of(inst) >= w.spec.replicas:
-        raise NotFound(f"instance {inst!r} (workload {workload_id} has {w.spec.replicas} replica(s))")
+    inst = _instance(workload_id, instance, w.spec.replicas)
     source = _source(state, inst)
     if to_node and to_node == source:
         raise ManifestError([f"to: {inst} runs on {source} already"])
@@ -87,16 +82,34 @@ def check(state: ClusterState, placement: PlacementService, workload_id: str, in
         raise MutationRefused(f"instance {inst} cannot move: its node-local volume lives on {home or source}")
     req = _request(state, workload_id, inst, source)
     if to_node:
-        ev = pl.evaluate_node(placement.snapshot(), req, to_node, placement.config)
-        failed = [s for _, s in ev.verdicts if s is not None] if ev is not None else []
-        if ev is None or failed:
-            why = "; ".join(f"{s.code}: {s.reason}" for s in failed) or "not in the snapshot"
-            raise MutationRefused(f"{inst} does not fit on {to_node}: {why}")
-        return Verified(workload_id, inst, source, to_node, f"fits on {to_node} (every filter passed)")
+        return _check_target(placement, req, workload_id, inst, source, to_node)
     (decision,) = placement.plan([req])
     if decision.node_id is None:
         raise MutationRefused(f"no other node takes {inst} now: {decision.explain()}")
     return Verified(workload_id, inst, source, decision.node_id, decision.explain())
+
+
+def _instance(workload_id: str, instance: str, replicas: int) -> str:
+    """The instance id `instance` names (an id or an index): one of the workload's replicas, or
+    ManifestError / NotFound saying why not."""
+    inst = instance_of(workload_id, instance)
+    if inst.partition(".")[0] != workload_id or inst != instance_id(workload_id, index_of(inst)):
+        raise ManifestError([f"instance: {instance!r} is not an instance of {workload_id} (its ids: "
+                             f"{instance_id(workload_id, 0)}, {instance_id(workload_id, 1)}, ... or an index)"])
+    if index_of(inst) >= replicas:
+        raise NotFound(f"instance {inst!r} (workload {workload_id} has {replicas} replica(s))")
+    return inst
+
+
+def _check_target(placement: PlacementService, req: pl.WorkloadRequest, workload_id: str, inst: str, source: str,
+                  to_node: str) -> Verified:
+    """`--to NODE`: every filter passes there, or MutationRefused naming each that fails."""
+    ev = pl.evaluate_node(placement.snapshot(), req, to_node, placement.config)
+    failed = [s for _, s in ev.verdicts if s is not None] if ev is not None else []
+    if ev is None or failed:
+        why = "; ".join(f"{s.code}: {s.reason}" for s in failed) or "not in the snapshot"
+        raise MutationRefused(f"{inst} does not fit on {to_node}: {why}")
+    return Verified(workload_id, inst, source, to_node, f"fits on {to_node} (every filter passed)")
 
 
 def _source(state: ClusterState, inst: str) -> str:

@@ -83,21 +83,27 @@ class NodeMonitor:
                     self.load_taken = self.s.clock()
                     self.s.placement.observations_changed()  # load-aware scoring: fresh p95s
                 await self.s.placement.prepare()
-                if self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
-                    # Now and then every Pending instance, whatever changed (the safety net).
-                    self.pending_dirty = False
-                    last_retry = self.s.clock()
-                    self.s.hints.take()
-                    self.s.enqueue_pending()
-                elif self.pending_dirty:
-                    # Coalesced: a burst of node changes costs one pass, over the Pending instances
-                    # those changes could help only (queueing hints).
-                    self.pending_dirty = False
-                    self.s.enqueue_pending(self.s.hints.take())
+                last_retry = self._retry_pending(last_retry)
             except StoreUnavailable as err:
                 log.warning("node monitor: store unavailable: %s", err)
             except Exception:
                 log.exception("node monitor failed")
+
+    def _retry_pending(self, last_retry: float) -> float:
+        """Pending instances queued again: all of them now and then, else those the node changes
+        since the last pass could help; when all were last queued."""
+        if self.s.clock() - last_retry >= self.s.config.pending_retry_seconds:
+            # Now and then every Pending instance, whatever changed (the safety net).
+            self.pending_dirty = False
+            last_retry = self.s.clock()
+            self.s.hints.take()
+            self.s.enqueue_pending()
+        elif self.pending_dirty:
+            # Coalesced: a burst of node changes costs one pass, over the Pending instances
+            # those changes could help only (queueing hints).
+            self.pending_dirty = False
+            self.s.enqueue_pending(self.s.hints.take())
+        return last_retry
 
     async def check_nodes(self) -> None:
         """Judge the nodes this replica is responsible for (a pure decision, liveness.check) and

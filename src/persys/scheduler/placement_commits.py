@@ -120,25 +120,13 @@ class Placer:
             log.exception("could not record the failure of %s", wid)
 
     async def place(self, needs: list[Need]) -> None:
-        state = self.s.state
-        requests = []
-        for n in needs:
-            st = state.statuses.get(n.instance)
-            pinned = st.value.volume_node if st and st.value.volume_node else None
-            requests.append(instance_move.moved_request(
-                to_request(n.workload, n.instance, pinned, state.volumes), st.value if st else None))
+        requests = self._requests(needs)
         decisions: list[pl.Decision] = []
         started_ns = time.time_ns() if tracing.enabled() else 0
         for i in range(0, len(requests), PLACE_CHUNK):
             decisions += self.s.placement.place(requests[i : i + PLACE_CHUNK])
             await asyncio.sleep(0)  # let heartbeats and lease keep-alives run between engine passes
-        # A moved instance whose verified destination no longer fits goes anywhere but where it
-        # came from (never left Pending for want of that one node).
-        for i, request in enumerate(requests):
-            if decisions[i].node_id is None and (retry := instance_move.unpinned(request, state.statuses.get(
-                    request.id))) is not None:
-                requests[i] = retry
-                decisions[i] = self.s.placement.place([retry])[0]
+        self._retry_unpinned(requests, decisions)
         self.s.metrics.decided(decisions)
         placed: list[Placed] = []
         attempts = 0  # each costs a fresh snapshot (O(nodes)): a few per pass, the rest retried later
@@ -163,6 +151,26 @@ class Placer:
             task = asyncio.create_task(self.commit(placed[i : i + PLACEMENTS_PER_TXN]))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    def _requests(self, needs: list[Need]) -> list[pl.WorkloadRequest]:
+        """The engine's requests: pinned to a volume's node, or to a move's verified destination."""
+        state = self.s.state
+        requests = []
+        for n in needs:
+            st = state.statuses.get(n.instance)
+            pinned = st.value.volume_node if st and st.value.volume_node else None
+            requests.append(instance_move.moved_request(
+                to_request(n.workload, n.instance, pinned, state.volumes), st.value if st else None))
+        return requests
+
+    def _retry_unpinned(self, requests: list[pl.WorkloadRequest], decisions: list[pl.Decision]) -> None:
+        """A moved instance whose verified destination no longer fits goes anywhere but where it
+        came from (never left Pending for want of that one node): both lists updated in place."""
+        for i, request in enumerate(requests):
+            if decisions[i].node_id is None and (retry := instance_move.unpinned(request, self.s.state.statuses.get(
+                    request.id))) is not None:
+                requests[i] = retry
+                decisions[i] = self.s.placement.place([retry])[0]
 
     async def preempt(self, n: Need, request: pl.WorkloadRequest) -> bool:
         def place_unit(decision: pl.Decision, now: float, note: str) -> Unit:

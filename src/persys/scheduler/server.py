@@ -180,6 +180,22 @@ def storage_keys(storage: StorageConfig | None) -> dict[str, str]:
     return {"ceph-rbd": storage.ceph.secret_name} if storage is not None and storage.ceph is not None else {}
 
 
+async def _secret_store(secrets: str | None, store: StateStore, events: EventBus,
+                        config: SchedulerConfig) -> SecretStore | None:
+    """The secret store (None without one); a built-in one whose master key does not open the
+    stored secrets closes the backends and raises MasterKeyMismatch."""
+    secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
+        if secrets else None
+    if isinstance(secret_store, BuiltinSecretStore):
+        try:
+            await secret_store.check_master_key()
+        except MasterKeyMismatch:
+            await events.close()
+            await store.close()
+            raise
+    return secret_store
+
+
 async def start_scheduler(
     store_url: str,
     events_url: str,
@@ -213,7 +229,7 @@ async def start_scheduler(
     backends' own TLS identities and users (scheduler.backends); `secret_resolver` resolves their
     `secret:` password references (never a store kept in the backend it unlocks).
     `signer_for(store)` gives the signer of node certificates (Join on `join_listen`, Renew on
-    the main port; `cli.signer_options.signer_from_options` records each in the registry);
+    the main port; `cli.servers.signer_options.signer_from_options` records each in the registry);
     without one, nodes bring certificates issued elsewhere (`persys certs issue`).
     `metrics`: count gRPC calls and store operations (off: neither is wrapped; for measuring
     what they cost); `metrics_listen`/`metrics_plain_listen`: serve them (security.metrics_access)."""
@@ -223,15 +239,7 @@ async def start_scheduler(
     registry = Metrics() if metrics else None
     if registry is not None:
         store = MeteredStore(store, registry)
-    secret_store = open_secret_store(secrets, store, (config.data_dir or Path(".")) / "secrets.key") \
-        if secrets else None
-    if isinstance(secret_store, BuiltinSecretStore):
-        try:
-            await secret_store.check_master_key()
-        except MasterKeyMismatch:
-            await events.close()
-            await store.close()
-            raise
+    secret_store = await _secret_store(secrets, store, events, config)
     # With etcd, the leader lease is kept alive from a thread with its own connection, so a
     # saturated event loop does not depose a healthy leader (the embedded store is one process).
     keeper = store.blocking_lease if isinstance(store, BlockingLeases) else None

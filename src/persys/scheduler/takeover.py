@@ -78,6 +78,26 @@ async def probe(host: str, port: int) -> Probe:
     return Probe.ACCEPTED
 
 
+async def _held_until_closed(host: str, port: int) -> Probe | None:
+    """A connection to the leader held until it ends, then what a fresh probe says (REFUSED at
+    once when the port refuses); None when it cannot be reached at all."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+    except ConnectionRefusedError:
+        return Probe.REFUSED
+    except (OSError, TimeoutError):
+        return None
+    try:
+        with contextlib.suppress(OSError):
+            while await reader.read(4096):
+                pass  # a gRPC server sends nothing before our handshake; keep reading to EOF
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return await probe(host, port)
+
+
 async def watch_holder(store: StateStore, watched: KeyValue, address: str, own_value: bytes,
                        first_seen: float = -math.inf, min_hold: float = 0.0,
                        cooldown_until: float = -math.inf) -> bool:
@@ -92,23 +112,10 @@ async def watch_holder(store: StateStore, watched: KeyValue, address: str, own_v
         return False
     host, port = hp
     while True:
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
-        except ConnectionRefusedError:
-            verdict = Probe.REFUSED
-        except (OSError, TimeoutError):
+        verdict = await _held_until_closed(host, port)
+        if verdict is None:
             await asyncio.sleep(1.0)  # unreachable: the lease decides; look again later
             continue
-        else:
-            try:
-                with contextlib.suppress(OSError):
-                    while await reader.read(4096):
-                        pass  # a gRPC server sends nothing before our handshake; keep reading to EOF
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-            verdict = await probe(host, port)
         if verdict == Probe.ACCEPTED:
             continue  # only the connection ended (e.g. the server's handshake timeout): hold a new one
         if verdict == Probe.UNKNOWN:

@@ -90,16 +90,28 @@ def claim_problems(workload_id: str, spec: WorkloadSpec, volumes: Mapping[str, V
         if vol.phase.value == "Deleting":
             problems.append(f"{field}: volume {v.claim!r} is being deleted")
             continue
-        if vol.spec.access_mode == VolumeAccess.MULTI_NODE_READER and not v.read_only:
-            problems.append(f"{field}: volume {v.claim!r} is MultiNodeReader: set readOnly: true")
-        if vol.spec.access_mode == VolumeAccess.SINGLE_NODE_WRITER:
-            if spec.replicas > 1 and not v.read_only:
-                problems.append(f"{field}: volume {v.claim!r} is SingleNodeWriter and the workload has "
-                                f"{spec.replicas} replicas: one writer at a time")
-            holders = users_of(v.claim, others)
-            if holders and not v.read_only:
-                problems.append(f"{field}: volume {v.claim!r} is SingleNodeWriter and used by workload "
-                                f"{holders[0]}: one writer at a time")
+        problems += _mode_problems(field, v.claim, v.read_only, vol, spec.replicas, others)
+    return problems
+
+
+def _mode_problems(field: str, claim: str, read_only: bool, vol: Volume, replicas: int,
+                   others: list[Workload]) -> list[str]:
+    """A claim the volume's access mode does not allow: a MultiNodeReader written, or a
+    SingleNodeWriter written by several replicas or by a second workload."""
+    if read_only:
+        return []
+    if vol.spec.access_mode == VolumeAccess.MULTI_NODE_READER:
+        return [f"{field}: volume {claim!r} is MultiNodeReader: set readOnly: true"]
+    if vol.spec.access_mode != VolumeAccess.SINGLE_NODE_WRITER:
+        return []
+    problems = []
+    if replicas > 1:
+        problems.append(f"{field}: volume {claim!r} is SingleNodeWriter and the workload has "
+                        f"{replicas} replicas: one writer at a time")
+    holders = users_of(claim, others)
+    if holders:
+        problems.append(f"{field}: volume {claim!r} is SingleNodeWriter and used by workload "
+                        f"{holders[0]}: one writer at a time")
     return problems
 
 

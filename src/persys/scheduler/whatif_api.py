@@ -104,6 +104,14 @@ def node_from_doc(item: Any, field: str, like: pl.Snapshot) -> pl.NodeInfo:
     )
 
 
+def _label(label: Any) -> tuple[str, str]:
+    """`lose-label`'s `key=value`, split."""
+    if not isinstance(label, str) or "=" not in label or not label.partition("=")[0] or len(label) > 2 * MAX_TEXT:
+        raise _problem("label", "`key=value` is expected")
+    key, _, value = label.partition("=")
+    return key, value
+
+
 def operation_from_doc(doc: Any, snapshot: pl.Snapshot) -> pl.Operation:
     """`{"kind": "drain"|"cordon"|"lose-node", "nodes": [...]}`, `{"kind": "lose-label", "label":
     "zone=a"}`, `{"kind": "add-node", "nodes": [{name, cpuMillicores, ...}]}`."""
@@ -119,11 +127,7 @@ def operation_from_doc(doc: Any, snapshot: pl.Snapshot) -> pl.Operation:
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
         raise _problem("nodes", f"a list of at most {MAX_NODES} nodes is expected")
     if kind == "lose-label":
-        label = doc.get("label")
-        if not isinstance(label, str) or "=" not in label or not label.partition("=")[0] or len(label) > 2 * MAX_TEXT:
-            raise _problem("label", "`key=value` is expected")
-        key, _, value = label.partition("=")
-        return pl.Operation(kind, label=(key, value))
+        return pl.Operation(kind, label=_label(doc.get("label")))
     if not nodes:
         raise _problem("nodes", f"{kind} needs at least one node")
     try:

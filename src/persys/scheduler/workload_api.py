@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from persys.model import DesiredState, Workload, WorkloadManifest
@@ -172,18 +172,8 @@ class WorkloadApi:
         for w in incoming if parent else ():
             w.trace_parent = parent
         puts = [put_doc(keys.workload(w.id), w) for w in incoming]
-        for i, put in enumerate(puts):  # refuse the batch before anything is written (records may be left out)
-            if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
-                raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
-                                  f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")
-        fresh: dict[str, int] = {}  # workload id -> index of its only occurrence
-        seen: set[str] = set()
-        for i, w in enumerate(incoming):
-            if w.id in seen:
-                fresh.pop(w.id, None)
-            elif w.id not in self.s.state.workloads and not w.spec.volumes:  # volumes: through apply
-                fresh[w.id] = i
-            seen.add(w.id)
+        _check_sizes(puts, incoming)
+        fresh = self._fresh(incoming)
         created: dict[int, bool] = {}
         if fresh:
             units = []
@@ -199,6 +189,19 @@ class WorkloadApi:
         for i, m in enumerate(manifests):
             out.append((incoming[i], True, True) if created.get(i) else await self.apply(m))
         return out
+
+    def _fresh(self, incoming: list[Workload]) -> dict[str, int]:
+        """The batch's new workloads, created together: workload id -> index of its only
+        occurrence (named twice, existing, or with volumes: through `apply`)."""
+        fresh: dict[str, int] = {}
+        seen: set[str] = set()
+        for i, w in enumerate(incoming):
+            if w.id in seen:
+                fresh.pop(w.id, None)
+            elif w.id not in self.s.state.workloads and not w.spec.volumes:  # volumes: through apply
+                fresh[w.id] = i
+            seen.add(w.id)
+        return fresh
 
     async def cas_change(self, key: str, what: str, read: Callable[[], Versioned[M] | None],
                          change: Callable[[M], M], stamp: Callable[[M], None] | None = None) -> tuple[M, bool]:
@@ -317,3 +320,12 @@ class WorkloadApi:
                                                       volumes=self.s.state.volumes), node_id)
             out["node"] = ev.to_dict() if ev else None
         return out
+
+
+def _check_sizes(puts: Sequence[Put], incoming: list[Workload]) -> None:
+    """Refuse the batch before anything is written when one stored document would exceed a
+    store write (records may be left out)."""
+    for i, put in enumerate(puts):
+        if txn_bytes([Compare(put.key, 0)], [put]) > TXN_MAX_BYTES:
+            raise TxnTooLarge(f"manifest {i + 1} ({incoming[i].id}): its stored document of {len(put.value)} "
+                              f"bytes exceeds the limit of {TXN_MAX_BYTES} bytes per store write")

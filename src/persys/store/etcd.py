@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
-from typing import Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 import grpc
 import grpc.aio
@@ -39,7 +38,6 @@ from persys.store.base import (
     StoreFull,
     StoreUnavailable,
     TLSFiles,
-    WatchCompacted,
     WatchEvent,
     check_txn_size,
     prefix_range_end,
@@ -48,97 +46,44 @@ from persys.store.etcd_auth import (
     Metadata,
     StoreAccessDenied,
     TokenKeeper,
-    denied,
-    is_permission_denied,
     is_stale_token,
     stale_token_text,
+)
+from persys.store.etcd_lease import BlockingLease
+from persys.store.etcd_wire import (
+    CHANNEL_OPTIONS,
+    channel_credentials,
+    key_value,
+    raise_if_ended,
+    store_error,
+    target_of,
+    too_large,
 )
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_UNAVAILABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _RANGE_PAGE = 1000
 _RANGE_PAGE_BYTES = 4 << 20
 
-_CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
-    # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-    # Detect dead connections under long-lived watch streams (etcd's minimum is 5 s).
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-]
 _MAX_RECEIVE_BYTES = 64 << 20
 # The key a count-only read asks for when only the revision is wanted: inside the prefix a
 # Persys etcd role may read (a read of "\0", outside it, is refused to a prefix-limited user).
 REVISION_PROBE_KEY = b"/persys/"
 
 
-def _credentials(tls: TLSFiles | BackendTLS) -> grpc.ChannelCredentials:
-    def read(path: Path | None) -> bytes | None:
-        return path.read_bytes() if path is not None else None
-
-    return grpc.ssl_channel_credentials(root_certificates=read(tls.ca), private_key=read(tls.key),
-                                        certificate_chain=read(tls.cert))
-
-
-def _target(endpoints: Sequence[str]) -> str:
-    """gRPC target for one or several host:port endpoints.
-
-    Several endpoints become an `ipv4:`/`ipv6:` address list (pick_first fails over in order);
-    that resolver only accepts IP literals."""
-    if len(endpoints) == 1:
-        return endpoints[0]
-    hosts = [ep.rsplit(":", 1)[0].strip("[]") for ep in endpoints]
-    try:
-        versions = {ipaddress.ip_address(h).version for h in hosts}
-    except ValueError as e:
-        raise ValueError(f"multiple etcd endpoints must be IP literals: {endpoints}") from e
-    if len(versions) != 1:
-        raise ValueError(f"cannot mix IPv4 and IPv6 etcd endpoints: {endpoints}")
-    return f"ipv{versions.pop()}:" + ",".join(endpoints)
-
-
-def _kv(kv: kv_pb2.KeyValue) -> KeyValue:
-    return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
-
-
-def _too_large(err: StoreError) -> bool:
-    cause = err.__cause__
-    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
 _WRITES = (rpc_pb2.TxnRequest, rpc_pb2.PutRequest, rpc_pb2.DeleteRangeRequest)
 
 
-def _map_error(e: grpc.aio.AioRpcError, target: str, user: str | None = None) -> StoreError:
-    code, details = e.code(), e.details() or ""
-    if is_permission_denied(details):
-        return denied(target, user, details)
-    if code in _UNAVAILABLE:
-        return StoreUnavailable(f"etcd at {target} unavailable ({code.name}): {details}")
-    if "database space exceeded" in details:  # etcd's NOSPACE alarm: reads work, writes do not
-        return StoreFull(f"etcd at {target} refuses writes: {details} (compact, defragment and disarm "
-                         "the alarm: etcdctl alarm disarm)")
-    if "lease not found" in details:
-        return LeaseNotFound(details)
-    if "compacted" in details:
-        return CompactedError(details)
-    return StoreError(f"etcd error ({code.name}): {details}")
+@dataclass
+class _WatchState:
+    """One watch across its reconnections: where to resume, the backoff, what was said."""
 
-
-def _raise_if_ended(resp: rpc_pb2.WatchResponse, next_rev: int | None, target: str, user: str | None) -> None:
-    """A watch response that ends the watch: compacted history or a cancellation by etcd."""
-    if resp.compact_revision:
-        # etcd's compact_revision is the oldest revision still watchable.
-        raise WatchCompacted(next_rev or 0, int(resp.compact_revision))
-    if resp.canceled and is_permission_denied(resp.cancel_reason):
-        raise denied(target, user, resp.cancel_reason)
-    if resp.canceled:
-        raise StoreError(f"etcd canceled the watch: {resp.cancel_reason}")
+    next_rev: int | None  # None: "from now", pinned at the first stream's creation
+    backoff: float = 0.1
+    outage_logged: bool = False
+    renewed: bool = False  # a watch refused for a stale token gets one new authentication
 
 
 class EtcdStore:
@@ -155,15 +100,15 @@ class EtcdStore:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.endpoints = list(endpoints)
-        self.target = _target(self.endpoints)
+        self.target = target_of(self.endpoints)
         self.timeout = timeout
         # Match etcd's --max-request-bytes: a larger write is refused here with TxnTooLarge
         # rather than by etcd with an error that looks like any other failure.
         self.max_txn_bytes = max_txn_bytes
-        options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
+        options = [*CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)]
         self._creds: grpc.ChannelCredentials | None = None
         if tls is not None:
-            self._creds = _credentials(tls)
+            self._creds = channel_credentials(tls)
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
             self._channel = grpc.aio.secure_channel(self.target, self._creds, options=options)
@@ -212,7 +157,7 @@ class EtcdStore:
                 if attempt == 0 and self._auth is not None and is_stale_token(e):
                     await self._fresh_token(metadata)
                     continue
-                err = _map_error(e, self.target, self.user)
+                err = store_error(e, self.target, self.user)
                 if isinstance(err, StoreFull):
                     self.full = str(err)
                 raise err from e
@@ -241,7 +186,7 @@ class EtcdStore:
 
     async def get(self, key: str) -> KeyValue | None:
         resp = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=key.encode()))
-        return _kv(resp.kvs[0]) if resp.kvs else None
+        return key_value(resp.kvs[0]) if resp.kvs else None
 
     async def range(self, prefix: str) -> tuple[list[KeyValue], int]:
         out: list[KeyValue] = []
@@ -281,13 +226,13 @@ class EtcdStore:
             except StoreError as err:
                 # Pages are counted in keys, and large values can make one larger than a message
                 # may be: ask for fewer keys at a time (one key always fits: values are bounded).
-                if page > 1 and _too_large(err):
+                if page > 1 and too_large(err):
                     page //= 2
                     continue
                 raise
             revision = revision or resp.header.revision
             size = resp.ByteSize()
-            yield [_kv(kv) for kv in resp.kvs], revision
+            yield [key_value(kv) for kv in resp.kvs], revision
             if not resp.more or not resp.kvs:
                 return
             start = resp.kvs[-1].key + b"\0"
@@ -359,34 +304,42 @@ class EtcdStore:
             raise StoreUnavailable("etcd store is closed")
         async with self._ka_lock:
             for attempt in range(2):  # a stale stream (e.g. after an etcd restart) gets one retry
-                if self._ka_call is None:
-                    self._ka_metadata = await self._metadata()
-                    self._ka_call = self._lease.LeaseKeepAlive(metadata=self._ka_metadata)
-                call = self._ka_call
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
-                        resp = await call.read()
-                except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError) as e:
-                    call.cancel()
-                    self._ka_call = None
-                    if attempt == 0 and not isinstance(e, TimeoutError):
-                        if isinstance(e, grpc.aio.AioRpcError) and is_stale_token(e):
-                            await self._fresh_token(self._ka_metadata)
-                        continue
-                    if isinstance(e, grpc.aio.AioRpcError):
-                        raise _map_error(e, self.target, self.user) from e
-                    raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
-                if resp is grpc.aio.EOF:
-                    self._ka_call = None
-                    if attempt == 0:
-                        continue
-                    raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
-                assert isinstance(resp, rpc_pb2.LeaseKeepAliveResponse)
+                resp = await self._keep_alive_once(lease_id, may_retry=attempt == 0)
+                if resp is None:
+                    continue
                 if resp.TTL <= 0:
                     raise LeaseNotFound(f"lease {lease_id:x} not found")
                 return float(resp.TTL)
         raise AssertionError("unreachable")
+
+    async def _keep_alive_once(self, lease_id: int, may_retry: bool) -> rpc_pb2.LeaseKeepAliveResponse | None:
+        """One keep-alive on the shared stream (opened if needed); None when the stream was
+        stale and `may_retry` (it is dropped, a stale token renewed, for a second try)."""
+        if self._ka_call is None:
+            self._ka_metadata = await self._metadata()
+            self._ka_call = self._lease.LeaseKeepAlive(metadata=self._ka_metadata)
+        call = self._ka_call
+        try:
+            async with asyncio.timeout(self.timeout):
+                await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
+                resp = await call.read()
+        except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError) as e:
+            call.cancel()
+            self._ka_call = None
+            if may_retry and not isinstance(e, TimeoutError):
+                if isinstance(e, grpc.aio.AioRpcError) and is_stale_token(e):
+                    await self._fresh_token(self._ka_metadata)
+                return None
+            if isinstance(e, grpc.aio.AioRpcError):
+                raise store_error(e, self.target, self.user) from e
+            raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {e!r}") from e
+        if resp is grpc.aio.EOF:
+            self._ka_call = None
+            if may_retry:
+                return None
+            raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
+        assert isinstance(resp, rpc_pb2.LeaseKeepAliveResponse)
+        return resp
 
     def blocking_lease(self) -> BlockingLease:
         """A lease keep-alive for a plain thread, on a connection of its own (see BlockingLease)."""
@@ -397,10 +350,7 @@ class EtcdStore:
     async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
         key = prefix.encode() or b"\0"
         end = prefix_range_end(prefix.encode())
-        next_rev = start_revision if start_revision and start_revision > 0 else None
-        backoff = 0.1
-        outage_logged = False
-        renewed = False  # a watch refused for a stale token gets one new authentication
+        st = _WatchState(start_revision if start_revision and start_revision > 0 else None)
         while not self._closed:
             metadata = await self._metadata()
             call = self._watch.Watch(metadata=metadata)
@@ -408,44 +358,50 @@ class EtcdStore:
                 await call.write(
                     rpc_pb2.WatchRequest(
                         create_request=rpc_pb2.WatchCreateRequest(
-                            key=key, range_end=end, start_revision=next_rev or 0, progress_notify=True
+                            key=key, range_end=end, start_revision=st.next_rev or 0, progress_notify=True
                         )
                     )
                 )
-                while True:
-                    resp = await call.read()
-                    if resp is grpc.aio.EOF:
-                        break
-                    assert isinstance(resp, rpc_pb2.WatchResponse)
-                    if self._token_refused(resp, renewed):
-                        # etcd cancels a watch created with an expired token ("invalid auth token").
-                        renewed = True
-                        await self._fresh_token(metadata)
-                        break
-                    _raise_if_ended(resp, next_rev, self.target, self.user)
-                    if resp.created:
-                        backoff, outage_logged, renewed = 0.1, False, False
-                        if next_rev is None:  # "from now": pin it so a reconnect misses nothing
-                            next_rev = resp.header.revision + 1
-                        continue
-                    for ev in resp.events:
-                        kind: Literal["put", "delete"] = "put" if ev.type == kv_pb2.Event.PUT else "delete"
-                        rev = ev.kv.mod_revision
-                        next_rev = rev + 1
-                        yield WatchEvent(kind, _kv(ev.kv), rev)
+                async for ev in self._watch_stream(call, metadata, st):
+                    yield ev
             except grpc.aio.AioRpcError as e:
                 if self._closed or e.code() == grpc.StatusCode.CANCELLED:
                     return
-                err = _map_error(e, self.target, self.user)
+                err = store_error(e, self.target, self.user)
                 if not isinstance(err, StoreUnavailable):
                     raise err from e
-                if not outage_logged:
+                if not st.outage_logged:
                     log.warning("etcd watch on %r interrupted, reconnecting: %s", prefix, err)
-                    outage_logged = True
+                    st.outage_logged = True
             finally:
                 call.cancel()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            await asyncio.sleep(st.backoff)
+            st.backoff = min(st.backoff * 2, 2.0)
+
+    async def _watch_stream(self, call: Any, metadata: Metadata | None, st: _WatchState) -> AsyncIterator[WatchEvent]:
+        """The events of one watch stream until it ends (EOF, or a stale token renewed for the
+        next stream); `st.next_rev` follows them, so the next stream resumes after the last."""
+        while True:
+            resp = await call.read()
+            if resp is grpc.aio.EOF:
+                return
+            assert isinstance(resp, rpc_pb2.WatchResponse)
+            if self._token_refused(resp, st.renewed):
+                # etcd cancels a watch created with an expired token ("invalid auth token").
+                st.renewed = True
+                await self._fresh_token(metadata)
+                return
+            raise_if_ended(resp, st.next_rev, self.target, self.user)
+            if resp.created:
+                st.backoff, st.outage_logged, st.renewed = 0.1, False, False
+                if st.next_rev is None:  # "from now": pin it so a reconnect misses nothing
+                    st.next_rev = resp.header.revision + 1
+                continue
+            for ev in resp.events:
+                kind: Literal["put", "delete"] = "put" if ev.type == kv_pb2.Event.PUT else "delete"
+                rev = ev.kv.mod_revision
+                st.next_rev = rev + 1
+                yield WatchEvent(kind, key_value(ev.kv), rev)
 
     def _token_refused(self, resp: rpc_pb2.WatchResponse, renewed: bool) -> bool:
         return self._auth is not None and not renewed and resp.canceled and stale_token_text(resp.cancel_reason)
@@ -475,47 +431,3 @@ class EtcdStore:
             self._ka_call = None
         with contextlib.suppress(Exception):
             await self._channel.close()
-
-
-class BlockingLease:
-    """Lease keep-alives through gRPC's synchronous API, for a thread of their own.
-
-    A keep-alive must get through while the owning process's event loop is saturated. gRPC's
-    asyncio API completes every call through the first event loop that used it, whichever thread
-    made the call, so a keeper on grpc.aio, even in its own thread, waits for the busy loop. The
-    synchronous API blocks in its own completion queue, without the GIL, and needs no loop.
-    """
-
-    def __init__(self, target: str, creds: grpc.ChannelCredentials | None,
-                 options: list[tuple[str, int | str]], timeout: float, auth: TokenKeeper | None = None) -> None:
-        self.target = target
-        self.timeout = timeout
-        self._auth = auth
-        self._channel = (grpc.secure_channel(target, creds, options=options) if creds is not None
-                         else grpc.insecure_channel(target, options=options))
-        self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
-
-    def keep_alive(self, lease_id: int, timeout: float | None = None) -> float:
-        """Refresh the lease once; its remaining TTL. Raises LeaseNotFound or StoreUnavailable."""
-        stale: str | None = None
-        for attempt in range(2):  # an expired token gets one new authentication
-            metadata = self._auth.metadata_blocking(self._channel, stale) if self._auth is not None else None
-            try:
-                responses = self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease_id)]),
-                                                       timeout=timeout or self.timeout, metadata=metadata)
-                resp = next(iter(responses), None)
-                break
-            except grpc.RpcError as e:
-                if attempt == 0 and metadata is not None and is_stale_token(e):
-                    stale = metadata[0][1]
-                    continue
-                code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
-                raise StoreUnavailable(f"etcd at {self.target}: lease keep-alive failed: {code.name}") from e
-        if resp is None:
-            raise StoreUnavailable(f"etcd at {self.target}: keep-alive stream closed")
-        if resp.TTL <= 0:
-            raise LeaseNotFound(f"lease {lease_id:x} not found")
-        return float(resp.TTL)
-
-    def close(self) -> None:
-        self._channel.close()

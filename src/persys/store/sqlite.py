@@ -8,6 +8,8 @@ changes in revision order.
 
 Keys are stored as UTF-8 BLOBs so ordering and prefix ranges are plain bytewise comparisons
 (the same order as etcd and as Python's str ordering).
+
+The tables and their rows are `sqlite_rows`; one watch's buffer is `sqlite_watcher`.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from persys.store.base import (
     DEFAULT_MAX_TXN_BYTES,
@@ -40,72 +41,15 @@ from persys.store.base import (
     check_txn_size,
     prefix_range_end,
 )
+from persys.store.sqlite_rows import ROW_DELETE, ROW_PUT, SCHEMA, HistoryRow, key_value, watch_event
+from persys.store.sqlite_watcher import Watcher
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS kv (
-    key BLOB PRIMARY KEY, value BLOB NOT NULL, create_rev INTEGER NOT NULL,
-    mod_rev INTEGER NOT NULL, version INTEGER NOT NULL, lease INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS kv_lease ON kv(lease) WHERE lease != 0;
-CREATE TABLE IF NOT EXISTS history (
-    rev INTEGER NOT NULL, idx INTEGER NOT NULL, type INTEGER NOT NULL, key BLOB NOT NULL,
-    value BLOB NOT NULL, create_rev INTEGER NOT NULL, mod_rev INTEGER NOT NULL,
-    version INTEGER NOT NULL, lease INTEGER NOT NULL, PRIMARY KEY (rev, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, ttl REAL NOT NULL, expires_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS leases_expiry ON leases(expires_at);
-INSERT OR IGNORE INTO meta VALUES ('revision', 1), ('compact_revision', 0), ('lease_seq', 0);
-"""
 
-_PUT, _DELETE = 0, 1
 _REPLAY_PAGE = 1000
-_WATCH_QUEUE_MAX = 10_000
-
-_HistoryRow = tuple[int, int, int, bytes, bytes, int, int, int, int]
-
-
-def _kv(row: Sequence[Any]) -> KeyValue:
-    key, value, create_rev, mod_rev, version, lease = row
-    return KeyValue(bytes(key).decode(), bytes(value), create_rev, mod_rev, version, lease)
-
-
-def _event(row: _HistoryRow) -> WatchEvent:
-    rev, _idx, typ, key, value, create_rev, mod_rev, version, lease = row
-    kind: Literal["put", "delete"] = "put" if typ == _PUT else "delete"
-    return WatchEvent(
-        kind, KeyValue(bytes(key).decode(), bytes(value), create_rev, mod_rev, version, lease), rev
-    )
-
-
-class _Watcher:
-    """Live-event buffer of one watch. Overflow (slow consumer) is not fatal: the watch
-    falls back to re-reading the history table from the first missed revision."""
-
-    def __init__(self, prefix: bytes) -> None:
-        self.prefix = prefix
-        self.events: deque[WatchEvent] = deque()
-        self.wakeup = asyncio.Event()
-        self.overflow_from: int | None = None
-        self.closed = False
-        self.seen_upto = 0  # live events at or below this revision were already replayed
-
-    def matches(self, key: str) -> bool:
-        return key.encode().startswith(self.prefix)
-
-    def push(self, batch: list[WatchEvent]) -> None:
-        # Whole commits only, so a replay after overflow restarts at a revision boundary.
-        if self.overflow_from is not None:
-            return
-        if len(self.events) + len(batch) > _WATCH_QUEUE_MAX:
-            self.overflow_from = batch[0].revision
-        else:
-            self.events.extend(batch)
-        self.wakeup.set()
 
 
 class SqliteStore:
@@ -126,7 +70,7 @@ class SqliteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="persys-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._watchers: set[_Watcher] = set()
+        self._watchers: set[Watcher] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
         self.full = ""  # why writes are refused for want of space ("" while they are not)
@@ -142,7 +86,7 @@ class SqliteStore:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         self._conn = conn
 
     @property
@@ -232,7 +176,7 @@ class SqliteStore:
                     (
                         rev,
                         i,
-                        _PUT if e.type == "put" else _DELETE,
+                        ROW_PUT if e.type == "put" else ROW_DELETE,
                         e.kv.key.encode(),
                         e.kv.value,
                         e.kv.create_revision,
@@ -323,7 +267,7 @@ class SqliteStore:
         row = self._db.execute(
             "SELECT key, value, create_rev, mod_rev, version, lease FROM kv WHERE key = ?", (key.encode(),)
         ).fetchone()
-        return _kv(row) if row else None
+        return key_value(row) if row else None
 
     def _range_sync(self, prefix: str) -> tuple[list[KeyValue], int]:
         db = self._db
@@ -339,9 +283,9 @@ class SqliteStore:
             rev = self._meta(db, "revision")
         finally:
             db.execute("COMMIT")
-        return [_kv(r) for r in rows], rev
+        return [key_value(r) for r in rows], rev
 
-    def _history_sync(self, prefix: bytes, after: tuple[int, int]) -> tuple[list[_HistoryRow], int, int]:
+    def _history_sync(self, prefix: bytes, after: tuple[int, int]) -> tuple[list[HistoryRow], int, int]:
         """One page of history strictly after (rev, idx); also the compact and current revision."""
         db = self._db
         db.execute("BEGIN")
@@ -361,6 +305,16 @@ class SqliteStore:
             db.execute("COMMIT")
         return rows, compact, current
 
+    def _check_readable(self, db: sqlite3.Connection, revision: int) -> int:
+        """The compact revision, once `revision` is known to be neither future nor compacted."""
+        compact, current = self._meta(db, "compact_revision"), self._meta(db, "revision")
+        if revision > current:
+            raise FutureRevision(f"revision {revision} is in the future (the store is at {current})")
+        if revision < max(compact, 1):
+            raise CompactedError(f"revision {revision} has been compacted (the embedded store keeps history "
+                                 f"from revision {compact})")
+        return compact
+
     def _range_at_sync(self, prefix: str, revision: int) -> list[KeyValue]:
         """The keys under prefix at `revision`: the current rows with every later change undone
         from the history table, which holds every change after the compact revision."""
@@ -369,13 +323,8 @@ class SqliteStore:
         db = self._db
         db.execute("BEGIN")  # one snapshot for rows, history and revisions
         try:
-            compact, current = self._meta(db, "compact_revision"), self._meta(db, "revision")
-            if revision > current:
-                raise FutureRevision(f"revision {revision} is in the future (the store is at {current})")
-            if revision < max(compact, 1):
-                raise CompactedError(f"revision {revision} has been compacted (the embedded store keeps history "
-                                     f"from revision {compact})")
-            out = {kv.key: kv for kv in map(_kv, db.execute(
+            compact = self._check_readable(db, revision)
+            out = {kv.key: kv for kv in map(key_value, db.execute(
                 f"SELECT key, value, create_rev, mod_rev, version, lease FROM kv WHERE {where}", args))}
             first_after: dict[bytes, tuple[int, int]] = {}  # key -> (type, version) of its first later change
             for key, kind, version in db.execute(
@@ -393,14 +342,14 @@ class SqliteStore:
             db.execute("COMMIT")
         for key, (kind, version) in first_after.items():
             out.pop(key.decode(), None)
-            if kind == _PUT and version == 1:
+            if kind == ROW_PUT and version == 1:
                 continue  # created after `revision`: absent then
             row = before.get(key)
             if row is None:
                 raise CompactedError(f"revision {revision}: the value of {key.decode()} then has been compacted "
                                      f"(the embedded store keeps history from revision {compact})")
-            if row[6] == _PUT:
-                out[key.decode()] = _kv(row[:6])
+            if row[6] == ROW_PUT:
+                out[key.decode()] = key_value(row[:6])
         return [out[k] for k in sorted(out)]
 
     def _close_sync(self) -> None:
@@ -470,7 +419,7 @@ class SqliteStore:
                 **({"full": self.full} if self.full else {})}
 
     async def watch(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
-        w = _Watcher(prefix.encode())
+        w = Watcher(prefix.encode())
         # Register before reading history: any commit is then either in the history read
         # or in the live buffer (or both; duplicates are dropped by revision below).
         self._watchers.add(w)
@@ -504,7 +453,7 @@ class SqliteStore:
         finally:
             self._watchers.discard(w)
 
-    async def _replay(self, w: _Watcher, replay_from: int) -> AsyncIterator[WatchEvent]:
+    async def _replay(self, w: Watcher, replay_from: int) -> AsyncIterator[WatchEvent]:
         """The watch's history from `replay_from` on, a page at a time; afterwards `w.seen_upto`
         covers the store revision the replay reached (live events up to it are duplicates)."""
         cursor = (replay_from - 1, 1 << 62)
@@ -514,7 +463,7 @@ class SqliteStore:
                 # History up to `compact` is deleted: compact + 1 is the oldest left.
                 raise WatchCompacted(cursor[0] + 1, compact + 1)
             for row in rows:
-                yield _event(row)
+                yield watch_event(row)
             if len(rows) < _REPLAY_PAGE:
                 w.seen_upto = max(w.seen_upto, current)
                 return

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 
 CG = Path("/sys/fs/cgroup")
 

@@ -13,7 +13,7 @@ import pytest
 
 from persys.agent.runtimes.base import Runtime, RuntimeFailure, RuntimeWorkload
 from persys.agent.runtimes.node_paths import NodePaths
-from persys.cli.server_common import default_runtimes
+from persys.cli.servers.common import default_runtimes
 from persys.model import WorkloadSpec
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessMeta, ProcessRuntime
+from persys.agent.runtimes.process import ProcessMeta, ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 
 
 def _meta(cgroups: list[str]) -> ProcessMeta:

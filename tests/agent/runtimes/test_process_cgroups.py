@@ -16,7 +16,8 @@ import pytest
 
 from persys.agent.runtimes.base import RuntimeState
 from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, memory_limit_writes
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 from tests.agent.runtimes.test_runtime_process import CG, pid_alive, wait_for, wl
 from tests.cases import load
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from persys.agent.agent import Agent, AgentConfig
 from persys.agent.runtimes.base import RuntimeState
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 from persys.agent.runtimes.process_isolation import tools_missing
 from tests.agent.runtimes.test_runtime_process import CG
 from tests.agent.test_failing_alone import BAD, GOOD, _walk_good_through

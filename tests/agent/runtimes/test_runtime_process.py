@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from persys.agent.runtimes.base import RuntimeFailure, RuntimeState, RuntimeWorkload
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 from persys.model.workload import ProcessSpec, Resources, WorkloadSpec
 from tests.waiting import settled as wait_for
 
@@ -227,7 +228,8 @@ async def test_without_cgroups(tmp_path: Path) -> None:
 AGENT_SCRIPT = """
 import asyncio, sys
 from persys.agent.runtimes.base import RuntimeWorkload
-from persys.agent.runtimes.process import CGROUP_CONTROLLERS, ProcessRuntime
+from persys.agent.runtimes.process import ProcessRuntime
+from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
 from persys.model.workload import ProcessSpec, WorkloadSpec
 
 async def main():

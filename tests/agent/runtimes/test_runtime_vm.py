@@ -32,7 +32,8 @@ from persys.agent.runtimes.vm import (
 )
 from persys.agent.runtimes.vm.cloudinit import VOLUME_ID, build_seed, read_seed_iso
 from persys.model import parse_manifests
-from persys.model.workload import CloudInit, Resources, VMSpec, WorkloadSpec
+from persys.model.vm_spec import CloudInit, VMSpec
+from persys.model.workload import Resources, WorkloadSpec
 from tests import vm_fixtures
 from tests.agent.runtimes.console_check import check_console
 from tests.vm_fixtures import BASE_MARKER, GUEST_BOOTED, GUEST_READY, GUEST_WROTE, TestGuest, VMHost, sha256_of

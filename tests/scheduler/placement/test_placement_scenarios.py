@@ -54,25 +54,29 @@ def test_scenario(case: dict[str, Any]) -> None:
         expect = wl.get("expect")
         if not expect:
             continue
-        where = f"{wl['id']}: {decision.explain()}"
-        if "node" in expect:
-            assert decision.node_id == expect["node"], where
-        if "feasible" in expect:
-            assert decision.feasible == expect["feasible"], where
-        for node_id, text in expect.get("reasons", {}).items():
-            assert node_id in decision.rejections, where
-            assert text in decision.rejections[node_id].message, where
-        for node_id, code in expect.get("codes", {}).items():
-            assert decision.rejections[node_id].code == code, where
-        if "explain" in expect:
-            assert decision.explain() == expect["explain"]
-        for text in expect.get("explain_contains", []):
-            assert text in decision.explain(), where
-        check_every_reason(expect, decision)
-        if "top" in expect:
-            assert [s.node_id for s in decision.scores] == expect["top"], where
-        if "devices" in expect:
-            assert list(decision.devices) == expect["devices"], where
-        json.dumps(decision.to_dict())  # always JSON-serialisable
+        _check_expected(expect, decision, f"{wl['id']}: {decision.explain()}")
     placed = sum(d.placed for d in decisions)
     assert len(ledger) == placed
+
+
+def _check_expected(expect: dict[str, Any], decision: Any, where: str) -> None:
+    """One workload's decision against its case's `expect`."""
+    if "node" in expect:
+        assert decision.node_id == expect["node"], where
+    if "feasible" in expect:
+        assert decision.feasible == expect["feasible"], where
+    for node_id, text in expect.get("reasons", {}).items():
+        assert node_id in decision.rejections, where
+        assert text in decision.rejections[node_id].message, where
+    for node_id, code in expect.get("codes", {}).items():
+        assert decision.rejections[node_id].code == code, where
+    if "explain" in expect:
+        assert decision.explain() == expect["explain"]
+    for text in expect.get("explain_contains", []):
+        assert text in decision.explain(), where
+    check_every_reason(expect, decision)
+    if "top" in expect:
+        assert [s.node_id for s in decision.scores] == expect["top"], where
+    if "devices" in expect:
+        assert list(decision.devices) == expect["devices"], where
+    json.dumps(decision.to_dict())  # always JSON-serialisable

@@ -280,14 +280,7 @@ class DockerRuntime:
             config["Cmd"] = list(c.args)  # keep the image entrypoint, replace only its arguments
         if c.working_dir:
             config["WorkingDir"] = c.working_dir
-        exposed: dict[str, dict[str, Any]] = {}
-        bindings: dict[str, list[dict[str, str]]] = {}
-        for p in c.ports:
-            key = f"{p.container_port}/{p.protocol}"
-            exposed[key] = {}
-            bindings.setdefault(key, []).append(
-                {"HostIp": p.host_ip, "HostPort": str(p.host_port) if p.host_port else ""}
-            )
+        exposed, bindings = port_maps(c)
         if exposed:
             config["ExposedPorts"] = exposed
         host: dict[str, Any] = {
@@ -462,3 +455,14 @@ def _top_of(archive: Path) -> str:
 def _rewrite_file(src: Path, dst: Path, top: str, new_top: str) -> None:
     with src.open("rb") as fin, dst.open("wb") as fout:
         rewrite(fin, fout, top, new_top)
+
+
+def port_maps(c: ContainerSpec) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, str]]]]:
+    """Docker's ExposedPorts and PortBindings for the container's ports (`8080/tcp` keys)."""
+    exposed: dict[str, dict[str, Any]] = {}
+    bindings: dict[str, list[dict[str, str]]] = {}
+    for p in c.ports:
+        key = f"{p.container_port}/{p.protocol}"
+        exposed[key] = {}
+        bindings.setdefault(key, []).append({"HostIp": p.host_ip, "HostPort": str(p.host_port) if p.host_port else ""})
+    return exposed, bindings

@@ -7,6 +7,12 @@ agent on purpose: a restarted agent reads meta.json and adopts it instead of sta
 Limits use cgroup v1 when the hierarchy is writable; otherwise the command runs unlimited.
 The work directories and process supervision are the shared bases in `workdir.py` and
 `supervision.py` (the microVM runtime's VMMs use the same).
+
+Over 500 lines on purpose: one runtime class whose sections (state files, liveness, usage,
+the Runtime API) share the per-instance records and the children it spawned. Cgroups,
+isolation, exec and terminals, supervision, cgroup limit arithmetic and work directories are
+modules of their own (process_cgroups, process_isolation, process_exec, supervision,
+cgroup_limits, workdir).
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ from persys.agent.runtimes.base import (
     RuntimeWorkload,
     VolumeMount,
 )
-from persys.agent.runtimes.cgroup_limits import MEMORY, MEMSW, agent_cgroup_name, memory_limit_writes
+from persys.agent.runtimes.cgroup_limits import agent_cgroup_name
 from persys.agent.runtimes.cpu_sampler import CpuSampler
 from persys.agent.runtimes.exec_output import ExecOutput
 from persys.agent.runtimes.log_stream import LogQuery, file_stream
 from persys.agent.runtimes.log_times import NotingTask
+from persys.agent.runtimes.process_cgroups import ProcessCgroups, read_int
 from persys.agent.runtimes.process_exec import Isolated, ProcessTerminal, exec_in_process, open_process_tty
 from persys.agent.runtimes.process_isolation import (
     CLAIMS_DIR,
@@ -63,8 +70,6 @@ from persys.agent.runtimes.supervision import (
 from persys.agent.runtimes.workdir import WorkDirs, mark_start, tail_text
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-CFS_PERIOD_US = 100_000
-CGROUP_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
 
 # Moves itself into the cgroups and then execs the command, so the command is limited from its
 # very first instruction. A shell wrapper instead of preexec_fn: preexec_fn is unsafe in a
@@ -92,13 +97,6 @@ class ProcessMeta:
     # Isolation.to_doc() of an instance started in namespaces of its own (None: a host process,
     # as every instance before isolation was).
     isolation: dict[str, object] | None = None
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class ProcessRuntime:
@@ -138,9 +136,9 @@ class ProcessRuntime:
         self._init = find_init() or "tini"
         self._claims = UidClaims(Path(uid_claims), str(self._dir.resolve()), uid_range)
         self._grace = grace_seconds
-        self._cg_root = Path(cgroup_root)
-        self._cg_parent = f"{cgroup_parent}/{agent_cgroup_name(agent_id, str(self._dir.resolve()), cluster_id)}"
-        self._cgroups = self._cgroups_writable() if use_cgroups is None else use_cgroups
+        agent_dir = agent_cgroup_name(agent_id, str(self._dir.resolve()), cluster_id)
+        self._cg = ProcessCgroups(Path(cgroup_root), f"{cgroup_parent}/{agent_dir}")
+        self._cgroups = self._cg.writable() if use_cgroups is None else use_cgroups
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # only the ones we spawned ourselves
         self._cpu = CpuSampler(settle=0.1)
         self._io_high: dict[str, tuple[int, int]] = {}  # per instance: disk bytes read, written (high-water)
@@ -155,78 +153,15 @@ class ProcessRuntime:
     @property
     def cgroup_parent(self) -> str:
         """This agent's cgroup directory under each controller (`persys/<cluster>-<agent>`)."""
-        return self._cg_parent
+        return self._cg.parent
 
-    # ---- cgroups -------------------------------------------------------------------------------
-
-    def _cgroups_writable(self) -> bool:
-        for ctl in ("cpu", "memory"):
-            base = self._cg_root / ctl
-            if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
-                return False
-            try:
-                (base / self._cg_parent).mkdir(parents=True, exist_ok=True)
-            except OSError:
-                return False
-        return True
-
-    def _cg_dirs(self, workload_id: str) -> dict[str, Path]:
-        return {
-            ctl: self._cg_root / ctl / self._cg_parent / workload_id
-            for ctl in CGROUP_CONTROLLERS
-            if (self._cg_root / ctl / "cgroup.procs").exists()
-        }
+    # ---- cgroups (process_cgroups) ------------------------------------------------------------
 
     def _meta_cg_dirs(self, meta: ProcessMeta) -> dict[str, Path]:
-        """The cgroups an instance was started in, as recorded then (`meta.cgroups`): a process
-        adopted after an agent upgrade may live under an older layout than the one computed now
-        (`persys/<instance>` before `persys/<agent>/<instance>`). Unrecorded: the computed ones."""
-        if not meta.cgroups:
-            return self._cg_dirs(meta.workload_id)
-        dirs: dict[str, Path] = {}
-        for raw in meta.cgroups:
-            d = Path(raw)
-            try:
-                ctl: str | None = d.relative_to(self._cg_root).parts[0]
-            except (ValueError, IndexError):
-                ctl = next((c for c in CGROUP_CONTROLLERS if c in d.parts), None)
-            if ctl is not None:
-                dirs[ctl] = d
-        return dirs
-
-    def _setup_cgroups(self, w: RuntimeWorkload) -> list[str]:
-        res = w.spec.resources
-        dirs = self._cg_dirs(w.workload_id)
-        try:
-            for d in dirs.values():
-                d.mkdir(parents=True, exist_ok=True)
-            if "cpu" in dirs:
-                (dirs["cpu"] / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-                # 1000 millicores = one full period per period; the kernel minimum quota is 1 ms.
-                quota = max(1000, res.cpu_millicores * CFS_PERIOD_US // 1000) if res.cpu_millicores else -1
-                (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
-            if "memory" in dirs:
-                limit = res.memory_mb * 1024 * 1024 if res.memory_mb else -1
-                # The swap limit too, or the limit only bounds RAM and the rest spills to swap
-                # (if any). The order depends on what a reused (leftover) cgroup holds now.
-                mem = dirs["memory"]
-                for name, value in memory_limit_writes(limit, _read_int(mem / MEMORY), (mem / MEMSW).exists()):
-                    (mem / name).write_text(str(value))
-        except OSError as exc:
-            raise RuntimeFailure(f"cgroup setup for {w.workload_id}: {exc}") from exc
-        return [str(d / "tasks") for d in dirs.values()]
-
-    def _cleanup_cgroups(self, meta: ProcessMeta) -> None:
-        for d in self._meta_cg_dirs(meta).values():
-            with contextlib.suppress(OSError):  # busy (a straggler still inside) or already gone
-                d.rmdir()
+        return self._cg.recorded_dirs(meta.cgroups, meta.workload_id)
 
     def _cgroup_pids(self, meta: ProcessMeta) -> list[int]:
-        pids: set[int] = set()
-        for d in self._meta_cg_dirs(meta).values():
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
-        return sorted(pids)
+        return self._cg.pids(meta.cgroups, meta.workload_id)
 
     # ---- state files ---------------------------------------------------------------------------
 
@@ -298,7 +233,7 @@ class ProcessRuntime:
     def _cpu_ns(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
         if (self._cgroups or meta.cgroups) and "cpuacct" in dirs:
-            v = _read_int(dirs["cpuacct"] / "cpuacct.usage")
+            v = read_int(dirs["cpuacct"] / "cpuacct.usage")
             if v is not None:
                 return v
         return ticks_to_ns(sum(info.cpu_ticks for pid in self._members(meta) if (info := proc_info(pid))))
@@ -306,7 +241,7 @@ class ProcessRuntime:
     def _memory(self, meta: ProcessMeta) -> int:
         dirs = self._meta_cg_dirs(meta)
         if (self._cgroups or meta.cgroups) and "memory" in dirs:
-            v = _read_int(dirs["memory"] / "memory.usage_in_bytes")
+            v = read_int(dirs["memory"] / "memory.usage_in_bytes")
             if v is not None:
                 return v
         total = 0
@@ -434,7 +369,7 @@ class ProcessRuntime:
         resolved = shutil.which(exe, path=env["PATH"]) if "/" not in exe else exe
         if resolved is None or not os.access(Path(cwd, resolved), os.X_OK):
             raise RuntimeFailure(f"command {exe!r} not found or not executable", code="InvalidSpec", terminal=True)
-        cg_tasks = self._setup_cgroups(w) if self._cgroups else []
+        cg_tasks = self._cg.setup(w) if self._cgroups else []
         if run_as.switches and iso is None:  # the wrapper moves itself in after the switch: it needs write access
             for tasks in cg_tasks:
                 os.chown(tasks, run_as.uid, run_as.gid)
@@ -516,7 +451,7 @@ class ProcessRuntime:
                 meta.exit_code = meta.exit_code if meta.exit_code is not None else code
         meta.finished_at = meta.finished_at or time.time()
         self._save(meta)
-        self._cleanup_cgroups(meta)
+        self._cg.remove(meta.cgroups, meta.workload_id)
         self._remove_secrets(workload_id)  # values live only while it runs
 
     def _remove_secrets(self, workload_id: str) -> None:

@@ -108,32 +108,33 @@ class ClusterView:
                 async for msg in self.client.watch_objects(kind):
                     if msg.type == "SYNCED":
                         synced = True
-                        gone = set(store) - set(fresh)
-                        store.clear()
-                        store.update(fresh)
-                        if kind == "workloads":
-                            self.phases = phase_counts(store.values())
-                        else:
-                            self.node_sums = NodeSums(store.values())
-                        self._synced[kind].set()
-                        self._notify((kind, *(f"{single}/{i}" for i in gone)))
-                        continue
-                    target = store if synced else fresh
-                    old = target.pop(msg.id, None) if msg.type == "DELETED" else target.get(msg.id)
-                    if msg.type != "DELETED":
-                        target[msg.id] = json.loads(msg.json)
-                    if synced:
-                        self._count(kind, old, target.get(msg.id))
-                    if not synced:
-                        self.loading[kind] = len(fresh)
-                    if synced:
+                        self._synced_with(kind, store, fresh)
+                    elif synced:
+                        old = _applied(store, msg)
+                        self._count(kind, old, store.get(msg.id))
                         self._notify((kind, f"{single}/{msg.id}"))
+                    else:
+                        _applied(fresh, msg)
+                        self.loading[kind] = len(fresh)
             except SchedulerError as err:
                 if err.code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
                     log.info("dashboard: %s watch refused (%s); reopened by the next session", kind, err.message)
                     raise
                 log.info("dashboard: %s watch ended (%s); reopening", kind, err.message)
             await asyncio.sleep(RETRY_SECONDS)
+
+    def _synced_with(self, kind: str, store: dict[str, dict[str, Any]], fresh: dict[str, dict[str, Any]]) -> None:
+        """The list is complete: it replaces what was kept, the sums are counted again and pages
+        showing what is gone are told."""
+        gone = set(store) - set(fresh)
+        store.clear()
+        store.update(fresh)
+        if kind == "workloads":
+            self.phases = phase_counts(store.values())
+        else:
+            self.node_sums = NodeSums(store.values())
+        self._synced[kind].set()
+        self._notify((kind, *(f"{kind[:-1]}/{i}" for i in gone)))
 
     def _count(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for doc, sign in ((old, -1), (new, 1)):
@@ -166,3 +167,12 @@ class ClusterView:
             yield listener
         finally:
             self._listeners.discard(listener)
+
+
+def _applied(target: dict[str, dict[str, Any]], msg: Any) -> dict[str, Any] | None:
+    """One watch change applied to `target`; the document it replaced or deleted."""
+    if msg.type == "DELETED":
+        return target.pop(msg.id, None)
+    old = target.get(msg.id)
+    target[msg.id] = json.loads(msg.json)
+    return old

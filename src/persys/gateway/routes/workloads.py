@@ -19,38 +19,7 @@ from persys.scheduler.view_models import Explanation, WorkloadView
 def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRouter:
     router = APIRouter()
 
-    @router.post("/v1/workloads", tags=["workloads"], openapi_extra=MANIFEST_BODY,
-                 responses={201: {"description": "Created"}, **SCHEDULER_ERRORS, **TOO_LARGE})
-    async def apply_workload(request: Request, dry_run: bool = Query(False, alias="dryRun")) -> JSONResponse:
-        """Create or update a workload from a manifest (JSON, or YAML)."""
-        try:
-            doc = await parser.parse(bodies.manifest, await request.body())
-        except bodies.BodyError as err:
-            return bad_body(err)
-        result = await client.apply(doc, dry_run=dry_run)
-        return JSONResponse(result, status_code=201 if result["created"] and not dry_run else 200)
-
-    @router.post("/v1/workloads:batch", tags=["workloads"], openapi_extra=BATCH_BODY,
-                 responses={**SCHEDULER_ERRORS, **TOO_LARGE})
-    async def apply_workloads(request: Request) -> JSONResponse:
-        """Create or update many workloads: a JSON (or YAML) list of manifests. New workloads are
-        written many per store transaction; results come back in order. An invalid manifest
-        refuses the whole batch before anything is written."""
-        try:
-            docs = await parser.parse(bodies.manifests, await request.body())
-        except bodies.BodyError as err:
-            return bad_body(err)
-        return JSONResponse({"items": await client.apply_many(docs)})
-
-    @router.post("/v1/plan", tags=["placement"], openapi_extra=MANIFEST_BODY,
-                 responses={**SCHEDULER_ERRORS, **TOO_LARGE})
-    async def plan(request: Request) -> JSONResponse:
-        """Dry run: where a manifest's replicas would be placed now, and why. Writes nothing."""
-        try:
-            doc = await parser.parse(bodies.manifest, await request.body())
-        except bodies.BodyError as err:
-            return bad_body(err)
-        return JSONResponse(await client.plan(doc))
+    _manifest_routes(router, client, parser)
 
     @router.get("/v1/workloads/{workload_id}/explain", tags=["placement"], response_model=None,
                 responses={**answers(Explanation), **SCHEDULER_ERRORS,
@@ -87,3 +56,40 @@ def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRo
         return JSONResponse(await client.control(workload_id, action))
 
     return router
+
+
+def _manifest_routes(router: APIRouter, client: SchedulerClient, parser: bodies.BodyParser) -> None:
+    """The routes that take manifests in their body: apply, a batch, a plan."""
+
+    @router.post("/v1/workloads", tags=["workloads"], openapi_extra=MANIFEST_BODY,
+                 responses={201: {"description": "Created"}, **SCHEDULER_ERRORS, **TOO_LARGE})
+    async def apply_workload(request: Request, dry_run: bool = Query(False, alias="dryRun")) -> JSONResponse:
+        """Create or update a workload from a manifest (JSON, or YAML)."""
+        try:
+            doc = await parser.parse(bodies.manifest, await request.body())
+        except bodies.BodyError as err:
+            return bad_body(err)
+        result = await client.apply(doc, dry_run=dry_run)
+        return JSONResponse(result, status_code=201 if result["created"] and not dry_run else 200)
+
+    @router.post("/v1/workloads:batch", tags=["workloads"], openapi_extra=BATCH_BODY,
+                 responses={**SCHEDULER_ERRORS, **TOO_LARGE})
+    async def apply_workloads(request: Request) -> JSONResponse:
+        """Create or update many workloads: a JSON (or YAML) list of manifests. New workloads are
+        written many per store transaction; results come back in order. An invalid manifest
+        refuses the whole batch before anything is written."""
+        try:
+            docs = await parser.parse(bodies.manifests, await request.body())
+        except bodies.BodyError as err:
+            return bad_body(err)
+        return JSONResponse({"items": await client.apply_many(docs)})
+
+    @router.post("/v1/plan", tags=["placement"], openapi_extra=MANIFEST_BODY,
+                 responses={**SCHEDULER_ERRORS, **TOO_LARGE})
+    async def plan(request: Request) -> JSONResponse:
+        """Dry run: where a manifest's replicas would be placed now, and why. Writes nothing."""
+        try:
+            doc = await parser.parse(bodies.manifest, await request.body())
+        except bodies.BodyError as err:
+            return bad_body(err)
+        return JSONResponse(await client.plan(doc))

@@ -45,8 +45,35 @@ def detect(
     restart_policy: Callable[[str], RestartPolicy | None],
     now: float,
 ) -> list[Drift]:
-    found: list[Drift] = []
+    found = _unassigned(node_id, assigned, reports, placement_of, restart_policy)
     by_instance = {r.instance: r for r in reports}
+    for inst, a in assigned.items():
+        rep = by_instance.get(inst)
+        if rep is None:
+            if complete and now - a.created_at > MISSING_AFTER_SECONDS:
+                found.append(Drift("missing", inst, f"assigned to {node_id} but its agent does not report it",
+                                   "the desired state is sent to the agent again"))
+            continue
+        if a.desired_state == DesiredState.RUNNING and rep.phase in (Phase.STOPPED, Phase.FAILED):
+            found.append(Drift("unexpected-stop", inst, "desired Running but the agent reports it "
+                                                       f"{rep.phase.value.lower()}",
+                               _stop_action(rep, restart_policy(inst))))
+        elif rep.phase == Phase.RUNNING and rep.revision and rep.revision != a.revision:
+            found.append(Drift("revision", inst, f"the agent runs revision {rep.revision}, desired {a.revision}",
+                               "the agent replaces it with the desired revision"))
+    return found
+
+
+def _unassigned(
+    node_id: str,
+    assigned: Mapping[str, Assignment],
+    reports: Sequence[Reported],
+    placement_of: Callable[[str], str | None],
+    restart_policy: Callable[[str], RestartPolicy | None],
+) -> list[Drift]:
+    """What the node runs without it being assigned there: an orphan, or a stale copy of an
+    instance assigned elsewhere."""
+    found: list[Drift] = []
     for r in reports:
         if r.instance in assigned:
             continue
@@ -58,27 +85,16 @@ def detect(
             found.append(Drift("stale-copy", r.instance, f"it is assigned to {elsewhere}, not {node_id}",
                                f"the agent on {node_id} stops it: it is not in that node's desired state"))
         # Not assigned anywhere: being deleted or rescheduled; the agent removes it in the normal flow.
-    for inst, a in assigned.items():
-        rep = by_instance.get(inst)
-        if rep is None:
-            if complete and now - a.created_at > MISSING_AFTER_SECONDS:
-                found.append(Drift("missing", inst, f"assigned to {node_id} but its agent does not report it",
-                                   "the desired state is sent to the agent again"))
-            continue
-        if a.desired_state == DesiredState.RUNNING and rep.phase in (Phase.STOPPED, Phase.FAILED):
-            policy = restart_policy(inst)
-            if rep.terminal:
-                action = "none: the failure is terminal; apply a corrected spec"
-            elif policy == RestartPolicy.NEVER:
-                action = "none: restartPolicy is Never"
-            else:
-                action = f"the agent restarts it with backoff (restartPolicy {policy})"
-            found.append(Drift("unexpected-stop", inst, "desired Running but the agent reports it "
-                                                       f"{rep.phase.value.lower()}", action))
-        elif rep.phase == Phase.RUNNING and rep.revision and rep.revision != a.revision:
-            found.append(Drift("revision", inst, f"the agent runs revision {rep.revision}, desired {a.revision}",
-                               "the agent replaces it with the desired revision"))
     return found
+
+
+def _stop_action(rep: Reported, policy: RestartPolicy | None) -> str:
+    """What follows an unexpected stop: nothing (terminal, or restartPolicy Never) or a restart."""
+    if rep.terminal:
+        return "none: the failure is terminal; apply a corrected spec"
+    if policy == RestartPolicy.NEVER:
+        return "none: restartPolicy is Never"
+    return f"the agent restarts it with backoff (restartPolicy {policy})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,22 +97,9 @@ def judge(
     long a node never heard since `since` keeps its stored status (at least `grace`)."""
     grace_from = grace_from or {}
     unheard_for = max(grace, restart_grace)
-    transitions: list[Transition] = []
-    for node_id, status in nodes.items():
-        last = heard.get(node_id)
-        if last is not None:
-            alive = now - last <= grace
-            if alive and status != NodeStatus.READY:
-                transitions.append(Transition(node_id, True, "Heartbeating"))
-            elif not alive and status == NodeStatus.READY:
-                transitions.append(Transition(
-                    node_id, False, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)"))
-        elif status == NodeStatus.READY:
-            due = max(since + unheard_for, grace_from.get(node_id, since) + grace)
-            if now > due:
-                transitions.append(Transition(
-                    node_id, False, f"no heartbeat since this scheduler became active {now - since:.0f}s ago "
-                    f"(restart grace {unheard_for:.0f}s)"))
+    transitions = [t for node_id, status in nodes.items()
+                   if (t := _transition(node_id, status, heard.get(node_id), now, since, grace, unheard_for,
+                                        grace_from.get(node_id, since))) is not None]
     lost = sum(1 for t in transitions if not t.ready)
     judged = len(nodes)
     trips = (config.max_seconds > 0 and judged >= config.min_nodes
@@ -150,6 +137,24 @@ def judge(
     else:
         guard = GuardState(judged=judged, silent=lost, armed=guard.armed or not trips)
     return Verdict(transitions, guard, events)
+
+
+def _transition(node_id: str, status: NodeStatus, last: float | None, now: float, since: float, grace: float,
+                unheard_for: float, grace_start: float) -> Transition | None:
+    """One node's change of readiness, if any: heard within the grace period is Ready; silent
+    past it is NotReady; never heard since `since`, it keeps its stored status for `unheard_for`
+    (and `grace` past a later start of its grace period, `grace_start`)."""
+    if last is not None:
+        alive = now - last <= grace
+        if alive and status != NodeStatus.READY:
+            return Transition(node_id, True, "Heartbeating")
+        if not alive and status == NodeStatus.READY:
+            return Transition(node_id, False, f"no heartbeat for {now - last:.0f}s (grace {grace:.0f}s)")
+        return None
+    if status == NodeStatus.READY and now > max(since + unheard_for, grace_start + grace):
+        return Transition(node_id, False, f"no heartbeat since this scheduler became active {now - since:.0f}s ago "
+                          f"(restart grace {unheard_for:.0f}s)")
+    return None
 
 
 def end_suspension(guard: GuardState, via: str) -> tuple[GuardState, GuardEvent | None]:

@@ -2,6 +2,11 @@
 
 The scheduler converts its own model into these types; the engine never sees anything else
 (Nomad-style: decisions are a pure function of a snapshot plus a request).
+
+Over 500 lines, kept whole while scheduler/ is reorganised into role packages (#32): the
+engine's input types (nodes, requests, constraints) and the indexed snapshot are read together
+by every filter and scorer; the reservation ledger (Reservation ... Reservations,
+apply_reserved) is the part to move out once the packages settle.
 """
 
 from __future__ import annotations

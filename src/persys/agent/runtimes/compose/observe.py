@@ -4,7 +4,7 @@ exit code rolled up from every service's containers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from persys.agent.runtimes.base import ObservedWorkload, RuntimeState
@@ -54,6 +54,32 @@ class ServiceContainer:
         return f"exited({self.exit_code})" if self.status == "exited" else self.status
 
 
+@dataclass
+class _Tally:
+    """What the services' containers add up to, service by service."""
+
+    failed: list[tuple[str, int | None]] = field(default_factory=list)
+    any_running: bool = False
+    all_up: bool = True
+    exit_code: int | None = None  # the first non-zero exit code of a stopped container
+
+    def missing(self, svc: str) -> None:
+        self.failed.append((svc, None))
+        self.all_up = False
+
+    def add(self, svc: str, cs: Sequence[ServiceContainer]) -> None:
+        for c in cs:
+            if c.running:
+                self.any_running = True
+                continue
+            if c.status in ("exited", "dead") and not self.exit_code:
+                self.exit_code = c.exit_code
+            if c.failed:
+                self.failed.append((svc, c.exit_code))
+            if not (c.status == "exited" and c.exit_code == 0):
+                self.all_up = False
+
+
 def rollup(
     containers: Sequence[ServiceContainer], expected: Sequence[str], stopped: bool
 ) -> tuple[RuntimeState, str, int | None, float]:
@@ -66,40 +92,41 @@ def rollup(
     for c in containers:
         by_service.setdefault(c.service, []).append(c)
     parts: list[str] = []
-    failed: list[tuple[str, int | None]] = []
-    any_running, all_up = False, True
-    exit_code: int | None = None
+    t = _Tally()
     for svc in sorted(by_service):
         cs = by_service[svc]
-        if not cs:
+        if cs:
+            parts.append(_service_part(svc, cs))
+            t.add(svc, cs)
+        else:
             parts.append(f"{svc}: missing")
-            failed.append((svc, None))
-            all_up = False
-            continue
-        states = [c.describe() for c in cs]
-        parts.append(f"{svc}: {states[0]}" if len(set(states)) == 1 and len(cs) == 1
-                     else f"{svc}: " + "/".join(f"{states.count(s)} {s}" for s in sorted(set(states))))
-        for c in cs:
-            if c.running:
-                any_running = True
-                continue
-            if c.status in ("exited", "dead") and not exit_code:
-                exit_code = c.exit_code
-            if c.failed:
-                failed.append((svc, c.exit_code))
-            if not (c.status == "exited" and c.exit_code == 0):
-                all_up = False
+            t.missing(svc)
     summary = ", ".join(parts)
     started = min((c.started_at for c in containers if c.running and c.started_at), default=0.0)
-    if stopped and not any_running:
-        return RuntimeState.STOPPED, summary, exit_code, 0.0
-    if failed:
-        names = ", ".join(f"{s} (no container)" if code is None else f"{s} (exit code {code})" for s, code in failed)
-        first = next((code for _, code in failed if code is not None), None)
-        return RuntimeState.FAILED, f"failed: {names}; {summary}", first, started
-    if any_running and all_up:
+    if stopped and not t.any_running:
+        return RuntimeState.STOPPED, summary, t.exit_code, 0.0
+    if t.failed:
+        return _failed(t.failed, summary, started)
+    if t.any_running and t.all_up:
         return RuntimeState.RUNNING, summary, None, started
-    return RuntimeState.STOPPED, summary, exit_code, started
+    return RuntimeState.STOPPED, summary, t.exit_code, started
+
+
+def _service_part(svc: str, cs: Sequence[ServiceContainer]) -> str:
+    """`web: running`, or for several containers `web: 2 running/1 exited(1)`."""
+    states = [c.describe() for c in cs]
+    if len(set(states)) == 1 and len(cs) == 1:
+        return f"{svc}: {states[0]}"
+    return f"{svc}: " + "/".join(f"{states.count(s)} {s}" for s in sorted(set(states)))
+
+
+def _failed(
+    failed: Sequence[tuple[str, int | None]], summary: str, started: float
+) -> tuple[RuntimeState, str, int | None, float]:
+    """Failed, naming each failed service; the exit code is the first one a container reported."""
+    names = ", ".join(f"{s} (no container)" if code is None else f"{s} (exit code {code})" for s, code in failed)
+    first = next((code for _, code in failed if code is not None), None)
+    return RuntimeState.FAILED, f"failed: {names}; {summary}", first, started
 
 
 def observe(

@@ -28,7 +28,7 @@ from persys.agent.runtimes.microvm.kernel import KernelFormatError, ensure_elf_k
 from persys.agent.runtimes.microvm.qemu import QemuHypervisor
 from persys.agent.runtimes.node_paths import NodePaths
 from persys.agent.runtimes.workdir import WorkDirs, tail_text
-from persys.model.workload import MicroVMSpec
+from persys.model.vm_spec import MicroVMSpec
 from persys.security.private_files import private_dir
 
 # Preference order for `hypervisor: auto`: Firecracker whenever it is installed.

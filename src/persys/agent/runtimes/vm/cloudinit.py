@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from persys.model.workload import CloudInit
+from persys.model.vm_spec import CloudInit
 
 VOLUME_ID = "cidata"
 

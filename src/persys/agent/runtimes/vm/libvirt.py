@@ -119,18 +119,23 @@ def map_state(lv: Any, state: int, reason: int) -> tuple[RuntimeState, int | Non
     if state == lv.VIR_DOMAIN_CRASHED:
         return RuntimeState.FAILED, None, "guest crashed"
     if state == lv.VIR_DOMAIN_SHUTOFF:
-        if reason == lv.VIR_DOMAIN_SHUTOFF_SHUTDOWN:
-            return RuntimeState.STOPPED, 0, "guest powered off"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_DESTROYED:
-            return RuntimeState.STOPPED, None, "powered off from the host"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_CRASHED:
-            return RuntimeState.FAILED, None, "guest crashed"
-        if reason == lv.VIR_DOMAIN_SHUTOFF_FAILED:
-            return RuntimeState.FAILED, None, "QEMU failed to start the VM"
-        if reason == getattr(lv, "VIR_DOMAIN_SHUTOFF_DAEMON", -1):
-            return RuntimeState.FAILED, None, "QEMU ended while libvirtd was down"
-        return RuntimeState.STOPPED, None, "not running"
+        return _shutoff_state(lv, reason)
     return RuntimeState.FAILED, None, f"unknown domain state {state}/{reason}"
+
+
+def _shutoff_state(lv: Any, reason: int) -> tuple[RuntimeState, int | None, str]:
+    """A shut-off domain by why it stopped: only a guest's own power-off is a clean exit."""
+    if reason == lv.VIR_DOMAIN_SHUTOFF_SHUTDOWN:
+        return RuntimeState.STOPPED, 0, "guest powered off"
+    if reason == lv.VIR_DOMAIN_SHUTOFF_DESTROYED:
+        return RuntimeState.STOPPED, None, "powered off from the host"
+    if reason == lv.VIR_DOMAIN_SHUTOFF_CRASHED:
+        return RuntimeState.FAILED, None, "guest crashed"
+    if reason == lv.VIR_DOMAIN_SHUTOFF_FAILED:
+        return RuntimeState.FAILED, None, "QEMU failed to start the VM"
+    if reason == getattr(lv, "VIR_DOMAIN_SHUTOFF_DAEMON", -1):
+        return RuntimeState.FAILED, None, "QEMU ended while libvirtd was down"
+    return RuntimeState.STOPPED, None, "not running"
 
 
 def sum_indexed(stats: Mapping[str, Any], group: str, key: str) -> int:

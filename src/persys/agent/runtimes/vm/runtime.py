@@ -13,6 +13,12 @@ blocks, so each runs in a worker thread (`libvirt.py` holds the binding and the 
 Hardware acceleration is chosen by `detect_accelerator()` (`runtimes/kvm.py`), which really runs a
 few instructions under KVM: where /dev/kvm exists but KVM is unusable or emulated (nested
 virtualisation), domains fall back to `type='qemu'` (TCG).
+
+Over 500 lines on purpose: one class, the Runtime protocol for libvirt domains. What it builds
+on has its own module (domain XML, images and their download, cloud-init, the libvirt binding,
+data disks, consoles);
+what remains is one domain's life (start, adopt, observe, stop, remove, logs, exec), whose steps
+share the per-workload lock and the connection.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from persys.agent.runtimes.vm.libvirt import (
     version_str,
 )
 from persys.agent.runtimes.workdir import tail_text, workload_dir
-from persys.model.workload import VMSpec
+from persys.model.vm_spec import VMSpec
 
 LABEL_CLUSTER = "persys.cluster"  # the cluster's id (security.cluster_id), in new domains' labels and names
 

@@ -50,7 +50,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> 
     Proc("certs", persys("certs", "init", "--dir", str(pki), "--node", NODE), tmp).proc.wait(30)  # type: ignore[union-attr]
     scheduler = Proc("scheduler", persys("scheduler", "--listen", "127.0.0.1:0", "--store", etcd.url,
                                          "--events", redis.url, "--tls-dir", str(pki),
-                                         "--data-dir", str(tmp / "scheduler")), tmp)
+                                         "--data-dir", str(tmp / "scheduler"),
+                                         # An agent restart on a busy machine (load 15) took 16 s:
+                                         # past the default 10 s grace its node was lost and its
+                                         # workloads re-placed, which is not what these tests are about.
+                                         "--node-grace", "60"), tmp)
     sched_port = scheduler.bound_port(SCHEDULER_PORT)
     agent = Proc("agent", persys("agent", "--scheduler", f"127.0.0.1:{sched_port}", "--node-id", NODE,
                                  "--tls-dir", str(pki), "--state-dir", str(tmp / "agent")), tmp)

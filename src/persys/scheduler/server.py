@@ -281,7 +281,8 @@ async def start_scheduler(
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
     # Volumes carry the cluster's id (from the CA its agents trust too), as the agents' drivers name them.
-    scheduler.active_services += volume_services(scheduler, storage, secret_store, cluster_id_of_file(tls.ca))
+    scheduler.active_services += volume_services(scheduler, storage, secret_store,
+                                                 cluster_id_of_file(tls.ca) if storage is not None else "")
     # Buckets on RGW (storage.rgw): served always, so that without an rgw section a call says so.
     rgw = open_rgw(storage.rgw) if storage is not None and storage.rgw is not None else None
     buckets = BucketsService(scheduler, rgw, secret_store, limits)

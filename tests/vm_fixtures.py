@@ -346,6 +346,14 @@ def linked_into(src: Path, where: Path, name: str = "") -> Path:
     return dest
 
 
+def dev_cluster_id(home: Path) -> str:
+    """The cluster id of the `persys dev` run with PERSYS_HOME=home (from its CA, made at start):
+    what it names its volumes on shared backends with (security.cluster_id)."""
+    from persys.security.cluster_id import cluster_id_of_file
+
+    return cluster_id_of_file(home / "dev" / "pki" / "ca.crt")
+
+
 def dev_home(prefix: str, guest: TestGuest) -> tuple[Path, dict[str, str], tuple[Path, Path, Path]]:
     """A PERSYS_HOME for `persys dev` outside pytest's tmp dir (0700: QEMU runs as libvirt-qemu and
     must reach the VM's files), with the guest's kernel, initrd and disk linked under the node

@@ -8,9 +8,14 @@ topic, every part would repeat the channel and fail-over handling.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 import grpc
 
@@ -43,12 +48,42 @@ from persys.tlsfiles import TLSFiles
 
 
 class SchedulerError(Exception):
-    """A refused or failed call, with the gRPC status code name (e.g. NOT_FOUND)."""
+    """A refused or failed call, with the gRPC status code name (e.g. NOT_FOUND). `retry_after`
+    (seconds): the call was shed because the scheduler is overloaded; ask again after that."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after = retry_after
+
+
+# When the request being served should have its answer (a monotonic time), set per request by the
+# gateway for reads (gateway.read_budget): a scheduler call still unanswered then, while the gate
+# says the scheduler is `stalled` (overloaded and answering nothing), is shed as overloaded
+# (503 + Retry-After) instead of answered with a 504 after the timeout; otherwise it keeps the
+# client's own timeout (gateway.scheduler_gate says why). None: writes, other callers.
+ANSWER_BY: ContextVar[float | None] = ContextVar("persys_answer_by", default=None)
+OVERLOAD_RETRY_AFTER_S = 1
+
+
+def overloaded(why: str) -> SchedulerError:
+    return SchedulerError("UNAVAILABLE", f"the scheduler is overloaded: {why}; retry after "
+                          f"{OVERLOAD_RETRY_AFTER_S}s", retry_after=OVERLOAD_RETRY_AFTER_S)
+
+
+class CallGate(Protocol):
+    """Bounds a client's calls in flight (gateway.scheduler_gate): entering waits for a slot at
+    most until `answer_by` and raises SchedulerError (overloaded) when none comes; `stalled` while
+    the calls it let through are not coming back and others wait."""
+
+    def slot(self, answer_by: float | None) -> AbstractAsyncContextManager[None]: ...
+
+    @property
+    def stalled(self) -> bool: ...
+
+
+RECHECK_S = 0.25  # how often a read past its budget looks again whether the scheduler is overloaded
 
 
 def _document(raw: bytes | str) -> dict[str, Any]:
@@ -65,12 +100,13 @@ def _liveness_doc(g: pb.LivenessGuard) -> dict[str, Any]:
 
 
 class SchedulerClient:
-    def __init__(self, target: str, tls: TLSFiles, timeout: float = 10.0) -> None:
+    def __init__(self, target: str, tls: TLSFiles, timeout: float = 10.0, gate: CallGate | None = None) -> None:
         # `target` may list several replicas ("a:7443,b:7443"): every replica serves this API,
         # so an unreachable one is skipped. All calls here are idempotent, so a retry is safe.
         self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.target = target
         self.timeout = timeout
+        self.gate = gate  # None: calls are not bounded here
         self._retired: list[grpc.aio.Channel] = []
         self._dial(tls)
         self._current = 0
@@ -102,7 +138,39 @@ class SchedulerClient:
             await c.close()
 
     async def _call(self, method: str, request: Any, auth: bool = False,
-                    metadata: forwarding.Metadata | None = None, stubs: list[Any] | None = None) -> Any:
+                    metadata: forwarding.Metadata | None = None, stubs: list[Any] | None = None,
+                    gated: bool = True) -> Any:
+        """`gated`: counted in the gate (False: a probe's, which never waits behind API work)."""
+        answer_by = ANSWER_BY.get()
+        if self.gate is None or not gated or answer_by is None:  # the gate bounds reads (gateway.scheduler_gate)
+            return await self._call_any(method, request, auth, metadata, stubs, answer_by)
+        async with self.gate.slot(answer_by):
+            return await self._call_any(method, request, auth, metadata, stubs, answer_by)
+
+    async def _answer(self, call: Any, method: str, answer_by: float | None) -> Any:
+        """The call's answer; past `answer_by`, while the gate says the scheduler is stalled, the
+        call is cancelled (on the scheduler too: its work is dropped) and shed as overloaded."""
+        gate = self.gate
+        if answer_by is None or gate is None:
+            return await call
+        pending = asyncio.ensure_future(call)
+        try:
+            while True:
+                left = answer_by - time.monotonic()
+                done, _ = await asyncio.wait({pending}, timeout=left if left > 0 else RECHECK_S)
+                if done:
+                    return pending.result()
+                if time.monotonic() >= answer_by and gate.stalled:
+                    raise overloaded(f"{method} not answered within the read's budget, and nothing asked of it "
+                                     "comes back while other calls wait")
+        finally:
+            if not pending.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await pending
+
+    async def _call_any(self, method: str, request: Any, auth: bool, metadata: forwarding.Metadata | None,
+                        stubs: list[Any] | None, answer_by: float | None) -> Any:
         # The caller a gateway serves rides along (security.forwarding); `metadata` overrides it.
         md = with_trace_context(forwarding.current() if metadata is None else metadata)
         stubs = stubs or (self._auth_stubs if auth else self._stubs)
@@ -110,7 +178,8 @@ class SchedulerClient:
         for attempt in range(len(stubs)):
             i = (self._current + attempt) % len(stubs)
             try:
-                resp = await getattr(stubs[i], method)(request, timeout=self.timeout, metadata=md or None)
+                call = getattr(stubs[i], method)(request, timeout=self.timeout, metadata=md or None)
+                resp = await self._answer(call, method, answer_by)
                 self._current = i
                 return resp
             except grpc.aio.AioRpcError as err:
@@ -475,7 +544,7 @@ class SchedulerClient:
     async def health(self, as_self: bool = False) -> dict[str, Any]:
         """The health document; `as_self`: asked by this gateway itself, for no caller (/readyz,
         a public probe), instead of on behalf of the request being served."""
-        h = await self._call("Health", pb.HealthRequest(), metadata=() if as_self else None)
+        h = await self._call("Health", pb.HealthRequest(), metadata=() if as_self else None, gated=not as_self)
         return {"mode": h.mode, "storeOk": h.store_ok, "eventsOk": h.events_ok, "storeBackend": h.store_backend,
                 "nodesReady": h.nodes_ready, "workloads": h.workloads, "detail": h.detail,
                 "replicaId": h.replica_id, "active": h.active, "leader": h.leader, "electedAt": h.elected_at,

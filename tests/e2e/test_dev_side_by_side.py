@@ -3,8 +3,8 @@ workload and a compose app of the same names: each keeps its own container and p
 names carry the cluster's id, from the data dir's CA); deleting the workloads in one and restarting
 the other never touches the other's. (They shared `persys-<node>-<workload>` and `persys-<app>`
 and destroyed each other's.) A process workload with a secret file and a local volume alike: its
-cgroup, its secret folder and the loop device of its volume carry its cluster's id, and survive
-the other cluster's restart (startup adoption and cleanup) and deletes."""
+cgroup, its secret folder, its uid claim and the loop device of its volume carry its cluster's id,
+and survive the other cluster's restart (startup adoption and cleanup) and deletes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from persys.agent.runtimes.process_isolation import CLAIMS_DIR, ClaimHolder
 from persys.agent.runtimes.secret_files import RUN_ROOT as SECRETS
 from persys.security.cluster_id import cluster_id_of_file
 from persys.storage import node_mounts as nm
@@ -110,6 +111,8 @@ def test_two_dev_clusters_on_one_engine_keep_apart(tmp_path: Path, docker_engine
             assert Path(secrets).parent.name.startswith(f"{cid}-"), secrets
             assert f"/cluster-{cid}/images/" in loop, loop
         assert objects[0][0] != objects[1][0] and objects[0][1] != objects[1][1]
+        claims = [_claims_of(cid) for cid in cids]  # the host's uid claims, each naming its cluster
+        assert all(len(c) == 1 for c in claims) and set(claims[0]) != set(claims[1]), claims
 
         def project_up(project: str) -> bool:
             label = f"com.docker.compose.project={project}"
@@ -174,11 +177,21 @@ def _remove_process_leftovers(cluster: str, home: Path) -> None:
             subprocess.run(["umount", "-l", m.mount_point], capture_output=True, timeout=30)
     for folder in SECRETS.glob(f"{cluster}-*"):
         subprocess.run(["rm", "-rf", str(folder)], capture_output=True, timeout=30)
-    for claim in Path("/run/persys/uids").glob("*"):
+    for uid in _claims_of(cluster):
         with contextlib.suppress(OSError):
-            if claim.read_text().startswith(f"{home}/"):
-                claim.unlink()
+            (CLAIMS_DIR / str(uid)).unlink()
     for ctl_dir in Path("/sys/fs/cgroup").glob(f"*/persys/{cluster}-twin-node"):
         for cg in [*(d for d in ctl_dir.iterdir() if d.is_dir()), ctl_dir]:
             with contextlib.suppress(OSError):  # emptied by the kill: gone once the kernel reaps
                 cg.rmdir()
+
+
+def _claims_of(cluster: str) -> dict[int, ClaimHolder]:
+    """The uid claims on this host that name `cluster`."""
+    out = {}
+    for claim in CLAIMS_DIR.glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            holder = ClaimHolder.parse(claim.read_text())
+            if holder is not None and holder.cluster == cluster:
+                out[int(claim.name)] = holder
+    return out

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.nfs_server import NfsServer
-from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-NFS-MARKER"
@@ -34,6 +34,7 @@ def test_a_vm_reads_what_the_host_wrote_on_its_nfs_volume(nfs_server: NfsServer,
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
+        on_server /= f"cluster-{dev_cluster_id(home)}"  # the cluster's own folder on the export
         node = json.loads(ctl("get", "node", "nfs-node", "-o", "json", env=env).stdout)
         drivers = node["capabilities"]["storageDrivers"]
         assert "nfs:vm-disk" in drivers and "nfs:filesystem" not in drivers, drivers

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from persys.storage.ceph_rbd import image_name
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
-from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-RBD-MARKER"
@@ -37,8 +38,12 @@ def test_a_vm_reads_what_the_host_wrote_on_its_rbd_volume(ceph_cluster: CephClus
     ceph_cluster.write_image(vol, 64, MARKER)
     dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "rbd-node", "--storage", str(storage)),
                home, env=env)
+    scratch = "rbd-vm-scratch"
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
+        # The cluster names its images with its id; the image written before (as one made before
+        # cluster ids) is adopted under its own name, never copied or duplicated.
+        scratch = image_name(dev_cluster_id(home), "rbd-vm-scratch")
         node = json.loads(ctl("get", "node", "rbd-node", "-o", "json", env=env).stdout)
         missing = node["capabilities"]["storageMissing"]["ceph-rbd"]
         assert "secret ceph-node" in missing and "ceph-rbd:vm-disk" not in node["capabilities"]["storageDrivers"]
@@ -92,16 +97,17 @@ spec:
         why, _ = eventually(lambda: "offered for VM disks only" in (t := ctl("describe", "workload", "rbd-box",
                                                                            env=env).stdout) and t, 30, "refusal")
         assert "ceph-rbd offered for VM disks only" in why
-        assert "rbd-vm-scratch" in ceph_cluster.images()  # provisioned by the controller, attached as vdc
+        assert scratch in ceph_cluster.images()  # provisioned by the controller, attached as vdc
+        assert image_name(dev_cluster_id(home), vol) not in ceph_cluster.images()  # the old image adopted
         for name in ("rbd-box", "rbd-vm"):
             ctl("delete", "workload", name, env=env)
         # The inline volume goes with its workload: its image is removed from the pool.
-        eventually(lambda: "rbd-vm-scratch" not in ceph_cluster.images(), 60, "the inline volume's image removed")
+        eventually(lambda: scratch not in ceph_cluster.images(), 60, "the inline volume's image removed")
         ctl("delete", "volume", vol, env=env)
         eventually(lambda: ctl("get", "volume", vol, env=env, check=False).returncode != 0, 60, "volume deleted")
         assert vol not in ceph_cluster.images()  # checked in Ceph: the claimed volume's image is gone too
     finally:
         dev.stop(signal.SIGINT)
-        for name in (vol, "rbd-vm-scratch"):
+        for name in (vol, scratch):
             ceph_cluster.remove_image(name)
         shutil.rmtree(home, ignore_errors=True)

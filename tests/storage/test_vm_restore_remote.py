@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from persys.storage.ceph_rbd import image_name
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.nfs_server import NfsServer
-from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_home, test_guest, vm_host  # noqa: F401
+from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 BEFORE = b"PERSYS-SNAPSHOTTED-DATA"  # in the volume when the snapshot is taken
@@ -106,6 +107,7 @@ def test_nfs_restore_and_clone_carry_the_data(nfs_server: NfsServer, test_guest:
                home, env=env)
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
+        on_server /= f"cluster-{dev_cluster_id(home)}"  # the cluster's own folder on the export
         _restore_clone_and_read_back(env, "nfs", names, write, vm)
         for vol in names.values():  # checked on the server: their images left the export
             assert not (on_server / f"{vol}.img").exists()
@@ -128,14 +130,16 @@ def test_rbd_restore_and_clone_carry_the_data(ceph_cluster: CephCluster, test_gu
     def write(vol: str, data: bytes) -> None:
         import rbd
 
-        with ceph_cluster.pool_io() as io, rbd.Image(io, vol) as img:
+        with ceph_cluster.pool_io() as io, rbd.Image(io, image_name(cid, vol)) as img:
             img.write(data, 0)
             img.flush()
 
     dev = Proc("dev", persys("dev", "--port", "0", "--node-id", "rbd-restore", "--storage", str(storage)),
                home, env=env)
+    cid = ""
     try:
         dev.wait_for("Press Ctrl-C to stop.", timeout=90)
+        cid = dev_cluster_id(home)  # its images are named with it
         ctl("apply", "-f", "-", env=env, stdin=f"""
 apiVersion: persys.dev/v1
 kind: Secret
@@ -146,12 +150,12 @@ stringData: {{key: "{ceph_cluster.node_key}"}}
                                                              .stdout)["capabilities"]["storageDrivers"],
                    90, "the node advertising ceph-rbd once its key is in the secret store")
         _restore_clone_and_read_back(env, "ceph-rbd", names, write, vm)
-        left = [vol for vol in names.values() if vol in ceph_cluster.images()]
+        left = [vol for vol in names.values() if image_name(cid, vol) in ceph_cluster.images()]
         assert not left, f"images left in the pool: {left}"  # checked in Ceph
     finally:
         dev.stop(signal.SIGINT)
         for vol in (names["restored"], names["cloned"], names["orig"]):  # clones before their parent
-            _purge(ceph_cluster, vol)
+            _purge(ceph_cluster, image_name(cid, vol))
         shutil.rmtree(home, ignore_errors=True)
 
 

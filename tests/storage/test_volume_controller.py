@@ -13,6 +13,7 @@ import pytest
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.scheduler.state import Versioned
 from persys.scheduler.volume_controller import actions
+from persys.security.cluster_id import cluster_id_of_file
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.nfs_server import NfsServer
@@ -58,7 +59,8 @@ def volume(name: str, size: int = 16, **spec: Any) -> dict[str, Any]:
 
 
 def test_provision_clone_grow_delete(cluster: GatewayCluster, nfs_server: NfsServer) -> None:
-    images = nfs_server.folder / "persys"
+    # The cluster's own folder on the export (its id from the CA: security.cluster_id).
+    images = nfs_server.folder / "persys" / f"cluster-{cluster_id_of_file(cluster.pki / 'ca.crt')}"
     with cluster.client() as http:
         assert http.post("/v1/volumes", json=volume("base")).status_code == 201
         eventually(lambda: http.get("/v1/volumes/base").json()["phase"] == "Available", 60, "base provisioned")

@@ -243,7 +243,7 @@ class Agent:
         while True:
             try:
                 key = (await self.link.resolve_storage_key("ceph-rbd", ceph.secret_name)).decode().strip()
-                driver = await asyncio.to_thread(open_ceph, ceph, self.config.node_id, key)
+                driver = await asyncio.to_thread(open_ceph, ceph, self.config.node_id, self.config.cluster_id, key)
                 break
             except grpc.aio.AioRpcError as err:
                 why = f"its cephx key (secret {ceph.secret_name}) not handed out: {(err.details() or '')[:300]}"

@@ -31,6 +31,7 @@ from persys.gateway.http_metrics import HttpMetrics, metrics_router
 from persys.gateway.intelligence_routes import intelligence_api, intelligence_routes
 from persys.gateway.join_routes import join_router
 from persys.gateway.policy_routes import policy_router
+from persys.gateway.read_budget import ReadBudget
 from persys.gateway.routes.admin import admin_routes, event_routes
 from persys.gateway.routes.agent_proxy import agent_routes
 from persys.gateway.routes.common import HTTP_STATUS
@@ -45,6 +46,7 @@ from persys.gateway.routes.streams import stream_routes
 from persys.gateway.routes.terminal_routes import terminal_routes
 from persys.gateway.routes.whatif_routes import whatif_routes
 from persys.gateway.routes.workloads import workload_routes
+from persys.gateway.scheduler_gate import SchedulerGate
 from persys.gateway.schemas import add_components
 from persys.gateway.secret_routes import SECRET_BODY_MAX_BYTES, secret_router
 from persys.gateway.shedding import Shedding
@@ -93,8 +95,9 @@ def _post_body_limit(limits: GatewayLimits, path: str) -> int:
 async def _scheduler_error(_req: Request, err: Exception) -> JSONResponse:
     assert isinstance(err, SchedulerError)
     problems = err.message.split("; ") if err.code == "INVALID_ARGUMENT" else []
+    headers = {"retry-after": str(err.retry_after)} if err.retry_after else None  # shed: overloaded
     return JSONResponse({"error": err.message, "code": err.code, "problems": problems},
-                        status_code=HTTP_STATUS.get(err.code, 502))
+                        status_code=HTTP_STATUS.get(err.code, 502), headers=headers)
 
 
 async def _too_large(_req: Request, err: Exception) -> JSONResponse:
@@ -162,6 +165,9 @@ def create_app(client: SchedulerClient, agent_tls: TLSFiles | None = None,
     authorization.install(app, client, app.state.dashboard.websocket_caller)
     # Outside authorization (a token check asks the scheduler too), inside the metrics: a storm is
     # refused at once with 503 + Retry-After beyond the bound, and the refusals are counted.
+    # Inside the shedding: an admitted read is answered within its budget (gateway.read_budget).
+    gate = client.gate if isinstance(client.gate, SchedulerGate) else None
+    app.add_middleware(ReadBudget, seconds=limits.read_budget_s, gate=gate)
     app.add_middleware(Shedding, max_in_flight=limits.max_in_flight)
     # Outside authorization: its refusals are counted and timed too.
     app.add_middleware(HttpMetrics, metrics=metrics, paths=lambda: app.openapi()["paths"])

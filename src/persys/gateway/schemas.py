@@ -82,8 +82,15 @@ SCHEDULER_ERRORS: dict[int | str, dict[str, Any]] = {
     409: _error("Conflict or failed precondition (e.g. the cluster is not in a mode that allows this)"),
     422: {"description": "Invalid parameter or body field (FastAPI validation; `detail` names each)"},
     502: _error("The scheduler or an agent failed in an unexpected way"),
-    503: _error("The scheduler is unreachable, degraded or in recovery"),
-    504: _error("The scheduler did not answer in time"),
+    503: {**_error("The scheduler is unreachable, degraded or in recovery; or overloaded: a read (GET) it cannot "
+                   "answer within the gateway's read budget (`persys gateway --read-budget SECONDS`), or beyond "
+                   "the gateway's bounded queue of scheduler reads, is shed at once with `Retry-After` rather "
+                   "than answered late"),
+          "headers": {"Retry-After": {"description": "Seconds to wait before asking again (sent when the "
+                                                     "request was shed: the gateway or the scheduler is busy)",
+                                      "schema": {"type": "integer", "minimum": 1}}}},
+    504: _error("A write the scheduler did not answer within the gateway's 10 s timeout (it may still have been "
+                "applied: writes are idempotent, ask again); reads are shed with 503 instead"),
 }
 
 

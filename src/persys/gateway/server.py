@@ -17,6 +17,7 @@ from persys.gateway.app import create_app
 from persys.gateway.health_listener import HealthListener, LoopBeat
 from persys.gateway.intelligence_grpc import start_intelligence_grpc
 from persys.gateway.routes.terminal_routes import TERMINAL_FRAME_MAX_BYTES
+from persys.gateway.scheduler_gate import SchedulerGate
 from persys.gateway.tls_gate import HandshakeGate, gated_protocol
 from persys.gateway.tls_reload import ReloadingServerTLS
 from persys.model.limits import GatewayLimits
@@ -84,7 +85,9 @@ async def start_gateway(scheduler_target: str, host: str, port: int, tls: TLSFil
                         grpc_listen: str = "") -> RunningGateway:
     """`grpc_listen` (host:port; port 0 picks one): also serve Persys Intelligence over gRPC."""
     _small_tls_buffers()
-    client = SchedulerClient(scheduler_target, tls)
+    # Bounded calls to the scheduler: an overloaded one sheds with 503 + Retry-After (gateway.scheduler_gate).
+    client = SchedulerClient(scheduler_target, tls,
+                             gate=SchedulerGate((limits or GatewayLimits()).max_scheduler_calls))
     metrics = Metrics()
     # TLS connections taken on at once: more are refused at their ClientHello (gateway.tls_gate).
     gate = HandshakeGate((limits or GatewayLimits()).max_connections)

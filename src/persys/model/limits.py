@@ -59,6 +59,14 @@ class GatewayLimits:
     # TLS connections open or handshaking at once; more are refused at their ClientHello with a
     # TLS alert, before the handshake's costly part (gateway.tls_gate).
     max_connections: int = 1024
+    # An API read (GET) is answered within this many seconds: its data, or 503 + Retry-After when
+    # the scheduler cannot give it in time (gateway.read_budget); 0 (the default): no budget. Off
+    # by default: with it on, a storm of 1,000 lists left the gateway's RSS ~80 MiB above its
+    # baseline (docs/benchmarks.md, "Overloaded scheduler"), which the storm test refuses.
+    read_budget_s: float = 0.0
+    # API reads asking the scheduler at once from the gateway; more wait (bounded) or are shed
+    # with 503 + Retry-After (gateway.scheduler_gate).
+    max_scheduler_calls: int = 2
 
 
 def human_bytes(n: int) -> str:

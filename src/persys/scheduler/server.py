@@ -63,6 +63,7 @@ from persys.scheduler.workload_policy import PolicyGate
 from persys.secrets.base import SecretStore, SecretStoreError
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store
+from persys.security.cluster_id import cluster_id_of_file
 from persys.security.grpc_tls import server_credentials, server_options
 from persys.security.metrics_access import serve_metrics
 from persys.security.signer import CertificateSigner
@@ -123,14 +124,15 @@ class RunningScheduler:
         await self.store.close()
 
 
-def volume_services(scheduler: Scheduler, storage: StorageConfig | None, secrets: SecretStore | None = None
-                    ) -> list[Callable[[], Coroutine[None, None, None]]]:
+def volume_services(scheduler: Scheduler, storage: StorageConfig | None, secrets: SecretStore | None = None,
+                    cluster_id: str = "") -> list[Callable[[], Coroutine[None, None, None]]]:
     """The volume controller over the network backends of `storage` (none: no controller). A
     ceph-rbd section without keyFile takes its key from the secret store: the controller starts
-    without that driver and adds it once the secret is there."""
+    without that driver and adds it once the secret is there. `cluster_id`: the cluster's, as its
+    agents name volumes with it (storage.probe.build_drivers)."""
     if storage is None:
         return []
-    built = build_drivers(storage, "scheduler", ceph=open_ceph)
+    built = build_drivers(storage, "scheduler", ceph=open_ceph, cluster_id=cluster_id)
     keyed = storage.ceph is not None and isinstance(built.get("ceph-rbd"), str) and not storage.ceph.key_file
     for name, why in built.items():
         if isinstance(why, str) and not (name == "ceph-rbd" and keyed):
@@ -142,7 +144,7 @@ def volume_services(scheduler: Scheduler, storage: StorageConfig | None, secrets
         if not keyed or storage.ceph is None:
             await controller.run()
             return
-        keying = asyncio.create_task(_add_keyed_ceph(controller, drivers, storage.ceph, secrets))
+        keying = asyncio.create_task(_add_keyed_ceph(controller, drivers, storage.ceph, secrets, cluster_id))
         try:
             await controller.run()
         finally:
@@ -153,7 +155,7 @@ def volume_services(scheduler: Scheduler, storage: StorageConfig | None, secrets
 
 
 async def _add_keyed_ceph(controller: VolumeController, drivers: dict[str, VolumeDriver], ceph: CephConfig,
-                          secrets: SecretStore | None) -> None:
+                          secrets: SecretStore | None, cluster_id: str = "") -> None:
     """Read the cephx key from the secret store until it is there, then drive ceph-rbd volumes
     too (the driver is kept across activations of this replica)."""
     warned = False
@@ -163,7 +165,7 @@ async def _add_keyed_ceph(controller: VolumeController, drivers: dict[str, Volum
                 raise StorageError("no secret store (persys scheduler --secrets) to read it from")
             data, _ = await secrets.get(ceph.secret_name)
             key = data.get(STORAGE_KEY, b"").decode().strip()
-            drivers["ceph-rbd"] = await asyncio.to_thread(open_ceph, ceph, "scheduler", key)
+            drivers["ceph-rbd"] = await asyncio.to_thread(open_ceph, ceph, "scheduler", cluster_id, key)
         except (SecretStoreError, StorageError, UnicodeDecodeError) as err:
             if not warned:
                 log.warning("volume controller: ceph-rbd waits for its cephx key (secret %s, entry %r): %s",
@@ -286,7 +288,9 @@ async def start_scheduler(
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyService(scheduler, gate), server)
     watch_pb2_grpc.add_WatchServicer_to_server(WatchService(scheduler), server)  # events -f, get -w
     volumes_pb2_grpc.add_VolumesServicer_to_server(VolumesService(scheduler, limits), server)
-    scheduler.active_services += volume_services(scheduler, storage, secret_store)
+    # Volumes carry the cluster's id (from the CA its agents trust too), as the agents' drivers name them.
+    scheduler.active_services += volume_services(scheduler, storage, secret_store,
+                                                 cluster_id_of_file(tls.ca) if storage is not None else "")
     # Buckets on RGW (storage.rgw): served always, so that without an rgw section a call says so.
     rgw = open_rgw(storage.rgw) if storage is not None and storage.rgw is not None else None
     buckets = BucketsService(scheduler, rgw, secret_store, limits)

@@ -49,8 +49,9 @@ class KeyPending(StorageError):
     """No keyFile: the key comes from the secret store (`secretName`), and has not come yet."""
 
 
-def open_ceph(config: CephConfig, node_id: str, key: str | None = None) -> NodeCephDriver:
-    """The driver with `key` (from the secret store), else the one in `keyFile`."""
+def open_ceph(config: CephConfig, node_id: str, cluster_id: str = "", key: str | None = None) -> NodeCephDriver:
+    """The driver with `key` (from the secret store), else the one in `keyFile`; its images are
+    named with `cluster_id` (ceph_rbd.image_name)."""
     if key is None and not config.key_file:
         raise KeyPending(f"waiting for the cephx key from the secret store (secret {config.secret_name}, "
                          "entry 'key'); or give the node a keyFile")
@@ -60,4 +61,4 @@ def open_ceph(config: CephConfig, node_id: str, key: str | None = None) -> NodeC
     problems = session.problems()
     if problems:
         raise StorageError("; ".join(problems))
-    return NodeCephDriver(node_id, session)
+    return NodeCephDriver(node_id, session, cluster_id=cluster_id)

@@ -8,6 +8,13 @@ it for its first write, would wait forever behind the node's advisory lock.
 Clones (from a snapshot, or from a volume through a hidden snapshot) are flattened at once, so the
 parent can be deleted later whatever happens to the clone; a crash in between is finished by the
 next `provision` of the clone, and `delete` of the parent flattens whatever clone is left.
+
+With the cluster's id (security.cluster_id) a volume's image is `cluster-<id>.<volume>` (`image_name`):
+two clusters sharing a pool, with volumes or nodes named alike, never open, lock, list or delete
+each other's. Volume ids hold no '.', so no volume of another cluster, nor of the naming before
+cluster ids (the bare volume id), can take that form. An image of the naming before cluster ids
+is used under its name as long as the cluster has none of its own for that volume (adopted in
+place: a rename would cut off a VM that has it open); listed, it is `legacy`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 from persys.storage.base import (
     SNAPSHOT_NAME_RE,
+    VOLUME_ID_RE,
     AttachKind,
     Attachment,
     Capability,
@@ -42,14 +50,21 @@ HALF_MADE_GRACE_S = 5.0
 HALF_MADE_POLL_S = 0.05
 
 
+def image_name(cluster_id: str, volume_id: str) -> str:
+    """The image a cluster's volume is made as ("": the naming before cluster ids)."""
+    return f"cluster-{cluster_id}.{volume_id}" if cluster_id else volume_id
+
+
 class CephRbdDriver:
     name = "ceph-rbd"
     node_bound = False
 
-    def __init__(self, node_id: str, config: CephConfig, *, half_made_grace: float = HALF_MADE_GRACE_S) -> None:
+    def __init__(self, node_id: str, config: CephConfig, *, half_made_grace: float = HALF_MADE_GRACE_S,
+                 cluster_id: str = "") -> None:
         self.node_id = node_id
         self.config = config
         self.half_made_grace = half_made_grace
+        self.cluster_id = cluster_id
         self._s = CephSession(config)
         self._rbd = self._s.rbd
         self._clones = CloneSteps(self._s, self._features())
@@ -73,9 +88,26 @@ class CephRbdDriver:
 
     # -- images ----------------------------------------------------------------------------------
 
+    def _name(self, io: Any, volume_id: str) -> str:
+        """The volume's image: the cluster's name, or the one from before cluster ids when only
+        that exists (adopted in place)."""
+        name = image_name(self.cluster_id, volume_id)
+        if name != volume_id and not self._exists(io, name) and self._exists(io, volume_id):
+            return volume_id
+        return name
+
+    def _volume_of(self, name: str) -> tuple[str, bool] | None:
+        """(volume id, from before cluster ids) of an image in the pool; None: another cluster's."""
+        prefix = image_name(self.cluster_id, "")
+        if prefix and name.startswith(prefix):
+            return name[len(prefix):], False
+        if VOLUME_ID_RE.fullmatch(name):
+            return name, bool(self.cluster_id)
+        return None
+
     def _open(self, io: Any, volume_id: str, *, read_only: bool = True) -> Any:
         try:
-            return self._rbd.Image(io, volume_id, read_only=read_only)
+            return self._rbd.Image(io, self._name(io, volume_id), read_only=read_only)
         except self._rbd.ImageNotFound as err:
             raise VolumeNotFound(f"volume {volume_id!r} does not exist in pool {self.config.pool!r}") from err
 
@@ -94,28 +126,30 @@ class CephRbdDriver:
         parent = check_source(source) if source is not None else None
 
         def call(io: Any) -> VolumeInfo:
-            if self._exists(io, volume_id):
+            name = self._name(io, volume_id)
+            source = (self._name(io, parent[0]), parent[1]) if parent is not None else None
+            if self._exists(io, name):
                 # A clone a crash interrupted is finished; anything else is returned unchanged.
-                self._clones.finish(io, volume_id, size_mb * MIB, parent)
+                self._clones.finish(io, name, size_mb * MIB, source)
                 return self._info(io, volume_id)
-            if parent is None:
-                self._create(io, volume_id, size_mb * MIB)
+            if source is None:
+                self._create(io, name, size_mb * MIB)
             else:
-                self._clones.clone(io, volume_id, size_mb * MIB, parent)
+                self._clones.clone(io, name, size_mb * MIB, source)
             return self._info(io, volume_id)
         return self._s.run(call)
 
-    def _create(self, io: Any, volume_id: str, size: int) -> None:
+    def _create(self, io: Any, name: str, size: int) -> None:
         for _ in (1, 2):
             try:
-                self._rbd.RBD().create(io, volume_id, size, old_format=False, features=self._features())
+                self._rbd.RBD().create(io, name, size, old_format=False, features=self._features())
                 return
             except self._rbd.ImageExists:
-                if self._opens_soon(io, volume_id):
+                if self._opens_soon(io, name):
                     return  # a concurrent create made it (the controller and the node both provision)
                 # Listed but never openable: what a crash inside librbd's create leaves. Start over.
-                self._clones.remove_leftover(io, volume_id)
-        raise StorageError(f"volume {volume_id!r}: a half-made image could not be replaced")
+                self._clones.remove_leftover(io, name)
+        raise StorageError(f"volume image {name!r}: a half-made image could not be replaced")
 
     def _opens_soon(self, io: Any, volume_id: str) -> bool:
         """Whether an image listed under this name opens within the grace. librbd lists a new
@@ -166,17 +200,19 @@ class CephRbdDriver:
     def delete_snapshot(self, volume_id: str, snap: str) -> None:
         check_volume_id(volume_id)
         _check_snap(snap)
-        self._s.run(lambda io: self._clones.remove_snapshot(io, volume_id, snap))
+        self._s.run(lambda io: self._clones.remove_snapshot(io, self._name(io, volume_id), snap))
 
     # -- attachments -----------------------------------------------------------------------------
 
-    def _disk(self, volume_id: str) -> DiskSource:
+    def _disk(self, name: str) -> DiskSource:
         c = self.config
-        return DiskSource("rbd", f"{c.pool}/{volume_id}", hosts=c.monitors, user=c.user,
+        return DiskSource("rbd", f"{c.pool}/{name}", hosts=c.monitors, user=c.user,
                           secret_name=c.secret_name, conf=c.conf_path)
 
-    def _attachment(self, volume_id: str, read_only: bool) -> Attachment:
-        return Attachment(volume_id, self.node_id, AttachKind.VM_DISK, read_only, disk=self._disk(volume_id))
+    def _attachment(self, volume_id: str, read_only: bool, name: str) -> Attachment:
+        """`name`: the volume's image (what QEMU opens)."""
+        return Attachment(volume_id, self.node_id, AttachKind.VM_DISK, read_only, disk=self._disk(name),
+                          legacy=name == volume_id and bool(self.cluster_id))
 
     def _lockers(self, img: Any) -> list[Locker]:
         found = img.list_lockers()  # [] when unlocked, else {"tag", "exclusive", "lockers"}
@@ -191,7 +227,7 @@ class CephRbdDriver:
             with self._open(io, volume_id) as img:
                 if not read_only:
                     self._lock(img, volume_id)
-            return self._attachment(volume_id, read_only)
+            return self._attachment(volume_id, read_only, self._name(io, volume_id))
         return self._s.run(call)
 
     def _lock(self, img: Any, volume_id: str) -> None:
@@ -215,7 +251,7 @@ class CephRbdDriver:
 
         def call(io: Any) -> None:
             try:
-                img = self._rbd.Image(io, volume_id, read_only=True)
+                img = self._rbd.Image(io, self._name(io, volume_id), read_only=True)
             except self._rbd.ImageNotFound:
                 return
             with img:
@@ -239,7 +275,7 @@ class CephRbdDriver:
 
         def call(io: Any) -> None:
             try:
-                img = self._rbd.Image(io, volume_id, read_only=True)
+                img = self._rbd.Image(io, self._name(io, volume_id), read_only=True)
             except self._rbd.ImageNotFound:
                 return
             with img:
@@ -259,25 +295,31 @@ class CephRbdDriver:
 
     def attached(self) -> list[Attachment]:
         def call(io: Any) -> list[Attachment]:
-            out = []
-            for vid in sorted(self._rbd.RBD().list(io)):
+            found: dict[str, Attachment] = {}
+            named = [(name, self._volume_of(name)) for name in self._rbd.RBD().list(io)]
+            # The cluster's own images first: a volume found under both names is its own.
+            for name, vol in sorted((n, v) for n, v in named if v is not None and not v[1]) + \
+                    sorted((n, v) for n, v in named if v is not None and v[1]):
+                if vol[0] in found:
+                    continue
                 try:
-                    with self._rbd.Image(io, vid, read_only=True) as img:
+                    with self._rbd.Image(io, name, read_only=True) as img:
                         if any(lk.cookie == self.node_id for lk in self._lockers(img)):
-                            out.append(self._attachment(vid, False))
+                            found[vol[0]] = self._attachment(vol[0], False, name)
                 except self._rbd.ImageNotFound:
                     continue  # deleted while listing
-            return out
+            return [found[k] for k in sorted(found)]
         return self._s.run(call)
 
     def delete(self, volume_id: str) -> None:
         check_volume_id(volume_id)
 
         def call(io: Any) -> None:
+            name = self._name(io, volume_id)
             try:
-                img = self._rbd.Image(io, volume_id, read_only=True)
+                img = self._rbd.Image(io, name, read_only=True)
             except self._rbd.ImageNotFound:
-                self._clones.remove_leftover(io, volume_id)  # a half-made or half-removed image
+                self._clones.remove_leftover(io, name)  # a half-made or half-removed image
                 return
             with img:
                 lockers = self._lockers(img)
@@ -288,7 +330,7 @@ class CephRbdDriver:
             if watchers:
                 raise VolumeBusy(f"volume {volume_id!r} is open by {len(watchers)} client(s) "
                                  f"({', '.join(watchers)}): a VM still running?")
-            self._clones.remove_image(io, volume_id)
+            self._clones.remove_image(io, name)
         self._s.run(call)
 
 

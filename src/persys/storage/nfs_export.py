@@ -1,5 +1,8 @@
 """Where an `nfs` volume lives on the export and how each client reaches it.
 
+    <export>/persys/cluster-<cid>/...    one cluster's volumes (security.cluster_id): the layout
+                                        below, so two clusters on one export, with volumes or
+                                        nodes named alike, never share data or markers
     <export>/persys/<id>.img            the volume as a raw disk (VM_DISK)
     <export>/persys/<id>/               the volume as a folder (FILESYSTEM, through a kernel mount)
     <export>/persys/<id>@<snap>.img     snapshots: copies of the image
@@ -8,6 +11,9 @@
                                         node sees who holds a volume (delete refuses while any does)
     <export>/persys/<name>.tmp-<holder> an image or folder being built by one client, published
                                         under <name> by a hard link (images) or a rename (folders)
+
+The layout straight under <export>/persys/ is the one before cluster ids (`Layout.legacy()`): a
+volume found only there is used where it is (the driver adopts it in place).
 
 Two clients reach the export: libnfs in this process (NFSv4 on the configured port: listing,
 folders, markers; NFSv3 to copy a folder's files) and QEMU's own NFS block driver (`qemu-img`,
@@ -23,6 +29,37 @@ from persys.storage.base import AttachKind, StorageError
 
 ROOT = "/persys"
 MARKERS = f"{ROOT}/.attach"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One cluster's folder on the export (`root`) and the names of its volumes' files in it."""
+
+    root: str = ROOT
+
+    @classmethod
+    def of(cls, cluster_id: str) -> Layout:
+        """The cluster's folder; no id: the layout before cluster ids."""
+        return cls(f"{ROOT}/cluster-{cluster_id}") if cluster_id else cls(ROOT)
+
+    @property
+    def markers(self) -> str:
+        return f"{self.root}/.attach"
+
+    def marker(self, m: Marker) -> str:
+        return f"{self.markers}/{m.name}"
+
+    def image(self, volume_id: str) -> str:
+        return f"{self.root}/{volume_id}.img"
+
+    def folder(self, volume_id: str) -> str:
+        return f"{self.root}/{volume_id}"
+
+    def snap_image(self, volume_id: str, snap: str) -> str:
+        return f"{self.root}/{volume_id}@{snap}.img"
+
+    def snap_folder(self, volume_id: str, snap: str) -> str:
+        return f"{self.root}/{volume_id}@{snap}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ class ProbeTarget:
     node_id: str
     mount_root: Path
     timeout: float
+    root: str = ex.ROOT  # the cluster's folder on the export (nfs_export.Layout): probes stay in it
 
 NO_KERNEL_CLIENT = "no kernel NFS client (nfs4 not in /proc/filesystems): nfs offered for VM disks only"
 
@@ -52,7 +53,7 @@ def qemu_reason(err: StorageError, export: ex.NfsExport) -> str:
 
 
 def _try_qemu(driver: ProbeTarget, s: libnfs.NfsSession) -> str:
-    probe = f"{ex.ROOT}/.probe-{driver.node_id}.img"
+    probe = f"{driver.root}/.probe-{driver.node_id}.img"
     s.unlink(probe)
     try:
         run(["qemu-img", "create", "-q", "-f", "raw", driver.export.qemu_url(probe), "1M"], timeout=driver.timeout)
@@ -76,7 +77,7 @@ def _try_kernel_mount(driver: ProbeTarget) -> str:
             nm.unmount(mnt, driver.timeout)
         img.ensure_dir(mnt)
         opts = f"port={driver.export.port},nosuid,nodev,soft,timeo={max(10, int(driver.timeout * 10))}"
-        run(["mount", "-t", "nfs4", "-o", opts, driver.export.kernel_source(ex.ROOT), str(mnt)],
+        run(["mount", "-t", "nfs4", "-o", opts, driver.export.kernel_source(driver.root), str(mnt)],
             timeout=driver.timeout)
         try:
             probe = mnt / f".probe-{driver.node_id}"
@@ -98,8 +99,9 @@ def probe_export(driver: ProbeTarget) -> Capability:
     try:
         with libnfs.session(driver.export.libnfs_url, timeout) as s:
             s.mkdir(ex.ROOT)
-            s.mkdir(ex.MARKERS)
-            check = f"{ex.ROOT}/.probe-{driver.node_id}"
+            s.mkdir(driver.root)
+            s.mkdir(f"{driver.root}/.attach")
+            check = f"{driver.root}/.probe-{driver.node_id}"
             s.touch(check)
             s.unlink(check)
             missing = {AttachKind.VM_DISK: _try_qemu(driver, s)}

@@ -128,20 +128,24 @@ def simulated_reports(config: StorageConfig) -> list[DriverReport]:
 
 
 def build_drivers(config: StorageConfig, node_id: str, *,
-                  ceph: Callable[[CephConfig, str], VolumeDriver] | None = None,
+                  ceph: Callable[[CephConfig, str, str], VolumeDriver] | None = None,
                   cluster_id: str = "") -> dict[str, VolumeDriver | str]:
     """The node's drivers from its configuration (what `probe_drivers` takes). The ceph-rbd driver
     comes from `ceph` (its module is built apart); without it a configured ceph-rbd is absent.
-    `cluster_id`: the local pool's images (and their loop devices) live in the cluster's folder."""
+    `cluster_id`: the local pool's images (and their loop devices) live in the cluster's folder, the
+    nfs volumes in the cluster's folder on the export (and mounts under the cluster's mount root),
+    the ceph-rbd images under names carrying it: the scheduler's volume controller and the agents
+    of one cluster must be given the same."""
     out: dict[str, VolumeDriver | str] = {}
     if config.local is not None:
         out["local"] = LocalDriver(Path(config.local.pool), node_id, cluster_id=cluster_id)
     if config.nfs is not None:
         exp = NfsExport(config.nfs.server, config.nfs.export, config.nfs.port)
-        out["nfs"] = NfsDriver(exp, node_id, mount_root=config.nfs.mount_root)
+        out["nfs"] = NfsDriver(exp, node_id, mount_root=config.nfs.mount_root, cluster_id=cluster_id)
     if config.ceph is not None:
         try:
-            out["ceph-rbd"] = ceph(config.ceph, node_id) if ceph else "ceph-rbd driver not available in this agent"
+            out["ceph-rbd"] = ceph(config.ceph, node_id, cluster_id) if ceph \
+                else "ceph-rbd driver not available in this agent"
         except StorageError as e:
             out["ceph-rbd"] = f"ceph-rbd driver could not start: {e}"
     return out

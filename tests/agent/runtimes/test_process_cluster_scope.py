@@ -1,6 +1,8 @@
 """Process workloads of two clusters on one host (issue #31): two agents with the same node name
 and an instance of the same id keep apart cgroups and secret folders that carry their cluster's
 id; stopping, removing or restarting one never touches the other's process, cgroup or secrets.
+Isolated, they share the host's uid claims (a uid is the host's) without sharing a uid, each
+claim naming its cluster, and a claim from before cluster ids is adopted by its own workload.
 An instance started before cluster ids (no id in its cgroup or secret folder) is adopted by its
 own agent after the upgrade and cleaned up from where it lives. Real processes, real cgroup v1
 hierarchies, real /run/persys/secrets folders; everything created is removed."""
@@ -9,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,8 @@ import pytest
 from persys.agent.runtimes.base import RuntimeState
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.agent.runtimes.process_cgroups import CGROUP_CONTROLLERS
-from tests.agent.runtimes.test_process_isolation import _wl
+from persys.agent.runtimes.process_isolation import ClaimHolder, UidClaims, claim_text, tools_missing
+from tests.agent.runtimes.test_process_isolation import _status_ids, _wl
 from tests.agent.runtimes.test_runtime_process import CG, pid_alive, wait_for
 
 NODE = "twin-node"
@@ -64,8 +69,9 @@ async def made(tmp_path: Path) -> AsyncIterator[list[ProcessRuntime]]:
                 (CG / ctl / rt.cgroup_parent).rmdir()
 
 
-def _runtime(made: list[ProcessRuntime], state: Path, cluster: str) -> ProcessRuntime:
-    rt = ProcessRuntime(state, grace_seconds=1.0, agent_id=NODE, isolate=False, cluster_id=cluster)
+def _runtime(made: list[ProcessRuntime], state: Path, cluster: str, **kw: object) -> ProcessRuntime:
+    kw.setdefault("isolate", False)
+    rt = ProcessRuntime(state, grace_seconds=1.0, agent_id=NODE, cluster_id=cluster, **kw)  # type: ignore[arg-type]
     made.append(rt)
     return rt
 
@@ -123,3 +129,79 @@ async def test_an_instance_from_before_cluster_ids_is_adopted_and_cleaned(tmp_pa
     pid2 = int((await new.start(_wl(["sleep", "300"], wid=WID, secret_file=b"new", revision="r2"))).runtime_id)
     assert (await _secrets_dir(pid2)).parent.name.startswith(f"{cluster}-")
     assert await _joined(CG / "memory" / f"persys/{cluster}-{NODE}" / WID, pid2)
+
+
+UIDS = (62900, 62903)  # a range of its own: these tests never meet an agent's (or another test's) claims
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder the workloads' own uids may pass through (pytest's base folder is 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="persys-twins-", dir="/tmp"))
+    made.chmod(0o711)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def _dropped_uid(pid: int) -> int:
+    """The uid `pid` or a child of it runs as, other than root (0: none yet)."""
+    kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return next((u for u, _ in map(_status_ids, [pid, *kids]) if u != 0), 0)
+
+
+async def _uid_of(pid: int) -> int:
+    """The uid `pid` runs as once it dropped root (the wrapper starts as root)."""
+
+    async def dropped() -> int:
+        return _dropped_uid(pid)
+
+    got = await wait_for(dropped, within=30.0)
+    assert got, f"{pid} never ran as its own uid"
+    return int(got)
+
+
+async def test_two_clusters_share_the_uid_claims_without_sharing_a_uid(base: Path,
+                                                                     made: list[ProcessRuntime]) -> None:
+    if os.geteuid() != 0 or tools_missing():
+        pytest.fail(f"runs as root with {tools_missing()} (isolated processes): the CI machine does")
+    claims = base / "uid-claims"
+    one_id, two_id = (uuid.uuid4().hex[:8] for _ in range(2))
+    kw = {"isolate": True, "uid_range": UIDS, "uid_claims": claims}
+    one = _runtime(made, base / "one", one_id, **kw)
+    two = _runtime(made, base / "two", two_id, **kw)
+    w = _wl(["sleep", "300"], wid=WID)
+    p1, p2 = int((await one.start(w)).runtime_id), int((await two.start(w)).runtime_id)
+    u1, u2 = await _uid_of(p1), await _uid_of(p2)
+    assert u1 != u2 and {u1, u2} <= set(range(UIDS[0], UIDS[1] + 1))
+    held = UidClaims(claims, "", UIDS).held()
+    assert held[u1] == ClaimHolder(one_id, str((base / "one" / "process").resolve()), WID)
+    assert held[u2] == ClaimHolder(two_id, str((base / "two" / "process").resolve()), WID)
+    # Cluster one removes its instance: its claim goes, cluster two's stays with its process.
+    await one.remove(WID)
+    assert not pid_alive(p1) and pid_alive(p2)
+    assert u1 not in UidClaims(claims, "", UIDS).held() and UidClaims(claims, "", UIDS).held()[u2].cluster == two_id
+    # And the uid it freed goes to the next workload, never the one cluster two holds.
+    p3 = int((await one.start(_wl(["sleep", "300"], wid="other-0"))).runtime_id)
+    assert await _uid_of(p3) != u2
+
+
+async def test_a_uid_claim_from_before_cluster_ids_is_adopted(base: Path, made: list[ProcessRuntime]) -> None:
+    if os.geteuid() != 0 or tools_missing():
+        pytest.fail(f"runs as root with {tools_missing()} (isolated processes): the CI machine does")
+    claims = base / "uid-claims"
+    kw = {"isolate": True, "uid_range": UIDS, "uid_claims": claims}
+    old = _runtime(made, base / "node", "", **kw)  # the agent before the upgrade
+    w = _wl(["sleep", "300"], wid=WID)
+    pid = int((await old.start(w)).runtime_id)
+    uid = await _uid_of(pid)
+    state = str((base / "node" / "process").resolve())
+    assert (claims / str(uid)).read_text() == claim_text("", state, WID) == f"{state}:{WID}"
+    cluster = uuid.uuid4().hex[:8]
+    new = _runtime(made, base / "node", cluster, **kw)  # upgraded: same state dir, now with the cluster's id
+    assert (await new.start(w)).runtime_id == str(pid)  # adopted, not restarted
+    # Restarted as a new revision it keeps its uid, whose claim now names the cluster.
+    pid2 = int((await new.start(_wl(["sleep", "300"], wid=WID, revision="r2"))).runtime_id)
+    assert await _uid_of(pid2) == uid
+    assert UidClaims(claims, "", UIDS).held() == {uid: ClaimHolder(cluster, state, WID)}
+    await new.remove(WID)
+    assert UidClaims(claims, "", UIDS).held() == {}

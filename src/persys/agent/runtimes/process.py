@@ -134,7 +134,7 @@ class ProcessRuntime:
         if self._isolate and self._missing:
             raise RuntimeFailure(f"process isolation needs {', '.join(self._missing)}")
         self._init = find_init() or "tini"
-        self._claims = UidClaims(Path(uid_claims), str(self._dir.resolve()), uid_range)
+        self._claims = UidClaims(Path(uid_claims), str(self._dir.resolve()), uid_range, cluster_id=cluster_id)
         self._grace = grace_seconds
         agent_dir = agent_cgroup_name(agent_id, str(self._dir.resolve()), cluster_id)
         self._cg = ProcessCgroups(Path(cgroup_root), f"{cgroup_parent}/{agent_dir}")

@@ -4,9 +4,13 @@ and its own PID, IPC and mount namespaces (a private /proc), optionally its own 
 User ids: systemd's DynamicUser is the model. Each workload gets a uid (and the gid of the same
 number) from a configured range (systemd's 61184-65519 by default), picked deterministically
 from its id (a hash, then the next free one) and recorded twice: in its meta.json, so an agent
-restart and adoption keep it, and as a claim file `/run/persys/uids/<uid>` naming the owner, so
-two agents on one host never hand out the same uid. Ids the host's user or group tables know
-are never taken. Removing the workload releases the claim.
+restart and adoption keep it, and as a claim file `/run/persys/uids/<uid>` naming the owner
+(`cluster-<id>:<agent state>:<workload>`), so two agents on one host, of one cluster or of two,
+never hand out the same uid: a uid is the host's, so the claim is keyed by it alone and names the
+cluster that holds it (security.cluster_id). Ids the host's user or group tables know are never
+taken. Removing the workload releases the claim. A claim written before cluster ids
+(`<agent state>:<workload>`) is its workload's still: adopted (rewritten with the cluster) when
+that workload claims its uid again.
 
 Namespaces: util-linux `unshare` (PID, IPC, mount with /proc mounted again inside, and network
 for `isolated`) starts `tini` as the namespace's init, which runs the command: the init of a PID
@@ -172,20 +176,63 @@ def _host_knows(uid: int) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimHolder:
+    """Who a claim file names: the cluster ("" for a claim from before cluster ids), the agent's
+    state folder (absolute) and the workload."""
+
+    cluster: str
+    state: str
+    workload: str
+
+    @classmethod
+    def parse(cls, text: str) -> ClaimHolder | None:
+        head, sep, workload = text.rpartition(":")
+        if not sep or not workload:
+            return None
+        if head.startswith("/"):  # before cluster ids: `<state>:<workload>`
+            return cls("", head, workload)
+        scope, sep, state = head.partition(":")
+        if not sep or not scope.startswith("cluster-") or not state.startswith("/"):
+            return None
+        return cls(scope.removeprefix("cluster-"), state, workload)
+
+
+def claim_text(cluster: str, state: str, workload_id: str) -> str:
+    """A claim file's content; without a cluster id, the form from before them."""
+    return f"cluster-{cluster}:{state}:{workload_id}" if cluster else f"{state}:{workload_id}"
+
+
 class UidClaims:
     """Claim files, one per uid handed out on this host: `<dir>/<uid>` holding the owner
-    (`<agent state>:<workload id>`), created exclusively, so agents sharing a host never give
-    one uid to two workloads."""
+    (`cluster-<id>:<agent state>:<workload id>`), created exclusively, so agents sharing a host,
+    whatever their cluster, never give one uid to two workloads."""
 
     def __init__(self, directory: Path, owner_prefix: str, uid_range: tuple[int, int],
-                 host_knows: Callable[[int], bool] = _host_knows) -> None:
+                 host_knows: Callable[[int], bool] = _host_knows, cluster_id: str = "") -> None:
         self.dir = directory
         self._prefix = owner_prefix
         self.range = uid_range
         self._host_knows = host_knows
+        self.cluster_id = cluster_id
 
     def _owner(self, workload_id: str) -> str:
-        return f"{self._prefix}:{workload_id}"
+        return claim_text(self.cluster_id, self._prefix, workload_id)
+
+    def _legacy_owner(self, workload_id: str) -> str | None:
+        """What this workload's claim said before cluster ids (adopted: it is the same agent state
+        folder, which one cluster alone may use: agent.state_claim)."""
+        return claim_text("", self._prefix, workload_id) if self.cluster_id else None
+
+    def held(self) -> dict[int, ClaimHolder]:
+        """Every claim on this host, by uid (a claim file that names no owner is left out)."""
+        out: dict[int, ClaimHolder] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for entry in self.dir.iterdir():
+                holder = ClaimHolder.parse(self._holder(int(entry.name)) or "") if entry.name.isdigit() else None
+                if holder is not None:
+                    out[int(entry.name)] = holder
+        return out
 
     def _holder(self, uid: int) -> str | None:
         try:
@@ -213,26 +260,40 @@ class UidClaims:
 
     def _claim(self, workload_id: str, recorded: int | None) -> int:
         owner = self._owner(workload_id)
-        if recorded is not None and (self._holder(recorded) == owner or self._take(recorded, owner)):
+        if recorded is not None and (self._holder(recorded) == owner or self._adopt(recorded, workload_id)
+                                     or self._take(recorded, owner)):
             return recorded
+
+        mine = {owner, self._legacy_owner(workload_id)}
 
         def taken(uid: int) -> bool:
             holder = self._holder(uid)
-            if holder is not None and holder != owner and self._abandoned(uid, holder):
+            if holder is not None and holder not in mine and self._abandoned(uid, holder):
                 holder = None
-            return (holder is not None and holder != owner) or (holder is None and self._host_knows(uid))
+            return (holder is not None and holder not in mine) or (holder is None and self._host_knows(uid))
 
         uid = pick_uid(workload_id, self.range, taken)
-        if uid is not None and (self._holder(uid) == owner or self._take(uid, owner)):
+        if uid is not None and (self._holder(uid) == owner or self._adopt(uid, workload_id) or self._take(uid, owner)):
             return uid
         raise RuntimeFailure(f"no free uid left in {self.range[0]}-{self.range[1]} for {workload_id} "
                              "(persys agent --process-uids)", code="NoCapacity")
 
+    def _adopt(self, uid: int, workload_id: str) -> bool:
+        """This workload's claim from before cluster ids, rewritten to name the cluster."""
+        legacy = self._legacy_owner(workload_id)
+        if legacy is None or self._holder(uid) != legacy:
+            return False
+        work = self.dir / f".{uid}.tmp"
+        work.write_text(self._owner(workload_id))
+        work.chmod(0o600)
+        work.replace(self.dir / str(uid))  # under the lock: no claimant sees it missing
+        return True
+
     def _abandoned(self, uid: int, holder: str) -> bool:
         """A claim whose workload directory is gone (its agent's state removed without a remove of
         the workload) frees its uid: nothing of that workload is left to share it with."""
-        state, _, wid = holder.rpartition(":")
-        if not state or not wid or Path(state, wid).exists():
+        parsed = ClaimHolder.parse(holder)
+        if parsed is None or Path(parsed.state, parsed.workload).exists():
             return False
         with contextlib.suppress(OSError):
             (self.dir / str(uid)).unlink()
@@ -251,6 +312,6 @@ class UidClaims:
 
     def release(self, workload_id: str, uid: int) -> None:
         with self._locked():
-            if self._holder(uid) == self._owner(workload_id):
+            if self._holder(uid) in (self._owner(workload_id), self._legacy_owner(workload_id)):
                 with contextlib.suppress(OSError):
                     (self.dir / str(uid)).unlink()

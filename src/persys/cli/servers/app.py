@@ -386,6 +386,16 @@ def gateway(
                                         help="TLS connections open or handshaking at once; more are refused at "
                                         "their first message with a TLS alert, before the handshake's costly part "
                                         "(a storm of new connections cannot starve the ones being answered)."),
+    read_budget: float = typer.Option(0.0, "--read-budget", min=0, max=300, metavar="SECONDS",
+                                      help="Answer API reads (GET) within this long (1.5 suits storms): their data, "
+                                      "or 503 with Retry-After when the scheduler is overloaded (reads beyond "
+                                      "--max-scheduler-calls and a queue of 8 are refused at once; a read past "
+                                      "this long while the scheduler answers nothing is cut) instead of a 504 "
+                                      "after the scheduler call's 10 s timeout. 0 (default): off."),
+    max_scheduler_calls: int = typer.Option(2, "--max-scheduler-calls", min=1, max=10_000,
+                                            help="API reads (GET) asking the scheduler at once; more wait for a "
+                                            "slot (at most 1 s, and within the read budget) or are shed with 503 "
+                                            "and Retry-After (the scheduler answers reads one at a time anyway)."),
     health_listen: str = typer.Option("", "--health-listen", metavar="HOST:PORT",
                                       help="Also answer GET /healthz in plain HTTP on this address, from a thread "
                                       "of its own: never behind API work or TLS handshakes (503 'stalled' if the "
@@ -421,7 +431,8 @@ def gateway(
         async def started() -> None:
             limits = GatewayLimits(manifest_bytes=max_manifest_bytes, batch_bytes=max_batch_bytes,
                                    restore_bytes=max_restore_bytes, image_bytes=max_image_bytes,
-                                   max_in_flight=max_in_flight, max_connections=max_connections)
+                                   max_in_flight=max_in_flight, max_connections=max_connections,
+                                   read_budget_s=read_budget, max_scheduler_calls=max_scheduler_calls)
             from persys.observability.metrics_http import parse_listen
 
             health = parse_listen(health_listen, "--health-listen") if health_listen else None  # checked above

@@ -53,12 +53,14 @@ class IntelligenceSignals(Protocol):
 
 
 class DiskForecasts(Protocol):
-    """Persys Intelligence's disk-space forecasts, one per node (being added to Intelligence):
+    """Persys Intelligence's disk-space forecasts, one per node, fitted on the last
+    `history_seconds` of the meter's samples, `horizon_seconds` ahead:
     `{"node", "capacityBytes", "evidence": <its id>, "forecast": <intelligence.forecast.Forecast.
     to_dict(): {"points": [[t, point, lower80, upper80], ...], "unpredictable", "verdict", ...}>}`
-    of the node's used disk bytes. The remediate policy reads it through this seam only."""
+    of the node's used disk bytes. The remediate policy reads it through this seam only
+    (disk_forecasts.NodeDiskForecasts in the running automation)."""
 
-    async def disk_forecasts(self) -> list[dict[str, Any]]: ...
+    async def disk_forecasts(self, history_seconds: float, horizon_seconds: float) -> list[dict[str, Any]]: ...
 
 
 class WhatIfPlanner(Protocol):

@@ -166,6 +166,14 @@ class DiskFilling(Model):
 
     within_hours: Annotated[Number, Field(gt=0, le=24 * 30)] = 24
     history_hours: Annotated[Number, Field(ge=0.05, le=24 * 30)] = 24 * 7
+
+    @model_validator(mode="after")
+    def _ahead(self) -> DiskFilling:
+        # As Intelligence's forecast API: never further ahead than the history it is fitted on.
+        if self.within_hours > self.history_hours:
+            raise ValueError(f"withinHours: {self.within_hours} looks further ahead than historyHours "
+                             f"({self.history_hours}), the history the forecast is fitted on")
+        return self
     full_percent: Annotated[Number, Field(gt=0, le=100)] = 95
     bound: Literal["lower", "point"] = "lower"
 

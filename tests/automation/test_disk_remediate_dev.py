@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,8 @@ def test_a_filling_node_is_emptied_within_the_rate_and_a_dry_run_moves_nothing(t
         except AssertionError:
             print([(d["outcome"], d["inputs"], d["reason"]) for d in log()[-5:]])  # what it did decide
             raise
-        print(f"\nfirst dry-run relocation {took:.1f} s after the policy")
+        notes = Counter(str(d["inputs"].get("diskFilling")) for d in log("none") if d["policyVersion"] == 1)
+        print(f"\nfirst dry-run relocation {took:.1f} s after the policy; before it: {dict(notes)}")
         d = dry[0]
         assert d["dryRun"] and d["policyVersion"] == 1 and d["action"]["target"].split("/")[0] in ("filler", "idle")
         refs = [e["ref"] for e in d["evidence"] if e["source"] == "intelligence"]

@@ -3,8 +3,9 @@ acts through (`SchedulerClient` fits), Persys Intelligence's signals, and a what
 
 The automation is a client like persysctl: it reads the meter and the store and acts through the
 same API, as its own identity (an operator certificate), so every action is authorized and
-audited as that identity. Intelligence and the scheduler's what-if plan API are being built
-alongside; the automation depends on these Protocols, never on their packages.
+audited as that identity. The policies' edges depend on these Protocols only; what implements
+them is chosen where the automation is started (cli/automation_server.py, cli/dev_automation.py),
+e.g. disk_forecasts.NodeDiskForecasts (Intelligence's own forecast over the meter).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ user:persys-automation with its disk forecasts source, automation/disk_forecasts
 Both nodes' agents report the bytes used on this machine's filesystem (their state folders share
 it); what differs is the disk they advertise: `full` says the filesystem is a little larger than
 what is used now (93 %), `roomy` says 10 TiB. A process on `full` appends 16 MiB a second to a
-file (at most 5 GiB), a sleeper keeps it company. Intelligence's forecast of `full`'s used disk,
+file (at most 6 GiB), a sleeper keeps it company. Intelligence's forecast of `full`'s used disk,
 read from the real meter, reaches 95 % within six minutes: a remediate policy in dryRun records the
 cordon and the relocation and does neither (and consumes no rate: its first enabled pass acts);
 enabled, it cordons `full` and moves one instance to `roomy`, then holds the other by its rate
@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from tests.e2e.harness import Proc, ctl, eventually, persys, pid_alive
 
 pytestmark = pytest.mark.e2e
 MIB = 2**20
-FILL_LIMIT = 5 * 1024 * MIB
+FILL_LIMIT = 6 * 1024 * MIB
 RATE_MIB = 16  # a second: ~160 MiB a meter step, well above what other writers on the machine add
 
 
@@ -50,9 +51,10 @@ def policy(dry_run: bool) -> str:
 
 
 def test_a_filling_node_is_emptied_within_the_rate_and_a_dry_run_moves_nothing(tmp_path: Path) -> None:
-    fill = tmp_path / "fill"
-    fill.mkdir()
-    fill.chmod(0o777)  # whichever user the process runtime runs it as
+    # Outside tmp_path (0700): the process runtime runs each workload as a uid of its own, which
+    # must reach the file; the file outlives a move, so the bound is on what is written in all.
+    fill = Path(tempfile.mkdtemp(prefix="persys-test-fill-", dir="/tmp"))
+    fill.chmod(0o777)
     used_mib = shutil.disk_usage(tmp_path).used // MIB
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"nodes": [
         {"name": "full", "cpuMillicores": 2000, "memoryMb": 2048, "diskMb": int(used_mib / 0.93)},
@@ -61,7 +63,7 @@ def test_a_filling_node_is_emptied_within_the_rate_and_a_dry_run_moves_nothing(t
     data = tmp_path / "data"
     dev = Proc("dev", persys("dev", "--port", "0", "--data-dir", str(data), "--nodes",
                              str(tmp_path / "nodes.yaml")), tmp_path, env=env)
-    writer = (f"f={fill / 'data'}; while [ $(stat -c %s $f 2>/dev/null || echo 0) -lt {FILL_LIMIT} ]; do "
+    writer = (f"umask 0; f={fill / 'data'}; while [ $(stat -c %s $f 2>/dev/null || echo 0) -lt {FILL_LIMIT} ]; do "
               f"head -c {RATE_MIB * MIB} /dev/zero >> $f; sleep 1; done; exec sleep 3600")
 
     def get(name: str) -> dict[str, Any]:
@@ -85,12 +87,15 @@ def test_a_filling_node_is_emptied_within_the_rate_and_a_dry_run_moves_nothing(t
         eventually(lambda: all(get(n)["node"] == "full" and get(n)["phase"] == "Running" for n in ("filler", "idle")),
                    120, "both running on full")
         ctl("uncordon", "roomy", env=env)
+        _, took = eventually(lambda: (fill / "data").exists() and (fill / "data").stat().st_size >= 64 * MIB, 120,
+                             "the filler writing")
+        print(f"\nthe filler wrote 64 MiB {took:.1f} s after both ran")
 
         # Dry run: decides (cordon, relocate) and records, moves nothing.
         ctl("apply", "-f", "-", env=env, stdin=policy(dry_run=True))
         try:
             dry, took = eventually(lambda: [d for d in log("dry-run") if (d.get("action") or {}).get("type")
-                                            == "relocate"], 300, "a dry-run relocation off full")
+                                            == "relocate"], 360, "a dry-run relocation off full")
         except AssertionError:
             print([(d["outcome"], d["inputs"], d["reason"]) for d in log()[-5:]])  # what it did decide
             raise
@@ -127,6 +132,7 @@ def test_a_filling_node_is_emptied_within_the_rate_and_a_dry_run_moves_nothing(t
         eventually(lambda: len([d for d in log("none") if d["policyVersion"] == 2 and d["heldBy"] == "rate"]) >= 3,
                    120, "more passes held by the rate")
         assert len(log("acted")) == 2 and get(stayed)["node"] == "full"
+        assert (fill / "data").stat().st_size > 256 * MIB  # the disk did fill (bounded: FILL_LIMIT in all)
         audit = json.loads(ctl("audit", "--who", "persys-automation", "-o", "json", env=env).stdout)
         assert sorted(a["action"].rsplit("/", 1)[1] for a in audit) == ["CordonNode", "MoveInstance"], audit
         for n in ("filler", "idle"):

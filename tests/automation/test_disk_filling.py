@@ -1,10 +1,11 @@
 """Relocating off a node whose disk is filling, from Persys Intelligence's forecast.
 
-Intelligence's disk-space forecasts are being added on another branch: the automation reads them
-through the `seams.DiskForecasts` Protocol, in the shape of the existing forecast output
-(`intelligence.forecast.Forecast.to_dict()`). Here a stand-in for that seam serves forecasts in
-that shape: table cases (disk_filling_cases.yaml) through the pure plan, one real forecast made by
-Intelligence's own model from a filling series, and the remediate edge with the stand-in."""
+The automation reads Intelligence's disk-space forecasts through the `seams.DiskForecasts`
+Protocol, in the shape of the forecast output (`intelligence.forecast.Forecast.to_dict()`). Here
+a stand-in for that seam serves forecasts in that shape: table cases (disk_filling_cases.yaml)
+through the pure plan, one real forecast made by Intelligence's own model from a filling series,
+and the remediate edge with the stand-in (the running adapter, disk_forecasts.NodeDiskForecasts,
+over a real meter: test_disk_forecasts_adapter.py and test_disk_remediate_dev.py)."""
 
 from __future__ import annotations
 
@@ -67,13 +68,15 @@ def test_a_real_forecast_of_a_filling_disk() -> None:
 
 
 class StandInDiskForecasts:
-    """A stand-in for Persys Intelligence's disk forecasts (seams.DiskForecasts): its forecast
-    for disk space is being built on another branch; this serves the shape it will answer."""
+    """A stand-in for Persys Intelligence's disk forecasts (seams.DiskForecasts) serving given
+    items in its shape, recording what the policy asked for."""
 
     def __init__(self, items: list[dict[str, Any]]) -> None:
         self.items = items
+        self.asked: list[tuple[float, float]] = []
 
-    async def disk_forecasts(self) -> list[dict[str, Any]]:
+    async def disk_forecasts(self, history_seconds: float, horizon_seconds: float) -> list[dict[str, Any]]:
+        self.asked.append((history_seconds, horizon_seconds))
         return self.items
 
 
@@ -120,6 +123,7 @@ def test_the_remediate_edge_reads_the_seam_and_acts() -> None:
     base = {"ts": NOW, "policy": "disk", "policy_version": 1, "sort": policy.spec.sort, "dry_run": False}
     decisions = asyncio.run(loop.decide(policy, NOW, base))
     assert api.actions == [("cordon", "n1"), ("move", "web", "web")]
+    assert disk.asked == [(7 * 86400, 24 * 3600)]  # historyHours (a week by default), withinHours
     assert [d.outcome.value for d in decisions] == ["acted", "acted"]
     assert all(any(e.source == "intelligence" and e.ref == "forecast/n1" for e in d.evidence) for d in decisions)
     # Without a source the policy says so instead of acting.

@@ -29,8 +29,9 @@ POLICY = {"apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayCluster, dict[str, TLSFiles]]]:
-    c = start_cluster(tmp_path_factory.mktemp("policies"), with_agent=False,
-                      scheduler_args=("--metrics-plain-listen", "127.0.0.1:0"))
+    root = tmp_path_factory.mktemp("policies")
+    c = start_cluster(root, with_agent=False, scheduler_args=("--metrics-plain-listen", "127.0.0.1:0", "--meter",
+                                                              f"duckdb:{root / 'meter.duckdb'}"))
     try:
         yield c, role_identities(c.pki)
     finally:
@@ -159,3 +160,32 @@ def test_persys_automation_refuses_to_run_without_its_rights(cluster: tuple[Gate
     p = subprocess.run(persys("automation", "--scheduler", c.scheduler_target, "--tls-dir", str(c.pki), "--name",
                               "nobody-here"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "--tls-dir:" in p.stderr and "not found" in p.stderr, p.stderr
+
+
+def test_replay_of_scale_to_zero_and_of_a_prometheus_policy(cluster: tuple[GatewayCluster, dict[str, TLSFiles]]
+                                                            ) -> None:
+    """Replay through persysctl: a scaleToZero policy replays on its activation workload's meter
+    history (none here: it stays at zero, as live would); a Prometheus-scaled one is refused,
+    naming why, with nothing run."""
+    c, _ = cluster
+    env = c.ctl_env()
+    zero = {"apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": "web-zero"},
+            "spec": {"autoscale": {"workload": "web", "target": 50, "minReplicas": 0, "maxReplicas": 3,
+                                   "scaleToZero": {"activationThreshold": 5, "activationWorkload": "front"}}}}
+    prom = {"apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": "web-prom"},
+            "spec": {"autoscale": {"workload": "web", "metric": "prometheus", "target": 10, "maxReplicas": 3,
+                                   "prometheus": {"url": "http://127.0.0.1:9/metrics", "name": "queue_depth"}}}}
+    for doc in (zero, prom):
+        ctl("apply", "-f", "-", env=env, stdin=yaml.safe_dump(doc))
+    try:
+        text = ctl("policy", "replay", "web-zero", "--since", "10m", env=env).stdout
+        assert "scale to zero on: workload/front cpu" in text and "replicas:         0..0" in text, text
+        rep = json.loads(ctl("policy", "replay", "web-zero", "--since", "10m", "-o", "json", env=env).stdout)
+        assert rep["scaleToZero"] and rep["startReplicas"] == 0 and rep["actions"] == 0, rep
+        assert rep["activationEvidence"]["value"] == "front" and rep["heldBy"] == {"stale": rep["decisions"]}, rep
+        refused = ctl("policy", "replay", "web-prom", "--since", "10m", env=env, check=False)
+        assert refused.returncode != 0 and "Prometheus endpoint of its own" in refused.stdout + refused.stderr, refused
+        assert "Traceback" not in refused.stderr
+    finally:
+        for name in ("web-zero", "web-prom"):
+            ctl("delete", "policy", name, env=env, check=False)

@@ -112,3 +112,78 @@ def test_replay_takes_the_live_loops_actions(window: int) -> None:
     assert [(s.verdict.raw_desired, s.verdict.desired, s.verdict.held_by) for s in replayed.decisions] == live_rows
     rep = report(m.spec.autoscale, replayed, STEP)
     assert rep["actions"] == len(acted) and rep["secondsOverTarget"] > 0
+
+
+class ZeroCluster(RecordedCluster):
+    """The same, with scale to zero: at zero the workload is stopped (no instance, no samples);
+    `front`, the workload in front of it, keeps reporting its own load (the activation figure)."""
+
+    def __init__(self, policy: Policy, load: Any, front: Any) -> None:
+        super().__init__(policy, load, replicas=1)
+        self.front = front
+        self.stopped = False
+        self.front_points: list[tuple[float, float]] = []
+
+    def record_bucket(self, t: float) -> None:
+        self.front_points.append((t, self.front(t)))
+        if not self.stopped:
+            super().record_bucket(t)
+
+    async def get_workload(self, workload_id: str) -> dict[str, Any]:
+        w = await super().get_workload(workload_id)
+        if self.stopped:
+            w.update(desiredState="Stopped", instances=[])
+        return {**w, "desiredState": "Stopped" if self.stopped else "Running"}
+
+    async def apply(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        self.stopped = manifest["spec"].get("desiredState") == "Stopped"
+        return await super().apply(manifest, dry_run)
+
+    async def meter_query(self, selector: str, value: str, metric: str, since: float, step: int, agg: str
+                          ) -> dict[str, Any]:
+        if value == "web":
+            return await super().meter_query(selector, value, metric, since, step, agg)
+        assert (selector, value, metric, step, agg) == ("workload", "front", "cpu", STEP, "avg")
+        lo = self.now - since
+        return {"start": lo, "end": self.now,
+                "series": [{"key": "front", "points": [[t, v] for t, v in self.front_points if lo < t <= self.now]}]}
+
+
+def front_load(t: float) -> float:
+    """Requests arrive (front busy), stop for ten minutes (web goes to zero), arrive again."""
+    x = t - T0
+    return 30 + 5 * math.sin(x / 23.0) if x < 400 or x >= 1000 else 1.0
+
+
+def test_replay_of_scale_to_zero_takes_the_live_loops_actions() -> None:
+    m = PolicyManifest.model_validate({
+        "apiVersion": "persys.dev/v1", "kind": "Policy", "metadata": {"name": "web-cpu"},
+        "spec": {"autoscale": {"workload": "web", "target": 50, "maxReplicas": 10, "intervalSeconds": STEP,
+                               "metricWindowSeconds": 30, "cooldown": {"upSeconds": 30}, "minReplicas": 0,
+                               "scaleToZero": {"activationThreshold": 5, "idleSeconds": 120,
+                                               "activationWorkload": "front", "activationMetric": "cpu"}}}})
+    policy = Policy(name="web-cpu", spec=m.spec, created_at=T0, updated_at=T0)
+    cluster = ZeroCluster(policy, lambda t: 0.0 if front_load(t) < 5 else load_curve(t), front_load)
+    loops = [AutomationLoop(cluster, clock=lambda: cluster.now)]
+
+    async def live() -> None:
+        for k in range(200):
+            if k == 70:  # restarted while idle: the idle window comes back from the log
+                loops.append(AutomationLoop(cluster, clock=lambda: cluster.now))
+            cluster.now = T0 + k * STEP
+            cluster.record_bucket(cluster.now)
+            await loops[-1].run_once()
+
+    asyncio.run(live())
+    acted = [(d["ts"], d["action"]["from"], d["action"]["to"]) for d in cluster.decisions if d["outcome"] == "acted"]
+    assert any(to == 0 for _, _, to in acted) and any(fr == 0 for _, fr, _ in acted), acted  # to zero and back
+
+    spec = m.spec.autoscale
+    assert spec is not None
+    steps = steps_from_series(spec, [Series(k, tuple(p)) for k, p in cluster.points.items()], T0, T0 + 199 * STEP,
+                              STEP, STEP, [Series("front", tuple(cluster.front_points))])
+    replayed = simulate(spec, steps, 1)
+    assert replayed.actions() == acted
+    live_rows = [(d["rawDesired"], d["desired"], d["heldBy"]) for d in cluster.decisions]
+    assert [(s.verdict.raw_desired, s.verdict.desired, s.verdict.held_by) for s in replayed.decisions] == live_rows
+    assert report(spec, replayed, STEP)["replicas"]["min"] == 0

@@ -21,7 +21,7 @@ from typing import Any
 from persys.automation import autoscale as asc
 from persys.automation import prometheus_source
 from persys.automation.leadership import Leadership
-from persys.automation.observe import WindowFigure, series_of, window_figure
+from persys.automation.observe import WindowFigure, fresh_total, series_of, window_figure
 from persys.automation.rebalance_run import RebalanceLoop
 from persys.automation.remediate_run import RemediateLoop
 from persys.automation.seams import AutomationApi, DiskForecasts, IntelligenceSignals
@@ -234,13 +234,6 @@ class AutomationLoop:
         st.history = hist.after(now, v.recommendation, done).trimmed(now, asc.memory_horizon(spec))
         return Decision(**base, inputs=inputs, evidence=evidence, raw_desired=v.raw_desired, desired=v.desired,
                         held_by=v.held_by, action=action, outcome=outcome, reason=reason[:1000])
-
-
-def fresh_total(fig: WindowFigure, now: float, stale_after: float) -> float | None:
-    """A window's total, or None when it has no samples or its newest is older than `stale_after`."""
-    if fig.total is None or fig.newest is None or now - fig.newest > stale_after:
-        return None
-    return fig.total
 
 
 def _stored(view: dict[str, Any]) -> dict[str, Any]:

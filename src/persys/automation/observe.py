@@ -68,5 +68,13 @@ def window_figure(series: Iterable[Series], now: float, window: float, metric: s
     return WindowFigure(total, newest, reporting)
 
 
+def fresh_total(fig: WindowFigure, now: float, stale_after: float) -> float | None:
+    """A window's total, or None when it has no samples or its newest is older than `stale_after`
+    (scaleToZero's activation figure, live and in replay)."""
+    if fig.total is None or fig.newest is None or now - fig.newest > stale_after:
+        return None
+    return fig.total
+
+
 def instances_with_points(series: Sequence[Series], start: float, end: float) -> set[str]:
     return {s.key for s in series if any(start < t <= end for t, _ in s.points)}

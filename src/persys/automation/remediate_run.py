@@ -4,6 +4,7 @@ cordons or restarts as the automation's identity. What it did is rebuilt from it
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +62,9 @@ class RemediateLoop:
             ev = evidence + [Evidence(source="intelligence" if pl.evidence_source == "intelligence" else "events",
                                       ref=i) for i in pl.evidence[:8]]
             outcome, reason = await self._carry_out(p, pl, now, done)
-            out.append(Decision(**base, evidence=ev, inputs={"failures": len(failures)}, held_by=pl.held_by,
+            inputs = {"failures": len(failures), **({"diskFilling": disk_note} if pl.evidence_source ==
+                                                     "intelligence" else {})}
+            out.append(Decision(**base, evidence=ev, inputs=inputs, held_by=pl.held_by,
                                 action=action, outcome=outcome, reason=reason[:1000]))
         return out
 
@@ -96,7 +99,8 @@ class RemediateLoop:
             return [], [], "off"
         if self.disk is None:
             return [], [], "no source: Persys Intelligence's disk forecasts are not available to this automation"
-        forecasts = await self.disk.disk_forecasts()
+        dfs = spec.relocate_on_disk_filling
+        forecasts = await self.disk.disk_forecasts(float(dfs.history_hours) * 3600, float(dfs.within_hours) * 3600)
         full = rm.filling(spec.relocate_on_disk_filling, now, forecasts)
         placed: list[rm.Placed] = []
         for f in full[:MAX_FULL_NODES]:
@@ -106,7 +110,9 @@ class RemediateLoop:
                 placed += [rm.Placed(detail["name"], i["instance"], i["node"], local)
                            for i in detail.get("instances", []) if i.get("node") == f.node
                            and i.get("phase") != "Pending"]
-        return full, placed, f"{len(forecasts)} node forecasts read, {len(full)} full within the horizon"
+        verdicts = Counter(str((f.get("forecast") or {}).get("verdict", "?")) for f in forecasts)
+        read = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+        return full, placed, f"{len(forecasts)} node forecasts read ({read}), {len(full)} full within the horizon"
 
     async def _act(self, pl: rm.Planned) -> tuple[Outcome, str]:
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from persys.automation.autoscale import Action, History, Observation, Verdict, decide, memory_horizon
-from persys.automation.observe import Series, window_figure
+from persys.automation.observe import Series, fresh_total, window_figure
 from persys.model.automation import Autoscale
 
 MIN_FLAP_SECONDS = 60
@@ -36,6 +36,7 @@ class Step:
     total: float | None
     newest: float | None
     reporting: int | None = None  # None: as many as the replicas at that time (a simulation)
+    activation: float | None = None  # scaleToZero's figure (fresh), None: missing or stale
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def simulate(spec: Autoscale, steps: Sequence[Step], start_replicas: int, histor
     horizon = memory_horizon(spec)
     out = Replay()
     for st in steps:
-        obs = Observation(st.ts, current, st.total, st.newest, current if st.reporting is None else st.reporting)
+        obs = Observation(st.ts, current, st.total, st.newest, current if st.reporting is None else st.reporting,
+                          activation=st.activation)
         v = decide(spec, obs, hist)
         acted = v.desired != current
         hist = hist.after(st.ts, v.recommendation, Action(st.ts, current, v.desired) if acted else None)
@@ -78,13 +80,23 @@ def simulate(spec: Autoscale, steps: Sequence[Step], start_replicas: int, histor
 
 
 def steps_from_series(spec: Autoscale, series: Sequence[Series], start: float, end: float, interval: int,
-                      step: int) -> list[Step]:
-    """One observation every `interval` from `start` to `end` (the series at the meter `step`)."""
+                      step: int, activation: Sequence[Series] | None = None) -> list[Step]:
+    """One observation every `interval` from `start` to `end` (the series at the meter `step`).
+    With scaleToZero, each carries the activation figure as the live loop computes it: from the
+    `activation` workload's series when the policy names another workload or metric, else the
+    policy's own figure; either only while fresh (staleAfterSeconds)."""
     steps = []
     t = start
+    window = max(spec.metric_window_seconds, step)
+    z = spec.scale_to_zero
+    metric = (z.activation_metric if z is not None else None) or spec.metric
     while t <= end:
-        fig = window_figure(series, t, max(spec.metric_window_seconds, step), spec.metric, step)
-        steps.append(Step(t, fig.total, fig.newest))
+        fig = window_figure(series, t, window, spec.metric, step)
+        act = None
+        if z is not None:
+            afig = fig if activation is None else window_figure(activation, t, window, metric, step)
+            act = fresh_total(afig, t, spec.stale_after_seconds)
+        steps.append(Step(t, fig.total, fig.newest, activation=act))
         t += interval
     return steps
 

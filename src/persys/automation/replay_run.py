@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from persys.automation.loop import current_replicas
 from persys.automation.observe import series_of
 from persys.automation.replay import report, simulate, step_for, steps_from_series
 from persys.automation.seams import AutomationApi
@@ -34,30 +35,41 @@ async def replay_policy(api: AutomationApi, name: str, window: float, now: float
     if spec.prometheus is not None:
         raise ReplayRefused("name", f"policy {name} scales on a Prometheus endpoint of its own: the meter keeps no "
                             "history of it to replay")
+    z = spec.scale_to_zero
     if start_replicas is None:
         try:
-            start_replicas = int((await api.get_workload(spec.workload))["replicas"])
+            start_replicas = current_replicas(await api.get_workload(spec.workload), z is not None)
         except SchedulerError as err:
             if err.code != "NOT_FOUND":
                 raise
             start_replicas = spec.min_replicas
     interval = spec.interval_seconds
     step = step_for(window, interval)
-    answer = await api.meter_query("workload", spec.workload, spec.metric, window + spec.metric_window_seconds,
-                                   step, "avg")
-    start = float(answer.get("start", now - window - spec.metric_window_seconds))
+    since = window + spec.metric_window_seconds
+    answer = await api.meter_query("workload", spec.workload, spec.metric, since, step, "avg")
+    start = float(answer.get("start", now - since))
     end = float(answer.get("end", now))
     every = max(interval, step)  # decisions every `interval` as live when the step allows it, else one per step
     series = series_of(answer)
+    activation = None  # scaleToZero on the policy's own figure, as live
+    evidence = [{"selector": "workload", "value": spec.workload, "metric": spec.metric, "step": step, "agg": "avg",
+                 "start": start, "end": end}]
+    if z is not None and (z.activation_workload or spec.workload, z.activation_metric or spec.metric) != (
+            spec.workload, spec.metric):
+        # The activation workload's history over the same range at the same step, as live reads it.
+        aw, am = z.activation_workload or spec.workload, z.activation_metric or spec.metric
+        other = await api.meter_query("workload", aw, am, since, step, "avg")
+        activation = series_of(other)
+        evidence.append({"selector": "workload", "value": aw, "metric": am, "step": step, "agg": "avg",
+                         "start": float(other.get("start", start)), "end": float(other.get("end", end))})
 
     def run() -> dict[str, Any]:
-        steps = steps_from_series(spec, series, start + spec.metric_window_seconds, end, every, step)
+        steps = steps_from_series(spec, series, start + spec.metric_window_seconds, end, every, step, activation)
         return report(spec, simulate(spec, steps, start_replicas), every)
 
     # Up to ~5,000 decisions of ~0.1 ms each (bench/automation_replay.py): off the event loop.
     result = await asyncio.to_thread(run)
     return {"policy": name, "version": policy.version, "workload": spec.workload, "metric": spec.metric,
             "target": spec.target, "startReplicas": start_replicas, "start": start, "end": end,
-            "meterStep": step, "evidence": {"selector": "workload", "value": spec.workload, "metric": spec.metric,
-                                            "step": step, "agg": "avg", "start": start, "end": end},
-            **result}
+            "meterStep": step, "evidence": evidence[0], "scaleToZero": z is not None,
+            "activationEvidence": evidence[1] if len(evidence) > 1 else None, **result}

@@ -3,8 +3,9 @@ acts through (`SchedulerClient` fits), Persys Intelligence's signals, and a what
 
 The automation is a client like persysctl: it reads the meter and the store and acts through the
 same API, as its own identity (an operator certificate), so every action is authorized and
-audited as that identity. Intelligence and the scheduler's what-if plan API are being built
-alongside; the automation depends on these Protocols, never on their packages.
+audited as that identity. The policies' edges depend on these Protocols only; what implements
+them is chosen where the automation is started (cli/automation_server.py, cli/dev_automation.py),
+e.g. disk_forecasts.NodeDiskForecasts (Intelligence's own forecast over the meter).
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ class IntelligenceSignals(Protocol):
 
 
 class DiskForecasts(Protocol):
-    """Persys Intelligence's disk-space forecasts, one per node (being added to Intelligence):
+    """Persys Intelligence's disk-space forecasts, one per node, fitted on the last
+    `history_seconds` of the meter's samples, `horizon_seconds` ahead:
     `{"node", "capacityBytes", "evidence": <its id>, "forecast": <intelligence.forecast.Forecast.
     to_dict(): {"points": [[t, point, lower80, upper80], ...], "unpredictable", "verdict", ...}>}`
-    of the node's used disk bytes. The remediate policy reads it through this seam only."""
+    of the node's used disk bytes. The remediate policy reads it through this seam only
+    (disk_forecasts.NodeDiskForecasts in the running automation)."""
 
-    async def disk_forecasts(self) -> list[dict[str, Any]]: ...
+    async def disk_forecasts(self, history_seconds: float, horizon_seconds: float) -> list[dict[str, Any]]: ...
 
 
 class WhatIfPlanner(Protocol):

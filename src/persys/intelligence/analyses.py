@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from persys.intelligence.automation_overlap import annotate, overlaps
+from persys.intelligence.evidence import Series
 from persys.intelligence.forecast import ForecastError, forecast
 from persys.intelligence.retriever import UsageReader, step_for
 from persys.intelligence.rightsize import recommend
@@ -48,14 +50,23 @@ def _scale(node: dict[str, Any], metric: str) -> float:
 async def forecast_usage(reader: UsageReader, kind: str, name: str, metric: str, window: float, horizon: float
                          ) -> dict[str, Any]:
     """`kind` node (one node's series) or cluster (the sum over nodes at each time)."""
-    meter_metric, agg, unit = FORECAST_METRICS[metric]
+    meter_metric, agg, _ = FORECAST_METRICS[metric]
     nodes = [n for n in await reader.nodes() if kind == "cluster" or n.get("id") == name]
+    read = [(node, *await reader.series("node", str(node.get("id", "")), meter_metric, agg, window)) for node in nodes]
+    return usage_forecast(kind, name, metric, window, horizon, read)
+
+
+def usage_forecast(kind: str, name: str, metric: str, window: float, horizon: float,
+                   read: Sequence[tuple[dict[str, Any], list[Series], list[str]]]) -> dict[str, Any]:
+    """The forecast of what was read (pure, CPU-bound: each node with its meter series and what
+    could not be read), summed over the nodes at each time for `kind` cluster."""
+    _, _, unit = FORECAST_METRICS[metric]
+    nodes = [node for node, _, _ in read]
     sums: dict[float, float] = defaultdict(float)
     looked: list[str] = []
     ids: list[str] = []
     step = None
-    for node in nodes:
-        series, more = await reader.series("node", str(node.get("id", "")), meter_metric, agg, window)
+    for node, series, more in read:
         looked += more
         ids += [s.id for s in series]
         scale = _scale(node, metric)

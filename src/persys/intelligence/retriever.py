@@ -243,6 +243,32 @@ def step_for(window: float) -> int:
     return step
 
 
+class MeterReads(Protocol):
+    async def meter_query(self, selector: str, value: str, metric: str, since: float, step: int, agg: str
+                          ) -> dict[str, Any]: ...
+
+
+async def read_series(api: MeterReads, selector: str, name: str, metric: str, agg: str, window: float
+                      ) -> tuple[list[Series], list[str]]:
+    """The meter's series over `window` at step_for(window), as whoever `api` calls as (the
+    UsageReader as Intelligence; the automation's disk forecasts as the automation), and what
+    could not be read."""
+    step = step_for(window)
+    looked: list[str] = []
+    try:
+        ans = await api.meter_query(selector, name, metric, window, step, agg)
+    except SchedulerError as err:
+        return [], [f"meter {selector}/{name} {metric}: {err.code}: {err}"]
+    start, end = _epoch(ans.get("start", 0)), _epoch(ans.get("end", 0))
+    out = [Series(f"{selector}/{name}", metric, agg, step, start, end,
+                  tuple((_epoch(p[0]), float(p[1])) for p in s.get("points") or ()), str(s.get("key", "")))
+           for s in ans.get("series") or ()]
+    out = [s for s in out if s.points]
+    if not out:
+        looked.append(f"meter {selector}/{name} {metric}: no samples in the window")
+    return out, looked
+
+
 class UsageReader:
     """Meter history for rightsizing and forecasts, read as the intelligence identity."""
 
@@ -251,21 +277,8 @@ class UsageReader:
 
     async def series(self, selector: str, name: str, metric: str, agg: str, window: float
                      ) -> tuple[list[Series], list[str]]:
-        step = step_for(window)
         async with as_intelligence():
-            looked: list[str] = []
-            try:
-                ans = await self.api.meter_query(selector, name, metric, window, step, agg)
-            except SchedulerError as err:
-                return [], [f"meter {selector}/{name} {metric}: {err.code}: {err}"]
-            start, end = _epoch(ans.get("start", 0)), _epoch(ans.get("end", 0))
-            out = [Series(f"{selector}/{name}", metric, agg, step, start, end,
-                          tuple((_epoch(p[0]), float(p[1])) for p in s.get("points") or ()), str(s.get("key", "")))
-                   for s in ans.get("series") or ()]
-            out = [s for s in out if s.points]
-            if not out:
-                looked.append(f"meter {selector}/{name} {metric}: no samples in the window")
-            return out, looked
+            return await read_series(self.api, selector, name, metric, agg, window)
 
     async def workload(self, name: str) -> dict[str, Any]:
         async with as_intelligence():

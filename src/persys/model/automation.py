@@ -160,9 +160,20 @@ class DiskFilling(Model):
     """Relocate off a node whose disk Persys Intelligence forecasts full: cordon it (once) and
     move its instances elsewhere, one per evaluation. Full: used >= `fullPercent` of the node's
     disk; forecast: its 80 % interval's `lower` bound (or the `point` forecast) reaches that within
-    `withinHours`, from a forecast its backtest does not call unpredictable."""
+    `withinHours`, from a forecast its backtest does not call unpredictable. The forecast is fitted
+    on the node's last `historyHours` of meter samples (its step: the meter's finest giving at
+    most 4,000 points, 10 s up to 11 h, 3 min at a week)."""
 
     within_hours: Annotated[Number, Field(gt=0, le=24 * 30)] = 24
+    history_hours: Annotated[Number, Field(ge=0.05, le=24 * 30)] = 24 * 7
+
+    @model_validator(mode="after")
+    def _ahead(self) -> DiskFilling:
+        # As Intelligence's forecast API: never further ahead than the history it is fitted on.
+        if self.within_hours > self.history_hours:
+            raise ValueError(f"withinHours: {self.within_hours} looks further ahead than historyHours "
+                             f"({self.history_hours}), the history the forecast is fitted on")
+        return self
     full_percent: Annotated[Number, Field(gt=0, le=100)] = 95
     bound: Literal["lower", "point"] = "lower"
 

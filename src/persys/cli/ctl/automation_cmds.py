@@ -211,6 +211,9 @@ def replay_cmd(name: str, since: str, start_replicas: int, output: str, server: 
              f"  over target:      {r['secondsOverTarget']}s ({100 * r['fractionOverTarget']:.1f}% of the time)",
              f"  replicas:         {r['replicas']['min']}..{r['replicas']['max']}",
              "  held by:          " + ", ".join(f"{k} {v}" for k, v in sorted(r["heldBy"].items()))]
+    if r.get("scaleToZero"):  # the activation figure's history: its own, or the activation workload's
+        act = r.get("activationEvidence") or r["evidence"]
+        lines.append(f"  scale to zero on: workload/{act['value']} {act['metric']}")
     lines += [f"  {_when(a['ts'])} scale {a['from']}->{a['to']}" for a in r["actionList"][:50]]
     out.print(printable("\n".join(lines), keep_newlines=True), markup=False, highlight=False)
 

@@ -21,7 +21,7 @@ from persys.tlsfiles import TLSFiles
 # The rights the automation acts with (docs/automation.md): an operator's.
 NEEDED = (("list", "automation-policies"), ("record", "automation-decisions"), ("list", "automation-decisions"),
           ("apply", "workloads"), ("control", "workloads"), ("move", "workloads"), ("cordon", "nodes"),
-          ("get", "telemetry"), ("lead", "automation"))
+          ("get", "telemetry"), ("list", "nodes"), ("lead", "automation"))
 
 
 def automation(
@@ -49,6 +49,7 @@ def automation(
             raise ServerError(f"--tls-dir: {f} not found")
 
     async def main() -> None:
+        from persys.automation.disk_forecasts import NodeDiskForecasts
         from persys.automation.leadership import Leadership
         from persys.automation.loop import AutomationLoop
         from persys.client import SchedulerClient, SchedulerError
@@ -59,7 +60,8 @@ def automation(
 
         async def started() -> None:
             leadership = Leadership(client, ttl=lease_ttl)
-            loop = AutomationLoop(client, tick=tick, leadership=leadership)
+            # Disk forecasts by Intelligence's model over the meter, read as this identity (remediate).
+            loop = AutomationLoop(client, tick=tick, leadership=leadership, disk=NodeDiskForecasts(client))
             try:
                 # What it will do, asked now: a missing right is one line at start, not a failed action later.
                 missing = [f"{verb} {resource}" for verb, resource in NEEDED

@@ -18,6 +18,7 @@ AUTOMATION_GROUPS = ("persys:operators",)
 async def start_dev_automation(ca: ClusterCA, folder: Path, target: str, tick: float = 1.0
                                ) -> Callable[[], Awaitable[None]]:
     """Start the loop; returns what stops it (and closes its client)."""
+    from persys.automation.disk_forecasts import NodeDiskForecasts
     from persys.automation.leadership import Leadership
     from persys.automation.loop import AutomationLoop
     from persys.client import SchedulerClient
@@ -27,7 +28,7 @@ async def start_dev_automation(ca: ClusterCA, folder: Path, target: str, tick: f
     stop = asyncio.Event()
     # It takes the cluster's automation lease like any `persys automation`: one started beside
     # `persys dev` against the same scheduler stands by instead of acting twice.
-    loop = AutomationLoop(client, tick=tick, leadership=Leadership(client))
+    loop = AutomationLoop(client, tick=tick, leadership=Leadership(client), disk=NodeDiskForecasts(client))
     task = asyncio.create_task(loop.run(stop), name="persys-automation")
 
     async def stopped() -> None:

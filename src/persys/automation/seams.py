@@ -4,7 +4,7 @@ acts through (`SchedulerClient` fits), Persys Intelligence's signals, and a what
 The automation is a client like persysctl: it reads the meter and the store and acts through the
 same API, as its own identity (an operator certificate), so every action is authorized and
 audited as that identity. The policies' edges depend on these Protocols only; what implements
-them is chosen where the automation is started (cli/automation_server.py, cli/dev_automation.py),
+them is chosen where the automation is started (cli/servers/automation.py, cli/servers/dev_automation.py),
 e.g. disk_forecasts.NodeDiskForecasts (Intelligence's own forecast over the meter).
 """
 

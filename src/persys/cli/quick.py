@@ -3,8 +3,9 @@
 `persysctl get workloads` is typed all day; the full client (typer's command tree, rich, httpx)
 takes ~0.25 s to load before it sends a byte. This path answers `--version`, `get
 workloads|nodes` (no name, no selector, no watch; -o table|wide|json|name; --node, --chunk-size,
---server, --context, --token), and `describe workload|node NAME` and `delete workload NAME`
-(`cli.quick_verbs`) with the standard library: one mutual-TLS HTTP/1.1 connection, the rows of
+--server, --context, --token), `describe workload|node NAME` and `delete workload NAME`
+(`cli.quick_verbs`), `apply -f FILE` (`cli.quick_apply`), `logs`, `events` and `top`
+(`cli.quick_reads`) with the standard library: one mutual-TLS HTTP/1.1 connection, the rows of
 `cli.listing_rows`, tables from `cli.plain_table`. Anything else, any option it does not know,
 and tracing switched on (`OTEL_EXPORTER_OTLP_*`) go to `cli.ctl.main` unchanged, and so does
 drawing a table it cannot draw exactly as rich would. The two paths print the same bytes for the
@@ -167,9 +168,9 @@ def run(argv: list[str]) -> bool:
         return True
     cmd = parse(argv)
     if cmd is None:
-        from persys.cli import quick_apply, quick_verbs
+        from persys.cli import quick_apply, quick_reads, quick_verbs
 
-        return quick_verbs.run(argv) or quick_apply.run(argv)
+        return quick_verbs.run(argv) or quick_apply.run(argv) or quick_reads.run(argv)
     try:
         gw = Gateway(cmd)
         from persys.cli.listing_rows import pages

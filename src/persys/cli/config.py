@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from persys.cli.config_text import plain_mapping
 
 DEFAULT_CONTEXT = "default"
 FIELDS = ("server", "ca", "cert", "key", "token")
@@ -71,6 +71,8 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold a token
+    import yaml
+
     with os.fdopen(fd, "w") as f:
         f.write(yaml.safe_dump(doc, sort_keys=False))
     os.replace(tmp, path)
@@ -88,9 +90,18 @@ class ConfigFile:
     @classmethod
     def read(cls, path: Path) -> ConfigFile:
         try:
-            doc = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
+            text = path.read_text()
+        except OSError as err:
             raise ConfigError(f"{path}: cannot read the client configuration ({err})") from None
+        # As persysctl writes it, the file is read without PyYAML (persysctl's start: cli.config_text).
+        doc = plain_mapping(text)
+        if doc is None:
+            import yaml
+
+            try:
+                doc = yaml.safe_load(text) or {}
+            except yaml.YAMLError as err:
+                raise ConfigError(f"{path}: cannot read the client configuration ({err})") from None
         if not isinstance(doc, dict):
             raise ConfigError(f"{path}: invalid client configuration (expected a mapping)")
         if "contexts" not in doc:

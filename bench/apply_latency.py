@@ -97,7 +97,7 @@ def steps(traces: dict[str, list[ReceivedSpan]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--applies", type=int, default=30, help="traced applies")
+    ap.add_argument("--applies", type=int, default=30, help="traced applies (0: the untraced run only)")
     ap.add_argument("--untraced", type=int, default=30, help="untraced applies")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
@@ -108,6 +108,7 @@ def main() -> None:
     hand: list[float] = []
     dev = Dev(home / "plain")
     try:
+        until_running(dev, "warm-up")  # imports and first-use costs, left out
         for i in range(args.untraced):
             plain.append(until_running(dev, f"plain-{i}"))
             hand.append(by_hand())
@@ -116,6 +117,9 @@ def main() -> None:
         dev.stop()
     traces: dict[str, list[ReceivedSpan]] = defaultdict(list)
     traced: list[float] = []
+    if not args.applies:
+        report(plain, hand, [], {})
+        return
     with OtlpReceiver() as receiver:
         os.environ["OTEL_TRACES_SAMPLER_ARG"] = "1.0"
         dev = Dev(home / "traced", "--otlp-endpoint", receiver.endpoint)
@@ -134,13 +138,18 @@ def main() -> None:
         for s in receiver.spans():
             if s.trace_id in with_start:
                 traces[s.trace_id].append(s)
+    report(plain, hand, traced, traces)
+    print(f"\nload average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after (1 min; {os.cpu_count()} CPUs)")
+
+
+def report(plain: list[float], hand: list[float], traced: list[float], traces: dict[str, list[ReceivedSpan]]) -> None:
     print(f"apply -> Running, untraced ({len(plain)} serial applies, REST polled every 2 ms): "
           f"median {statistics.median(plain) * 1e3:.1f} ms, p90 {pct(plain, 0.9) * 1e3:.1f} ms")
     print(f"the same process started by hand (Popen): median {statistics.median(hand) * 1e3:.2f} ms")
-    print(f"apply -> Running, traced: median {statistics.median(traced) * 1e3:.1f} ms, "
-          f"p90 {pct(traced, 0.9) * 1e3:.1f} ms ({len(traces)} whole traces)")
-    steps(traces)
-    print(f"\nload average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after (1 min; {os.cpu_count()} CPUs)")
+    if traced:
+        print(f"apply -> Running, traced: median {statistics.median(traced) * 1e3:.1f} ms, "
+              f"p90 {pct(traced, 0.9) * 1e3:.1f} ms ({len(traces)} whole traces)")
+        steps(traces)
 
 
 if __name__ == "__main__":

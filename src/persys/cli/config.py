@@ -15,11 +15,11 @@ A one-cluster file reads as the context `default`. The context used is `--contex
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from persys.cli.config_text import plain_mapping
+from persys.cli.records import record
 
 DEFAULT_CONTEXT = "default"
 FIELDS = ("server", "ca", "cert", "key", "token")
@@ -37,7 +37,7 @@ class ConfigError(Exception):
     pass
 
 
-@dataclass
+@record
 class ClientConfig:
     server: str
     ca: Path
@@ -78,7 +78,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-@dataclass
+@record
 class ConfigFile:
     """The configuration file as contexts; `named` is False for a one-cluster file."""
 

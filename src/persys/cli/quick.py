@@ -18,10 +18,10 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from persys.cli.quick_gateway import GLOBAL, FullClient, Gateway, QuickError, fail
+from persys.cli.records import record
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -29,7 +29,7 @@ TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOI
 RICH_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
-@dataclass
+@record
 class GetCommand:
     kind: str  # workloads or nodes
     output: str = "table"

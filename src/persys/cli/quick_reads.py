@@ -21,12 +21,12 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 from persys.cli.listing_rows import KINDS
 from persys.cli.quick_gateway import GLOBAL, FullClient, Gateway, QuickError, fail
+from persys.cli.records import record
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _DURATION = re.compile(r"^(\d{1,9})([smhd])$")  # as persys.events.filters (that package loads the event bus)
@@ -47,12 +47,12 @@ _OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
 }
 
 
-@dataclass
+@record
 class ReadCommand:
     verb: str  # logs | events | top
     words: list[str]  # the positional words after the verb
-    opts: dict[str, str] = field(default_factory=dict)
-    kinds: list[str] = field(default_factory=list)  # events --kind, as given
+    opts: dict[str, str] = {}
+    kinds: list[str] = []  # events --kind, as given
     server: str | None = None
     context: str | None = None
     token: str | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -96,12 +97,19 @@ def steps(traces: dict[str, list[ReceivedSpan]]) -> None:
 
 
 def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="persys-bench-apply-"))
+    try:
+        run(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run(home: Path) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--applies", type=int, default=30, help="traced applies (0: the untraced run only)")
     ap.add_argument("--untraced", type=int, default=30, help="untraced applies")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
-    home = Path(tempfile.mkdtemp(prefix="persys-bench-apply-"))
     for part in ("plain", "traced"):
         (home / part).mkdir()
     plain: list[float] = []

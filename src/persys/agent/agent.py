@@ -487,12 +487,17 @@ class Agent:
                     sampled[wid] = o
             self.usage = sampled
 
-    async def _observe(self) -> Observed:
+    async def _observe(self, only: frozenset[str] | None = None, before: Observed | None = None) -> Observed:
+        """What every runtime runs. With `only`, just those runtimes are listed again and the
+        others' instances are taken from `before` (listed moments ago, in the same pass): after
+        a process start the pass need not wait on dockerd and libvirtd once more (5-40 ms on a
+        busy node, as much as the rest of an apply's path to Running)."""
         # All runtimes at once: each waits on its engine (dockerd, libvirtd), ~1-2 ms apiece, and
         # this stands between an assignment's arrival and its start.
-        runtimes = list(self.runtimes.values())
+        runtimes = [rt for rt in self.runtimes.values() if only is None or rt.name in only]
         listed = await asyncio.gather(*(rt.list() for rt in runtimes), return_exceptions=True)
-        seen: Observed = {}
+        seen: Observed = {} if before is None or only is None else {
+            w: (rt, o) for w, (rt, o) in before.items() if rt.name not in only}
         for rt, found in zip(runtimes, listed, strict=True):
             if isinstance(found, RuntimeFailure):
                 log.warning("runtime %s could not list workloads: %s", rt.name, found)
@@ -542,7 +547,7 @@ class Agent:
                 await self._act(action, desired, runtimes, observed)
             except Exception as exc:  # contained to its instance (CancelledError is no Exception)
                 self._contain(action, desired.get(action.workload_id), exc)
-        after = await self._observe() if p.actions else observed
+        after = await self._observe(frozenset(a.runtime for a in p.actions), observed) if p.actions else observed
         self._guard(after)
         await self._sweep_volumes(after)
         return after

@@ -15,11 +15,11 @@ A one-cluster file reads as the context `default`. The context used is `--contex
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from persys.cli.config_text import plain_mapping
+from persys.cli.records import record
 
 DEFAULT_CONTEXT = "default"
 FIELDS = ("server", "ca", "cert", "key", "token")
@@ -37,7 +37,7 @@ class ConfigError(Exception):
     pass
 
 
-@dataclass
+@record
 class ClientConfig:
     server: str
     ca: Path
@@ -71,12 +71,14 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold a token
+    import yaml
+
     with os.fdopen(fd, "w") as f:
         f.write(yaml.safe_dump(doc, sort_keys=False))
     os.replace(tmp, path)
 
 
-@dataclass
+@record
 class ConfigFile:
     """The configuration file as contexts; `named` is False for a one-cluster file."""
 
@@ -88,9 +90,18 @@ class ConfigFile:
     @classmethod
     def read(cls, path: Path) -> ConfigFile:
         try:
-            doc = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
+            text = path.read_text()
+        except OSError as err:
             raise ConfigError(f"{path}: cannot read the client configuration ({err})") from None
+        # As persysctl writes it, the file is read without PyYAML (persysctl's start: cli.config_text).
+        doc = plain_mapping(text)
+        if doc is None:
+            import yaml
+
+            try:
+                doc = yaml.safe_load(text) or {}
+            except yaml.YAMLError as err:
+                raise ConfigError(f"{path}: cannot read the client configuration ({err})") from None
         if not isinstance(doc, dict):
             raise ConfigError(f"{path}: invalid client configuration (expected a mapping)")
         if "contexts" not in doc:

@@ -21,6 +21,7 @@ from persys.cli.output.listing_rows import KINDS
 from persys.cli.output.listing_rows import age_text as age_text  # where the commands import them from
 from persys.cli.output.listing_rows import name_line as name_line
 from persys.cli.output.printed_doc import printed
+from persys.cli.output.usage_rows import size_text as size_text
 from persys.security import peer_names
 
 OUTPUT_FORMATS = "table, wide, name, json, yaml or jsonpath=TEMPLATE"
@@ -198,15 +199,6 @@ def resource_kind(kind: str) -> str:
     if k is None:
         fail(f"unknown resource kind {kind!r} (use workloads, nodes, secrets, volumes, buckets or policies)")
     return k
-
-
-def size_text(n: float) -> str:
-    """A byte count as people read it (KiB, MiB, GiB)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def scalar_text(v: Any) -> str:

@@ -9,11 +9,13 @@ from typing import Any
 import typer
 import yaml
 from rich.table import Table
+from rich.text import Text
 
 from persys.cli.ctl.api import Api, OutputOpt, ServerOpt, age_text, emit, fail, out
 from persys.cli.ctl.follow import follow_events
 from persys.cli.output.printed_doc import printed
 from persys.cli.output.safe_text import printable
+from persys.cli.output.usage_rows import EVENT_COLUMNS, event_cells
 
 HELP = (
     "Show cluster events (NodeJoined, WorkloadScheduled, WorkloadFailed, ...), newest last.\n\n"
@@ -49,10 +51,10 @@ def _list_events(api: Api, params: dict[str, Any], limit: int, output: str) -> N
     """The last `limit` events matching the filter, as a table (or -o json|yaml)."""
     items = api.request("GET", "/v1/events", params={**params, "limit": limit})
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("AGE", "KIND", "SUBJECT", "MESSAGE"):
+    for col in EVENT_COLUMNS:
         t.add_column(col, overflow="fold")
-    for e in items:
-        t.add_row(age_text(e["ts"]), e["kind"], e["subject"], e["message"])
+    for e in items:  # Text: a message is shown as it is, never read as markup or emoji codes
+        t.add_row(*map(Text, event_cells(e)))
     emit(items, output, t)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from persys.cli.ctl import (
     meter_cmds,
@@ -20,8 +21,8 @@ from persys.cli.ctl.api import (
     emit,
     resource_kind,
     scalar_text,
-    size_text,
 )
+from persys.cli.output import usage_rows
 
 
 def health(output: str = OutputOpt, server: str | None = ServerOpt) -> None:
@@ -67,22 +68,9 @@ def top(
         return
     items = Api(server).request("GET", f"/v1/{k}")
     t = Table(box=None, header_style="bold", pad_edge=False)
-    if k == "workloads":
-        for col in ("NAME", "TYPE", "READY", "NODE", "CPU%", "MEMORY", "DISK READ", "DISK WRITE", "NET RX", "NET TX"):
-            t.add_column(col, justify="right" if col not in ("NAME", "TYPE", "NODE") else "left")
-        rows = [{"name": w["name"], "type": w["type"], "ready": w["ready"], "node": ",".join(w["nodes"]) or "-",
-                 **w["usage"]} for w in items]
-        for r in rows:
-            # A host process shares the node's network: its traffic is not measured, not zero.
-            net = ("-", "-") if r["type"] == "process" else (size_text(r["netRxBytes"]), size_text(r["netTxBytes"]))
-            t.add_row(r["name"], r["type"], r["ready"], r["node"], f"{r['cpuPercent']:.1f}",
-                      size_text(r["memoryBytes"]), size_text(r["diskReadBytes"]), size_text(r["diskWriteBytes"]),
-                      *net)
-    else:
-        for col in ("NAME", "STATUS", "CPU%", "MEMORY USED", "WORKLOADS"):
-            t.add_column(col)
-        rows = [{"name": n["id"], "status": n["status"], **n.get("usage", {})} for n in items]
-        for r in rows:
-            t.add_row(r["name"], r["status"], f"{r.get('cpuPercent', 0):.1f}", f"{r.get('memoryUsedMb', 0)} MiB",
-                      str(r.get("workloads", 0)))
+    for col, justify in usage_rows.top_columns(k):
+        t.add_column(col, justify=justify)
+    rows = usage_rows.top_rows(k, items)
+    for r in rows:  # Text: names and states are shown as they are, never read as markup
+        t.add_row(*map(Text, usage_rows.top_cells(k, r)))
     emit(rows, output, t)

@@ -14,8 +14,9 @@ BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
 def render(header: Sequence[str], rows: Sequence[Sequence[str]], *, show_header: bool, width: int,
-           bold: bool = False) -> str | None:
-    """The table as text (lines ending in a newline), or None when rich must draw it."""
+           bold: bool = False, right: Sequence[bool] = ()) -> str | None:
+    """The table as text (lines ending in a newline), or None when rich must draw it. `right`:
+    which columns are right-aligned (rich's justify="right"), header included."""
     shown = [list(header)] if show_header else []
     cells = shown + [list(r) for r in rows]
     if any(len(r) != len(header) for r in cells):
@@ -25,7 +26,9 @@ def render(header: Sequence[str], rows: Sequence[Sequence[str]], *, show_header:
     widths = [max((len(r[i]) for r in cells), default=0) for i in range(len(header))]
     if 0 in widths or sum(widths) + 2 * (len(widths) - 1) > width:  # rich gives an empty column a width
         return None
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    aligned = [*right, *[False] * (len(header) - len(right))]
+    lines = ["  ".join(c.rjust(w) if r_ else c.ljust(w) for c, w, r_ in zip(r, widths, aligned, strict=True))
+             for r in cells]
     if show_header and bold:
         lines[0] = BOLD + lines[0] + RESET
     return "".join(line + "\n" for line in lines)

@@ -22,18 +22,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, Refused, fail, option_value
+from persys.cli.records import record
 
 APPLY_BATCH = 500  # as cli.ctl.app.APPLY_BATCH: the full client splits larger sets into several requests
 MANIFEST_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec"})
 CONTENT_REFUSALS = (400, 413, 422)  # the gateway wrote nothing; the full client says what is wrong
 
 
-@dataclass
+@record
 class ApplyCommand:
     path: Path
     server: str | None = None

@@ -3,8 +3,9 @@
 `persysctl get workloads` is typed all day; the full client (typer's command tree, rich, httpx)
 takes ~0.25 s to load before it sends a byte. This path answers `--version`, `get
 workloads|nodes` (no name, no selector, no watch; -o table|wide|json|name; --node, --chunk-size,
---server, --context, --token), and `describe workload|node NAME` and `delete workload NAME`
-(`cli.quick.verbs`) with the standard library: one mutual-TLS HTTP/1.1 connection, the rows of
+--server, --context, --token), `describe workload|node NAME` and `delete workload NAME`
+(`cli.quick.verbs`), `apply -f FILE` (`cli.quick.apply`), `logs`, `events` and `top`
+(`cli.quick.reads`) with the standard library: one mutual-TLS HTTP/1.1 connection, the rows of
 `cli.output.listing_rows`, tables from `cli.output.plain_table`. Anything else, any option it does not know,
 and tracing switched on (`OTEL_EXPORTER_OTLP_*`) go to `cli.ctl.app.main` unchanged, and so does
 drawing a table it cannot draw exactly as rich would. The two paths print the same bytes for the
@@ -17,10 +18,10 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail, option_value
+from persys.cli.records import record
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
 TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -28,7 +29,7 @@ TRACING_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOI
 RICH_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
-@dataclass
+@record
 class GetCommand:
     kind: str  # workloads or nodes
     output: str = "table"
@@ -167,9 +168,10 @@ def run(argv: list[str]) -> bool:
     cmd = parse(argv)
     if cmd is None:
         from persys.cli.quick import apply as quick_apply
+        from persys.cli.quick import reads as quick_reads
         from persys.cli.quick import verbs as quick_verbs
 
-        return quick_verbs.run(argv) or quick_apply.run(argv)
+        return quick_verbs.run(argv) or quick_apply.run(argv) or quick_reads.run(argv)
     try:
         gw = Gateway(cmd)
         from persys.cli.output.listing_rows import pages

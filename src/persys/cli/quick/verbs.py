@@ -19,10 +19,10 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 
 from persys.cli.output.listing_rows import KINDS
 from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail
+from persys.cli.records import record
 
 # A name the quick path puts in a URL as it is; anything else goes to the full client.
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
@@ -30,7 +30,7 @@ _SECONDS = re.compile(r"^[0-9]{1,6}(\.[0-9]{1,6})?$")
 POLL_FIRST, POLL_MAX = 0.05, 0.25  # delete --wait: soon after the request, then as the full client
 
 
-@dataclass
+@record
 class VerbCommand:
     verb: str  # describe | delete
     kind: str  # workloads | nodes

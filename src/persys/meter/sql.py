@@ -156,10 +156,11 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
     row per group and bucket and segment: `merge_partials` combines a bucket's rows from several
     tables. A segment whose rows already are the step's buckets is read without aggregating (the
     common case: a 1-minute step over minute rollups), and so is a short raw segment (a series'
-    last minutes, not rolled up yet). `workload`: the one workload the condition selects, written
-    as a constant rather than read from every row."""
+    last minutes, not rolled up yet). `workload`: the one workload the condition selects; its
+    column is then left out (g, b, node, n, ...: `lead_columns`), the caller knows it, so the
+    engine neither repeats it on every row nor the client converts it for each."""
     parts = []
-    wl_col = d.quote(workload) if workload else "workload"
+    wl = [] if workload else ["workload"]
     for seg in segments:
         raw = seg.table.resolution == 0
         time_col = "ts" if raw else "bucket"
@@ -167,14 +168,14 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
                 f"AND {time_col} < {seg.end!r}")
         if step and group == "instance" and _as_rows(seg, step):
             bucket = time_col if step == seg.table.resolution else f"floor({time_col} / {step}) * {step}"
-            cols = [bucket, wl_col, "node", "1" if raw else "n", time_col if raw else "last_ts"]
+            cols = [bucket, *wl, "node", "1" if raw else "n", time_col if raw else "last_ts"]
             for m in metrics:
                 cols += [c for p, c in zip(PARTS, _cols(raw, m), strict=True) if p in needs]
             parts.append(f"SELECT {group} AS g, " + ", ".join(cols) + tail)
             continue
         bucket = f"floor({time_col} / {step}) * {step}" if step else "0"
-        wl = wl_col if workload else "max(workload)"
-        parts.append(f"SELECT {group} AS g, {bucket} AS b, {wl} AS wl, max(node) AS nd, "
+        ident = "max(node) AS nd" if workload else "max(workload) AS wl, max(node) AS nd"
+        parts.append(f"SELECT {group} AS g, {bucket} AS b, {ident}, "
                      + ", ".join(f"{expr} AS p{i}" for i, expr in enumerate(partials(d, raw, metrics, needs)))
                      + tail + " GROUP BY g, b")
     # Ordered by group, so that a result cut at `limit` leaves only its last group incomplete.
@@ -182,42 +183,51 @@ def query_sql(d: Dialect, segments: Sequence[Segment], where: str, group: str, s
     return f"{body} ORDER BY 1, 2 LIMIT {int(limit)}"
 
 
-Partial = Sequence[Any]  # [group, bucket, workload, node, n, last_ts, then the parts asked for]
+def lead_columns(workload: str = "") -> int:
+    """How many columns of a `query_sql` row come before n: g, b, then workload (unless the query
+    named one) and node."""
+    return 3 if workload else 4
 
 
-def merge_partials(rows: Sequence[Sequence[Any]], parts: Sequence[str], limit: int) -> list[Partial]:
+Partial = Sequence[Any]  # [group, bucket, (workload,) node, n, last_ts, then the parts asked for]
+
+
+def merge_partials(rows: Sequence[Sequence[Any]], parts: Sequence[str], limit: int, lead: int = 4
+                   ) -> list[Partial]:
     """One row per (group, bucket), in the rows' order: the rows of a bucket merged (counts and
-    sums add, min and max fold, the last value and the node are those of the latest sample);
-    `parts` names the columns after last_ts (sum, min, max or last each). Rows come ordered by
-    group and bucket (`query_sql`), so the rows of one bucket are adjacent: one pass, and a
-    bucket served by one table (most) is its row as it came. When `limit` cut the rows, the last
-    group may be incomplete and is left out."""
+    sums add, min and max fold, the last value, the workload and the node are those of the latest
+    sample); `lead` columns come before n (`lead_columns`), `parts` names the columns after
+    last_ts (sum, min, max or last each). Rows come ordered by group and bucket (`query_sql`), so
+    the rows of one bucket are adjacent: one pass, and a bucket served by one table (most) is its
+    row as it came. When `limit` cut the rows, the last group may be incomplete and is left out."""
     if len(rows) >= limit and rows:
         cut = rows[-1][0]
         rows = [r for r in rows if r[0] != cut]
     out: list[Partial] = []
     last: Partial = ()
+    n, lts, first = lead, lead + 1, lead + 2
     for row in rows:
         if not last or row[0] != last[0] or row[1] != last[1]:
             out.append(row)
             last = row
             continue
-        cur = [*last[:4], *(float(v) for v in last[4:])]
-        new = [float(v) for v in row[4:]]
-        later = new[1] >= cur[5]
-        cur[4] += new[0]
+        cur = [*last[:lead], *(float(v) for v in last[lead:])]
+        new = [float(v) for v in row[lead:]]
+        later = new[1] >= cur[lts]
+        cur[n] += new[0]
         for k, part in enumerate(parts):
             v = new[2 + k]
             if part == "sum":
-                cur[6 + k] += v
+                cur[first + k] += v
             elif part == "min":
-                cur[6 + k] = min(cur[6 + k], v)
+                cur[first + k] = min(cur[first + k], v)
             elif part == "max":
-                cur[6 + k] = max(cur[6 + k], v)
+                cur[first + k] = max(cur[first + k], v)
             elif later:
-                cur[6 + k] = v
+                cur[first + k] = v
         if later:
-            cur[2], cur[3], cur[5] = row[2], row[3], new[1]
+            cur[2:lead] = row[2:lead]
+            cur[lts] = new[1]
         out[-1] = last = cur
     return out
 

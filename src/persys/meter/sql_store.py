@@ -20,6 +20,7 @@ from persys.meter.query import (
     MAX_SERIES,
     Query,
     Retention,
+    Segment,
     Series,
     check,
     check_window,
@@ -108,7 +109,12 @@ class SqlMeterStore:
         return list(await self._off_loop(self._query, check(q)))
 
     def _query(self, q: Query) -> list[Series]:
-        segments = plan(self.tables, self._marks(), q.step, q.start, q.end)
+        return self.answer(q, plan(self.tables, self._marks(), q.step, q.start, q.end))
+
+    def answer(self, q: Query, segments: Sequence[Segment]) -> list[Series]:
+        """A checked query answered from these segments (blocking; `query` plans them: the
+        coarsest table that answers the step, then the finer ones after its watermark). The
+        benchmark also asks it for the raw table alone, to compare the planner's choice with."""
         if not segments:
             return []
         group = "node" if q.selector == "node" else "instance"
@@ -118,11 +124,13 @@ class SqlMeterStore:
                                   [q.metric], limit, sql.NEEDS[q.agg], one)
         out: dict[str, Series] = {}
         series, key = Series(""), None
-        for g, b, wl, nd, n, _lts, v in sql.merge_partials(self.x.rows(statement), sql.NEEDS[q.agg], limit):
+        lead = sql.lead_columns(one)
+        for row in sql.merge_partials(self.x.rows(statement), sql.NEEDS[q.agg], limit, lead):
+            g, b, nd, n, v = row[0], row[1], row[lead - 1], row[lead], row[lead + 2]
             if g != key:  # rows come ordered by series, then time
                 if len(out) >= MAX_SERIES:
                     break
-                series, key = Series(str(g), str(wl), str(nd)), g
+                series, key = Series(str(g), one or str(row[2]), str(nd)), g
                 out[series.key] = series
             series.points.append((float(b), finish(q.agg, float(n), float(v))))
             series.node = nd  # the latest bucket's: an instance may have moved

@@ -14,6 +14,7 @@ import pytest
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import parse_manifests
+from persys.scheduler.errors import NotActive
 from persys.scheduler.server import RunningScheduler, start_scheduler
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
@@ -137,3 +138,49 @@ async def test_a_slow_report_never_delays_a_heartbeat_acknowledgement(
     await call.done_writing()
     assert await asyncio.wait_for(call.read(), 5) == grpc.aio.EOF  # the stream ends once both are written
     assert persisted == [True, False]  # in arrival order
+
+
+async def test_a_heartbeats_errors_end_the_update_stream_with_their_status(
+        sched: tuple[RunningScheduler, pb_grpc.AgentControlStub], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat's hot path maps errors only when they happen: a usage beyond any host is
+    INVALID_ARGUMENT naming the field; a replica that stopped being active ends the stream with
+    FAILED_PRECONDITION and the active one's address (the agent follows it); so does a report
+    that failed for that reason, at the next heartbeat."""
+    running, stub = sched
+    s = running.scheduler
+
+    async def stream_error(*updates: pb.AgentUpdate) -> grpc.aio.AioRpcError:
+        call = stub.StreamUpdates()
+        for u in updates:
+            await call.write(u)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            for _ in range(len(updates)):
+                await asyncio.wait_for(call.read(), 10)
+        return err.value
+
+    beat = pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(node_id="n1"))
+    err = await stream_error(pb.AgentUpdate(heartbeat=pb.HeartbeatRequest(
+        node_id="n1", usage=pb.NodeUsage(cpu_percent=-1.0))))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "usage.cpu_percent" in str(err.details())
+
+    def standby(*_: object) -> bool:
+        raise NotActive("10.0.0.9:7000")
+
+    with monkeypatch.context() as m:
+        m.setattr(s, "heartbeat", standby)
+        err = await stream_error(beat)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert ("persys-leader", "10.0.0.9:7000") in tuple(err.trailing_metadata() or ())
+
+    async def report_on_standby(*_: object) -> None:
+        raise NotActive("10.0.0.9:7000")
+
+    monkeypatch.setattr(s, "report", report_on_standby)
+    call = stub.StreamUpdates()
+    await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True)))
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        for _ in range(200):  # until the report's task has failed: the next heartbeat ends the stream
+            await call.write(beat)
+            await asyncio.wait_for(call.read(), 10)
+            await asyncio.sleep(0.05)
+    assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION

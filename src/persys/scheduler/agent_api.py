@@ -51,8 +51,11 @@ class AgentApi:
 
     def _heard(self, node_id: str) -> LiveNode:
         usable = self.s.placement.heard(node_id)
-        live = self.s.live.setdefault(node_id, LiveNode(self.s.clock(), time.time()))
-        live.last_heartbeat = live.heard_at = self.s.clock()
+        now = self.s.clock()
+        live = self.s.live.get(node_id)
+        if live is None:  # (not setdefault: its default, a LiveNode and its models, was built on every beat)
+            live = self.s.live[node_id] = LiveNode(now, time.time())
+        live.last_heartbeat = live.heard_at = now
         if not usable and self.s.placement.heard(node_id):
             # First word since this replica became active: placement may use the node now.
             self.s.placement.node_heard(node_id)

@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from pydantic import ValidationError
@@ -81,6 +81,12 @@ def _liveness_pb(doc: dict[str, Any]) -> pb.LivenessGuard:
 
 async def _refuse(context: grpc.aio.ServicerContext, refusal: node_admission.Refusal) -> None:
     await context.abort(grpc.StatusCode[refusal.code.value], str(refusal))
+
+
+async def _mapped_error(context: grpc.aio.ServicerContext, err: Exception) -> NoReturn:
+    """End the call with `err`'s status, as `mapped` would have (built only when one happens)."""
+    async with mapped(context):
+        raise err
 
 
 
@@ -201,11 +207,14 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             simulated=caller.principal in self.node_simulators or not self.require_identity,
         )
 
-    async def _check_usage(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> None:
+    @staticmethod
+    def _usage_refusal(request: pb.HeartbeatRequest) -> node_admission.Refusal | None:
         u = request.usage
-        refusal = node_admission.usage_refusal(u.cpu_percent, u.memory_used_mb, u.disk_used_mb, u.workloads,
-                                               (u.disk_read_bytes, u.disk_write_bytes, u.net_rx_bytes, u.net_tx_bytes))
-        if refusal:
+        return node_admission.usage_refusal(u.cpu_percent, u.memory_used_mb, u.disk_used_mb, u.workloads,
+                                            (u.disk_read_bytes, u.disk_write_bytes, u.net_rx_bytes, u.net_tx_bytes))
+
+    async def _check_usage(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> None:
+        if refusal := self._usage_refusal(request):
             await _refuse(context, refusal)
 
     def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
@@ -259,18 +268,29 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     await self._as_node(node_id, context)
                     await held.enter_async_context(self._budget(self.update_budget, node_id, context))
                     allowed.add(node_id)
-                else:  # a revoked node's stream ends at its next message (a heartbeat interval)
+                elif self.revocations is not None and self.revocations.is_revoked(node_id):
+                    # A revoked node's stream ends at its next message (a heartbeat interval).
                     await self._not_revoked(node_id, context)
-                async with mapped(context):
-                    reports.raise_failure()  # a report failed (e.g. leadership moved): the stream ends
                 if kind == "heartbeat":
-                    await self._check_usage(update.heartbeat, context)
-                    # Every message is checked for ownership again (leadership may have moved
-                    # meanwhile): heartbeat() and report() do it themselves.
-                    async with mapped(context):
+                    # The hot path (one per node per interval): no coroutine or error-mapping
+                    # context built per beat; an error is mapped to its status when it happens.
+                    try:
+                        reports.raise_failure()  # a report failed (e.g. leadership moved): the stream ends
+                    except Exception as err:
+                        await _mapped_error(context, err)
+                    if refusal := self._usage_refusal(update.heartbeat):
+                        await _refuse(context, refusal)
+                    try:
+                        # Every message is checked for ownership again (leadership may have moved
+                        # meanwhile): heartbeat() and report() do it themselves.
                         ack = pb.UpdateAck(heartbeat=self._heartbeat(update.heartbeat))
+                    except Exception as err:
+                        await _mapped_error(context, err)
                     yield ack
-                elif kind == "report":
+                    continue
+                async with mapped(context):
+                    reports.raise_failure()
+                if kind == "report":
                     await reports.put(update.report)
                 # any other kind: an update this scheduler does not know (a newer agent)
             async with mapped(context):

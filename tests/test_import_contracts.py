@@ -20,20 +20,20 @@ LINT = Path(sys.executable).with_name("lint-imports")
 # module (path under persys/) -> the line appended, the contract it breaks, and the illegal import
 # its report names.
 PROBES = [
-    ("scheduler/liveness.py", "import grpc",
-     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.liveness -> grpc"),
-    ("scheduler/reconcile.py", "from persys.scheduler import agent_control",  # grpc through a servicer
-     "Decisions reach no gRPC, store client", "persys.scheduler.reconcile -> persys.scheduler.agent_control"),
+    ("scheduler/decide/liveness.py", "import grpc",
+     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.decide.liveness -> grpc"),
+    ("scheduler/decide/reconcile.py", "from persys.scheduler import agent_control",  # grpc through a servicer
+     "Decisions reach no gRPC, store client", "persys.scheduler.decide.reconcile -> persys.scheduler.agent_control"),
     ("agent/decide/merge.py", "from persys._pb.persys.v1 import control_pb2",
      "Only the gRPC edges import grpc and the generated code", "persys.agent.decide.merge -> persys._pb"),
-    ("scheduler/liveness.py", "from persys.store import etcd",
-     "Only the store opens its backends", "persys.scheduler.liveness -> persys.store.etcd"),
+    ("scheduler/decide/liveness.py", "from persys.store import etcd",
+     "Only the store opens its backends", "persys.scheduler.decide.liveness -> persys.store.etcd"),
     ("scheduler/views.py", "import redis",
      "Only the event log and the sampler speak to Redis", "persys.scheduler.views -> redis"),
     ("agent/decide/merge.py", "import asyncio",
      "Decisions import no event loop themselves", "persys.agent.decide.merge -> asyncio"),
-    ("scheduler/drift.py", "from persys.scheduler import state",
-     "reach no event loop at all", "persys.scheduler.drift -> persys.scheduler.state"),
+    ("scheduler/decide/drift.py", "from persys.scheduler import state",
+     "reach no event loop at all", "persys.scheduler.decide.drift -> persys.scheduler.state"),
     ("policy/check.py", "from persys.scheduler import keys",
      "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.keys"),
 ]

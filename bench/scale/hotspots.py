@@ -30,7 +30,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("mirror: watch fold (decode docs)", ("ClusterState._follow", "ClusterState._apply_event")),
     ("store txn / etcd client", ("persys/store/etcd.py", "ClusterState.commit")),
     ("reconcile (other)", ("persys/scheduler/reconcile_worker.py", "persys/scheduler/placement_commits.py",
-                           "persys/scheduler/reconcile.py")),
+                           "persys/scheduler/decide/reconcile.py")),
     ("events publisher (Redis)", ("persys/events/outbox.py", "redis/")),
     ("node monitor", ("persys/scheduler/node_monitor.py", "enqueue_pending")),
     ("gRPC aio poller thread (_poll_wrapper, native)", ("Thread.run", "Thread._bootstrap")),

@@ -12,8 +12,8 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, Phase, Taint, parse_manifests
-from persys.scheduler import reconcile
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.decide import reconcile
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from persys.scheduler.liveness import GuardConfig
+from persys.scheduler.decide.liveness import GuardConfig
 
 # Seconds the node guard may take beyond its bound (the node grace) to kill a Stop instance: its
 # poll (0.5 s) and a kill (3 s at most), plus a margin. The agent side is persys.agent.node_guard.

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.decide.shards import encode_members
+from persys.scheduler.decide.shards import owner as shard_owner
 from persys.scheduler.errors import CatchingUp, NotActive
 from persys.scheduler.ha import LeaderElection, leader_address
 from persys.scheduler.reports import LiveNode
-from persys.scheduler.shards import encode_members
-from persys.scheduler.shards import owner as shard_owner
 from persys.scheduler.state import ClusterState
 from persys.store.base import Compare, LeaseKeeper, Put, StateStore
 

@@ -10,10 +10,10 @@ import time
 from typing import Any, Protocol
 
 from persys.model import Node, NodeStatus
-from persys.scheduler import liveness, views
-from persys.scheduler.decide import step
+from persys.scheduler import views
+from persys.scheduler.decide import liveness, step
+from persys.scheduler.decide.liveness import GuardState, end_suspension
 from persys.scheduler.ha import LeaderElection
-from persys.scheduler.liveness import GuardState, end_suspension
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.state import Versioned

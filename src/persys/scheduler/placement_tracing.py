@@ -23,7 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from persys.observability import trace_context, tracing
 from persys.scheduler import placement as pl
-from persys.scheduler.reconcile import Need
+from persys.scheduler.decide.effects import Need
 
 EXPLANATION_MAX = 512  # characters of the explanation kept on a span
 NAMED_MAX = 16  # instances named on a span that covers several

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from persys.model import Phase, WorkloadStatus
 from persys.scheduler import keys, whatif_api
 from persys.scheduler import placement as pl
+from persys.scheduler.decide.effects import Need
 from persys.scheduler.group_commit import Unit, commit_units
-from persys.scheduler.reconcile import Need
 from persys.scheduler.shell import Shell
 from persys.scheduler.state import put_doc
 from persys.store.base import Compare, Delete, Put

@@ -40,12 +40,12 @@ from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
 from persys.scheduler.config import SchedulerConfig
+from persys.scheduler.decide.liveness import GuardState
 from persys.scheduler.delivery import Delivery
 from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
 from persys.scheduler.ha import BlockingLease, LeaderElection
 from persys.scheduler.heap import HeapGuard
-from persys.scheduler.liveness import GuardState
 from persys.scheduler.membership import Membership
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi

@@ -32,10 +32,10 @@ PROBES = [
      "Only the event log and the sampler speak to Redis", "persys.scheduler.views -> redis"),
     ("agent/decide/merge.py", "import asyncio",
      "Decisions import no event loop themselves", "persys.agent.decide.merge -> asyncio"),
-    ("scheduler/decide/drift.py", "from persys.scheduler import state",
-     "reach no event loop at all", "persys.scheduler.decide.drift -> persys.scheduler.state"),
-    ("policy/check.py", "from persys.scheduler import keys",
-     "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.keys"),
+    ("scheduler/decide/drift.py", "from persys.scheduler.mirror import follower",
+     "reach no event loop at all", "persys.scheduler.decide.drift -> persys.scheduler.mirror.follower"),
+    ("policy/check.py", "from persys.scheduler.mirror import keys",
+     "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.mirror.keys"),
 ]
 
 

@@ -21,11 +21,11 @@ from persys.model import (
     WorkloadUsage,
     parse_manifests,
 )
-from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.reports import WorkloadReport
 from persys.store import open_store
 from persys.store.base import Delete, Put
 

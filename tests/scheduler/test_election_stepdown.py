@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
 from persys.scheduler.ha import LeaderElection
+from persys.scheduler.mirror import keys
 from persys.scheduler.takeover import MIN_HOLD_TTLS
 from persys.store import open_store
 from persys.store.etcd import EtcdStore

@@ -11,7 +11,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.load_window import UsageWindow
+from persys.scheduler.mirror.load_window import UsageWindow
 from persys.scheduler.replica import Scheduler
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from persys.model.volume import Volume, VolumeAttachment, VolumeManifest, VolumeObjectSpec
+from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.state import Versioned
 from persys.scheduler.volume_api import VolumeApi
 from persys.scheduler.volume_steps import actions
 from tests.cases import load

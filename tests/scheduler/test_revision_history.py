@@ -14,7 +14,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import DesiredState, ManifestError, WorkloadManifest, parse_manifests
 from persys.model.revision import WorkloadRevision
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.revisions import KEEP_REVISIONS
 from persys.store import open_store

@@ -13,7 +13,8 @@ import pytest
 from persys.model import Workload, parse_manifests
 from persys.model.manifest import ManifestError
 from persys.model.revision import WorkloadRevision
-from persys.scheduler import keys, revisions
+from persys.scheduler import revisions
+from persys.scheduler.mirror import keys
 from persys.store.base import Compare, Delete, Put, txn_bytes
 from tests.cases import load
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.scheduler.takeover import Probe, should_clear
 from persys.store.base import KeyValue
 from tests.cases import load

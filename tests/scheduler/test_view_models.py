@@ -9,8 +9,8 @@ from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
 from persys.scheduler import replay, revisions
 from persys.scheduler import view_models as vm
+from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.reports import WorkloadReport
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
 

@@ -9,9 +9,9 @@ import pytest
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.model.workload import Workload, WorkloadSpec
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.delivery import resolved_claims
+from persys.scheduler.mirror import keys
 from persys.scheduler.volume_rules import claim_problems, delete_refusal, reclaim_ops, users_of
 from persys.store.base import Delete, Put
 from tests.cases import load

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from persys.model import NodeUsage, Phase, parse_manifests
-from persys.scheduler import keys
 from persys.scheduler import placement as pl
+from persys.scheduler.mirror import keys
 from persys.scheduler.placement.framework import Filter, PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status

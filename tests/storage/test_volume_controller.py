@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
-from persys.scheduler.state import Versioned
+from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.volume_controller import actions
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.store.base import Compare, Put, StoreFull
 from persys.store.sqlite import SqliteStore

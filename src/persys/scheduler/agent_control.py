@@ -51,14 +51,14 @@ from persys.scheduler.call_budget import (
 )
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
+from persys.scheduler.mirror.follower import ClusterState
+from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.node_admission import unavailable_runtimes
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.report_queue import ReportQueue
-from persys.scheduler.reports import WorkloadReport
-from persys.scheduler.state import ClusterState
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of

@@ -28,8 +28,8 @@ from persys.model.bucket import (
 )
 from persys.model.manifest import ManifestError
 from persys.scheduler import bucket_rules as rules
-from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.mirror import keys
 from persys.scheduler.shell import Shell
 from persys.secrets.base import SecretStore, SecretUnavailable
 from persys.storage.base import StorageError, StorageUnavailable

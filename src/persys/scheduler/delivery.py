@@ -15,7 +15,7 @@ from persys.model import Assignment
 from persys.model.volume import Volume
 from persys.model.workload import WorkloadSpec, workload_of
 from persys.observability import tracing
-from persys.scheduler.state import ClusterState
+from persys.scheduler.mirror.follower import ClusterState
 
 SPEC_CACHE_ENTRIES = 16_384  # serialised specs kept for replicas and resends (see Delivery.spec_json)
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from persys.model import ManifestError, Phase, WorkloadStatus
 from persys.model.workload import index_of, instance_id
-from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import ClusterState, put_doc
 from persys.scheduler.placement_service import PlacementService, has_local_volumes, to_request, volume_home
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import ClusterState, put_doc
 from persys.store.base import Compare, Delete
 
 MAX_NAME = 253

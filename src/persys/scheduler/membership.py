@@ -11,14 +11,14 @@ import logging
 import time
 from collections.abc import Callable
 
-from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.shards import encode_members
 from persys.scheduler.decide.shards import owner as shard_owner
 from persys.scheduler.errors import CatchingUp, NotActive
 from persys.scheduler.ha import LeaderElection, leader_address
-from persys.scheduler.reports import LiveNode
-from persys.scheduler.state import ClusterState
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import ClusterState
+from persys.scheduler.mirror.reports import LiveNode
 from persys.store.base import Compare, LeaseKeeper, Put, StateStore
 
 log = logging.getLogger(__name__)

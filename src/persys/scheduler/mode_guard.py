@@ -21,7 +21,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store.base import Compare, Put, StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)

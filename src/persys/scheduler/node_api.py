@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from persys.model import Assignment, Node, Phase, Taint, WorkloadStatus
-from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.group_commit import Unit, commit_units
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import Versioned
 from persys.scheduler.workload_api import CAS_ATTEMPTS, WorkloadApi
 from persys.store.base import Compare, Delete, Put
 

@@ -23,9 +23,9 @@ import grpc
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.aborting import abort
-from persys.scheduler import keys
 from persys.scheduler.audit import AuditLog
 from persys.scheduler.join_token_store import JoinTokenStore
+from persys.scheduler.mirror import keys
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.refusal_budget import RefusalBudget
 from persys.security import peer_names

@@ -31,10 +31,10 @@ from persys.model.volume import (
     VolumeAttachment,
     VolumePhase,
 )
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import Versioned, put_doc
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import Versioned, put_doc
 from persys.scheduler.volume_controller import write_outcome
 from persys.scheduler.volume_steps import NODE_STEPS, Action, Outcome, actions, done, failed
 from persys.store.base import Compare, Delete

@@ -20,10 +20,10 @@ from persys.scheduler.decide.effects import Guard, Need, Write, put
 from persys.scheduler.decide.placed import Placed, pending_write, placement_write
 from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
 from persys.scheduler.interpret.ops import store_write
+from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.placement_service import to_request
 from persys.scheduler.preemption_commits import try_preempt
 from persys.scheduler.shell import Shell, interpreter_for
-from persys.scheduler.state import Versioned
 from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from persys.observability.metrics import LoopHistogram
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.decide.volumes import has_local_volumes as has_local_volumes  # re-exported
+from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placement import record as precord
-from persys.scheduler.state import ClusterState
 from persys.scheduler.volume_rules import volume_ids
 
 SERVICE_LABEL = "persys.dev/service"

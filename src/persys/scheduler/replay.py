@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from persys.model.workload import instance_id
-from persys.scheduler import keys
 from persys.scheduler import placement as pl
 from persys.scheduler.errors import NotFound
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placement import record as precord
 from persys.scheduler.placement_service import PlacementService, to_request
-from persys.scheduler.state import ClusterState
 from persys.store.base import CompactedError, FutureRevision, HistoryReads, KeyValue, StateStore
 
 # What a snapshot is built from; statuses are read one instance at a time (the pinned node of a

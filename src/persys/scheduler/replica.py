@@ -47,6 +47,8 @@ from persys.scheduler.errors import Frozen
 from persys.scheduler.ha import BlockingLease, LeaderElection
 from persys.scheduler.heap import HeapGuard
 from persys.scheduler.membership import Membership
+from persys.scheduler.mirror.follower import ClusterState
+from persys.scheduler.mirror.reports import LiveNode, runs_on
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi
 from persys.scheduler.node_monitor import NodeMonitor
@@ -57,9 +59,7 @@ from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
 from persys.scheduler.replica_metrics import ReplicaMetrics
-from persys.scheduler.reports import LiveNode, runs_on
 from persys.scheduler.stalls import StallWatchdog
-from persys.scheduler.state import ClusterState
 from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi

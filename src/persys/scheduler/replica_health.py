@@ -17,9 +17,9 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.shards import SpreadCache
 from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.ha import LeaderElection
+from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement_service import PlacementService
-from persys.scheduler.state import ClusterState
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StateStore
 

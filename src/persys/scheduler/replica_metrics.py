@@ -15,9 +15,9 @@ from persys.observability.metrics import USAGE_SERIES_MAX, Metrics, Sample
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.ha import LeaderElection
+from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement.verdicts import Rejections
-from persys.scheduler.state import ClusterState
 
 MODES = tuple(str(m) for m in Mode)
 DELETING = "Deleting"

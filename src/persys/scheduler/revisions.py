@@ -18,7 +18,7 @@ from typing import Any
 from persys.model.manifest import ManifestError
 from persys.model.revision import WorkloadRevision, change_summary
 from persys.model.workload import Workload
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store.base import Compare, Delete, Put, txn_bytes
 
 KEEP_REVISIONS = 10  # records kept per workload, the spec in force included

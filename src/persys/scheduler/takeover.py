@@ -32,7 +32,7 @@ import math
 import time
 from enum import StrEnum
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store.base import Compare, Delete, KeyValue, StateStore
 
 log = logging.getLogger(__name__)

@@ -10,15 +10,15 @@ from typing import Any
 
 from persys.model import Phase, WorkloadStatus, WorkloadUsage
 from persys.model.workload import index_of, instance_id, workload_of
-from persys.scheduler import quarantine
 from persys.scheduler.decide.liveness import GuardState
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.decide.placement_doc import placement_doc as placement_doc  # re-exported
 from persys.scheduler.decide.placement_doc import reasons_doc as reasons_doc  # re-exported
 from persys.scheduler.errors import NotFound
+from persys.scheduler.mirror import quarantine
+from persys.scheduler.mirror.reports import LiveNode
 from persys.scheduler.pages import Page, SortedIds, take_page
 from persys.scheduler.placement_service import has_local_volumes
-from persys.scheduler.reports import LiveNode
 
 SUMMED_USAGE = ("memoryBytes", "diskReadBytes", "diskWriteBytes", "netRxBytes", "netTxBytes")
 

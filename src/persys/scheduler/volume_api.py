@@ -17,10 +17,10 @@ from persys.model.volume import (
     has_data,
     volume_problems,
 )
-from persys.scheduler import keys
 from persys.scheduler.errors import MutationRefused, NotFound
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import DocPut, Versioned
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import DocPut, Versioned
 from persys.scheduler.volume_rules import (
     clone_home,
     delete_refusal,

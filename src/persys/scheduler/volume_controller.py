@@ -18,9 +18,9 @@ import time
 from collections.abc import Mapping
 
 from persys.model.volume import Volume
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import put_doc
 from persys.scheduler.shell import Shell
-from persys.scheduler.state import put_doc
 from persys.scheduler.volume_steps import Action, Outcome, actions, done, failed
 from persys.storage.base import StorageError, VolumeDriver, VolumeInfo
 from persys.store.base import Compare, Delete

@@ -19,12 +19,12 @@ from persys.model.volume import (
     inline_volume_id,
 )
 from persys.model.workload import Workload, WorkloadSpec, workload_of
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.decide.volumes import reclaim
 from persys.scheduler.decide.volumes import volume_ids as volume_ids  # re-exported
 from persys.scheduler.interpret import ops
-from persys.scheduler.state import put_doc
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import put_doc
 from persys.store.base import Compare, Delete, Put
 
 

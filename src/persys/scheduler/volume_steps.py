@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from persys.model.volume import Volume, VolumePhase
-from persys.scheduler.state import Versioned
+from persys.scheduler.mirror.follower import Versioned
 
 StepKind = Literal["provision", "resize", "delete", "snapshot", "unsnapshot"]
 NODE_STEPS = ("resize", "delete", "snapshot", "unsnapshot")  # a node provisions at first attach instead

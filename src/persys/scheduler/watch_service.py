@@ -25,8 +25,8 @@ from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import CallBudget, OverBudgetError
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps
+from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.object_changes import NODES, WORKLOADS, ChangeFeed
-from persys.scheduler.state import ClusterState
 
 STREAMS_PER_CALLER = 8
 STREAMS_TOTAL = 256

@@ -20,7 +20,7 @@ from persys.model import WorkloadManifest
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.policy import WorkloadPolicy, check
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store.base import StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from persys.model import NodeStatus, NodeUsage
 from persys.model.base import Model
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.decide.report import WorkloadReport, status_change, status_event, usage_of
-from persys.scheduler.load_window import UsageWindow
+from persys.scheduler.mirror.load_window import UsageWindow
 
 __all__ = ["LiveNode", "WorkloadReport", "runs_on", "same_node", "status_change", "status_event", "usage_of"]
 

@@ -24,10 +24,9 @@ from pydantic import BaseModel
 
 from persys.model import Assignment, Workload, WorkloadStatus
 from persys.model.volume import Volume, VolumeAttachment
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Change, Mirror, Versioned
-from persys.scheduler.mirror import fold
-from persys.scheduler.mirror_health import LagTracker, MirrorHealth, MirrorSnapshot, judge
+from persys.scheduler.mirror import fold, keys
+from persys.scheduler.mirror.health import LagTracker, MirrorHealth, MirrorSnapshot, judge
 from persys.store.base import Compare, Delete, KeyValue, Put, StateStore, WatchCompacted, WatchEvent
 
 log = logging.getLogger(__name__)

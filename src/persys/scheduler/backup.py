@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from persys.scheduler.errors import Frozen, MutationRefused, NotFound
-from persys.scheduler.group_commit import TXN_MAX_OPS, chunk_ops
+from persys.scheduler.interpret.group_commit import TXN_MAX_OPS, chunk_ops
 from persys.scheduler.mirror import keys
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.shell import Shell

@@ -10,7 +10,7 @@ from typing import Any
 
 from persys.model import Assignment, Node, Phase, Taint, WorkloadStatus
 from persys.scheduler.errors import MutationRefused, NotFound
-from persys.scheduler.group_commit import Unit, commit_units
+from persys.scheduler.interpret.group_commit import Unit, commit_units
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.shell import Shell

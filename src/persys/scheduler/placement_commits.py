@@ -18,7 +18,7 @@ from persys.scheduler import placement as pl
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Guard, Need, Write, put
 from persys.scheduler.decide.placed import Placed, pending_write, placement_write
-from persys.scheduler.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
+from persys.scheduler.interpret.group_commit import FENCE_HEADROOM, TXN_MAX_OPS, Unit
 from persys.scheduler.interpret.ops import store_write
 from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.placement_service import to_request

@@ -14,7 +14,7 @@ from persys.model import Phase, WorkloadStatus
 from persys.scheduler import placement as pl
 from persys.scheduler import whatif_api
 from persys.scheduler.decide.effects import Need
-from persys.scheduler.group_commit import Unit, commit_units
+from persys.scheduler.interpret.group_commit import Unit, commit_units
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import put_doc
 from persys.scheduler.shell import Shell

@@ -17,7 +17,7 @@ from persys.observability import trace_context, tracing
 from persys.scheduler import placement as pl
 from persys.scheduler import revisions
 from persys.scheduler.errors import MutationRefused, NotFound
-from persys.scheduler.group_commit import TXN_MAX_BYTES, Unit, commit_units
+from persys.scheduler.interpret.group_commit import TXN_MAX_BYTES, Unit, commit_units
 from persys.scheduler.mirror import keys, quarantine
 from persys.scheduler.mirror.follower import Versioned, put_doc
 from persys.scheduler.placement_service import to_request

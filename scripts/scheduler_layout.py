@@ -66,9 +66,10 @@ MOVES: dict[str, str] = {
 REMOVED = {"drift", "liveness", "reconcile"}
 # new package -> its __init__ docstring (what it owns)
 PACKAGES: dict[str, str] = {
-    "rules": "Decisions outside the step, still written in store operations: volumes and their steps,\n"
-             "buckets, revision history, failure statuses. Pure functions over the mirror; client and\n"
-             "operator writes use them until they become intents of `decide/` (issue #32).",
+    "rules": "Decisions outside the step: pure functions over documents and the mirror for volumes (and the\n"
+             "steps their records go through), buckets, revision history and failure statuses. Some still\n"
+             "answer in store operations (a volume's inline records, a revision's record), for the client and\n"
+             "operator writes that do not go through `decide/` yet (issue #32).",
     "placing": "Placement's edge to the model: the adapter that turns the mirror's documents into the\n"
                "pure engine's requests and snapshot (`engine_adapter`), what-if questions, queueing hints\n"
                "and the decision spans. The placer that commits decisions is `work.placer`.",

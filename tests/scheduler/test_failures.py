@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from persys.model import WorkloadStatus
-from persys.scheduler import failures
 from persys.scheduler.mirror import quarantine
+from persys.scheduler.rules import failures
 from persys.scheduler.worker_watch import WorkerWatch
 from tests.cases import load
 

@@ -16,7 +16,7 @@ from persys.model import DesiredState, ManifestError, WorkloadManifest, parse_ma
 from persys.model.revision import WorkloadRevision
 from persys.scheduler.mirror import keys
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.revisions import KEEP_REVISIONS
+from persys.scheduler.rules.revisions import KEEP_REVISIONS
 from persys.store import open_store
 from tests.waiting import until
 

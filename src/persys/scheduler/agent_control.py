@@ -39,7 +39,7 @@ from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import instance_move, node_admission, replay, revisions, volume_rules, whatif_api
+from persys.scheduler import instance_move, node_admission, replay, whatif_api
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -59,6 +59,8 @@ from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.report_queue import ReportQueue
+from persys.scheduler.rules import revisions
+from persys.scheduler.rules import volumes as volume_rules
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of

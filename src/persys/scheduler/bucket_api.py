@@ -27,9 +27,9 @@ from persys.model.bucket import (
     key_secret_name,
 )
 from persys.model.manifest import ManifestError
-from persys.scheduler import bucket_rules as rules
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror import keys
+from persys.scheduler.rules import buckets as rules
 from persys.scheduler.shell import Shell
 from persys.secrets.base import SecretStore, SecretUnavailable
 from persys.storage.base import StorageError, StorageUnavailable

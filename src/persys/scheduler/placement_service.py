@@ -26,7 +26,7 @@ from persys.scheduler.decide.mirror import Mirror, Versioned
 from persys.scheduler.decide.volumes import has_local_volumes as has_local_volumes  # re-exported
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placement import record as precord
-from persys.scheduler.volume_rules import volume_ids
+from persys.scheduler.rules.volumes import volume_ids
 
 SERVICE_LABEL = "persys.dev/service"
 LEDGER_REBUILD_THRESHOLD = 4096  # fold landed reservations into the base beyond this

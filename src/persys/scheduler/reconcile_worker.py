@@ -12,11 +12,11 @@ import logging
 import time
 from typing import Any, Protocol
 
-from persys.scheduler import failures
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Need
 from persys.scheduler.mode_guard import Mode
 from persys.scheduler.placement_commits import Placer
+from persys.scheduler.rules import failures
 from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StoreUnavailable

@@ -35,7 +35,7 @@ from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
-from persys.scheduler import event_trace, failures, queueing_hints, replica_metrics, taint_eviction, views
+from persys.scheduler import event_trace, queueing_hints, replica_metrics, taint_eviction, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -59,6 +59,7 @@ from persys.scheduler.placement_service import PlacementService
 from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
 from persys.scheduler.replica_metrics import ReplicaMetrics
+from persys.scheduler.rules import failures
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.worker_watch import WorkerWatch

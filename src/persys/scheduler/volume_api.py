@@ -20,8 +20,7 @@ from persys.model.volume import (
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import DocPut, Versioned
-from persys.scheduler.shell import Shell
-from persys.scheduler.volume_rules import (
+from persys.scheduler.rules.volumes import (
     clone_home,
     delete_refusal,
     source_problems,
@@ -29,6 +28,7 @@ from persys.scheduler.volume_rules import (
     users_index,
     users_of,
 )
+from persys.scheduler.shell import Shell
 from persys.store.base import Compare, Delete, Put
 
 CAS_ATTEMPTS = 10

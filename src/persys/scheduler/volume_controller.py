@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from persys.model.volume import Volume
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import put_doc
+from persys.scheduler.rules.volume_steps import Action, Outcome, actions, done, failed
 from persys.scheduler.shell import Shell
-from persys.scheduler.volume_steps import Action, Outcome, actions, done, failed
 from persys.storage.base import StorageError, VolumeDriver, VolumeInfo
 from persys.store.base import Compare, Delete
 

@@ -15,15 +15,15 @@ from persys.model.revision import WorkloadRevision
 from persys.model.workload import Metadata, instance_id
 from persys.observability import trace_context, tracing
 from persys.scheduler import placement as pl
-from persys.scheduler import revisions
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.interpret.group_commit import TXN_MAX_BYTES, Unit, commit_units
 from persys.scheduler.mirror import keys, quarantine
 from persys.scheduler.mirror.follower import Versioned, put_doc
 from persys.scheduler.placement_service import to_request
+from persys.scheduler.rules import revisions
+from persys.scheduler.rules.volumes import check_workload_volumes, inline_records
 from persys.scheduler.shell import Shell
 from persys.scheduler.views import replica_explanations
-from persys.scheduler.volume_rules import check_workload_volumes, inline_records
 from persys.store.base import Compare, Delete, Put, TxnTooLarge, txn_bytes
 
 log = logging.getLogger(__name__)

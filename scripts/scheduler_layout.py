@@ -70,9 +70,11 @@ PACKAGES: dict[str, str] = {
              "steps their records go through), buckets, revision history and failure statuses. Some still\n"
              "answer in store operations (a volume's inline records, a revision's record), for the client and\n"
              "operator writes that do not go through `decide/` yet (issue #32).",
-    "placing": "Placement's edge to the model: the adapter that turns the mirror's documents into the\n"
-               "pure engine's requests and snapshot (`engine_adapter`), what-if questions, queueing hints\n"
-               "and the decision spans. The placer that commits decisions is `work.placer`.",
+    "placing": "Placement's edge to the model: the adapter between the durable documents and the pure engine\n"
+               "(`engine_adapter.PlacementService`: requests from workloads, the base snapshot and the\n"
+               "reservation ledger), what-if questions over the current cluster (`whatif`), queueing hints (which\n"
+               "Pending instances a node change could help) and the decisions' trace spans. The placer that\n"
+               "commits decisions is `work.placer`.",
     "views": "What a replica shows: documents built from the mirror (pure), their typed shapes, pages,\n"
              "which objects a change touches (the watch feed) and which trace an event joins.",
     "ha": "High availability: the elected active replica (store lease), fast takeover after a crash,\n"

@@ -430,7 +430,7 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
 
 async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
     from persys.model import ManifestError
-    from persys.scheduler import whatif_api
+    from persys.scheduler.placing import whatif as whatif_api
     from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
 
     s = await make()

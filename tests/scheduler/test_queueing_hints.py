@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from persys.model import Capabilities, Node, NodeStatus, RuntimeInfo, Taint, WorkloadStatus, parse_manifests
-from persys.scheduler import queueing_hints
+from persys.scheduler.placing import queueing_hints
 from persys.scheduler.replica import Scheduler
 from tests.cases import load
 from tests.scheduler.test_core import manifest, node

@@ -39,7 +39,7 @@ from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import instance_move, node_admission, replay, whatif_api
+from persys.scheduler import instance_move, node_admission, replay
 from persys.scheduler.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.call_budget import (
@@ -57,6 +57,7 @@ from persys.scheduler.node_admission import unavailable_runtimes
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
+from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.rules import revisions

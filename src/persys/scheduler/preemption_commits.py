@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 from persys.model import Phase, WorkloadStatus
 from persys.scheduler import placement as pl
-from persys.scheduler import whatif_api
 from persys.scheduler.decide.effects import Need
 from persys.scheduler.interpret.group_commit import Unit, commit_units
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import put_doc
+from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.shell import Shell
 from persys.store.base import Compare, Delete, Put
 

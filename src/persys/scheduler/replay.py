@@ -20,7 +20,7 @@ from persys.scheduler.errors import NotFound
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placement import record as precord
-from persys.scheduler.placement_service import PlacementService, to_request
+from persys.scheduler.placing.engine_adapter import PlacementService, to_request
 from persys.store.base import CompactedError, FutureRevision, HistoryReads, KeyValue, StateStore
 
 # What a snapshot is built from; statuses are read one instance at a time (the pinned node of a

@@ -35,7 +35,7 @@ from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
-from persys.scheduler import event_trace, queueing_hints, replica_metrics, taint_eviction, views
+from persys.scheduler import event_trace, replica_metrics, taint_eviction, views
 from persys.scheduler import placement as pl
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
@@ -55,7 +55,8 @@ from persys.scheduler.node_monitor import NodeMonitor
 from persys.scheduler.node_volumes import NodeVolumes
 from persys.scheduler.pages import SortedIds
 from persys.scheduler.placement_commits import Placer
-from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.placing import queueing_hints
+from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
 from persys.scheduler.replica_metrics import ReplicaMetrics

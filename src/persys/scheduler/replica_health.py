@@ -19,7 +19,7 @@ from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.ha import LeaderElection
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mode_guard import Mode, ModeGuard
-from persys.scheduler.placement_service import PlacementService
+from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StateStore
 

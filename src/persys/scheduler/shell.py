@@ -14,8 +14,8 @@ from persys.scheduler.interpret.planner import StorePlanner
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode
 from persys.scheduler.mode_guard import ModeGuard
-from persys.scheduler.placement_service import PlacementService
-from persys.scheduler.queueing_hints import PendingHints
+from persys.scheduler.placing.engine_adapter import PlacementService
+from persys.scheduler.placing.queueing_hints import PendingHints
 from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.telemetry import Telemetry
 from persys.store.base import StateStore

@@ -18,7 +18,7 @@ from persys.scheduler.errors import NotFound
 from persys.scheduler.mirror import quarantine
 from persys.scheduler.mirror.reports import LiveNode
 from persys.scheduler.pages import Page, SortedIds, take_page
-from persys.scheduler.placement_service import has_local_volumes
+from persys.scheduler.placing.engine_adapter import has_local_volumes
 
 SUMMED_USAGE = ("memoryBytes", "diskReadBytes", "diskWriteBytes", "netRxBytes", "netTxBytes")
 

@@ -19,7 +19,7 @@ from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.interpret.group_commit import TXN_MAX_BYTES, Unit, commit_units
 from persys.scheduler.mirror import keys, quarantine
 from persys.scheduler.mirror.follower import Versioned, put_doc
-from persys.scheduler.placement_service import to_request
+from persys.scheduler.placing.engine_adapter import to_request
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules.volumes import check_workload_volumes, inline_records
 from persys.scheduler.shell import Shell

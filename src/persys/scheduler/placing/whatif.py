@@ -16,7 +16,7 @@ from persys.model.workload import instance_id, workload_of
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror
 from persys.scheduler.errors import NotFound
-from persys.scheduler.placement_service import PlacementService, has_local_volumes, to_request
+from persys.scheduler.placing.engine_adapter import PlacementService, has_local_volumes, to_request
 
 MAX_NODES = 1000  # nodes named (or described) by one operation
 MAX_NAME = 253

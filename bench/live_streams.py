@@ -34,7 +34,7 @@ from persys.model import Workload  # noqa: E402
 from persys.scheduler.authorization import CALLER, Caller  # noqa: E402
 from persys.scheduler.mirror import keys  # noqa: E402
 from persys.scheduler.mirror.follower import ClusterState  # noqa: E402
-from persys.scheduler.object_changes import WORKLOADS, ChangeFeed  # noqa: E402
+from persys.scheduler.views.changes import WORKLOADS, ChangeFeed  # noqa: E402
 from persys.scheduler.watch_service import WatchService  # noqa: E402
 from persys.security.identity import from_subject  # noqa: E402
 from persys.store.base import KeyValue  # noqa: E402

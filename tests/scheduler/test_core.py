@@ -344,8 +344,8 @@ async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callabl
 
 def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
     from persys.scheduler import placement as pl
-    from persys.scheduler.views import placement_doc as _placement_doc
-    from persys.scheduler.views import placement_view
+    from persys.scheduler.views.documents import placement_doc as _placement_doc
+    from persys.scheduler.views.documents import placement_view
 
     snap = pl.Snapshot(tuple(pl.NodeInfo(id=f"n{i}", cpu_millicores=1000, memory_mb=1000) for i in range(3)))
     decision = pl.decide(snap, pl.WorkloadRequest(id="w", cpu_millicores=100))
@@ -431,7 +431,7 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
 async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
     from persys.model import ManifestError
     from persys.scheduler.placing import whatif as whatif_api
-    from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
+    from persys.scheduler.views.models import WhatIfPlanView, WhatIfView
 
     s = await make()
     await s.register(node("a", cpu=2000))

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
 from persys.scheduler import replay
-from persys.scheduler import view_models as vm
 from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.rules import revisions
+from persys.scheduler.views import models as vm
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
 

@@ -56,12 +56,12 @@ from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.node_admission import unavailable_runtimes
 from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.node_volumes import VolumeReport
-from persys.scheduler.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules import volumes as volume_rules
+from persys.scheduler.views.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
 from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of

@@ -35,8 +35,8 @@ from persys.model import Phase, Workload, WorkloadUsage
 from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
-from persys.scheduler import event_trace, replica_metrics, taint_eviction, views
 from persys.scheduler import placement as pl
+from persys.scheduler import replica_metrics, taint_eviction
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
 from persys.scheduler.config import SchedulerConfig
@@ -53,7 +53,6 @@ from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi
 from persys.scheduler.node_monitor import NodeMonitor
 from persys.scheduler.node_volumes import NodeVolumes
-from persys.scheduler.pages import SortedIds
 from persys.scheduler.placement_commits import Placer
 from persys.scheduler.placing import queueing_hints
 from persys.scheduler.placing.engine_adapter import PlacementService
@@ -63,6 +62,9 @@ from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.rules import failures
 from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.telemetry import Telemetry
+from persys.scheduler.views import documents as views
+from persys.scheduler.views import event_trace
+from persys.scheduler.views.pages import SortedIds
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
 from persys.store.base import StateStore, StoreUnavailable

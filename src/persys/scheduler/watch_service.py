@@ -26,7 +26,7 @@ from persys.scheduler.call_budget import CallBudget, OverBudgetError
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps
 from persys.scheduler.mirror.follower import ClusterState
-from persys.scheduler.object_changes import NODES, WORKLOADS, ChangeFeed
+from persys.scheduler.views.changes import NODES, WORKLOADS, ChangeFeed
 
 STREAMS_PER_CALLER = 8
 STREAMS_TOTAL = 256

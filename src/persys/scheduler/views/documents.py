@@ -17,8 +17,8 @@ from persys.scheduler.decide.placement_doc import reasons_doc as reasons_doc  # 
 from persys.scheduler.errors import NotFound
 from persys.scheduler.mirror import quarantine
 from persys.scheduler.mirror.reports import LiveNode
-from persys.scheduler.pages import Page, SortedIds, take_page
 from persys.scheduler.placing.engine_adapter import has_local_volumes
+from persys.scheduler.views.pages import Page, SortedIds, take_page
 
 SUMMED_USAGE = ("memoryBytes", "diskReadBytes", "diskWriteBytes", "netRxBytes", "netTxBytes")
 

@@ -12,9 +12,9 @@ from typing import Any, Protocol
 from persys.model import Node, NodeStatus
 from persys.scheduler.decide import liveness, step
 from persys.scheduler.decide.liveness import GuardState, end_suspension
-from persys.scheduler.ha import LeaderElection
+from persys.scheduler.ha.election import LeaderElection
+from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.mirror.follower import Versioned
-from persys.scheduler.mode_guard import Mode
 from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.views import documents as views
 from persys.store.base import StoreUnavailable

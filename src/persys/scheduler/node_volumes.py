@@ -31,9 +31,9 @@ from persys.model.volume import (
     VolumeAttachment,
     VolumePhase,
 )
+from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import Versioned, put_doc
-from persys.scheduler.mode_guard import Mode
 from persys.scheduler.rules.volume_steps import NODE_STEPS, Action, Outcome, actions, done, failed
 from persys.scheduler.shell import Shell
 from persys.scheduler.volume_controller import write_outcome

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Need
-from persys.scheduler.mode_guard import Mode
+from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.placement_commits import Placer
 from persys.scheduler.rules import failures
 from persys.scheduler.shell import Shell, interpreter_for

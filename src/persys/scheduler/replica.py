@@ -44,12 +44,12 @@ from persys.scheduler.decide.liveness import GuardState
 from persys.scheduler.delivery import Delivery
 from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
-from persys.scheduler.ha import BlockingLease, LeaderElection
+from persys.scheduler.ha.election import BlockingLease, LeaderElection
+from persys.scheduler.ha.membership import Membership
+from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.heap import HeapGuard
-from persys.scheduler.membership import Membership
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode, runs_on
-from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.node_api import NodeApi
 from persys.scheduler.node_monitor import NodeMonitor
 from persys.scheduler.node_volumes import NodeVolumes

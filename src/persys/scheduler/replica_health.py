@@ -16,9 +16,9 @@ from persys.observability.health_checks import DependencyState, NamedCheck
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.shards import SpreadCache
 from persys.scheduler.dependency_probe import DependencyProbe
-from persys.scheduler.ha import LeaderElection
+from persys.scheduler.ha.election import LeaderElection
+from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.mirror.follower import ClusterState
-from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.worker_watch import WorkerWatch
 from persys.store.base import StateStore

@@ -14,9 +14,9 @@ from persys.model import DesiredState, NodeStatus, WorkloadUsage
 from persys.observability.metrics import USAGE_SERIES_MAX, Metrics, Sample
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror
-from persys.scheduler.ha import LeaderElection
+from persys.scheduler.ha.election import LeaderElection
+from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.mirror.follower import ClusterState
-from persys.scheduler.mode_guard import Mode, ModeGuard
 from persys.scheduler.placement.verdicts import Rejections
 
 MODES = tuple(str(m) for m in Mode)

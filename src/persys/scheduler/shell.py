@@ -9,11 +9,11 @@ from typing import Protocol
 from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.delivery import Delivery
+from persys.scheduler.ha.mode_guard import ModeGuard
 from persys.scheduler.interpret.interpreter import Interpreter
 from persys.scheduler.interpret.planner import StorePlanner
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode
-from persys.scheduler.mode_guard import ModeGuard
 from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.placing.queueing_hints import PendingHints
 from persys.scheduler.replica_metrics import ReplicaMetrics

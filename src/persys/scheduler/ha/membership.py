@@ -15,7 +15,7 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.shards import encode_members
 from persys.scheduler.decide.shards import owner as shard_owner
 from persys.scheduler.errors import CatchingUp, NotActive
-from persys.scheduler.ha import LeaderElection, leader_address
+from persys.scheduler.ha.election import LeaderElection, leader_address
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode

@@ -19,8 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from persys.scheduler.ha.takeover import COOLDOWN_TTLS, MIN_HOLD_TTLS, watch_holder
 from persys.scheduler.mirror import keys
-from persys.scheduler.takeover import COOLDOWN_TTLS, MIN_HOLD_TTLS, watch_holder
 from persys.store.base import (
     CompactedError,
     Compare,

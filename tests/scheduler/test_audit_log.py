@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from persys.scheduler.audit import AUDIT, AuditLog
+from persys.scheduler.access.audit import AUDIT, AuditLog
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store import open_store

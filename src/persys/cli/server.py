@@ -198,7 +198,7 @@ def scheduler(
 
     async def main() -> None:
         from persys.cli.join_setup import scheduler_signer
-        from persys.scheduler.admission import InputLimits
+        from persys.scheduler.access.admission import InputLimits
         from persys.scheduler.config import SchedulerConfig
         from persys.scheduler.server import start_scheduler
         from persys.security.grpc_reload import reloading_server_credentials

@@ -39,22 +39,24 @@ from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import instance_move, node_admission, replay
-from persys.scheduler.admission import InputLimits
-from persys.scheduler.authorization import CALLER
-from persys.scheduler.call_budget import (
+from persys.scheduler import instance_move, replay
+from persys.scheduler.access import node_admission
+from persys.scheduler.access.admission import InputLimits
+from persys.scheduler.access.call_budget import (
     CALLS_PER_NODE,
     UPDATE_STREAMS_PER_NODE,
     WATCH_STREAMS_PER_NODE,
     CallBudget,
     OverBudgetError,
 )
+from persys.scheduler.access.node_admission import unavailable_runtimes
+from persys.scheduler.access.revocations import NodeRevocations, NodeRevokedError
+from persys.scheduler.access.workload_policy import PolicyGate
+from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.node_admission import unavailable_runtimes
-from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica import Scheduler
@@ -62,7 +64,6 @@ from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules import volumes as volume_rules
 from persys.scheduler.views.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
-from persys.scheduler.workload_policy import PolicyGate
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of
 

@@ -27,8 +27,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from persys.aborting import abort
-from persys.scheduler.audit import AuditLog
-from persys.scheduler.token_store import TokenRefusedError, TokenStore
+from persys.scheduler.access.audit import AuditLog
+from persys.scheduler.access.tokens import TokenRefusedError, TokenStore
 from persys.security import forwarding
 from persys.security.identity import ANONYMOUS, Identity, Kind, from_certificate, from_subject
 from persys.security.permissions import NODE_RPCS, RPC_RULES, Rule

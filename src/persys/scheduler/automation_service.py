@@ -12,7 +12,7 @@ from persys._pb.persys.v1 import automation_pb2_grpc as pb_grpc
 from persys.model.automation import policy_name_problem, validate_policy
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError
-from persys.scheduler.admission import InputLimits
+from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.automation_api import AutomationApi
 from persys.scheduler.automation_lease import AutomationLease

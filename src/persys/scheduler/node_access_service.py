@@ -17,13 +17,13 @@ from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.aborting import abort
 from persys.model.node_names import node_id_problem
-from persys.scheduler import cert_registry
+from persys.scheduler.access import certificates as cert_registry
+from persys.scheduler.access.join_tokens import JoinTokenStore
+from persys.scheduler.access.revocations import MAX_REASON, NodeRevocations
+from persys.scheduler.access.revoke_rules import KnownAs, revoke_refusal
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.grpc_status import mapped
-from persys.scheduler.join_token_store import JoinTokenStore
 from persys.scheduler.mirror import keys
-from persys.scheduler.node_revocations import MAX_REASON, NodeRevocations
-from persys.scheduler.revoke_rules import KnownAs, revoke_refusal
 from persys.security.ca_pin import pin_of_pem
 from persys.security.join_tokens import TOKEN_ID, JoinTokenError
 from persys.security.signer import CertificateSigner

@@ -23,11 +23,11 @@ import grpc
 from persys._pb.persys.v1 import certificates_pb2 as pb
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
 from persys.aborting import abort
-from persys.scheduler.audit import AuditLog
-from persys.scheduler.join_token_store import JoinTokenStore
+from persys.scheduler.access.audit import AuditLog
+from persys.scheduler.access.join_tokens import JoinTokenStore
+from persys.scheduler.access.refusal_budget import RefusalBudget
+from persys.scheduler.access.revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.mirror import keys
-from persys.scheduler.node_revocations import NodeRevocations, NodeRevokedError
-from persys.scheduler.refusal_budget import RefusalBudget
 from persys.security import peer_names
 from persys.security.cert_requests import IdentityRequest
 from persys.security.identity import Kind

@@ -12,10 +12,10 @@ from typing_extensions import override
 from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
 from persys.policy import WorkloadPolicy
+from persys.scheduler.access.workload_policy import PolicyGate, parse_policy
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.workload_policy import PolicyGate, parse_policy
 
 POLICY_MAX_BYTES = 64 << 10
 

@@ -25,9 +25,9 @@ from persys._pb.persys.v1 import secrets_pb2_grpc as pb_grpc
 from persys.aborting import abort, aborting
 from persys.model.workload import workload_of
 from persys.observability.health_checks import CheckResult, NamedCheck
-from persys.scheduler import node_admission
+from persys.scheduler.access import node_admission
+from persys.scheduler.access.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
 from persys.scheduler.authorization import CALLER
-from persys.scheduler.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
 from persys.scheduler.errors import Frozen, MutationRefused, NotFound
 from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler

@@ -34,9 +34,14 @@ from persys.observability.grpc_tracing import TracingInterceptor
 from persys.observability.metrics import Metrics
 from persys.observability.metrics_http import MetricsServer
 from persys.policy import WorkloadPolicy
-from persys.scheduler.admission import InputLimits
+from persys.scheduler.access.admission import InputLimits
+from persys.scheduler.access.audit import DEFAULT_KEEP, AuditLog
+from persys.scheduler.access.revocations import NodeRevocations
+from persys.scheduler.access.secret_admission import SecretAwareGate
+from persys.scheduler.access.token_pepper import TokenPepper
+from persys.scheduler.access.tokens import TokenStore
+from persys.scheduler.access.workload_policy import PolicyGate
 from persys.scheduler.agent_control import AgentControlService
-from persys.scheduler.audit import DEFAULT_KEEP, AuditLog
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.automation_api import AutomationApi
@@ -49,17 +54,12 @@ from persys.scheduler.join_server import start_join_server
 from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
 from persys.scheduler.node_access_service import NodeAccessService
 from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
-from persys.scheduler.node_revocations import NodeRevocations
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.secret_admission import SecretAwareGate
 from persys.scheduler.secret_service import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
-from persys.scheduler.token_pepper import TokenPepper
-from persys.scheduler.token_store import TokenStore
 from persys.scheduler.volume_controller import VolumeController
 from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService
-from persys.scheduler.workload_policy import PolicyGate
 from persys.secrets.base import SecretStore, SecretStoreError
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store

@@ -15,7 +15,7 @@ from persys.model.documents import DocumentError, load_json
 from persys.model.kinds import validate_volume
 from persys.model.manifest import ManifestError
 from persys.model.volume import VolumeManifest
-from persys.scheduler.admission import InputLimits
+from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.volume_api import VolumeApi

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from persys.model import WorkloadManifest
 from persys.model.manifest import ManifestError
 from persys.policy import WorkloadPolicy
-from persys.scheduler.workload_policy import PolicyGate
+from persys.scheduler.access.workload_policy import PolicyGate
 from persys.secrets import refs
 from persys.secrets.base import SecretNotFound, SecretStore, SecretUnavailable
 from persys.store.base import StateStore, StoreUnavailable

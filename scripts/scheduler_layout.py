@@ -84,10 +84,10 @@ PACKAGES: dict[str, str] = {
               "log, issued certificates, node revocations, node admission (what a node may say about\n"
               "itself), input size limits, secret and workload-policy admission, per-node call budgets.\n"
               "The gRPC interceptor that applies them is `rpc.authorization`.",
-    "work": "The replica's loops and what they share: the reconcile worker, the placer and preemption,\n"
-            "the node monitor, desired-state delivery, the volume controller, taint eviction, the report\n"
-            "queue, telemetry and the loops' metrics; `shell` is the narrow protocol the replica lends\n"
-            "them (and `api/`).",
+    "work": "The replica's loops and what they share: the reconcile worker, the placer (with preemption\n"
+            "and instance moves, which it finishes), the node monitor, desired-state delivery, the volume\n"
+            "controller, taint eviction, the report queue, telemetry and the loops' metrics. `shell` is the\n"
+            "narrow protocol the replica lends them and `api/` (so they never import the replica).",
     "api": "What each call does behind the servicers, apart from protobuf: clients' and operators' changes\n"
            "(workloads, nodes, volumes, buckets, automation, backup, replay) and agents' calls\n"
            "(registration, heartbeats, reports, node volumes). Any replica may take the client calls.",

@@ -10,9 +10,9 @@ import pytest
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.model.workload import Workload, WorkloadSpec
 from persys.scheduler.decide.mirror import Mirror, Versioned
-from persys.scheduler.delivery import resolved_claims
 from persys.scheduler.mirror import keys
 from persys.scheduler.rules.volumes import claim_problems, delete_refusal, reclaim_ops, users_of
+from persys.scheduler.work.delivery import resolved_claims
 from persys.store.base import Delete, Put
 from tests.cases import load
 

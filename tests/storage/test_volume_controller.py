@@ -12,7 +12,7 @@ import pytest
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.scheduler.mirror.follower import Versioned
-from persys.scheduler.volume_controller import actions
+from persys.scheduler.work.volume_controller import actions
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster
 from tests.nfs_server import NfsServer

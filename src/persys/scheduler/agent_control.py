@@ -39,7 +39,7 @@ from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import instance_move, replay
+from persys.scheduler import replay
 from persys.scheduler.access import node_admission
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.access.call_budget import (
@@ -60,10 +60,11 @@ from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.report_queue import ReportQueue
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules import volumes as volume_rules
 from persys.scheduler.views.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit
+from persys.scheduler.work import instance_move
+from persys.scheduler.work.report_queue import ReportQueue
 from persys.security.identity import Identity, Kind
 from persys.security.peer import peer_hosts, peer_identity_of
 

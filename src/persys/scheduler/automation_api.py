@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from persys.model.automation import MAX_POLICIES, Decision, Outcome, Policy, PolicyManifest
 from persys.model.manifest import ManifestError, format_validation_error
 from persys.scheduler.errors import MutationRefused, NotFound
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, Delete, Put
 
 POLICIES = "/persys/automation/policies/"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from persys.model.manifest import ManifestError
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, LeaseNotFound, Put
 
 LEADER = "/persys-automation/leader"  # outside the mirror's prefix: never loaded, never backed up

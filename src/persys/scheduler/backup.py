@@ -14,7 +14,7 @@ from persys.scheduler.errors import Frozen, MutationRefused, NotFound
 from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.interpret.group_commit import TXN_MAX_OPS, chunk_ops
 from persys.scheduler.mirror import keys
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Delete, KeyValue, Put
 
 BACKUP_FORMAT = "persys-backup/v1"

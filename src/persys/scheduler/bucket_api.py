@@ -30,7 +30,7 @@ from persys.model.manifest import ManifestError
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror import keys
 from persys.scheduler.rules import buckets as rules
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.secrets.base import SecretStore, SecretUnavailable
 from persys.storage.base import StorageError, StorageUnavailable
 from persys.storage.rgw import RgwAdmin, RgwNotFound, RgwRefused, S3Key

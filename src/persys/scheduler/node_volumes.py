@@ -35,8 +35,8 @@ from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import Versioned, put_doc
 from persys.scheduler.rules.volume_steps import NODE_STEPS, Action, Outcome, actions, done, failed
-from persys.scheduler.shell import Shell
-from persys.scheduler.volume_controller import write_outcome
+from persys.scheduler.work.shell import Shell
+from persys.scheduler.work.volume_controller import write_outcome
 from persys.store.base import Compare, Delete
 
 log = logging.getLogger(__name__)

@@ -36,12 +36,10 @@ from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
 from persys.scheduler import placement as pl
-from persys.scheduler import replica_metrics, taint_eviction
 from persys.scheduler.agent_api import AgentApi
 from persys.scheduler.backup import Backups
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.liveness import GuardState
-from persys.scheduler.delivery import Delivery
 from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
 from persys.scheduler.ha.election import BlockingLease, LeaderElection
@@ -51,21 +49,24 @@ from persys.scheduler.heap import HeapGuard
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode, runs_on
 from persys.scheduler.node_api import NodeApi
-from persys.scheduler.node_monitor import NodeMonitor
 from persys.scheduler.node_volumes import NodeVolumes
-from persys.scheduler.placement_commits import Placer
 from persys.scheduler.placing import queueing_hints
 from persys.scheduler.placing.engine_adapter import PlacementService
-from persys.scheduler.reconcile_worker import ReconcileWorker
 from persys.scheduler.replica_health import health
-from persys.scheduler.replica_metrics import ReplicaMetrics
 from persys.scheduler.rules import failures
 from persys.scheduler.stalls import StallWatchdog
-from persys.scheduler.telemetry import Telemetry
 from persys.scheduler.views import documents as views
 from persys.scheduler.views import event_trace
 from persys.scheduler.views.pages import SortedIds
-from persys.scheduler.worker_watch import WorkerWatch
+from persys.scheduler.work import metrics as replica_metrics
+from persys.scheduler.work import taint_eviction
+from persys.scheduler.work.delivery import Delivery
+from persys.scheduler.work.metrics import ReplicaMetrics
+from persys.scheduler.work.node_monitor import NodeMonitor
+from persys.scheduler.work.placer import Placer
+from persys.scheduler.work.reconcile_worker import ReconcileWorker
+from persys.scheduler.work.telemetry import Telemetry
+from persys.scheduler.work.worker_watch import WorkerWatch
 from persys.scheduler.workload_api import WorkloadApi
 from persys.store.base import StateStore, StoreUnavailable
 

@@ -20,7 +20,7 @@ from persys.scheduler.ha.election import LeaderElection
 from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placing.engine_adapter import PlacementService
-from persys.scheduler.worker_watch import WorkerWatch
+from persys.scheduler.work.worker_watch import WorkerWatch
 from persys.store.base import StateStore
 
 

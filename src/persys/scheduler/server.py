@@ -57,9 +57,9 @@ from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertif
 from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.secret_service import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
-from persys.scheduler.volume_controller import VolumeController
 from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService
+from persys.scheduler.work.volume_controller import VolumeController
 from persys.secrets.base import SecretStore, SecretStoreError
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch
 from persys.secrets.config import open_secret_store

@@ -28,7 +28,7 @@ from persys.scheduler.rules.volumes import (
     users_index,
     users_of,
 )
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, Delete, Put
 
 CAS_ATTEMPTS = 10

@@ -22,8 +22,8 @@ from persys.scheduler.mirror.follower import Versioned, put_doc
 from persys.scheduler.placing.engine_adapter import to_request
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules.volumes import check_workload_volumes, inline_records
-from persys.scheduler.shell import Shell
 from persys.scheduler.views.documents import replica_explanations
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, Delete, Put, TxnTooLarge, txn_bytes
 
 log = logging.getLogger(__name__)

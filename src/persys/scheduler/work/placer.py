@@ -13,7 +13,6 @@ from persys.model import WorkloadStatus
 from persys.model.volume import Volume
 from persys.model.workload import instance_id
 from persys.observability import tracing
-from persys.scheduler import instance_move
 from persys.scheduler import placement as pl
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Guard, Need, Write, put
@@ -23,9 +22,10 @@ from persys.scheduler.interpret.ops import store_write
 from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.placing import tracing as placement_tracing
 from persys.scheduler.placing.engine_adapter import to_request
-from persys.scheduler.preemption_commits import try_preempt
 from persys.scheduler.rules import failures
-from persys.scheduler.shell import Shell, interpreter_for
+from persys.scheduler.work import instance_move
+from persys.scheduler.work.preemption import try_preempt
+from persys.scheduler.work.shell import Shell, interpreter_for
 from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import ClusterState, put_doc
 from persys.scheduler.placing.engine_adapter import PlacementService, has_local_volumes, to_request, volume_home
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, Delete
 
 MAX_NAME = 253

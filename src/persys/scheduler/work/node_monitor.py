@@ -15,8 +15,8 @@ from persys.scheduler.decide.liveness import GuardState, end_suspension
 from persys.scheduler.ha.election import LeaderElection
 from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.mirror.follower import Versioned
-from persys.scheduler.shell import Shell, interpreter_for
 from persys.scheduler.views import documents as views
+from persys.scheduler.work.shell import Shell, interpreter_for
 from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from persys.scheduler.interpret.group_commit import Unit, commit_units
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import put_doc
 from persys.scheduler.placing import whatif as whatif_api
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.store.base import Compare, Delete, Put
 
 

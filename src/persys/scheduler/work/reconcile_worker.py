@@ -15,10 +15,10 @@ from typing import Any, Protocol
 from persys.scheduler.decide import step
 from persys.scheduler.decide.effects import Need
 from persys.scheduler.ha.mode_guard import Mode
-from persys.scheduler.placement_commits import Placer
 from persys.scheduler.rules import failures
-from persys.scheduler.shell import Shell, interpreter_for
-from persys.scheduler.worker_watch import WorkerWatch
+from persys.scheduler.work.placer import Placer
+from persys.scheduler.work.shell import Shell, interpreter_for
+from persys.scheduler.work.worker_watch import WorkerWatch
 from persys.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)

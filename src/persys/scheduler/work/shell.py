@@ -8,7 +8,6 @@ from typing import Protocol
 
 from persys.model import WorkloadUsage
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.delivery import Delivery
 from persys.scheduler.ha.mode_guard import ModeGuard
 from persys.scheduler.interpret.interpreter import Interpreter
 from persys.scheduler.interpret.planner import StorePlanner
@@ -16,8 +15,9 @@ from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode
 from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.placing.queueing_hints import PendingHints
-from persys.scheduler.replica_metrics import ReplicaMetrics
-from persys.scheduler.telemetry import Telemetry
+from persys.scheduler.work.delivery import Delivery
+from persys.scheduler.work.metrics import ReplicaMetrics
+from persys.scheduler.work.telemetry import Telemetry
 from persys.store.base import StateStore
 
 

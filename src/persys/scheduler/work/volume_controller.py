@@ -21,7 +21,7 @@ from persys.model.volume import Volume
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import put_doc
 from persys.scheduler.rules.volume_steps import Action, Outcome, actions, done, failed
-from persys.scheduler.shell import Shell
+from persys.scheduler.work.shell import Shell
 from persys.storage.base import StorageError, VolumeDriver, VolumeInfo
 from persys.store.base import Compare, Delete
 

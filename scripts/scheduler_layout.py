@@ -88,9 +88,11 @@ PACKAGES: dict[str, str] = {
             "and instance moves, which it finishes), the node monitor, desired-state delivery, the volume\n"
             "controller, taint eviction, the report queue, telemetry and the loops' metrics. `shell` is the\n"
             "narrow protocol the replica lends them and `api/` (so they never import the replica).",
-    "api": "What each call does behind the servicers, apart from protobuf: clients' and operators' changes\n"
-           "(workloads, nodes, volumes, buckets, automation, backup, replay) and agents' calls\n"
-           "(registration, heartbeats, reports, node volumes). Any replica may take the client calls.",
+    "api": "What each call does behind the servicers: clients' and operators' changes and reads\n"
+           "(workloads, nodes, volumes, buckets, automation policies and the automation lease, backup,\n"
+           "replay) and agents' calls (registration, heartbeats, reports, their volumes' attachments and\n"
+           "steps). The bucket watch, a loop over the bucket API, sits beside it. Only `node_volumes`\n"
+           "touches protobuf: it builds the agents' VolumeTask messages.",
     "replica": "One scheduler replica: its assembly (`assembly.Scheduler`, the shell around the pure step),\n"
                "its health document and dependency probes, the backends it opens, the heap guard and the\n"
                "event-loop stall watchdog.",

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from persys.model.volume import Volume, VolumeAttachment, VolumeManifest, VolumeObjectSpec
+from persys.scheduler.api.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
+from persys.scheduler.api.volumes import VolumeApi
 from persys.scheduler.mirror.follower import Versioned
-from persys.scheduler.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.rules.volume_steps import actions
-from persys.scheduler.volume_api import VolumeApi
 from tests.cases import load
 from tests.scheduler.test_core import node
 from tests.scheduler.test_node_ops import s, until_event  # noqa: F401  (s: the scheduler fixture)

@@ -15,7 +15,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import parse_manifests
 from persys.model.workload import instance_id
-from persys.scheduler import replay
+from persys.scheduler.api import replay
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.placement import record as precord
 from persys.scheduler.replica import Scheduler

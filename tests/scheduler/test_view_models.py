@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
-from persys.scheduler import replay
+from persys.scheduler.api import replay
 from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.rules import revisions

@@ -39,7 +39,6 @@ from persys.model.devices import Device
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError, format_validation_error, validate_manifest
 from persys.observability import tracing
-from persys.scheduler import replay
 from persys.scheduler.access import node_admission
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.access.call_budget import (
@@ -52,12 +51,13 @@ from persys.scheduler.access.call_budget import (
 from persys.scheduler.access.node_admission import unavailable_runtimes
 from persys.scheduler.access.revocations import NodeRevocations, NodeRevokedError
 from persys.scheduler.access.workload_policy import PolicyGate
+from persys.scheduler.api import replay
+from persys.scheduler.api.node_volumes import VolumeReport
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import NotFound
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.node_volumes import VolumeReport
 from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica import Scheduler
 from persys.scheduler.rules import revisions
@@ -379,7 +379,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._document(context, explain)
 
     async def _replay(self, request: pb.ExplainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        """`explain --at`: the decisions taken at that store revision, replayed (scheduler/replay.py)."""
+        """`explain --at`: the decisions taken at that store revision, replayed (scheduler/api/replay.py)."""
         refused: replay.ReplayRefused | None = None
 
         async def again() -> dict[str, Any]:

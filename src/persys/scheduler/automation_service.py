@@ -13,9 +13,9 @@ from persys.model.automation import policy_name_problem, validate_policy
 from persys.model.documents import DocumentError, load_json
 from persys.model.manifest import ManifestError
 from persys.scheduler.access.admission import InputLimits
+from persys.scheduler.api.automation import AutomationApi
+from persys.scheduler.api.automation_lease import AutomationLease
 from persys.scheduler.authorization import CALLER
-from persys.scheduler.automation_api import AutomationApi
-from persys.scheduler.automation_lease import AutomationLease
 from persys.scheduler.grpc_status import dumps, mapped
 
 

@@ -17,7 +17,7 @@ from persys.model.documents import DocumentError, load_json
 from persys.model.kinds import validate_bucket
 from persys.model.manifest import ManifestError
 from persys.scheduler.access.admission import InputLimits
-from persys.scheduler.bucket_api import BucketApi, BucketsUnavailable
+from persys.scheduler.api.buckets import BucketApi, BucketsUnavailable
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.replica import Scheduler
 from persys.secrets.base import SecretStore

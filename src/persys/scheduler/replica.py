@@ -36,8 +36,11 @@ from persys.model.workload import workload_of
 from persys.observability.health_checks import NamedCheck
 from persys.observability.metrics import Metrics
 from persys.scheduler import placement as pl
-from persys.scheduler.agent_api import AgentApi
-from persys.scheduler.backup import Backups
+from persys.scheduler.api.agents import AgentApi
+from persys.scheduler.api.backup import Backups
+from persys.scheduler.api.node_volumes import NodeVolumes
+from persys.scheduler.api.nodes import NodeApi
+from persys.scheduler.api.workloads import WorkloadApi
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.liveness import GuardState
 from persys.scheduler.dependency_probe import DependencyProbe
@@ -48,8 +51,6 @@ from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.heap import HeapGuard
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode, runs_on
-from persys.scheduler.node_api import NodeApi
-from persys.scheduler.node_volumes import NodeVolumes
 from persys.scheduler.placing import queueing_hints
 from persys.scheduler.placing.engine_adapter import PlacementService
 from persys.scheduler.replica_health import health
@@ -67,7 +68,6 @@ from persys.scheduler.work.placer import Placer
 from persys.scheduler.work.reconcile_worker import ReconcileWorker
 from persys.scheduler.work.telemetry import Telemetry
 from persys.scheduler.work.worker_watch import WorkerWatch
-from persys.scheduler.workload_api import WorkloadApi
 from persys.store.base import StateStore, StoreUnavailable
 
 log = logging.getLogger(__name__)

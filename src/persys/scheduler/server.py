@@ -42,13 +42,13 @@ from persys.scheduler.access.token_pepper import TokenPepper
 from persys.scheduler.access.tokens import TokenStore
 from persys.scheduler.access.workload_policy import PolicyGate
 from persys.scheduler.agent_control import AgentControlService
+from persys.scheduler.api.automation import AutomationApi
+from persys.scheduler.api.bucket_watch import bucket_watches
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
-from persys.scheduler.automation_api import AutomationApi
 from persys.scheduler.automation_service import AutomationService
 from persys.scheduler.backends import open_backends
 from persys.scheduler.bucket_service import BucketsService
-from persys.scheduler.bucket_watch import bucket_watches
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
 from persys.scheduler.meter_host import meter_check, serve_meter, start_meter

@@ -16,9 +16,9 @@ from persys.model.kinds import validate_volume
 from persys.model.manifest import ManifestError
 from persys.model.volume import VolumeManifest
 from persys.scheduler.access.admission import InputLimits
+from persys.scheduler.api.volumes import VolumeApi
 from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica import Scheduler
-from persys.scheduler.volume_api import VolumeApi
 
 MAX_NAME = 63
 

@@ -198,7 +198,7 @@ class ReplayedReplica(View):
 
 
 class ReplayView(View):
-    """`explain --at REV`: the replicas decided at that revision, decided again (scheduler/replay.py)."""
+    """`explain --at REV`: the replicas decided at that revision, decided again (scheduler/api/replay.py)."""
 
     workload: str
     at: int

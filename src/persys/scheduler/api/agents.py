@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 from persys.model import Node, NodeStatus, NodeUsage
 from persys.model.workload import workload_of
+from persys.scheduler.api.node_volumes import NodeVolumes, VolumeReport
 from persys.scheduler.decide import step
 from persys.scheduler.decide.report import DriftKnown, Report
 from persys.scheduler.ha.mode_guard import Mode
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.reports import LiveNode, WorkloadReport, same_node, usage_of
-from persys.scheduler.node_volumes import NodeVolumes, VolumeReport
 from persys.scheduler.work.delivery import Delivery
 from persys.scheduler.work.shell import Shell, interpreter_for
 from persys.store.base import Compare, Put

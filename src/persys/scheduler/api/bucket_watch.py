@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 
-from persys.scheduler.bucket_api import BucketApi, BucketsUnavailable
+from persys.scheduler.api.buckets import BucketApi, BucketsUnavailable
 
 log = logging.getLogger(__name__)
 WATCH_PERIOD_S = 30.0

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 from persys.model import Assignment, Node, Phase, Taint, WorkloadStatus
+from persys.scheduler.api.workloads import CAS_ATTEMPTS, WorkloadApi
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.interpret.group_commit import Unit, commit_units
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import Versioned
 from persys.scheduler.work.shell import Shell
-from persys.scheduler.workload_api import CAS_ATTEMPTS, WorkloadApi
 from persys.store.base import Compare, Delete, Put
 
 

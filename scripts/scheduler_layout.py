@@ -93,9 +93,10 @@ PACKAGES: dict[str, str] = {
            "replay) and agents' calls (registration, heartbeats, reports, their volumes' attachments and\n"
            "steps). The bucket watch, a loop over the bucket API, sits beside it. Only `node_volumes`\n"
            "touches protobuf: it builds the agents' VolumeTask messages.",
-    "replica": "One scheduler replica: its assembly (`assembly.Scheduler`, the shell around the pure step),\n"
-               "its health document and dependency probes, the backends it opens, the heap guard and the\n"
-               "event-loop stall watchdog.",
+    "replica": "One scheduler replica: its assembly (`assembly.Scheduler`, the shell around the pure step that\n"
+               "builds and starts the components), its health document and dependency probes, the backends it\n"
+               "opens (and whether they take clients that prove nothing), the heap guard and the event-loop\n"
+               "stall watchdog.",
     "rpc": "Every gRPC servicer, by audience (`client/`: persysctl, the gateway, automation; `node/`: agents\n"
            "joining and renewing), the authorization interceptor, the mapping of errors to status codes and\n"
            "the server that serves them. `agent_control` and `secrets` serve both audiences. Only this\n"

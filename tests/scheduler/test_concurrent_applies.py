@@ -10,7 +10,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import Capabilities, Node, Phase, RuntimeInfo, parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests.waiting import until
 

@@ -25,7 +25,7 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from persys.store.base import Delete, Put
 

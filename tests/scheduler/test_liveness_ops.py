@@ -16,7 +16,7 @@ from persys.model import NodeUsage, Phase, parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import MutationRefused, NotFound
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node
 from tests.scheduler.test_node_ops import until

@@ -12,7 +12,7 @@ from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mirror.load_window import UsageWindow
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node
 from tests.scheduler.test_node_ops import until

@@ -16,7 +16,7 @@ from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import CatchingUp
 from persys.scheduler.mirror import keys
 from persys.scheduler.mirror.follower import ClusterState
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store.sqlite import SqliteStore
 from tests.waiting import until
 

@@ -12,7 +12,7 @@ from persys.model import parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import Frozen, MutationRefused
 from persys.scheduler.ha.mode_guard import Mode
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 
 MANIFEST = """

@@ -15,7 +15,7 @@ from persys.model import NodeUsage, Phase, Taint, parse_manifests
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide import reconcile
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests import waiting
 from tests.scheduler.test_core import Clock, manifest, node

@@ -12,7 +12,7 @@ from persys.model.volume import Volume, VolumeAttachment, VolumeManifest, Volume
 from persys.scheduler.api.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
 from persys.scheduler.api.volumes import VolumeApi
 from persys.scheduler.mirror.follower import Versioned
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.rules.volume_steps import actions
 from tests.cases import load
 from tests.scheduler.test_core import node

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from persys.model import Phase, parse_manifests
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until, until_event  # noqa: F401  (the replica fixture)
 

@@ -9,7 +9,7 @@ import pytest
 
 from persys.model import Capabilities, Node, NodeStatus, RuntimeInfo, Taint, WorkloadStatus, parse_manifests
 from persys.scheduler.placing import queueing_hints
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from tests.cases import load
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)

@@ -18,7 +18,7 @@ from persys.model.workload import instance_id
 from persys.scheduler.api import replay
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.placement import record as precord
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import start_etcd

@@ -15,7 +15,7 @@ from persys.events.memory import MemoryEventBus
 from persys.model import DesiredState, ManifestError, WorkloadManifest, parse_manifests
 from persys.model.revision import WorkloadRevision
 from persys.scheduler.mirror import keys
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.rules.revisions import KEEP_REVISIONS
 from persys.store import open_store
 from tests.waiting import until

@@ -12,7 +12,7 @@ import pytest
 from persys.model import Node, Phase, Taint, parse_manifests
 from persys.model.workload import Toleration
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.work import taint_eviction
 from tests.cases import load
 from tests.scheduler.test_core import manifest, node

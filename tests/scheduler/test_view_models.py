@@ -9,7 +9,7 @@ from persys.model import NodeUsage, Phase, parse_manifests
 from persys.model.status import WorkloadUsage
 from persys.scheduler.api import replay
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.rules import revisions
 from persys.scheduler.views import models as vm
 from tests.scheduler import test_core

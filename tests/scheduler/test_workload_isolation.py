@@ -18,7 +18,7 @@ from persys.scheduler.mirror import keys
 from persys.scheduler.placement.framework import Filter, PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store.base import StoreUnavailable
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
@@ -191,7 +191,7 @@ async def test_deposition_logs_an_active_task_that_had_already_failed(
     t = asyncio.create_task(boom(), name="reconcile-worker")
     await asyncio.wait({t})
     s._active_tasks.append(t)  # ended, its done-callback not (yet) run
-    with caplog.at_level(logging.ERROR, logger="persys.scheduler.replica"):
+    with caplog.at_level(logging.ERROR, logger="persys.scheduler.replica.assembly"):
         await s._deposed()
     assert "RuntimeError: worker bug before deposition" in caplog.text
     assert s._active_tasks == []

@@ -24,9 +24,9 @@ from persys.credentials import CredentialRef, Login, Password
 from persys.events import ClusterEvent, open_events
 from persys.events.sample_redis import RedisSampleBus
 from persys.events.samples import WORKLOAD, Sample
-from persys.scheduler.backends import BackendRefused, open_backends
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mirror import keys
+from persys.scheduler.replica.backends import BackendRefused, open_backends
 from persys.scheduler.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store.etcd import EtcdStore

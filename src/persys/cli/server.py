@@ -221,7 +221,7 @@ def scheduler(
                                                        redis_password_file))
         signer_for = scheduler_signer(ca_dir, live, join_listen, node_cert_ttl)
         holder = []
-        from persys.scheduler.backend_probe import open_access_warnings
+        from persys.scheduler.replica.backend_probe import open_access_warnings
 
         for warning in await open_access_warnings(store, events, s_access, e_access):  # issue #30: said at start
             log.warning("%s", warning)

@@ -59,7 +59,7 @@ from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.placing import whatif as whatif_api
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules import volumes as volume_rules
 from persys.scheduler.views.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit

@@ -19,7 +19,7 @@ from persys.model.manifest import ManifestError
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.api.buckets import BucketApi, BucketsUnavailable
 from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.secrets.base import SecretStore
 from persys.storage.rgw import RgwAdmin
 

@@ -15,7 +15,7 @@ from persys.policy import WorkloadPolicy
 from persys.scheduler.access.workload_policy import PolicyGate, parse_policy
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.grpc_status import mapped
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 
 POLICY_MAX_BYTES = 64 << 10
 

@@ -30,7 +30,7 @@ from persys.scheduler.access.call_budget import CALLS_PER_NODE, CallBudget, Over
 from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import Frozen, MutationRefused, NotFound
 from persys.scheduler.grpc_status import mapped
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.secrets import refs
 from persys.secrets.base import (
     MAX_SECRETS,

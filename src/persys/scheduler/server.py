@@ -47,7 +47,6 @@ from persys.scheduler.api.bucket_watch import bucket_watches
 from persys.scheduler.auth_service import AuthService
 from persys.scheduler.authorization import AuthorizationInterceptor
 from persys.scheduler.automation_service import AutomationService
-from persys.scheduler.backends import open_backends
 from persys.scheduler.bucket_service import BucketsService
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.join_server import start_join_server
@@ -55,7 +54,8 @@ from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
 from persys.scheduler.node_access_service import NodeAccessService
 from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
 from persys.scheduler.policy_service import PolicyService
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.replica.backends import open_backends
 from persys.scheduler.secret_service import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.volume_service import VolumesService
 from persys.scheduler.watch_service import WatchService

@@ -18,7 +18,7 @@ from persys.model.volume import VolumeManifest
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.api.volumes import VolumeApi
 from persys.scheduler.grpc_status import mapped
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 
 MAX_NAME = 63
 

@@ -15,11 +15,11 @@ from persys.model import NodeStatus
 from persys.observability.health_checks import DependencyState, NamedCheck
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.shards import SpreadCache
-from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.ha.election import LeaderElection
 from persys.scheduler.ha.mode_guard import Mode, ModeGuard
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.placing.engine_adapter import PlacementService
+from persys.scheduler.replica.dependency_probe import DependencyProbe
 from persys.scheduler.work.worker_watch import WorkerWatch
 from persys.store.base import StateStore
 

@@ -43,19 +43,19 @@ from persys.scheduler.api.nodes import NodeApi
 from persys.scheduler.api.workloads import WorkloadApi
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.decide.liveness import GuardState
-from persys.scheduler.dependency_probe import DependencyProbe
 from persys.scheduler.errors import Frozen
 from persys.scheduler.ha.election import BlockingLease, LeaderElection
 from persys.scheduler.ha.membership import Membership
 from persys.scheduler.ha.mode_guard import Mode, ModeGuard
-from persys.scheduler.heap import HeapGuard
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import LiveNode, runs_on
 from persys.scheduler.placing import queueing_hints
 from persys.scheduler.placing.engine_adapter import PlacementService
-from persys.scheduler.replica_health import health
+from persys.scheduler.replica.dependency_probe import DependencyProbe
+from persys.scheduler.replica.health import health
+from persys.scheduler.replica.heap import HeapGuard
+from persys.scheduler.replica.stalls import StallWatchdog
 from persys.scheduler.rules import failures
-from persys.scheduler.stalls import StallWatchdog
 from persys.scheduler.views import documents as views
 from persys.scheduler.views import event_trace
 from persys.scheduler.views.pages import SortedIds

@@ -97,10 +97,11 @@ PACKAGES: dict[str, str] = {
                "builds and starts the components), its health document and dependency probes, the backends it\n"
                "opens (and whether they take clients that prove nothing), the heap guard and the event-loop\n"
                "stall watchdog.",
-    "rpc": "Every gRPC servicer, by audience (`client/`: persysctl, the gateway, automation; `node/`: agents\n"
-           "joining and renewing), the authorization interceptor, the mapping of errors to status codes and\n"
-           "the server that serves them. `agent_control` and `secrets` serve both audiences. Only this\n"
-           "package (and a few named edges) imports grpc and persys._pb (an import contract).",
+    "rpc": "Every gRPC servicer, by audience (`client/`: persysctl, the gateway, automation; `node/`: nodes\n"
+           "joining and renewing their certificate), the authorization interceptor, the mapping of errors to\n"
+           "status codes, the meter a scheduler process may host (`meter_host`) and the server that serves\n"
+           "them all (`server`). `agent_control` and `secrets` serve both audiences. Only this package (and\n"
+           "a few named edges) imports grpc and persys._pb (an import contract in pyproject.toml).",
     "rpc.client": "The servicers clients call (persysctl, the gateway, automation): auth, automation, buckets,\n"
                   "node access, policy, volumes, watch.",
     "rpc.node": "The servicers nodes call before they hold a certificate or to renew it: the join listener,\n"

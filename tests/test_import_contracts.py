@@ -22,8 +22,9 @@ LINT = Path(sys.executable).with_name("lint-imports")
 PROBES = [
     ("scheduler/decide/liveness.py", "import grpc",
      "Only the gRPC edges import grpc and the generated code", "persys.scheduler.decide.liveness -> grpc"),
-    ("scheduler/decide/reconcile.py", "from persys.scheduler import agent_control",  # grpc through a servicer
-     "Decisions reach no gRPC, store client", "persys.scheduler.decide.reconcile -> persys.scheduler.agent_control"),
+    ("scheduler/decide/reconcile.py", "from persys.scheduler.rpc import agent_control",  # grpc through a servicer
+     "Decisions reach no gRPC, store client",
+     "persys.scheduler.decide.reconcile -> persys.scheduler.rpc.agent_control"),
     ("agent/decide/merge.py", "from persys._pb.persys.v1 import control_pb2",
      "Only the gRPC edges import grpc and the generated code", "persys.agent.decide.merge -> persys._pb"),
     ("scheduler/decide/liveness.py", "from persys.store import etcd",

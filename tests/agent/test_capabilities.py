@@ -17,7 +17,7 @@ from persys.agent.runtimes.docker import DockerRuntime
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.docker_fixtures import remove_containers
 from tests.waiting import until

@@ -18,7 +18,7 @@ import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.link import GrpcLink, LinkOptions
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import node
 from tests.tcp_proxy import TcpProxy

@@ -15,7 +15,7 @@ from persys.agent.link import GrpcLink
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
 from persys.scheduler.mirror.reports import WorkloadReport
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import manifest
 from tests.waiting import until

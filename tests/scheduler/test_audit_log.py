@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from persys.scheduler.access.audit import AUDIT, AuditLog
-from persys.scheduler.server import start_scheduler
+from persys.scheduler.rpc.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store import open_store
 from persys.store.base import StoreUnavailable

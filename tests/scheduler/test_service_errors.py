@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.errors import NotFound
+from persys.scheduler.rpc.agent_control import AgentControlService
 
 
 class Aborted(Exception):

@@ -27,7 +27,7 @@ from persys.events.samples import WORKLOAD, Sample
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.mirror import keys
 from persys.scheduler.replica.backends import BackendRefused, open_backends
-from persys.scheduler.server import start_scheduler
+from persys.scheduler.rpc.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store.etcd import EtcdStore
 from persys.store.etcd_auth import StoreAccessDenied

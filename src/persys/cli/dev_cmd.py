@@ -174,7 +174,7 @@ def dev(
         from persys.policy import WorkloadPolicy
         from persys.policy.model import DEFAULT_NODE_PATHS
         from persys.scheduler.config import SchedulerConfig
-        from persys.scheduler.server import start_scheduler
+        from persys.scheduler.rpc.server import start_scheduler
 
         t0 = time.monotonic()
         data.mkdir(parents=True, exist_ok=True)

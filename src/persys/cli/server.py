@@ -200,7 +200,7 @@ def scheduler(
         from persys.cli.join_setup import scheduler_signer
         from persys.scheduler.access.admission import InputLimits
         from persys.scheduler.config import SchedulerConfig
-        from persys.scheduler.server import start_scheduler
+        from persys.scheduler.rpc.server import start_scheduler
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)

@@ -13,9 +13,9 @@ from persys._pb.persys.v1 import policy_pb2 as pb
 from persys._pb.persys.v1 import policy_pb2_grpc as pb_grpc
 from persys.policy import WorkloadPolicy
 from persys.scheduler.access.workload_policy import PolicyGate, parse_policy
-from persys.scheduler.authorization import CALLER
-from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import mapped
 
 POLICY_MAX_BYTES = 64 << 10
 

@@ -18,8 +18,8 @@ from persys.model.kinds import validate_bucket
 from persys.model.manifest import ManifestError
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.api.buckets import BucketApi, BucketsUnavailable
-from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.secrets.base import SecretStore
 from persys.storage.rgw import RgwAdmin
 

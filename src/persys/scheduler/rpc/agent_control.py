@@ -53,13 +53,13 @@ from persys.scheduler.access.revocations import NodeRevocations, NodeRevokedErro
 from persys.scheduler.access.workload_policy import PolicyGate
 from persys.scheduler.api import replay
 from persys.scheduler.api.node_volumes import VolumeReport
-from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import NotFound
-from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.mirror.follower import ClusterState
 from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.placing import whatif as whatif_api
 from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import UNAVAILABLE_METADATA, dumps, mapped
 from persys.scheduler.rules import revisions
 from persys.scheduler.rules import volumes as volume_rules
 from persys.scheduler.views.pages import MAX_EVENTS, BadPageRequest, Page, decode_token, encode_token, page_limit

@@ -17,8 +17,8 @@ from persys.model.manifest import ManifestError
 from persys.model.volume import VolumeManifest
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.api.volumes import VolumeApi
-from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.status import mapped
 
 MAX_NAME = 63
 

@@ -22,10 +22,10 @@ from persys._pb.persys.v1 import watch_pb2_grpc as pb_grpc
 from persys.events.base import ClusterEvent, EventBus, EventsUnavailable
 from persys.events.filters import EventFilter, FilterError, Start, check_id, event_doc, make_filter, start_of
 from persys.scheduler.access.call_budget import CallBudget, OverBudgetError
-from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import NotFound
-from persys.scheduler.grpc_status import UNAVAILABLE_METADATA, dumps
 from persys.scheduler.mirror.follower import ClusterState
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import UNAVAILABLE_METADATA, dumps
 from persys.scheduler.views.changes import NODES, WORKLOADS, ChangeFeed
 
 STREAMS_PER_CALLER = 8

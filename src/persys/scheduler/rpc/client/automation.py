@@ -15,8 +15,8 @@ from persys.model.manifest import ManifestError
 from persys.scheduler.access.admission import InputLimits
 from persys.scheduler.api.automation import AutomationApi
 from persys.scheduler.api.automation_lease import AutomationLease
-from persys.scheduler.authorization import CALLER
-from persys.scheduler.grpc_status import dumps, mapped
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import dumps, mapped
 
 
 def _caller() -> str:

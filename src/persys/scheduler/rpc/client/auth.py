@@ -17,8 +17,8 @@ from persys._pb.persys.v1 import auth_pb2_grpc as pb_grpc
 from persys.aborting import abort
 from persys.scheduler.access.audit import AuditLog
 from persys.scheduler.access.tokens import TokenStore
-from persys.scheduler.authorization import CALLER, MAX_FIELD_CHARS, Caller, peer_of
-from persys.scheduler.grpc_status import mapped
+from persys.scheduler.rpc.authorization import CALLER, MAX_FIELD_CHARS, Caller, peer_of
+from persys.scheduler.rpc.status import mapped
 from persys.security.roles import all_grants, decide, roles_of
 from persys.security.tokens import TokenError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import grpc
 
 from persys._pb.persys.v1 import certificates_pb2_grpc as pb_grpc
-from persys.scheduler.node_certificates import NodeCertificates, NodeJoinService
+from persys.scheduler.rpc.node.certificates import NodeCertificates, NodeJoinService
 from persys.security.grpc_reload import reloading_file_credentials
 from persys.security.grpc_tls import SERVER_KEEPALIVE_OPTIONS
 from persys.tlsfiles import TLSFiles

@@ -27,10 +27,10 @@ from persys.model.workload import workload_of
 from persys.observability.health_checks import CheckResult, NamedCheck
 from persys.scheduler.access import node_admission
 from persys.scheduler.access.call_budget import CALLS_PER_NODE, CallBudget, OverBudgetError
-from persys.scheduler.authorization import CALLER
 from persys.scheduler.errors import Frozen, MutationRefused, NotFound
-from persys.scheduler.grpc_status import mapped
 from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import mapped
 from persys.secrets import refs
 from persys.secrets.base import (
     MAX_SECRETS,

@@ -21,9 +21,9 @@ from persys.scheduler.access import certificates as cert_registry
 from persys.scheduler.access.join_tokens import JoinTokenStore
 from persys.scheduler.access.revocations import MAX_REASON, NodeRevocations
 from persys.scheduler.access.revoke_rules import KnownAs, revoke_refusal
-from persys.scheduler.authorization import CALLER
-from persys.scheduler.grpc_status import mapped
 from persys.scheduler.mirror import keys
+from persys.scheduler.rpc.authorization import CALLER
+from persys.scheduler.rpc.status import mapped
 from persys.security.ca_pin import pin_of_pem
 from persys.security.join_tokens import TOKEN_ID, JoinTokenError
 from persys.security.signer import CertificateSigner

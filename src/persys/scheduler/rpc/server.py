@@ -41,24 +41,24 @@ from persys.scheduler.access.secret_admission import SecretAwareGate
 from persys.scheduler.access.token_pepper import TokenPepper
 from persys.scheduler.access.tokens import TokenStore
 from persys.scheduler.access.workload_policy import PolicyGate
-from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.api.automation import AutomationApi
 from persys.scheduler.api.bucket_watch import bucket_watches
-from persys.scheduler.auth_service import AuthService
-from persys.scheduler.authorization import AuthorizationInterceptor
-from persys.scheduler.automation_service import AutomationService
-from persys.scheduler.bucket_service import BucketsService
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.join_server import start_join_server
-from persys.scheduler.meter_host import meter_check, serve_meter, start_meter
-from persys.scheduler.node_access_service import NodeAccessService
-from persys.scheduler.node_certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
-from persys.scheduler.policy_service import PolicyService
 from persys.scheduler.replica.assembly import Scheduler
 from persys.scheduler.replica.backends import open_backends
-from persys.scheduler.secret_service import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
-from persys.scheduler.volume_service import VolumesService
-from persys.scheduler.watch_service import WatchService
+from persys.scheduler.rpc.agent_control import AgentControlService
+from persys.scheduler.rpc.authorization import AuthorizationInterceptor
+from persys.scheduler.rpc.client.auth import AuthService
+from persys.scheduler.rpc.client.automation import AutomationService
+from persys.scheduler.rpc.client.buckets import BucketsService
+from persys.scheduler.rpc.client.node_access import NodeAccessService
+from persys.scheduler.rpc.client.policy import PolicyService
+from persys.scheduler.rpc.client.volumes import VolumesService
+from persys.scheduler.rpc.client.watch import WatchService
+from persys.scheduler.rpc.meter_host import meter_check, serve_meter, start_meter
+from persys.scheduler.rpc.node.certificates import DEFAULT_NODE_CERT_TTL, NodeCertificates, NodeCertificatesService
+from persys.scheduler.rpc.node.join_server import start_join_server
+from persys.scheduler.rpc.secrets import STORAGE_KEY, SecretDeliveryService, SecretsService, secret_store_check
 from persys.scheduler.work.volume_controller import VolumeController
 from persys.secrets.base import SecretStore, SecretStoreError
 from persys.secrets.builtin import BuiltinSecretStore, MasterKeyMismatch

@@ -1,6 +1,7 @@
 """The import contracts in pyproject.toml hold their promise: each fails when a probe import is
 added where it forbids one (a copy of the package in a temporary folder, lint-imports run on it
-with the project's own contracts), and every top-level package sits in a layer."""
+with the project's own contracts), and every top-level package (and every package of the
+scheduler) sits in a layer."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ PROBES = [
      "Decisions import no event loop themselves", "persys.agent.decide.merge -> asyncio"),
     ("scheduler/decide/drift.py", "from persys.scheduler.mirror import follower",
      "reach no event loop at all", "persys.scheduler.decide.drift -> persys.scheduler.mirror.follower"),
+    ("scheduler/work/delivery.py", "import grpc",  # only rpc/ speaks gRPC in the scheduler
+     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.work.delivery -> grpc"),
+    ("scheduler/mirror/keys.py", "from persys.scheduler.rpc import status",  # a low package reaching up
+     "Scheduler packages: each imports only the packages below it",
+     "persys.scheduler.mirror.keys -> persys.scheduler.rpc.status"),
     ("policy/check.py", "from persys.scheduler.mirror import keys",
      "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.mirror.keys"),
 ]
@@ -90,3 +96,14 @@ def test_every_top_level_package_sits_in_a_layer() -> None:
     top |= {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
     assert top - placed == set(), f"in no layer of the layers contract: {sorted(top - placed)}"
     assert placed - top == set(), f"layers name what does not exist: {sorted(placed - top)}"
+
+
+def test_every_scheduler_package_sits_in_a_layer() -> None:
+    """A new package (or module) of persys.scheduler is placed in the scheduler's layers on purpose."""
+    layers = next(c for c in contracts() if c["type"] == "layers" and c.get("containers") == ["persys.scheduler"])
+    placed = {name.strip() for layer in layers["layers"] for name in str(layer).split("|")}  # type: ignore[attr-defined]
+    scheduler = PACKAGE / "scheduler"
+    here = {p.name for p in scheduler.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    here |= {p.stem for p in scheduler.glob("*.py") if p.name != "__init__.py"}
+    assert here - placed == set(), f"in no layer of the scheduler's packages: {sorted(here - placed)}"
+    assert placed - here == set(), f"the scheduler's layers name what does not exist: {sorted(placed - here)}"

@@ -122,11 +122,13 @@ def git(*args: str) -> None:
     subprocess.run(["git", *args], cwd=ROOT, check=True)
 
 
-def move_files(moves: dict[str, str]) -> None:
+def move_files(moves: dict[str, str]) -> int:
+    moved = 0
     for old, new in moves.items():
         src = SCHED / f"{old}.py"
         if not src.exists():
             continue
+        moved += 1
         if old in REMOVED:
             git("rm", "-q", str(src.relative_to(ROOT)))
             continue
@@ -140,6 +142,7 @@ def move_files(moves: dict[str, str]) -> None:
                 init.write_text(f'"""{PACKAGES[name]}"""\n')
                 git("add", str(init.relative_to(ROOT)))
         git("mv", str(src.relative_to(ROOT)), str(dst.relative_to(ROOT)))
+    return moved
 
 
 def _leaves(prefix: str) -> set[str]:
@@ -148,7 +151,8 @@ def _leaves(prefix: str) -> set[str]:
 
 def _name_pattern(moves: dict[str, str], end: str = r"(?![\w])") -> str:
     """Old module names; an old name that is now a package's name must not match the new layout
-    (`persys.scheduler.replica.health` stays, `persys.scheduler.replica.Scheduler` is rewritten)."""
+    (`persys.scheduler.replica.health` stays, `persys.scheduler.replica.Scheduler` is rewritten;
+    a bare `persys.scheduler.replica` is the package and stays)."""
     parts = []
     for old in sorted(moves, key=len, reverse=True):
         guard = ""
@@ -156,6 +160,9 @@ def _name_pattern(moves: dict[str, str], end: str = r"(?![\w])") -> str:
         if leaves:
             alt = "|".join(sorted(leaves))
             guard = r"(?!\.(?:" + alt + r")\b)(?![ \t]+import[ \t]+\(?\s*(?:" + alt + r")\b)"
+            # the bare name is the package now (a contract's list, a logger name): only an
+            # attribute of the old module or an import from it is rewritten
+            guard += r"(?=\.\w|[ \t]+import\b)"
         parts.append(re.escape(old) + end + guard)
     return "(" + "|".join(parts) + ")"
 
@@ -210,7 +217,7 @@ def rewrite(path: Path, moves: dict[str, str]) -> bool:
 
 def main(argv: list[str]) -> int:
     moves = selected(argv)
-    move_files(moves)
+    moved = move_files(moves)
     changed = 0
     me = Path(__file__).resolve()
     for pattern in TEXT_GLOBS:
@@ -218,7 +225,7 @@ def main(argv: list[str]) -> int:
             if path.resolve() == me or "_pb" in path.parts or not path.is_file():
                 continue
             changed += rewrite(path, moves)
-    print(f"moved {len(moves)} module(s); rewrote references in {changed} file(s)")
+    print(f"moved {moved} module(s); rewrote references in {changed} file(s)")
     return 0
 
 

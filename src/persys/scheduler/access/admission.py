@@ -2,7 +2,7 @@
 
 A manifest's JSON is bounded (`MANIFEST_MAX_BYTES`, `persys scheduler --max-manifest-bytes`), so
 is a batch (count and total bytes), so parsing, validating and storing a request costs at most
-that much; a list answers a page at a time (`pages.py`). The gRPC server's receive limit is
+that much; a list answers a page at a time (`views/pages.py`). The gRPC server's receive limit is
 derived from the same numbers, so anything it lets through reaches these checks and is refused
 with the limit named, never half-parsed.
 """

@@ -1,6 +1,6 @@
 """What a replica does with its agents' calls: registration (the node document), heartbeats
 (memory only) and reports (presence, usage, drift findings, status changes, written together
-with other nodes' in shared transactions). The decisions are pure (reports.py, drift.py);
+with other nodes' in shared transactions). The decisions are pure (mirror/reports.py, decide/drift.py);
 this does the I/O."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class AgentApi:
             await self.s.refresh(key)
         # What waited for this agent (instances being moved, whose status has no rejection codes);
         # Unschedulable ones are looked at again if the node's change could help them (the node
-        # event's queueing hints: queueing_hints.py).
+        # event's queueing hints: placing/queueing_hints.py).
         self.s.enqueue_pending(frozenset())
 
     def heartbeat(self, node_id: str, usage: NodeUsage) -> bool:

@@ -25,9 +25,9 @@ class LiveNode:
     present: set[str] = field(default_factory=set)  # workloads in the last complete report
     reported: bool = False
     # When the agent itself last spoke (heartbeat, report, registration). Unlike last_heartbeat,
-    # which fresh grace periods move forward, only this can make a node Ready (liveness.py).
+    # which fresh grace periods move forward, only this can make a node Ready (decide/liveness.py).
     heard_at: float = float("-inf")
-    recent: UsageWindow = field(default_factory=UsageWindow)  # for load-aware scoring (load_window.py)
+    recent: UsageWindow = field(default_factory=UsageWindow)  # for load-aware scoring (mirror/load_window.py)
 
 
 def runs_on(state: Mirror, live: dict[str, LiveNode], owns: bool, inst: str, node_id: str) -> bool:

@@ -2,13 +2,13 @@
 decisions decide, the shell does the I/O). It holds the queue, the loops (reconcile worker,
 node monitor, health, election, membership) and the commits, and wires the components:
 
-* decisions (pure): reconcile.py (a workload's plan of writes), liveness.py (node
-  transitions), drift.py, reports.py (status changes), delivery.py's DeltaSender (the delta
-  protocol), views.py, backup.py's documents;
-* components doing I/O through the `Shell` protocol (shell.py): placement_commits.py and
-  reconcile_worker.py (the placement pipeline), workload_api.py and node_api.py (clients'
-  changes), agent_api.py (agents' calls), node_monitor.py (the liveness loop), node_volumes.py,
-  backup.py (backup and restore); delivery.py (desired-state streams) takes the mirror. The
+* decisions (pure): decide/reconcile.py (a workload's plan of writes), decide/liveness.py (node
+  transitions), decide/drift.py, mirror/reports.py (status changes), work/delivery.py's DeltaSender (the delta
+  protocol), views/documents.py, api/backup.py's documents;
+* components doing I/O through the `Shell` protocol (work/shell.py): work/placer.py and
+  work/reconcile_worker.py (the placement pipeline), api/workloads.py and api/nodes.py (clients'
+  changes), api/agents.py (agents' calls), work/node_monitor.py (the liveness loop), api/node_volumes.py,
+  api/backup.py (backup and restore); work/delivery.py (desired-state streams) takes the mirror. The
   volume, bucket and automation APIs take the shell too (created with their servicers).
 
 One worker drains a de-duplicating queue of workload ids and reconciles each one against the
@@ -90,7 +90,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.clock = clock
         self.state = ClusterState(store)
-        # Lists walk ids in order from a position: kept sorted as the mirror changes (pages.py).
+        # Lists walk ids in order from a position: kept sorted as the mirror changes (views/pages.py).
         self.sorted_workloads = SortedIds("workload", self.state.workloads)
         self.sorted_nodes = SortedIds("node", self.state.nodes)
         self.state.subscribe(self.sorted_workloads.on_change)
@@ -129,10 +129,10 @@ class Scheduler:
         self._active_tasks: list[asyncio.Task[Any]] = []
         self.worker_watch = WorkerWatch()
         self.elected_at_wall = 0.0  # wall-clock time of the last election win (health, failover timing)
-        # Dependencies' checks for health, registered at start (server.py: the secret store; the meter).
+        # Dependencies' checks for health, registered at start (rpc/server.py: the secret store; the meter).
         self.health_checks: list[NamedCheck] = []
         self.health_probe = DependencyProbe(self, lambda rev: self.state.observe_store_revision(rev, self.clock()))
-        # Loops that run only while this replica is active (server.py: the volume controller).
+        # Loops that run only while this replica is active (rpc/server.py: the volume controller).
         self.active_services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._active_fence = 0  # the leader term (fence revision) this replica has caught up for
         # The components (each takes this shell through the narrow Shell protocol); their
@@ -162,7 +162,7 @@ class Scheduler:
         self.backup, self.backup_json, self.local_backup, self.restore, self.recover = \
             b.backup, b.backup_json, b.local_backup, b.restore, b.recover
         self.spec_json, self.take_resync, self.desired_stream = d.spec_json, d.take_resync, d.desired_stream
-        # Views (views.py) over the mirror and what agents sent.
+        # Views (views/documents.py) over the mirror and what agents sent.
         self.workload_view = partial(views.workload_view, self.state, self.usage)
         self.workload_page = partial(views.workload_page, self.state, self.usage, self.sorted_workloads)
         self.node_view = partial(views.node_view, self.state, self.live)
@@ -186,7 +186,7 @@ class Scheduler:
     def catching_up(self) -> bool:
         return self.election.is_leader and not self.is_active
 
-    # ------------------------------------------------------------------ shards (membership.py)
+    # ------------------------------------------------------------------ shards (ha/membership.py)
 
     def owns(self, node_id: str) -> bool:
         return self.membership.owns(node_id)

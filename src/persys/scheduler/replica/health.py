@@ -101,7 +101,7 @@ def runtimes_state(s: HealthSource) -> DependencyState:
 
 
 async def health(s: HealthSource) -> dict[str, Any]:
-    """From memory: the dependencies' latest probes (dependency_probe.py), never a call to them."""
+    """From memory: the dependencies' latest probes (replica/dependency_probe.py), never a call to them."""
     notes: list[str] = []
     probed = await s.health_probe.current()
     store_ok, backend, store_reason = probed.store.ok, probed.backend, probed.store.reason

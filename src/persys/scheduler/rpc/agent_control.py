@@ -290,7 +290,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def _watch(self, request: pb.WatchAssignmentsRequest, context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[pb.AssignmentSet]:
-        # The delta protocol is delivery.py's; this only converts its messages to protobuf.
+        # The delta protocol is work/delivery.py's; this only converts its messages to protobuf.
         messages = self.s.delivery.messages(request.node_id, request.deltas, lambda: self.s.mode)
         while True:
             async with mapped(context):  # a deposed replica ends the stream with the new address

@@ -250,7 +250,7 @@ async def start_scheduler(
         raise OSError(f"cannot listen on {listen}")
     if config.advertise.endswith(":0"):
         config = dataclasses.replace(config, advertise=f"{config.advertise[:-2]}:{port}")
-    # Persys Meter (meter_host.py): the bus samples go out on, and the meter if it runs here.
+    # Persys Meter (rpc/meter_host.py): the bus samples go out on, and the meter if it runs here.
     active: list[Scheduler] = []
     samples, running_meter = await start_meter(meter, meter_retention, events, config.data_dir or Path("."),
                                                config.replica_id or config.advertise,

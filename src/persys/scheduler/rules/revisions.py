@@ -1,6 +1,6 @@
 """A workload's revision history as pure decisions: which records an apply writes and prunes (in
 the same transaction as the workload's document), which kept generation a rollback goes back to,
-and the history as clients see it. The I/O is the callers' (workload_api.py).
+and the history as clients see it. The I/O is the callers' (api/workloads.py).
 
 Each apply that changes a workload's spec (a new generation) writes the NEW spec as a record at
 that generation: the newest record is the spec in force, and a rollback applies an older one

@@ -1,6 +1,6 @@
 """What a replica shows of the cluster: pure functions from the mirror (and the in-memory facts
 agents sent) to the documents its API returns. Their shapes are declared as pydantic models in
-view_models.py, which the gateway's OpenAPI document uses."""
+views/models.py, which the gateway's OpenAPI document uses."""
 
 from __future__ import annotations
 

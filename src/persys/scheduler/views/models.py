@@ -1,4 +1,4 @@
-"""The shapes of the documents a replica shows (views.py builds them as plain dicts, which go
+"""The shapes of the documents a replica shows (views/documents.py builds them as plain dicts, which go
 over gRPC as JSON unchanged), declared as pydantic models so that the gateway's OpenAPI
 document has real response schemas. tests/scheduler/test_view_models.py checks that every
 view validates against its model with no undeclared field, so the two cannot drift apart."""
@@ -108,7 +108,7 @@ class WorkloadView(View):
 
 
 class RefusedWorkloadView(View):
-    """A stored workload the model refuses (quarantine.py): shown, never placed."""
+    """A stored workload the model refuses (mirror/quarantine.py): shown, never placed."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     id: str

@@ -3,7 +3,7 @@ WatchAssignments stream. One module owns both: the per-node wake-ups and resync 
 serialised specs (cached per revision), and the pure step (`DeltaSender.step`) that turns a
 node's current assignments into the next message: a full set (the first, after a mode change,
 on a resync, or to an agent that takes no deltas) or what changed and what was removed since
-the last one. agent_control.py only converts the messages to protobuf."""
+the last one. rpc/agent_control.py only converts the messages to protobuf."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The node monitor: the loop that judges liveness (liveness.py decides; this records the
+"""The node monitor: the loop that judges liveness (decide/liveness.py decides; this records the
 transitions: NotReady nodes' instances are relocated) and retries Pending workloads, and the
 mass-loss guard's state. Reads the replica through the narrow `MonitorShell` protocol."""
 
@@ -35,7 +35,7 @@ class MonitorShell(Shell, Protocol):
 class NodeMonitor:
     def __init__(self, shell: MonitorShell) -> None:
         self.s = shell
-        self.guard = GuardState()  # the mass-loss guard (liveness.py)
+        self.guard = GuardState()  # the mass-loss guard (decide/liveness.py)
         self.started_at = shell.clock()  # since when this replica judges (started, elected, unfrozen)
         # Since when this replica is active (started, elected; not moved by an unfreeze): placement
         # uses only nodes heard from since then (liveness.heard_since).

@@ -1,6 +1,6 @@
 """The reconcile worker: it drains a de-duplicating queue of workload ids in batches, applies
-each workload's plan (reconcile.py decides; `write` commits), then places what needs a node in
-one engine pass and commits the placements concurrently (placement_commits.py). A worker that
+each workload's plan (decide/reconcile.py decides; `write` commits), then places what needs a node in
+one engine pass and commits the placements concurrently (work/placer.py). A worker that
 ends unexpectedly is restarted (after a doubling delay when it keeps failing) and says so in
 health. Reads the replica through the narrow `WorkerShell` protocol."""
 

@@ -1,4 +1,4 @@
-"""What the replica's shell (replica.py) lends the components that do I/O for it: a narrow
+"""What the replica's shell (replica/assembly.py) lends the components that do I/O for it: a narrow
 protocol, so that they never import the shell (and the shell's helpers form no import cycle)."""
 
 from __future__ import annotations

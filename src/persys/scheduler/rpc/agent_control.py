@@ -99,6 +99,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                  policy: PolicyGate | None = None, node_simulators: frozenset[str] = frozenset(),
                  revocations: NodeRevocations | None = None) -> None:
         self.s = scheduler
+        # The components the calls go to, by name (not the replica's re-exports of their methods):
+        # "go to definition" from a call below lands on the method that does the work.
+        self.workloads = scheduler.workload_api
+        self.agents = scheduler.agent_api
+        self.nodes = scheduler.node_api
+        self.backups = scheduler.backups
+        self.node_volumes = scheduler.node_volumes
         self.revocations = revocations  # revoked node identities (none: unit tests without them)
         self.require_identity = require_identity
         self.limits = limits or InputLimits()
@@ -185,7 +192,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 taints=[Taint.model_validate({"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"})
                         for t in request.taints],
             )
-            await self.s.register(node)
+            await self.agents.register(node)
         cfg = self.s.config
         return pb.RegisterNodeResponse(accepted=True, heartbeat_interval_seconds=cfg.heartbeat_interval_seconds,
                                        report_interval_seconds=cfg.report_interval_seconds,
@@ -215,13 +222,13 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     def _heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         u = request.usage
-        known = self.s.heartbeat(request.node_id, NodeUsage(
+        known = self.agents.heartbeat(request.node_id, NodeUsage(
             cpu_percent=u.cpu_percent, memory_used_mb=u.memory_used_mb, disk_used_mb=u.disk_used_mb,
             workloads=u.workloads, disk_read_bytes=u.disk_read_bytes, disk_write_bytes=u.disk_write_bytes,
             net_rx_bytes=u.net_rx_bytes, net_tx_bytes=u.net_tx_bytes))
         return pb.HeartbeatResponse(acknowledged=known, reregister=not known, mode=self.s.mode,
                                     node_grace_seconds=self.s.config.node_grace_seconds,
-                                    volume_tasks=self.s.volume_tasks(request.node_id) if known else ())
+                                    volume_tasks=self.node_volumes.tasks(request.node_id) if known else ())
 
     async def _report(self, request: pb.ReportStatusRequest) -> None:
         reports = [
@@ -232,7 +239,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             )
             for r in request.workloads
         ]
-        await self.s.report(request.node_id, reports, request.complete, VolumeReport.of(request))
+        await self.agents.report(request.node_id, reports, request.complete, VolumeReport.of(request))
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
                         ) -> pb.HeartbeatResponse:
@@ -329,7 +336,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             with tracing.span("scheduler.admission", {"persys.dry_run": request.dry_run}, record=False):
                 manifest = self._manifest(request.manifest_json)
                 await self.policy.admit([manifest])
-            w, created, changed = await self.s.apply(manifest, dry_run=request.dry_run)
+            w, created, changed = await self.workloads.apply(manifest, dry_run=request.dry_run)
             view = self.s.workload_view(w.id) if not request.dry_run else {"id": w.id, "revision": w.revision}
             return pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed,
                                             workload_json=dumps(view))
@@ -348,7 +355,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                         problems = err.problems if isinstance(err, ManifestError) else format_validation_error(err)
                         raise ManifestError([f"manifest {i + 1}: {p}" for p in problems]) from None
                 await self.policy.admit(manifests)
-            results = await self.s.apply_many(manifests)
+            results = await self.workloads.apply_many(manifests)
             return pb.ApplyWorkloadsResponse(results=[
                 pb.ApplyWorkloadResponse(workload_id=w.id, created=created, changed=changed)
                 for w, created, changed in results])
@@ -364,7 +371,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return {
                 "workload": manifest.metadata.name,
                 "replicas": [{"instance": inst, "node": d.node_id, "explanation": d.explain_detailed(),
-                              "decision": d.to_dict()} for inst, d in self.s.plan(manifest)],
+                              "decision": d.to_dict()} for inst, d in self.workloads.plan(manifest)],
             }
 
         return await self._document(context, plan)
@@ -374,7 +381,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
             return await self._replay(request, context)
 
         async def explain() -> dict[str, Any]:
-            return self.s.explain(request.workload_id, request.node_id)
+            return self.workloads.explain(request.workload_id, request.node_id)
 
         return await self._document(context, explain)
 
@@ -418,9 +425,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def ControlWorkload(self, request: pb.ControlWorkloadRequest, context: grpc.aio.ServicerContext
                               ) -> pb.Document:
         actions: dict[str, Callable[[], Awaitable[Any]]] = {
-            "start": lambda: self.s.set_desired_state(request.workload_id, DesiredState.RUNNING),
-            "stop": lambda: self.s.set_desired_state(request.workload_id, DesiredState.STOPPED),
-            "restart": lambda: self.s.restart(request.workload_id),
+            "start": lambda: self.workloads.set_desired_state(request.workload_id, DesiredState.RUNNING),
+            "stop": lambda: self.workloads.set_desired_state(request.workload_id, DesiredState.STOPPED),
+            "restart": lambda: self.workloads.restart(request.workload_id),
         }
         if request.action not in actions:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"action must be one of {', '.join(actions)}")
@@ -442,7 +449,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
     async def ListRevisions(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.DocumentList:
         await self._as_client(context)
         async with mapped(context):
-            items = revisions.history(await self.s.revisions(request.id))
+            items = revisions.history(await self.workloads.revisions(request.id))
             return pb.DocumentList(items=[dumps(i) for i in items])
 
     async def RollbackWorkload(self, request: pb.RollbackRequest, context: grpc.aio.ServicerContext) -> pb.Document:
@@ -451,9 +458,9 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                 raise ManifestError([f"generation: {request.generation} is not a generation (1 or more; 0: the "
                                      "one before the newest)"])
             before = self.s.state.workloads.get(request.workload_id)
-            manifest, target = await self.s.rollback_manifest(request.workload_id, request.generation)
+            manifest, target = await self.workloads.rollback_manifest(request.workload_id, request.generation)
             await self.policy.admit([manifest])  # the policy may have changed since that spec was applied
-            w, _, changed = await self.s.apply(manifest, rollback_of=target)
+            w, _, changed = await self.workloads.apply(manifest, rollback_of=target)
             return {"workload": w.id, "fromGeneration": before.value.generation if before else 0,
                     "toGeneration": target, "generation": w.generation, "revision": w.revision, "changed": changed}
 
@@ -463,7 +470,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                              ) -> pb.DeleteWorkloadResponse:
         await self._as_client(context)
         async with mapped(context):
-            deleted, gone = await self.s.delete(request.workload_id)
+            deleted, gone = await self.workloads.delete(request.workload_id)
             return pb.DeleteWorkloadResponse(deleted=deleted, already_gone=gone)
 
     async def GetWorkload(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Document:
@@ -544,11 +551,11 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         return await self._document(context, run)
 
     async def CordonNode(self, request: pb.CordonRequest, context: grpc.aio.ServicerContext) -> pb.Document:
-        return await self._node_op(context, request.node_id, lambda: self.s.cordon(request.node_id, request.cordon))
+        return await self._node_op(context, request.node_id, lambda: self.nodes.cordon(request.node_id, request.cordon))
 
     async def DrainNode(self, request: pb.DrainRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def drain() -> dict[str, Any]:
-            await self.s.drain(request.node_id, request.deadline_seconds)
+            await self.nodes.drain(request.node_id, request.deadline_seconds)
             return self.s.drain_status(request.node_id)
 
         return await self._document(context, drain)
@@ -561,11 +568,11 @@ class AgentControlService(pb_grpc.AgentControlServicer):
 
     async def LabelNode(self, request: pb.LabelRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         return await self._node_op(context, request.node_id,
-                                   lambda: self.s.label(request.node_id, dict(request.set), list(request.remove)))
+                                   lambda: self.nodes.label(request.node_id, dict(request.set), list(request.remove)))
 
     async def DeleteNode(self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def delete() -> dict[str, Any]:
-            return await self.s.delete_node(request.node_id, force=request.force)
+            return await self.nodes.delete_node(request.node_id, force=request.force)
 
         return await self._document(context, delete)
 
@@ -575,22 +582,22 @@ class AgentControlService(pb_grpc.AgentControlServicer):
                     for t in request.add]
 
         return await self._node_op(context, request.node_id,
-                                   lambda: self.s.taint(request.node_id, add(), list(request.remove)))
+                                   lambda: self.nodes.taint(request.node_id, add(), list(request.remove)))
 
     # ---------------------------------------------------------------- administration
 
     async def Backup(self, request: pb.BackupRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         await self._as_client(context)
         async with mapped(context):
-            return pb.Document(json=await self.s.backup_json())
+            return pb.Document(json=await self.backups.backup_json())
 
     async def Restore(self, request: pb.RestoreRequest, context: grpc.aio.ServicerContext) -> pb.Document:
         async def restore() -> dict[str, Any]:
             try:
-                doc = self.s.local_backup() if request.latest_local else json.loads(request.backup_json)
+                doc = self.backups.local_backup() if request.latest_local else json.loads(request.backup_json)
                 if not isinstance(doc, dict):
                     raise ValueError("a backup is a JSON object")
-                return await self.s.restore(doc, force=request.force)
+                return await self.backups.restore(doc, force=request.force)
             except NotFound:
                 raise  # no local backup (a KeyError too): NOT_FOUND, not an invalid one
             except (ValueError, KeyError, TypeError, RecursionError) as err:
@@ -602,7 +609,7 @@ class AgentControlService(pb_grpc.AgentControlServicer):
         if not request.confirm_empty:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "recovering accepts the store's current (empty) contents: confirm explicitly")
-        return await self._document(context, self.s.recover)
+        return await self._document(context, self.backups.recover)
 
     async def ResumeLiveness(self, request: pb.ResumeLivenessRequest, context: grpc.aio.ServicerContext
                              ) -> pb.Document:

@@ -59,7 +59,7 @@ async def scheduler(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Clu
     ids = standard_identities(ca, "n1")
     running = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0",
                                     ids["scheduler"])
-    await running.scheduler.register(node("n1"))
+    await running.scheduler.agent_api.register(node("n1"))
     yield running, ca
     await running.stop()
 

@@ -70,7 +70,7 @@ async def test_apply_placement_and_event_under_least_privilege(secure_backends: 
     admin = b.redis_admin()
     name = f"w-{uuid.uuid4().hex[:8]}"
     try:
-        await running.scheduler.register(node("n1"))
+        await running.scheduler.agent_api.register(node("n1"))
         await client.apply({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
                             "spec": {"type": "process", "resources": {"cpuMillicores": 100, "memoryMb": 64},
                                      "process": {"command": ["sleep", "60"]}}})

@@ -150,18 +150,8 @@ class Scheduler:
         self.agent_api = AgentApi(self, self.require_owner, self.delivery, self.node_volumes)
         self.node_api = NodeApi(self, self.workload_api, self._forget_node)
         self.backups = Backups(self)
-        w, a, n, b, d = self.workload_api, self.agent_api, self.node_api, self.backups, self.delivery
-        self.apply, self.apply_many, self.delete, self.plan, self.explain = w.apply, w.apply_many, w.delete, w.plan, \
-            w.explain
-        self.set_desired_state, self.restart = w.set_desired_state, w.restart
-        self.revisions, self.rollback_manifest = w.revisions, w.rollback_manifest
-        self.register, self.heartbeat, self.report = a.register, a.heartbeat, a.report
-        self.volume_tasks = self.node_volumes.tasks
-        self.update_node, self.cordon, self.drain, self.label, self.taint, self.delete_node = \
-            n.update_node, n.cordon, n.drain, n.label, n.taint, n.delete_node
-        self.backup, self.backup_json, self.local_backup, self.restore, self.recover = \
-            b.backup, b.backup_json, b.local_backup, b.restore, b.recover
-        self.spec_json, self.take_resync, self.desired_stream = d.spec_json, d.take_resync, d.desired_stream
+        # No re-exports of the components' methods: callers (the servicers, tests) name the component
+        # (`workload_api.apply`, `agent_api.report`, `node_api.drain`, `backups.restore`, ...).
         # Views (views/documents.py) over the mirror and what agents sent.
         self.workload_view = partial(views.workload_view, self.state, self.usage)
         self.workload_page = partial(views.workload_page, self.state, self.usage, self.sorted_workloads)

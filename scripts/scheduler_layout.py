@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCHED = ROOT / "src" / "persys" / "scheduler"
 
-# old flat module -> new dotted name under persys.scheduler; None: removed (a re-export of decide/)
+# old flat module -> new dotted name under persys.scheduler
 MOVES: dict[str, str] = {
     "drift": "decide.drift", "liveness": "decide.liveness", "reconcile": "decide.reconcile",
     "shards": "decide.shards",

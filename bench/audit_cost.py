@@ -28,7 +28,7 @@ import persys  # noqa: E402
 from bench.scale.infra import start_etcd  # noqa: E402
 from persys._pb.persys.v1 import control_pb2 as pb  # noqa: E402
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
-from persys.scheduler.server import start_scheduler  # noqa: E402
+from persys.scheduler.rpc.server import start_scheduler  # noqa: E402
 from persys.security import peer_names  # noqa: E402
 from persys.security.grpc_tls import secure_channel  # noqa: E402
 from persys.security.pki import ClusterCA, standard_identities  # noqa: E402

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from persys.scheduler.config import SchedulerConfig  # noqa: E402
-from persys.scheduler.takeover import MIN_HOLD_TTLS  # noqa: E402
+from persys.scheduler.ha.takeover import MIN_HOLD_TTLS  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Components,
     active_replica,

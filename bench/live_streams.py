@@ -31,11 +31,11 @@ from persys._pb.persys.v1 import watch_pb2, watch_pb2_grpc  # noqa: E402
 from persys.events.base import ClusterEvent  # noqa: E402
 from persys.events.memory import MemoryEventBus  # noqa: E402
 from persys.model import Workload  # noqa: E402
-from persys.scheduler import keys  # noqa: E402
-from persys.scheduler.authorization import CALLER, Caller  # noqa: E402
-from persys.scheduler.object_changes import WORKLOADS, ChangeFeed  # noqa: E402
-from persys.scheduler.state import ClusterState  # noqa: E402
-from persys.scheduler.watch_service import WatchService  # noqa: E402
+from persys.scheduler.mirror import keys  # noqa: E402
+from persys.scheduler.mirror.follower import ClusterState  # noqa: E402
+from persys.scheduler.rpc.authorization import CALLER, Caller  # noqa: E402
+from persys.scheduler.rpc.client.watch import WatchService  # noqa: E402
+from persys.scheduler.views.changes import WORKLOADS, ChangeFeed  # noqa: E402
 from persys.security.identity import from_subject  # noqa: E402
 from persys.store.base import KeyValue  # noqa: E402
 from persys.store.sqlite import SqliteStore  # noqa: E402

@@ -25,8 +25,8 @@ from persys.model import Node, NodeStatus, Phase, WorkloadManifest, WorkloadStat
 from persys.model.workload import Workload
 from persys.observability.grpc_metrics import MetricsInterceptor
 from persys.observability.metrics import Metrics
-from persys.scheduler import replica_metrics
 from persys.scheduler.decide.mirror import Mirror, Versioned
+from persys.scheduler.work import metrics as replica_metrics
 
 
 def helpers(n: int = 1_000_000) -> dict[str, float]:

@@ -36,7 +36,7 @@ from opentelemetry import trace  # noqa: E402
 from persys.model import Workload  # noqa: E402
 from persys.observability import tracing  # noqa: E402
 from persys.observability.grpc_tracing import with_trace_context  # noqa: E402
-from persys.scheduler import event_trace  # noqa: E402
+from persys.scheduler.views import event_trace  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -1,6 +1,7 @@
 """The import contracts in pyproject.toml hold their promise: each fails when a probe import is
 added where it forbids one (a copy of the package in a temporary folder, lint-imports run on it
-with the project's own contracts), and every top-level package sits in a layer."""
+with the project's own contracts), and every top-level package (and every package of the
+scheduler) sits in a layer."""
 
 from __future__ import annotations
 
@@ -20,22 +21,28 @@ LINT = Path(sys.executable).with_name("lint-imports")
 # module (path under persys/) -> the line appended, the contract it breaks, and the illegal import
 # its report names.
 PROBES = [
-    ("scheduler/liveness.py", "import grpc",
-     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.liveness -> grpc"),
-    ("scheduler/reconcile.py", "from persys.scheduler import agent_control",  # grpc through a servicer
-     "Decisions reach no gRPC, store client", "persys.scheduler.reconcile -> persys.scheduler.agent_control"),
+    ("scheduler/decide/liveness.py", "import grpc",
+     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.decide.liveness -> grpc"),
+    ("scheduler/decide/reconcile.py", "from persys.scheduler.rpc import agent_control",  # grpc through a servicer
+     "Decisions reach no gRPC, store client",
+     "persys.scheduler.decide.reconcile -> persys.scheduler.rpc.agent_control"),
     ("agent/decide/merge.py", "from persys._pb.persys.v1 import control_pb2",
      "Only the gRPC edges import grpc and the generated code", "persys.agent.decide.merge -> persys._pb"),
-    ("scheduler/liveness.py", "from persys.store import etcd",
-     "Only the store opens its backends", "persys.scheduler.liveness -> persys.store.etcd"),
-    ("scheduler/views.py", "import redis",
-     "Only the event log and the sampler speak to Redis", "persys.scheduler.views -> redis"),
+    ("scheduler/decide/liveness.py", "from persys.store import etcd",
+     "Only the store opens its backends", "persys.scheduler.decide.liveness -> persys.store.etcd"),
+    ("scheduler/views/documents.py", "import redis",
+     "Only the event log and the sampler speak to Redis", "persys.scheduler.views.documents -> redis"),
     ("agent/decide/merge.py", "import asyncio",
      "Decisions import no event loop themselves", "persys.agent.decide.merge -> asyncio"),
-    ("scheduler/drift.py", "from persys.scheduler import state",
-     "reach no event loop at all", "persys.scheduler.drift -> persys.scheduler.state"),
-    ("policy/check.py", "from persys.scheduler import keys",
-     "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.keys"),
+    ("scheduler/decide/drift.py", "from persys.scheduler.mirror import follower",
+     "reach no event loop at all", "persys.scheduler.decide.drift -> persys.scheduler.mirror.follower"),
+    ("scheduler/work/delivery.py", "import grpc",  # only rpc/ speaks gRPC in the scheduler
+     "Only the gRPC edges import grpc and the generated code", "persys.scheduler.work.delivery -> grpc"),
+    ("scheduler/mirror/keys.py", "from persys.scheduler.rpc import status",  # a low package reaching up
+     "Scheduler packages: each imports only the packages below it",
+     "persys.scheduler.mirror.keys -> persys.scheduler.rpc.status"),
+    ("policy/check.py", "from persys.scheduler.mirror import keys",
+     "Layers: a module imports only from layers below its own", "persys.policy.check -> persys.scheduler.mirror.keys"),
 ]
 
 
@@ -89,3 +96,14 @@ def test_every_top_level_package_sits_in_a_layer() -> None:
     top |= {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
     assert top - placed == set(), f"in no layer of the layers contract: {sorted(top - placed)}"
     assert placed - top == set(), f"layers name what does not exist: {sorted(placed - top)}"
+
+
+def test_every_scheduler_package_sits_in_a_layer() -> None:
+    """A new package (or module) of persys.scheduler is placed in the scheduler's layers on purpose."""
+    layers = next(c for c in contracts() if c["type"] == "layers" and c.get("containers") == ["persys.scheduler"])
+    placed = {name.strip() for layer in layers["layers"] for name in str(layer).split("|")}  # type: ignore[attr-defined]
+    scheduler = PACKAGE / "scheduler"
+    here = {p.name for p in scheduler.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    here |= {p.stem for p in scheduler.glob("*.py") if p.name != "__init__.py"}
+    assert here - placed == set(), f"in no layer of the scheduler's packages: {sorted(here - placed)}"
+    assert placed - here == set(), f"the scheduler's layers name what does not exist: {sorted(placed - here)}"

@@ -55,7 +55,7 @@ def test_every_dotted_module_path_exists() -> None:
 
 
 def test_every_source_file_path_in_docs_and_comments_exists() -> None:
-    """`scheduler/reconcile.py` or `src/persys/cli/ctl.py` in a doc or a comment: that file exists."""
+    """`scheduler/decide/reconcile.py` or `src/persys/cli/ctl.py` in a doc or a comment: that file exists."""
     pkg = SRC / "persys"
     tops = sorted(p.name for p in pkg.iterdir() if (p / "__init__.py").is_file())
     path = re.compile(r"(?<![\w./-])(?:src/persys/)?((?:" + "|".join(tops) + r")/[\w/]*\w\.py)\b")

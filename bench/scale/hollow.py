@@ -50,8 +50,8 @@ from mix import node_profile
 from persys import __version__
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.link import GrpcLink, LinkOptions
-from persys.scheduler.heap import HeapGuard
-from persys.scheduler.stalls import StallWatchdog
+from persys.scheduler.replica.heap import HeapGuard
+from persys.scheduler.replica.stalls import StallWatchdog
 from persys.security.grpc_tls import channel_credentials
 from persys.tlsfiles import TLSFiles
 
@@ -374,7 +374,7 @@ class Hollow:
         # Thousands of nodes' streams and state are millions of long-lived objects: without this,
         # a full garbage collection now and then stops this process for 40-100 ms, and the probe
         # that was being delivered meanwhile shows it as scheduler latency. The same guard as
-        # the scheduler's (persys.scheduler.heap).
+        # the scheduler's (persys.scheduler.replica.heap).
         heap = HeapGuard()
         heap.install()
         stalls = StallWatchdog(self.args.stall_log_ms / 1000) if self.args.stall_log_ms > 0 else None

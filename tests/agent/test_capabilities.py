@@ -17,7 +17,7 @@ from persys.agent.runtimes.docker import DockerRuntime
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.docker_fixtures import remove_containers
 from tests.waiting import until
@@ -97,12 +97,12 @@ kind: Workload
 metadata: {name: c1}
 spec: {type: container, container: {image: persys/busybox:latest, command: [sleep, "60"]}}
 """
-    await s.apply(parse_manifests(manifest)[0])
+    await s.workload_api.apply(parse_manifests(manifest)[0])
     await until(lambda: "c1" in s.state.statuses and s.state.statuses["c1"].value.reason == "Unschedulable")
     assert "no container runtime" in s.state.statuses["c1"].value.message
 
     await relay.start()
     await until(lambda: caps() == {"container", "process"})
     await until(lambda: s.state.placement_of.get("c1") == "n1")
-    await s.delete("c1")
+    await s.workload_api.delete("c1")
     await until(lambda: "c1" not in s.state.workloads, 20)

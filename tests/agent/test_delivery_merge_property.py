@@ -1,4 +1,4 @@
-"""The scheduler's delta sender (persys.scheduler.delivery.DeltaSender.step) against the agent's
+"""The scheduler's delta sender (persys.scheduler.work.delivery.DeltaSender.step) against the agent's
 merge (persys.agent.decide.merge), as a property: under any sequence of assignment changes,
 spec updates (some unreadable to the agent), mode changes, resyncs, reconnects (a new stream, so
 a new sender and a full set), failed writes of the local records (the link reopens the stream),
@@ -24,7 +24,7 @@ from persys.agent.agent import delta_of
 from persys.agent.decide import merge
 from persys.model import Assignment
 from persys.model.workload import workload_of
-from persys.scheduler.delivery import DeltaSender, DesiredSet
+from persys.scheduler.work.delivery import DeltaSender, DesiredSet
 
 WORKLOADS = ["web", "db", "job"]
 INSTANCES = [f"{w}.{i}" for w in WORKLOADS for i in range(3)]

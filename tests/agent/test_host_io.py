@@ -1,6 +1,6 @@
 """The node's I/O counters (persys.agent.host.host_io): real disks and NICs only, read from a /sys
 and /proc laid out as the kernel does; and the real ones of this machine; and the meter's node
-samples turning them into rates (persys.scheduler.telemetry)."""
+samples turning them into rates (persys.scheduler.work.telemetry)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from persys.agent.host import SECTOR, UsageSampler, disk_used, host_io
 from persys.events.samples import NODE, Sample
 from persys.model.node import NodeUsage
-from persys.scheduler.telemetry import SAMPLE_INTERVAL, Telemetry
+from persys.scheduler.work.telemetry import SAMPLE_INTERVAL, Telemetry
 
 DISKSTATS = """\
  252       0 vda 100 0 2000 50 300 0 4000 90 0 100 140 0 0 0 0

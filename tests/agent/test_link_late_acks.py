@@ -18,7 +18,7 @@ import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys.agent.link import GrpcLink, LinkOptions
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import node
 from tests.tcp_proxy import TcpProxy
@@ -59,7 +59,7 @@ async def scheduler(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Clu
     ids = standard_identities(ca, "n1")
     running = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0",
                                     ids["scheduler"])
-    await running.scheduler.register(node("n1"))
+    await running.scheduler.agent_api.register(node("n1"))
     yield running, ca
     await running.stop()
 

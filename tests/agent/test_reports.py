@@ -14,8 +14,8 @@ from persys.agent.agent import Agent, AgentConfig
 from persys.agent.link import GrpcLink
 from persys.agent.runtimes.process import ProcessRuntime
 from persys.model import parse_manifests
-from persys.scheduler.reports import WorkloadReport
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.mirror.reports import WorkloadReport
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from tests.scheduler.test_core import manifest
 from tests.waiting import until
@@ -28,13 +28,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, Agent
     ids = standard_identities(ca, "n1")
     sched = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0", ids["scheduler"])
     seen: list[tuple[bool, set[str]]] = []
-    real = sched.scheduler.report
+    real = sched.scheduler.agent_api.report
 
     async def recording(node_id: str, reports: list[WorkloadReport], complete: bool, volumes: Any = None) -> Any:
         seen.append((complete, {r.workload_id for r in reports}))
         return await real(node_id, reports, complete, volumes)
 
-    sched.scheduler.report = recording  # type: ignore[method-assign]
+    sched.scheduler.agent_api.report = recording  # type: ignore[method-assign]
     rt = ProcessRuntime(tmp_path / "agent" / "runtimes")
     agent = Agent(AgentConfig(node_id="n1", scheduler=f"127.0.0.1:{sched.port}", tls=ids["agent"],
                               state_dir=tmp_path / "agent", reconcile_interval=0.3), [rt])
@@ -51,18 +51,18 @@ async def test_reports_carry_changes_and_are_complete_when_something_is_gone(
     sched, _agent, seen = cluster
     s = sched.scheduler
     for name in ("a", "b"):
-        await s.apply(parse_manifests(manifest(name))[0])
+        await s.workload_api.apply(parse_manifests(manifest(name))[0])
     await until(lambda: all(s.workload_view(w)["phase"] == "Running" for w in ("a", "b")))
     assert seen and seen[0][0], "the first report after connecting is complete"
 
     # Nothing new sends nothing: a decision of the pure report.select (tests/agent/report_cases).
     seen.clear()
-    await s.apply(parse_manifests(manifest("c"))[0])
+    await s.workload_api.apply(parse_manifests(manifest("c"))[0])
     await until(lambda: s.workload_view("c")["phase"] == "Running")
     assert seen and all(not complete and ids == {"c"} for complete, ids in seen), seen
 
     seen.clear()
-    await s.delete("a")
+    await s.workload_api.delete("a")
     await until(lambda: "a" not in s.state.workloads)
     assert any(complete and ids == {"b", "c"} for complete, ids in seen), seen
 

@@ -11,7 +11,7 @@ from persys.agent.runtimes.docker import DockerRuntime
 from persys.cli.output.describe_text import node_text
 from persys.model import Node
 from persys.model.node import Capabilities
-from persys.scheduler.node_admission import unavailable_runtimes
+from persys.scheduler.access.node_admission import unavailable_runtimes
 
 
 async def test_an_unavailable_runtime_s_reason_reaches_describe_node(tmp_path: Path) -> None:

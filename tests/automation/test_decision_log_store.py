@@ -12,8 +12,8 @@ import pytest
 
 from persys.model.manifest import ManifestError
 from persys.observability.metrics import Metrics
-from persys.scheduler import automation_api as aa
-from persys.scheduler.replica_metrics import ReplicaMetrics
+from persys.scheduler.api import automation as aa
+from persys.scheduler.work.metrics import ReplicaMetrics
 from persys.store.sqlite import SqliteStore
 
 

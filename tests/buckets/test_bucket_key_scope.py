@@ -19,8 +19,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from persys.model.bucket import Bucket, BucketPhase, rgw_user_of
-from persys.scheduler import keys
-from persys.scheduler.bucket_api import BucketApi
+from persys.scheduler.api.buckets import BucketApi
+from persys.scheduler.mirror import keys
 from persys.secrets.builtin import BuiltinSecretStore
 from persys.secrets.keyfile import load_or_create
 from persys.storage.rgw import NO_BUCKETS, RgwAdmin, RgwNotFound

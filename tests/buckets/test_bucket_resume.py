@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from persys.model.bucket import BucketManifest, BucketPhase, KeyPhase, rgw_user_of
-from persys.scheduler import keys
-from persys.scheduler.bucket_api import BucketApi, BucketsUnavailable
+from persys.scheduler.api.buckets import BucketApi, BucketsUnavailable
+from persys.scheduler.mirror import keys
 from persys.secrets.builtin import BuiltinSecretStore
 from persys.secrets.keyfile import load_or_create
 from persys.storage.rgw import RgwAdmin, RgwNotFound

@@ -12,7 +12,7 @@ from persys.model.kinds import parse_all, validate_bucket
 from persys.model.manifest import ManifestError
 from persys.model.secret_refs import SECRET_NAME_RE
 from persys.model.workload import Workload, WorkloadManifest
-from persys.scheduler import bucket_rules as rules
+from persys.scheduler.rules import buckets as rules
 from tests.cases import load
 
 CASES: list[dict[str, Any]] = load(__file__, "manifest_cases.yaml")

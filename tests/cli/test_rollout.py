@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from persys.scheduler.view_models import RevisionList, RollbackView
+from persys.scheduler.views.models import RevisionList, RollbackView
 from tests.e2e.harness import ctl, eventually
 from tests.gateway.cluster import GatewayCluster, ready_cluster
 

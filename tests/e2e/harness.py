@@ -305,7 +305,7 @@ def instance_snapshot(store_url: str) -> tuple[dict[str, tuple[str, str, str, in
     status, to tell whether anything restarted, moved or went NotReady."""
     import json
 
-    from persys.scheduler import keys
+    from persys.scheduler.mirror import keys
     from persys.store import open_store
 
     async def read() -> tuple[dict[str, tuple[str, str, str, int]], dict[str, str]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store import open_store
 from tests.e2e.harness import Components, active_replica, eventually
 from tests.fixtures_infra import start_etcd

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from persys.client import SchedulerClient
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store import open_store
 from persys.tlsfiles import TLSFiles
 from tests.e2e.harness import SCHEDULER_PORT, Proc, eventually, persys

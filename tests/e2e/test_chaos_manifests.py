@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from persys.scheduler import keys
+from persys.scheduler.mirror import keys
 from persys.store import open_store
 from tests.e2e.harness import Components, eventually, kill_process_workloads, process_manifest
 from tests.fixtures_infra import EtcdServer, start_etcd

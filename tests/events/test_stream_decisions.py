@@ -14,7 +14,7 @@ from persys.cli.ctl.follow import SseParser
 from persys.events.base import ClusterEvent
 from persys.events.filters import FilterError, check_id, keep_last, make_filter, parse_since, start_of
 from persys.gateway.routes.streams import event_frame
-from persys.scheduler.watch_service import select
+from persys.scheduler.rpc.client.watch import select
 from tests.cases import load
 
 CASES = Path(__file__).parent / "stream_cases"

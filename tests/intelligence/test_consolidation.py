@@ -10,7 +10,7 @@ from typing import Any
 
 from persys.intelligence.consolidation import EnginePlanner, SchedulerPlanner, consolidate, workloads_from_views
 from persys.scheduler import placement as pl
-from persys.scheduler.placement_service import to_request
+from persys.scheduler.placing.engine_adapter import to_request
 
 
 def node(name: str, cpu_used: int, instances: list[str], taints: list[dict[str, str]] | None = None,

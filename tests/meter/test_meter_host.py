@@ -10,7 +10,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.events.sample_memory import MemorySampleBus
 from persys.meter.config import check_spec
-from persys.scheduler.meter_host import start_meter
+from persys.scheduler.rpc.meter_host import start_meter
 
 
 async def test_off_publish_and_a_store(tmp_path: Path) -> None:

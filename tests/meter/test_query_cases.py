@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from persys.meter.query import Query, QueryError, Retention, check, parse_retention, plan, rollup_target, serving_table
-from persys.scheduler.telemetry import Seen, rates
+from persys.scheduler.work.telemetry import Seen, rates
 from tests.cases import load
 
 CASES: dict[str, list[dict[str, Any]]] = load(__file__, "query_cases.yaml")

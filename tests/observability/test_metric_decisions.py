@@ -15,7 +15,7 @@ from persys.observability.metrics import FAMILIES, Metrics
 from persys.observability.metrics_http import LOOP_SHARE_MAX, _Handler, parse_listen, reuse_seconds, route
 from persys.scheduler.placement.engine import Decision
 from persys.scheduler.placement.status import Status
-from persys.scheduler.replica_metrics import refusal_reason, usage_samples
+from persys.scheduler.work.metrics import refusal_reason, usage_samples
 from tests.cases import load
 
 CASES: dict[str, list[dict[str, Any]]] = load(__file__, "metric_cases/decisions.yaml")

@@ -167,9 +167,9 @@ def test_https_endpoint_exports_over_tls_with_the_configured_ca(tmp_path: Path,
 
 def test_placements_of_a_bulk_trace_share_a_span_and_one_alone_keeps_its_own(traced: OtlpReceiver) -> None:
     from persys.model import Workload, WorkloadSpec
-    from persys.scheduler import placement_tracing as pt
+    from persys.scheduler.decide.effects import Need
     from persys.scheduler.placement.engine import Decision
-    from persys.scheduler.reconcile import Need
+    from persys.scheduler.placing import tracing as pt
 
     bulk, single = PARENT, "00-6bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     spec = WorkloadSpec.model_validate({"type": "process", "process": {"command": ["true"]}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from persys.model import WorkloadManifest
 from persys.policy import WorkloadPolicy
-from persys.scheduler.workload_policy import fill_defaults, host_user_id, refusals
+from persys.scheduler.access.workload_policy import fill_defaults, host_user_id, refusals
 
 
 def _m(process: dict[str, object]) -> WorkloadManifest:

@@ -27,8 +27,8 @@ from persys.scheduler.decide.placed import Placed, pending_write
 from persys.scheduler.decide.report import Report, WorkloadReport
 from persys.scheduler.interpret.ops import key_of, operation
 from persys.scheduler.mirror import fold
-from persys.scheduler.placement_service import PlacementService, to_request
-from persys.scheduler.reports import LiveNode, runs_on
+from persys.scheduler.mirror.reports import LiveNode, runs_on
+from persys.scheduler.placing.engine_adapter import PlacementService, to_request
 from persys.store.base import Delete
 
 GRACE = 10.0  # node grace (the scheduler's default)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from persys.model.limits import BATCH_MAX_BYTES, BATCH_MAX_ITEMS, GRPC_MAX_MESSAGE_BYTES, MANIFEST_MAX_BYTES
-from persys.scheduler.admission import InputLimits
+from persys.scheduler.access.admission import InputLimits
 
 SMALL = InputLimits(max_manifest_bytes=10, max_batch_bytes=25, max_batch_items=3)
 

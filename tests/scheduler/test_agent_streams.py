@@ -15,7 +15,7 @@ from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
 from persys.model import parse_manifests
 from persys.scheduler.errors import NotActive
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import ClusterCA, standard_identities
@@ -29,7 +29,7 @@ async def sched(tmp_path: Path) -> AsyncIterator[tuple[RunningScheduler, pb_grpc
     ids = standard_identities(ca, "n1")
     running = await start_scheduler(f"sqlite:///{tmp_path / 'state.db'}", "memory://", "127.0.0.1:0",
                                     ids["scheduler"])
-    await running.scheduler.register(node("n1"))
+    await running.scheduler.agent_api.register(node("n1"))
     channel = secure_channel(f"127.0.0.1:{running.port}", ids["agent"], expect=peer_names.SCHEDULER)
     yield running, pb_grpc.AgentControlStub(channel)
     await channel.close()
@@ -52,7 +52,7 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
     assert (await next_message(fulls)).full
 
     for name in ("a", "b"):
-        await s.apply(parse_manifests(manifest(name))[0])
+        await s.workload_api.apply(parse_manifests(manifest(name))[0])
         msg = await next_message(deltas)
         while not msg.workloads:  # a wake-up may carry nothing new
             msg = await next_message(deltas)
@@ -62,7 +62,7 @@ async def test_deltas_after_a_full_set(sched: tuple[RunningScheduler, pb_grpc.Ag
         msg = await next_message(fulls)
     assert msg.full and sorted(w.instance_id for w in msg.workloads) == ["a", "b"]
 
-    await s.delete("a")
+    await s.workload_api.delete("a")
     msg = await next_message(deltas)
     while not msg.removed:
         msg = await next_message(deltas)
@@ -79,7 +79,7 @@ async def test_heartbeats_and_reports_on_the_update_stream(
         sched: tuple[RunningScheduler, pb_grpc.AgentControlStub]) -> None:
     running, stub = sched
     s = running.scheduler
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     for _ in range(100):
         if s.state.placement_of.get("web") == "n1":
             break
@@ -118,14 +118,14 @@ async def test_a_slow_report_never_delays_a_heartbeat_acknowledgement(
     s = running.scheduler
     release = asyncio.Event()
     persisted: list[bool] = []
-    real = s.report
+    real = s.agent_api.report
 
     async def slow_report(node_id: str, reports: list, complete: bool, volumes: object = None) -> None:  # type: ignore[type-arg]
         await release.wait()  # a store write that takes as long as the test wants
         await real(node_id, reports, complete, volumes)  # type: ignore[arg-type]
         persisted.append(complete)
 
-    monkeypatch.setattr(s, "report", slow_report)
+    monkeypatch.setattr(s.agent_api, "report", slow_report)
     call = stub.StreamUpdates()
     await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True)))
     await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=False)))

@@ -8,8 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from persys.scheduler.audit import AUDIT, AuditLog
-from persys.scheduler.server import start_scheduler
+from persys.scheduler.access.audit import AUDIT, AuditLog
+from persys.scheduler.rpc.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store import open_store
 from persys.store.base import StoreUnavailable
@@ -52,7 +52,7 @@ async def test_survives_a_scheduler_restart(tmp_path: Path) -> None:
     try:
         assert again.audit is not None
         assert [r["requestId"] for r in await again.audit.query()] == ["r1"]
-        backup = json.loads(await again.scheduler.backup_json())  # history is not part of a backup
+        backup = json.loads(await again.scheduler.backups.backup_json())  # history is not part of a backup
         assert not [i for i in backup["items"] if i["key"].startswith(AUDIT)]
     finally:
         await again.stop()

@@ -10,7 +10,7 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import Capabilities, Node, Phase, RuntimeInfo, parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests.waiting import until
 
@@ -38,17 +38,17 @@ async def test_fifty_concurrent_applies_fit_exactly(store_url: str, how: str) ->
     await s.start()
     try:
         for i in range(NODES):
-            await s.register(Node(id=f"n{i}", capabilities=Capabilities(
+            await s.agent_api.register(Node(id=f"n{i}", capabilities=Capabilities(
                 runtimes={"process": RuntimeInfo()}, cpu_millicores=CPU_PER_NODE, memory_mb=4096, disk_mb=1000)))
         manifests = [parse_manifests(manifest(f"w{i}"))[0] for i in range(WORKLOADS)]
         if how == "concurrent":
-            results = await asyncio.gather(*(s.apply(m) for m in manifests))
+            results = await asyncio.gather(*(s.workload_api.apply(m) for m in manifests))
         else:  # two overlapping bulk applies: the second sees every workload as existing
             rev0 = await s.store.current_revision()
-            results = await s.apply_many(manifests[:30] + manifests[:1])
+            results = await s.workload_api.apply_many(manifests[:30] + manifests[:1])
             assert [c for _, c, _ in results] == [True] * 30 + [False]
             assert await s.store.current_revision() - rev0 < 30  # many creates per transaction
-            again = await s.apply_many(manifests)
+            again = await s.workload_api.apply_many(manifests)
             assert [c for _, c, _ in again] == [False] * 30 + [True] * 20
             assert [ch for _, _, ch in again] == [False] * 30 + [True] * 20
             results = again[30:] + results[:30]
@@ -61,7 +61,7 @@ async def test_fifty_concurrent_applies_fit_exactly(store_url: str, how: str) ->
         assert dict(per_node) == {f"n{i}": CPU_PER_NODE for i in range(NODES)}
 
         # One more fits nowhere: it stays Pending and says why.
-        await s.apply(parse_manifests(manifest("one-more"))[0])
+        await s.workload_api.apply(parse_manifests(manifest("one-more"))[0])
         await until(lambda: "one-more" in s.state.statuses)
         st = s.state.statuses["one-more"].value
         assert st.phase == Phase.PENDING

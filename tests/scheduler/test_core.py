@@ -21,11 +21,11 @@ from persys.model import (
     WorkloadUsage,
     parse_manifests,
 )
-from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import MutationRefused, NotFound
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.reports import WorkloadReport
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.reports import WorkloadReport
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from persys.store.base import Delete, Put
 
@@ -101,11 +101,11 @@ async def settle(s: Scheduler, cond: Callable[[], bool], within: float = 5.0) ->
 async def test_pending_with_reason_then_placed_when_a_node_joins(make: Callable) -> None:
     s = await make()
     (m,) = parse_manifests(manifest("web"))
-    _, created, _ = await s.apply(m)
+    _, created, _ = await s.workload_api.apply(m)
     assert created
     await settle(s, lambda: s.state.statuses["web"].value.reason == "Unschedulable")
     assert "0/0 nodes" in s.workload_view("web")["message"]
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
     v = s.workload_view("web")
     assert v["phase"] == "Scheduled" and v["node"] == "n1"
@@ -115,39 +115,39 @@ async def test_pending_with_reason_then_placed_when_a_node_joins(make: Callable)
 async def test_apply_is_idempotent_and_revision_tracks_spec(make: Callable) -> None:
     s = await make()
     (m,) = parse_manifests(manifest("web"))
-    w1, created, changed = await s.apply(m)
-    w2, created2, changed2 = await s.apply(m)
+    w1, created, changed = await s.workload_api.apply(m)
+    w2, created2, changed2 = await s.workload_api.apply(m)
     assert (created, changed, created2, changed2) == (True, True, False, False)
     assert w1.revision == w2.revision
     (m2,) = parse_manifests(manifest("web", mem=128))
-    w3, _, changed3 = await s.apply(m2)
+    w3, _, changed3 = await s.workload_api.apply(m2)
     assert changed3 and w3.revision != w1.revision and w3.generation == 2
 
 
 async def test_restart_needs_a_placed_instance_and_a_new_spec_forgets_restarts(make: Callable) -> None:
     s = await make()
     (m,) = parse_manifests(manifest("web"))
-    w1, _, _ = await s.apply(m)
+    w1, _, _ = await s.workload_api.apply(m)
     await settle(s, lambda: s.state.statuses["web"].value.reason == "Unschedulable")
     with pytest.raises(MutationRefused, match=r"no placed instance to restart \(Pending: Unschedulable\)"):
-        await s.restart("web")
+        await s.workload_api.restart("web")
     assert s.state.workloads["web"].value.revision == w1.revision  # nothing written
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
-    restarted = await s.restart("web")
+    restarted = await s.workload_api.restart("web")
     assert restarted.revision == f"{w1.revision}-1"
     (m2,) = parse_manifests(manifest("web", mem=128))
-    w2, _, _ = await s.apply(m2)
+    w2, _, _ = await s.workload_api.apply(m2)
     # The new spec's revision is its content hash alone: no restart suffix carried over.
     assert w2.revision == w2.spec.spec_revision() and w2.restart_epoch == 0
 
 
 async def test_capacity_counts_requests_not_usage(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1", cpu=1000, mem=1024))
+    await s.agent_api.register(node("n1", cpu=1000, mem=1024))
     for i in range(3):
         (m,) = parse_manifests(manifest(f"w{i}", cpu=400))
-        await s.apply(m)
+        await s.workload_api.apply(m)
     await settle(s, lambda: len(s.state.assignments.get("n1", {})) == 2)
     await settle(s, lambda: s.state.statuses["w2"].value.reason == "Unschedulable")
     assert "insufficient cpu" in s.state.statuses["w2"].value.message
@@ -155,10 +155,10 @@ async def test_capacity_counts_requests_not_usage(make: Callable) -> None:
 
 async def test_explains_type_and_taint_refusals(make: Callable) -> None:
     s = await make()
-    await s.register(node("tainted", runtimes=("container",), taints=(Taint(key="gpu", value="true"),)))
-    await s.register(node("proc-only"))
+    await s.agent_api.register(node("tainted", runtimes=("container",), taints=(Taint(key="gpu", value="true"),)))
+    await s.agent_api.register(node("proc-only"))
     (m,) = parse_manifests(manifest("c1", type_="container"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.statuses["c1"].value.reason == "Unschedulable")
     msg = s.state.statuses["c1"].value.message
     assert msg.startswith("0/2 nodes available:")
@@ -167,62 +167,62 @@ async def test_explains_type_and_taint_refusals(make: Callable) -> None:
 
 async def test_reports_drive_status_and_delete_waits_for_the_agent(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     (m,) = parse_manifests(manifest("web"))
-    w, _, _ = await s.apply(m)
+    w, _, _ = await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
     run = WorkloadReport("web", w.revision, w.generation, Phase.RUNNING, runtime_id="123",
                          usage=WorkloadUsage(memory_bytes=42))
-    await s.report("n1", [run], complete=True)
+    await s.agent_api.report("n1", [run], complete=True)
     assert s.workload_view("web")["phase"] == "Running"
     assert s.workload_view("web")["usage"]["memoryBytes"] == 42
-    await s.delete("web")
+    await s.workload_api.delete("web")
     await settle(s, lambda: "web" not in s.state.placement_of)
     assert s.state.statuses["web"].value.phase == Phase.DELETING  # agent still reports it
-    await s.report("n1", [], complete=True)  # agent removed it
+    await s.agent_api.report("n1", [], complete=True)  # agent removed it
     await settle(s, lambda: "web" not in s.state.workloads)
     assert await s.store.get(keys.workload("web")) is None
-    assert (await s.delete("web")) == (False, True)  # idempotent
+    assert (await s.workload_api.delete("web")) == (False, True)  # idempotent
 
 
 async def test_a_report_from_the_wrong_node_is_ignored(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
-    await s.register(node("n2", cpu=10))
+    await s.agent_api.register(node("n1"))
+    await s.agent_api.register(node("n2", cpu=10))
     (m,) = parse_manifests(manifest("web"))
-    w, _, _ = await s.apply(m)
+    w, _, _ = await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
-    await s.report("n2", [WorkloadReport("web", w.revision, 1, Phase.RUNNING)], complete=True)
+    await s.agent_api.report("n2", [WorkloadReport("web", w.revision, 1, Phase.RUNNING)], complete=True)
     assert s.workload_view("web")["phase"] == "Scheduled"
 
 
 async def test_node_goes_not_ready_without_heartbeats(make: Callable, clock: Clock) -> None:
     s = await make()
-    await s.register(node("n1"))
-    assert s.heartbeat("n1", NodeUsage())
+    await s.agent_api.register(node("n1"))
+    assert s.agent_api.heartbeat("n1", NodeUsage())
     clock.now += 11
     await settle(s, lambda: s.state.nodes["n1"].value.status == NodeStatus.NOT_READY)
     assert "no heartbeat" in s.state.nodes["n1"].value.status_reason
-    assert s.heartbeat("n1", NodeUsage())
+    assert s.agent_api.heartbeat("n1", NodeUsage())
     await settle(s, lambda: s.state.nodes["n1"].value.status == NodeStatus.READY)
-    assert not s.heartbeat("ghost", NodeUsage())  # unknown nodes are told to register
+    assert not s.agent_api.heartbeat("ghost", NodeUsage())  # unknown nodes are told to register
 
 
 async def test_heartbeats_do_not_write_to_the_store(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     before = await s.store.current_revision()
     for _ in range(50):
-        s.heartbeat("n1", NodeUsage(cpu_percent=5))
+        s.agent_api.heartbeat("n1", NodeUsage(cpu_percent=5))
     await s._check_nodes()  # the only step that could write what heartbeats change
     assert await s.store.current_revision() == before
 
 
 async def test_restart_finds_the_same_state(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     (m,) = parse_manifests(manifest("web"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "n1")
     await s.stop()
     s2 = await make()
@@ -233,11 +233,11 @@ async def test_restart_finds_the_same_state(make: Callable) -> None:
 
 async def test_desired_stream_follows_assignments(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
-    stream = s.desired_stream("n1")
+    await s.agent_api.register(node("n1"))
+    stream = s.delivery.desired_stream("n1")
     assert await anext(stream) == []
     (m,) = parse_manifests(manifest("web"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     first = await asyncio.wait_for(anext(stream), 5)
     while not first:
         first = await asyncio.wait_for(anext(stream), 5)
@@ -253,9 +253,9 @@ def zoned(node_id: str, zone: str) -> Node:
 async def test_replicas_spread_across_zones_and_scale(make: Callable) -> None:
     s = await make()
     for nid, zone in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")):
-        await s.register(zoned(nid, zone))
+        await s.agent_api.register(zoned(nid, zone))
     (m,) = parse_manifests(manifest("web", extra="  replicas: 3\n  spreadBy: zone\n"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: all(i in s.state.placement_of for i in ("web", "web.1", "web.2")))
     zones = {s.state.nodes[s.state.placement_of[i]].value.labels["zone"] for i in ("web", "web.1", "web.2")}
     assert zones == {"a", "b", "c"}
@@ -264,52 +264,52 @@ async def test_replicas_spread_across_zones_and_scale(make: Callable) -> None:
     # Scale down: the surplus replica's assignment and status go away; replica 0 stays put.
     first = s.state.placement_of["web"]
     (m1,) = parse_manifests(manifest("web", extra="  replicas: 1\n  spreadBy: zone\n"))
-    await s.apply(m1)
+    await s.workload_api.apply(m1)
     await settle(s, lambda: set(s.state.instances.get("web", ())) == {"web"})
     assert s.state.placement_of["web"] == first
 
 
 async def test_a_scale_keeps_the_revision_so_nothing_restarts(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     (m,) = parse_manifests(manifest("web"))
-    w1, _, _ = await s.apply(m)
+    w1, _, _ = await s.workload_api.apply(m)
     await settle(s, lambda: "web" in s.state.placement_of)
     (m3,) = parse_manifests(manifest("web", extra="  replicas: 3\n"))
-    w3, created, changed = await s.apply(m3)
+    w3, created, changed = await s.workload_api.apply(m3)
     assert (created, changed) == (False, True) and w3.spec.replicas == 3
     assert (w3.revision, w3.generation) == (w1.revision, w1.generation)  # a scale is not a new revision
     await settle(s, lambda: all(i in s.state.placement_of for i in ("web", "web.1", "web.2")))
     assert {a.value.revision for a in s.state.assignments["n1"].values()} == {w1.revision}
-    again, _, changed = await s.apply(m3)
+    again, _, changed = await s.workload_api.apply(m3)
     assert not changed and again.revision == w1.revision
     (m4,) = parse_manifests(manifest("web", mem=128, extra="  replicas: 3\n"))
-    w4, _, _ = await s.apply(m4)  # a real change of the spec still is
+    w4, _, _ = await s.workload_api.apply(m4)  # a real change of the spec still is
     assert w4.revision == w4.spec.spec_revision() != w1.revision and w4.generation == w1.generation + 1
 
 
 async def test_avoid_nodes_is_respected(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
-    await s.register(node("n2", cpu=100))
+    await s.agent_api.register(node("n1"))
+    await s.agent_api.register(node("n2", cpu=100))
     (m,) = parse_manifests(manifest("web", cpu=50, extra="  avoidNodes: [n1]\n"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "n2")
     (m2,) = parse_manifests(manifest("w2", extra="  avoidNodes: [n1, n2]\n"))
-    await s.apply(m2)
+    await s.workload_api.apply(m2)
     await settle(s, lambda: s.state.statuses["w2"].value.reason == "Unschedulable")
     assert "excluded" in s.state.statuses["w2"].value.message
 
 
 async def test_node_local_volume_pins_the_instance(make: Callable) -> None:
     s = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     vol = "  volumes: [{name: data, driver: local, mountPath: /data}]\n"
     (m,) = parse_manifests(manifest("db", extra=vol))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("db") == "n1")
     assert s.state.statuses["db"].value.volume_node == "n1"
-    await s.register(node("n2", cpu=64_000, mem=64_000))  # far roomier: would win on scores
+    await s.agent_api.register(node("n2", cpu=64_000, mem=64_000))  # far roomier: would win on scores
     # Lose the assignment (as relocation would): the instance must go back to its volume.
     await s.state.commit([], [Delete(keys.assignment("n1", "db"))])
     await settle(s, lambda: s.state.placement_of.get("db") == "n1")
@@ -323,19 +323,19 @@ async def test_node_local_volume_pins_the_instance(make: Callable) -> None:
 
 async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callable) -> None:
     s = await make()
-    await s.register(node("big"))
-    await s.register(node("gpu", taints=(Taint(key="gpu", value="true"),)))
-    await s.register(node("tiny", cpu=2000, mem=32))
+    await s.agent_api.register(node("big"))
+    await s.agent_api.register(node("gpu", taints=(Taint(key="gpu", value="true"),)))
+    await s.agent_api.register(node("tiny", cpu=2000, mem=32))
     (m,) = parse_manifests(manifest("web", mem=512))
     before = await s.store.current_revision()
-    plan = s.plan(m)
+    plan = s.workload_api.plan(m)
     assert [(inst, d.node_id) for inst, d in plan] == [("web", "big")]
     assert "1 insufficient memory" in plan[0][1].explain() and "untolerated taint gpu=true" in plan[0][1].explain()
     assert await s.store.current_revision() == before
     assert len(s.placement.ledger) == 0
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("web") == "big")
-    ex = s.explain("web", node_id="tiny")
+    ex = s.workload_api.explain("web", node_id="tiny")
     assert ex["replicas"][0]["node"] == "big"
     assert ex["replicas"][0]["explanation"].startswith("placed on big (1/3 nodes feasible)")
     verdicts = {f["filter"]: f["passed"] for f in ex["node"]["filters"]}
@@ -344,8 +344,8 @@ async def test_plan_writes_nothing_and_explain_shows_every_verdict(make: Callabl
 
 def test_placement_documents_are_stored_compact_and_shown_in_full() -> None:
     from persys.scheduler import placement as pl
-    from persys.scheduler.views import placement_doc as _placement_doc
-    from persys.scheduler.views import placement_view
+    from persys.scheduler.views.documents import placement_doc as _placement_doc
+    from persys.scheduler.views.documents import placement_view
 
     snap = pl.Snapshot(tuple(pl.NodeInfo(id=f"n{i}", cpu_millicores=1000, memory_mb=1000) for i in range(3)))
     decision = pl.decide(snap, pl.WorkloadRequest(id="w", cpu_millicores=100))
@@ -364,11 +364,11 @@ async def test_partial_reports_count_as_present_until_a_complete_one_leaves_them
     """Agents report changes only; an instance first seen in such a report must still be noticed
     gone when a later complete report leaves it out (a sharded owner records that for the leader)."""
     s = await make()
-    await s.register(node("n1"))
-    await s.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
-    await s.report("n1", [WorkloadReport("b", "r1", 1, Phase.RUNNING)], complete=False)
+    await s.agent_api.register(node("n1"))
+    await s.agent_api.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
+    await s.agent_api.report("n1", [WorkloadReport("b", "r1", 1, Phase.RUNNING)], complete=False)
     assert s.live["n1"].present == {"a", "b"}
-    await s.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
+    await s.agent_api.report("n1", [WorkloadReport("a", "r1", 1, Phase.RUNNING)], complete=True)
     assert s.live["n1"].present == {"a"}
 
 
@@ -378,7 +378,7 @@ async def test_the_placement_snapshot_is_prepared_ahead_in_small_steps(make: Cal
     and the result is the snapshot a decision would have built itself."""
     s = await make()
     for i in range(300):
-        await s.register(node(f"n{i:03d}", cpu=1000 + i))
+        await s.agent_api.register(node(f"n{i:03d}", cpu=1000 + i))
     await settle(s, lambda: s.placement._base is not None and len(s.placement._base) == 300)
 
     s.placement.reset()
@@ -404,10 +404,10 @@ async def test_the_placement_snapshot_is_prepared_ahead_in_small_steps(make: Cal
 
 async def test_pending_says_every_reason_per_node_in_status_event_and_explain(make: Callable) -> None:
     s = await make()
-    await s.register(node("small", cpu=500, mem=256))
-    await s.register(node("tainted", cpu=500, mem=4096, taints=(Taint(key="gpu", value="true"),)))
+    await s.agent_api.register(node("small", cpu=500, mem=256))
+    await s.agent_api.register(node("tainted", cpu=500, mem=4096, taints=(Taint(key="gpu", value="true"),)))
     (m,) = parse_manifests(manifest("big", cpu=1000, mem=1024))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
     message = s.workload_view("big")["message"]
     # The aggregated line counts each node once (its first reason), as before ...
@@ -424,26 +424,26 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
                                          "needed": 1024, "available": 256, "shortBy": 768, "unit": "MiB"}
     events = [e for e in await s.events.recent(50) if e.kind == "WorkloadPending"]
     assert events and "small: insufficient cpu" in events[-1].message and "insufficient memory" in events[-1].message
-    replica = s.explain("big")["replicas"][0]
+    replica = s.workload_api.explain("big")["replicas"][0]
     assert replica["decision"]["reasons"] == reasons and "Per node: small:" in replica["explanation"]
 
 
 async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothing(make: Callable) -> None:
     from persys.model import ManifestError
-    from persys.scheduler import whatif_api
-    from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
+    from persys.scheduler.placing import whatif as whatif_api
+    from persys.scheduler.views.models import WhatIfPlanView, WhatIfView
 
     s = await make()
-    await s.register(node("a", cpu=2000))
-    await s.register(node("b", cpu=1000))
+    await s.agent_api.register(node("a", cpu=2000))
+    await s.agent_api.register(node("b", cpu=1000))
     for name, cpu in (("web", 600), ("api", 900)):
         (m,) = parse_manifests(manifest(name, cpu=cpu, extra="  nodeSelector: {}\n"))
-        await s.apply(m)
+        await s.workload_api.apply(m)
     await settle(s, lambda: {s.state.placement_of.get("web"), s.state.placement_of.get("api")} <= {"a", "b"}
                  and len(s.state.placement_of) == 2)
     # A workload too big for either node.
     (m,) = parse_manifests(manifest("big", cpu=1800))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.statuses["big"].value.reason == "Unschedulable")
     before, reserved = await s.store.current_revision(), sorted(r.id for r in s.placement.ledger)
     on_a = sorted(i for i, n in s.state.placement_of.items() if n == "a")
@@ -477,17 +477,17 @@ async def test_what_if_plans_and_counterfactuals_read_the_mirror_and_write_nothi
 async def test_topology_spread_max_skew_from_the_manifest(make: Callable) -> None:
     s = await make()
     for node_id, zone in (("a1", "a"), ("a2", "a"), ("b1", "b")):
-        await s.register(node(node_id, cpu=4000, mem=4096))
-        await s.label(node_id, {"zone": zone}, [])
+        await s.agent_api.register(node(node_id, cpu=4000, mem=4096))
+        await s.node_api.label(node_id, {"zone": zone}, [])
     spread = "  replicas: 4\n  topologySpread: [{label: zone, maxSkew: 1, whenUnsatisfiable: DoNotSchedule}]\n"
     (m,) = parse_manifests(manifest("web", extra=spread))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 4)
     zones = {"a1": "a", "a2": "a", "b1": "b"}
     placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
     assert sorted(placed) == ["a", "a", "b", "b"]  # b1 alone holds zone b's two: the skew stays <= 1
     (m,) = parse_manifests(manifest("web", extra=spread.replace("replicas: 4", "replicas: 6")))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: sum(1 for i in s.state.placement_of if i.startswith("web")) == 6)
     placed = [zones[n] for i, n in s.state.placement_of.items() if i.startswith("web")]
     assert placed.count("a") == 3 and placed.count("b") == 3

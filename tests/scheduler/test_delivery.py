@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from persys.model import Assignment
-from persys.scheduler.delivery import DeltaSender
+from persys.scheduler.work.delivery import DeltaSender
 from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "delivery_cases"

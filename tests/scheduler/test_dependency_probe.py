@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from persys.events.memory import MemoryEventBus
-from persys.scheduler import dependency_probe
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica import dependency_probe
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 
 

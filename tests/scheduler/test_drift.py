@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from persys.model import Assignment, DesiredState, Phase, RestartPolicy
-from persys.scheduler.drift import Reported, detect
+from persys.scheduler.decide.drift import Reported, detect
 from tests.cases import load
 
 CASES = load(__file__, "drift_cases/cases.yaml")

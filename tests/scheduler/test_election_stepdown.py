@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
-from persys.scheduler.ha import LeaderElection
-from persys.scheduler.takeover import MIN_HOLD_TTLS
+from persys.scheduler.ha.election import LeaderElection
+from persys.scheduler.ha.takeover import MIN_HOLD_TTLS
+from persys.scheduler.mirror import keys
 from persys.store import open_store
 from persys.store.etcd import EtcdStore
 from tests.fixtures_infra import start_etcd

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from persys.model import WorkloadStatus
-from persys.scheduler import failures, quarantine
-from persys.scheduler.worker_watch import WorkerWatch
+from persys.scheduler.mirror import quarantine
+from persys.scheduler.rules import failures
+from persys.scheduler.work.worker_watch import WorkerWatch
 from tests.cases import load
 
 CASES = load(__file__, "failure_cases/cases.yaml")

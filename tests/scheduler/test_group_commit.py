@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.group_commit import TXN_MAX_OPS, GroupCommit, Unit, commit_units, pack
+from persys.scheduler.interpret.group_commit import TXN_MAX_OPS, GroupCommit, Unit, commit_units, pack
 from persys.store import open_store
 from persys.store.base import Compare, Put, StateStore
 from tests.cases import load

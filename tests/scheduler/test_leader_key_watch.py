@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
-from persys.scheduler.ha import CATCH_UP_TTLS, LeaderElection, leader_key_change
-from persys.scheduler.takeover import COOLDOWN_TTLS
+from persys.scheduler.ha.election import CATCH_UP_TTLS, LeaderElection, leader_key_change
+from persys.scheduler.ha.takeover import COOLDOWN_TTLS
+from persys.scheduler.mirror import keys
 from persys.store.base import KeyValue
 from persys.store.sqlite import SqliteStore
 from tests.waiting import until

@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from persys.scheduler.ha import ThreadedLeaseKeeper
+from persys.scheduler.ha.election import ThreadedLeaseKeeper
 from persys.store import open_store
 from persys.store.etcd import EtcdStore
 from tests.fixtures_infra import start_etcd

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from persys.model import NodeStatus
-from persys.scheduler.liveness import GuardConfig, GuardState, end_suspension, judge
+from persys.scheduler.decide.liveness import GuardConfig, GuardState, end_suspension, judge
 from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "liveness_cases"

@@ -13,7 +13,7 @@ import pytest
 
 from persys.model import NodeStatus
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.liveness import GuardState, Heard, check
+from persys.scheduler.decide.liveness import GuardState, Heard, check
 from tests.cases import load
 
 CASE_DIR = Path(__file__).parent / "liveness_step_cases"

@@ -11,8 +11,8 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, parse_manifests
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.load_window import UsageWindow
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.mirror.load_window import UsageWindow
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests.scheduler.test_core import Clock, manifest, node
 from tests.scheduler.test_node_ops import until
@@ -42,13 +42,13 @@ async def loaded(tmp_path: Path) -> AsyncIterator[Scheduler]:
 
 async def test_the_quieter_node_is_chosen(loaded: Scheduler) -> None:
     s = loaded
-    await s.register(node("busy"))
-    await s.register(node("calm"))
+    await s.agent_api.register(node("busy"))
+    await s.agent_api.register(node("calm"))
     for _ in range(5):
-        s.heartbeat("busy", NodeUsage(cpu_percent=92.0, memory_used_mb=1900))
-        s.heartbeat("calm", NodeUsage(cpu_percent=3.0, memory_used_mb=100))
+        s.agent_api.heartbeat("busy", NodeUsage(cpu_percent=92.0, memory_used_mb=1900))
+        s.agent_api.heartbeat("calm", NodeUsage(cpu_percent=3.0, memory_used_mb=100))
     await until(lambda: s.placement.snapshot().node("busy").observed_cpu_percent == 92.0)  # type: ignore[union-attr]
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     await until(lambda: s.state.placement_of.get("web") == "calm")
     explanation = s.workload_view("web")["placement"]["explanation"]
     assert "observed_load" in explanation, explanation

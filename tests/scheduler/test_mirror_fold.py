@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from persys.model import Assignment, Phase, WorkloadStatus
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Mirror
-from persys.scheduler.mirror import fold
+from persys.scheduler.mirror import fold, keys
 from persys.store.base import KeyValue, WatchEvent
 
 

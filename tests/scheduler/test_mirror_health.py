@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.mirror_health import LagTracker, MirrorSnapshot, judge
+from persys.scheduler.mirror.health import LagTracker, MirrorSnapshot, judge
 from tests.cases import load
 
 CASES = load(__file__, "mirror_health_cases/cases.yaml")

@@ -12,11 +12,11 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import Workload, parse_manifests
-from persys.scheduler import keys
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.errors import CatchingUp
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.state import ClusterState
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import ClusterState
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store.sqlite import SqliteStore
 from tests.waiting import until
 

@@ -19,7 +19,7 @@ from persys.model import Assignment, DesiredState, ManifestError, Node, Workload
 from persys.model.manifest import validate_manifest
 from persys.scheduler import placement as pl
 from persys.scheduler.decide.mirror import Mirror, Versioned
-from persys.scheduler.placement_service import PlacementService, to_request
+from persys.scheduler.placing.engine_adapter import PlacementService, to_request
 
 pytestmark = pytest.mark.slow  # pure, but a minute of examples: the full suite runs it, the fast lane not
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler import node_admission as na
+from persys.scheduler.access import node_admission as na
 from persys.security.identity import from_subject
 from tests.cases import load as load_cases
 

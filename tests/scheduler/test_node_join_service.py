@@ -28,9 +28,9 @@ from persys.agent import node_identity
 from persys.agent.cert_renewal import CertRenewer
 from persys.agent.join import JoinError, join
 from persys.cli.servers.signer_options import signer_from_options
-from persys.scheduler import cert_registry
-from persys.scheduler.join_token_store import JOIN_TOKENS
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.access import certificates as cert_registry
+from persys.scheduler.access.join_tokens import JOIN_TOKENS
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security import peer_names
 from persys.security.ca_pin import pin_of_pem
 from persys.security.csr import new_key_and_csr

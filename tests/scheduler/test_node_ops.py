@@ -12,10 +12,10 @@ import pytest
 
 from persys.events.memory import MemoryEventBus
 from persys.model import NodeUsage, Phase, Taint, parse_manifests
-from persys.scheduler import reconcile
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.reports import WorkloadReport
+from persys.scheduler.decide import reconcile
+from persys.scheduler.mirror.reports import WorkloadReport
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from tests import waiting
 from tests.scheduler.test_core import Clock, manifest, node
@@ -45,53 +45,53 @@ async def s(tmp_path: Path) -> AsyncIterator[Scheduler]:
 
 async def running(s: Scheduler, inst: str, node_id: str) -> None:
     w = s.state.workloads[inst.partition(".")[0]].value
-    await s.report(node_id, [WorkloadReport(inst, w.revision, w.generation, Phase.RUNNING)], complete=False)
+    await s.agent_api.report(node_id, [WorkloadReport(inst, w.revision, w.generation, Phase.RUNNING)], complete=False)
 
 
 async def test_cordon_keeps_new_work_away(s: Scheduler) -> None:
-    await s.register(node("n1"))
-    await s.cordon("n1")
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.agent_api.register(node("n1"))
+    await s.node_api.cordon("n1")
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     await until(lambda: s.state.statuses["web"].value.reason == "Unschedulable")
     assert "cordoned" in s.state.statuses["web"].value.message
-    await s.cordon("n1", on=False)
+    await s.node_api.cordon("n1", on=False)
     await until(lambda: s.state.placement_of.get("web") == "n1")
 
 
 async def test_operator_labels_and_taints_survive_reregistration(s: Scheduler) -> None:
-    await s.register(node("n1"))
-    await s.register(node("n2"))
-    await s.label("n1", {"disk": "ssd"}, [])
-    await s.taint("n2", [Taint(key="maint", value="yes", effect="NoSchedule")], [])
-    await s.register(node("n1"))  # the agent re-registers with its own labels: ours stay
+    await s.agent_api.register(node("n1"))
+    await s.agent_api.register(node("n2"))
+    await s.node_api.label("n1", {"disk": "ssd"}, [])
+    await s.node_api.taint("n2", [Taint(key="maint", value="yes", effect="NoSchedule")], [])
+    await s.agent_api.register(node("n1"))  # the agent re-registers with its own labels: ours stay
     assert s.state.nodes["n1"].value.effective_labels() == {"disk": "ssd"}
-    await s.apply(parse_manifests(manifest("web", extra="  nodeSelector: {disk: ssd}\n"))[0])
+    await s.workload_api.apply(parse_manifests(manifest("web", extra="  nodeSelector: {disk: ssd}\n"))[0])
     await until(lambda: s.state.placement_of.get("web") == "n1")
-    await s.label("n1", {}, ["disk"])
-    await s.apply(parse_manifests(manifest("db", extra="  nodeSelector: {disk: ssd}\n"))[0])
+    await s.node_api.label("n1", {}, ["disk"])
+    await s.workload_api.apply(parse_manifests(manifest("db", extra="  nodeSelector: {disk: ssd}\n"))[0])
     await until(lambda: s.state.statuses["db"].value.reason == "Unschedulable")
     msg = s.state.statuses["db"].value.message
     assert "untolerated taint maint=yes:NoSchedule" in msg and "node selector" in msg
-    await s.taint("n2", [], ["maint"])
+    await s.node_api.taint("n2", [], ["maint"])
     assert s.state.nodes["n2"].value.effective_taints() == []
 
 
 async def test_drain_moves_work_only_after_the_node_stopped_it(s: Scheduler) -> None:
-    await s.register(node("n1"))
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.agent_api.register(node("n1"))
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     await until(lambda: s.state.placement_of.get("web") == "n1")
     await running(s, "web", "n1")
-    await s.report("n1", [WorkloadReport("web", s.state.workloads["web"].value.revision, 1, Phase.RUNNING)],
+    await s.agent_api.report("n1", [WorkloadReport("web", s.state.workloads["web"].value.revision, 1, Phase.RUNNING)],
                    complete=True)
-    await s.register(node("n2"))
-    await s.drain("n1", 60)
+    await s.agent_api.register(node("n2"))
+    await s.node_api.drain("n1", 60)
     await until(lambda: "web" not in s.state.placement_of)
     status = s.drain_status("n1")
     assert status["remaining"] == [{"instance": "web", "phase": "Pending"}] and not status["done"]
     # The decision itself, not a wait: while n1 still runs it, reconciling places no second copy.
     assert reconcile.plan(s.state, "web", s.placer.inflight, s.runs_on, time.time()).needs == []
     assert "web" not in s.state.placement_of, "no second copy while n1 still runs it"
-    await s.report("n1", [], complete=True)  # the agent on n1 stopped it
+    await s.agent_api.report("n1", [], complete=True)  # the agent on n1 stopped it
     await until(lambda: s.state.placement_of.get("web") == "n2")
     assert s.drain_status("n1")["moving"][0]["node"] == "n2"
     await running(s, "web", "n2")
@@ -99,16 +99,16 @@ async def test_drain_moves_work_only_after_the_node_stopped_it(s: Scheduler) -> 
 
 
 async def test_lost_node_work_moves_unless_pinned_by_a_local_volume(s: Scheduler) -> None:
-    await s.register(node("n1"))
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.agent_api.register(node("n1"))
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     vol = "  volumes: [{name: data, driver: local, mountPath: /data}]\n"
-    await s.apply(parse_manifests(manifest("db", extra=vol))[0])
+    await s.workload_api.apply(parse_manifests(manifest("db", extra=vol))[0])
     await until(lambda: s.state.placement_of.get("web") == "n1" and s.state.placement_of.get("db") == "n1")
-    await s.register(node("n2"))
-    s.heartbeat("n2", NodeUsage())
+    await s.agent_api.register(node("n2"))
+    s.agent_api.heartbeat("n2", NodeUsage())
     clock = s.test_clock  # type: ignore[attr-defined]
     clock.now += 11
-    s.heartbeat("n2", NodeUsage())  # n2 keeps heartbeating, n1 went silent
+    s.agent_api.heartbeat("n2", NodeUsage())  # n2 keeps heartbeating, n1 went silent
     await until(lambda: s.state.placement_of.get("web") == "n2")
     await until(lambda: "node-local volume" in s.state.statuses["db"].value.message)
     assert s.state.placement_of["db"] == "n1"
@@ -119,16 +119,16 @@ async def test_lost_node_work_moves_unless_pinned_by_a_local_volume(s: Scheduler
 
 
 async def test_drift_is_recorded_and_resolved(s: Scheduler) -> None:
-    await s.register(node("n1"))
-    await s.apply(parse_manifests(manifest("web"))[0])
+    await s.agent_api.register(node("n1"))
+    await s.workload_api.apply(parse_manifests(manifest("web"))[0])
     await until(lambda: s.state.placement_of.get("web") == "n1")
     rev = s.state.workloads["web"].value.revision
     stopped = WorkloadReport("web", rev, 1, Phase.STOPPED)
     orphan = WorkloadReport("ghost", "x", 1, Phase.RUNNING)
-    await s.report("n1", [stopped, orphan], complete=True)
+    await s.agent_api.report("n1", [stopped, orphan], complete=True)
     drift = s.workload_view("web")["drift"]
     assert drift[0]["kind"] == "unexpected-stop" and "restarts it" in drift[0]["action"]
-    await s.report("n1", [WorkloadReport("web", rev, 1, Phase.RUNNING)], complete=True)
+    await s.agent_api.report("n1", [WorkloadReport("web", rev, 1, Phase.RUNNING)], complete=True)
     assert s.workload_view("web")["drift"] == []
     kinds = [(e.kind, e.reason) for e in await s.events.recent(50)]
     assert ("DriftDetected", "orphan") in kinds and ("DriftResolved", "unexpected-stop") in kinds
@@ -136,7 +136,7 @@ async def test_drift_is_recorded_and_resolved(s: Scheduler) -> None:
 
 async def test_mass_silence_suspends_liveness_instead_of_relocating_everything(s: Scheduler) -> None:
     for i in range(10):
-        await s.register(node(f"m{i}"))
+        await s.agent_api.register(node(f"m{i}"))
     clock = s.test_clock  # type: ignore[attr-defined]
     clock.now += 11  # every node silent at once: our problem, most likely, not theirs
     await s._check_nodes()  # the liveness step, not a wait for the monitor loop to take it
@@ -144,22 +144,22 @@ async def test_mass_silence_suspends_liveness_instead_of_relocating_everything(s
     assert s.liveness_guard.suspended
     await until_event(s, "LivenessSuspended")
     for i in range(9):
-        s.heartbeat(f"m{i}", NodeUsage())  # heartbeats flow again, except from m9
+        s.agent_api.heartbeat(f"m{i}", NodeUsage())  # heartbeats flow again, except from m9
     await until(lambda: s.state.nodes["m9"].value.status == "NotReady")
     assert sum(n.value.status == "Ready" for n in s.state.nodes.values()) == 9
 
 
 async def test_a_drained_instance_that_fits_nowhere_keeps_the_drain_unfinished(s: Scheduler) -> None:
-    await s.register(node("n1", cpu=4000))
-    await s.apply(parse_manifests(manifest("big", cpu=3000))[0])
+    await s.agent_api.register(node("n1", cpu=4000))
+    await s.workload_api.apply(parse_manifests(manifest("big", cpu=3000))[0])
     await until(lambda: s.state.placement_of.get("big") == "n1")
     await running(s, "big", "n1")
-    await s.report("n1", [WorkloadReport("big", s.state.workloads["big"].value.revision, 1, Phase.RUNNING)],
+    await s.agent_api.report("n1", [WorkloadReport("big", s.state.workloads["big"].value.revision, 1, Phase.RUNNING)],
                    complete=True)
-    await s.register(node("n2", cpu=1000))
-    await s.drain("n1", 60)
+    await s.agent_api.register(node("n2", cpu=1000))
+    await s.node_api.drain("n1", 60)
     await until(lambda: "big" not in s.state.placement_of)
-    await s.report("n1", [], complete=True)  # the agent on n1 stopped it
+    await s.agent_api.report("n1", [], complete=True)  # the agent on n1 stopped it
     await until(lambda: s.state.statuses["big"].value.reason == "Unschedulable")
     status = s.drain_status("n1")
     # It used to vanish from the drain (its Pending status forgot where it came from): done.
@@ -167,7 +167,7 @@ async def test_a_drained_instance_that_fits_nowhere_keeps_the_drain_unfinished(s
     (moving,) = status["moving"]
     assert moving["instance"] == "big" and moving["node"] == "" and moving["reason"] == "Unschedulable"
     assert "n2: insufficient cpu (needs 3000m, node has 1000m free, short by 2000m)" in moving["message"]
-    await s.register(node("n3", cpu=4000))  # room at last: it moves, then runs, and the drain is done
+    await s.agent_api.register(node("n3", cpu=4000))  # room at last: it moves, then runs, and the drain is done
     await until(lambda: s.state.placement_of.get("big") == "n3")
     await running(s, "big", "n3")
     await until(lambda: s.drain_status("n1")["done"])

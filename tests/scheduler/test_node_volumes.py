@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from persys.model.volume import Volume, VolumeAttachment, VolumeManifest, VolumeObjectSpec
-from persys.scheduler.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.state import Versioned
-from persys.scheduler.volume_api import VolumeApi
-from persys.scheduler.volume_steps import actions
+from persys.scheduler.api.node_volumes import Attached, TaskResult, VolumeReport, attachment_changes, result_action
+from persys.scheduler.api.volumes import VolumeApi
+from persys.scheduler.mirror.follower import Versioned
+from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rules.volume_steps import actions
 from tests.cases import load
 from tests.scheduler.test_core import node
 from tests.scheduler.test_node_ops import s, until_event  # noqa: F401  (s: the scheduler fixture)
@@ -81,33 +81,34 @@ def _volume_manifest(name: str, node_id: str) -> VolumeManifest:
 
 async def test_reports_keep_attachment_records_and_steps_follow_the_record(s: Scheduler) -> None:  # noqa: F811
     api = VolumeApi(s)
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await api.apply(_volume_manifest("pg", "n1"))
     held = Attached("pg", "local", "filesystem", False, ("db",), size_mb=8)
-    await s.report("n1", [], False, VolumeReport((held,), True, ()))
+    await s.agent_api.report("n1", [], False, VolumeReport((held,), True, ()))
     view = api.get("pg")
     assert view["phase"] == "Available" and view["provisionedMb"] == 8  # provisioned at first attach
     assert [(a["node"], a["kind"], a["instances"]) for a in view["attachments"]] == [("n1", "filesystem", ["db"])]
     # Detached: the record goes.
-    await s.report("n1", [], False, VolumeReport((), True, ()))
+    await s.agent_api.report("n1", [], False, VolumeReport((), True, ()))
     assert api.get("pg")["attachments"] == [] and "n1" not in s.state.attachments
     # Deleting: the node is handed the delete until its result is in; then the record is gone.
     await api.delete("pg")
-    assert [(t.volume_id, t.op) for t in s.volume_tasks("n1")] == [("pg", "delete")]
-    assert s.volume_tasks("n2") == []
-    await s.report("n1", [], False, VolumeReport((), True, (TaskResult("pg", "delete", "", True),)))
-    assert "pg" not in s.state.volumes and s.volume_tasks("n1") == []
+    assert [(t.volume_id, t.op) for t in s.node_volumes.tasks("n1")] == [("pg", "delete")]
+    assert s.node_volumes.tasks("n2") == []
+    await s.agent_api.report("n1", [], False, VolumeReport((), True, (TaskResult("pg", "delete", "", True),)))
+    assert "pg" not in s.state.volumes and s.node_volumes.tasks("n1") == []
     await until_event(s, "VolumeDeleted")
 
 
 async def test_a_deleted_node_takes_its_attachment_records_and_orphans_its_local_volumes(
         s: Scheduler) -> None:  # noqa: F811
     api = VolumeApi(s)
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await api.apply(_volume_manifest("pg", "n1"))
-    await s.report("n1", [], False, VolumeReport((Attached("pg", "local", "filesystem", False, ()),), True, ()))
+    attached = VolumeReport((Attached("pg", "local", "filesystem", False, ()),), True, ())
+    await s.agent_api.report("n1", [], False, attached)
     assert "pg" in s.state.attachments["n1"]
-    await s.delete_node("n1")
+    await s.node_api.delete_node("n1")
     assert "n1" not in s.state.attachments and api.get("pg")["attachments"] == []
     # Nobody can remove its data now: deleting it removes the record at once.
     assert await api.delete("pg") == (True, False)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.object_changes import WORKLOADS, ChangeFeed, touched
+from persys.scheduler.views.changes import WORKLOADS, ChangeFeed, touched
 from tests.cases import load
 
 CASES: list[dict[str, Any]] = load(__file__, "object_change_cases.yaml")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.pages import (
+from persys.scheduler.views.pages import (
     DEFAULT_PAGE,
     MAX_PAGE,
     BadPageRequest,

@@ -1,4 +1,4 @@
-"""An image pull as the scheduler records and publishes it (persys.scheduler.reports): the status
+"""An image pull as the scheduler records and publishes it (persys.scheduler.mirror.reports): the status
 a report calls for and the event kind of each change. Pure."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from persys.model import Phase, Workload, WorkloadSpec, WorkloadStatus
-from persys.scheduler.reports import WorkloadReport, status_change, status_event
-from persys.scheduler.state import Versioned
+from persys.scheduler.mirror.follower import Versioned
+from persys.scheduler.mirror.reports import WorkloadReport, status_change, status_event
 
 SPEC = WorkloadSpec.model_validate({"type": "container", "container": {"image": "r.example/app:2"}})
 WORKLOAD = Workload(id="web", name="web", spec=SPEC, revision="r2", created_at=0, updated_at=0)

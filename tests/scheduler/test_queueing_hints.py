@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from persys.model import Capabilities, Node, NodeStatus, RuntimeInfo, Taint, WorkloadStatus, parse_manifests
-from persys.scheduler import queueing_hints
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.placing import queueing_hints
+from persys.scheduler.replica.assembly import Scheduler
 from tests.cases import load
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
@@ -47,9 +47,9 @@ def test_hint_case(case: dict[str, Any]) -> None:
 
 
 async def test_a_node_change_looks_again_only_at_what_it_could_help(s: Scheduler) -> None:  # noqa: F811
-    await s.register(node("n1", cpu=1000, runtimes=("process",)))
-    await s.apply(parse_manifests(manifest("big", cpu=3000))[0])  # insufficient cpu
-    await s.apply(parse_manifests(manifest("ctr", type_="container"))[0])  # no container runtime
+    await s.agent_api.register(node("n1", cpu=1000, runtimes=("process",)))
+    await s.workload_api.apply(parse_manifests(manifest("big", cpu=3000))[0])  # insufficient cpu
+    await s.workload_api.apply(parse_manifests(manifest("ctr", type_="container"))[0])  # no container runtime
     await until(lambda: all(s.state.statuses[w].value.reason == "Unschedulable" for w in ("big", "ctr")))
     assert s.state.statuses["big"].value.placement["codes"] == ["insufficient_cpu"]
     s.config.pending_retry_seconds = 3600  # the safety net out of the way: only hints re-enqueue
@@ -64,10 +64,10 @@ async def test_a_node_change_looks_again_only_at_what_it_could_help(s: Scheduler
         real(hinted)
 
     s.enqueue_pending = spy  # type: ignore[method-assign]
-    await s.label("n1", {"zone": "a"}, [])  # labels lift neither cpu nor runtime refusals
+    await s.node_api.label("n1", {"zone": "a"}, [])  # labels lift neither cpu nor runtime refusals
     await until(lambda: any("node_selector_mismatch" in h for h, _ in looked))
     assert [again for h, again in looked if "node_selector_mismatch" in h] == [[]], looked
-    await s.register(node("n1", cpu=4000, runtimes=("process",)))  # more room: big fits now
+    await s.agent_api.register(node("n1", cpu=4000, runtimes=("process",)))  # more room: big fits now
     await until(lambda: s.state.placement_of.get("big") == "n1")
     assert ["big"] in [again for h, again in looked if "insufficient_cpu" in h]
     assert all("ctr" not in again for _, again in looked)

@@ -14,10 +14,10 @@ import pytest
 
 from persys.model import Assignment, Capabilities, Node, Workload, WorkloadManifest, WorkloadStatus
 from persys.model.workload import workload_of
-from persys.scheduler import keys, reconcile
+from persys.scheduler.decide import reconcile
 from persys.scheduler.decide.effects import Intent, Write
 from persys.scheduler.decide.mirror import Mirror
-from persys.scheduler.mirror import fold
+from persys.scheduler.mirror import fold, keys
 from persys.store.base import KeyValue
 from tests.cases import load
 

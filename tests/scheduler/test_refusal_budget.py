@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.refusal_budget import RefusalBudget
+from persys.scheduler.access.refusal_budget import RefusalBudget
 from tests.cases import load
 
 CASES: list[dict[str, Any]] = load(__file__, "refusal_budget_cases/cases.yaml")

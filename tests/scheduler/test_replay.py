@@ -15,10 +15,10 @@ import pytest
 from persys.events.memory import MemoryEventBus
 from persys.model import parse_manifests
 from persys.model.workload import instance_id
-from persys.scheduler import replay
+from persys.scheduler.api import replay
 from persys.scheduler.config import SchedulerConfig
 from persys.scheduler.placement import record as precord
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from persys.store.sqlite import SqliteStore
 from tests.fixtures_infra import start_etcd
@@ -38,11 +38,11 @@ def seen_of(s: Scheduler, inst: str) -> dict[str, Any]:  # noqa: F811
 
 async def test_replay_of_a_burst_agrees_including_in_flight_reservations(s: Scheduler) -> None:  # noqa: F811
     for n in ("n1", "n2", "n3"):
-        await s.register(node(n, cpu=1000, mem=2048))
+        await s.agent_api.register(node(n, cpu=1000, mem=2048))
     # Six replicas of 300m over three nodes of 1000m, decided in one engine pass: each later
     # replica sees the earlier ones only as reservations in flight (none is in the store yet).
-    await s.apply(parse_manifests(manifest("web", cpu=300, extra="  replicas: 6\n"))[0])
-    await s.apply(parse_manifests(manifest("big", cpu=900))[0])  # fits nowhere once web is placed
+    await s.workload_api.apply(parse_manifests(manifest("web", cpu=300, extra="  replicas: 6\n"))[0])
+    await s.workload_api.apply(parse_manifests(manifest("big", cpu=900))[0])  # fits nowhere once web is placed
     insts = [instance_id("web", i) for i in range(6)]
     await until(lambda: all(s.state.placement_of.get(i) for i in insts), within=30)
     await until(lambda: s.state.statuses["big"].value.reason == "Unschedulable", within=30)
@@ -75,18 +75,18 @@ async def test_replay_of_a_burst_agrees_including_in_flight_reservations(s: Sche
 
 async def test_replay_after_500_changes_and_refusals(s: Scheduler) -> None:  # noqa: F811
     for n in ("n1", "n2"):
-        await s.register(node(n, cpu=2000, mem=2048))
-    await s.apply(parse_manifests(manifest("old", cpu=500))[0])
+        await s.agent_api.register(node(n, cpu=2000, mem=2048))
+    await s.workload_api.apply(parse_manifests(manifest("old", cpu=500))[0])
     await until(lambda: s.state.placement_of.get("old"), within=30)
     rev = seen_of(s, "old")["rev"]
     before = (await replay.replay(s.state, s.placement.config, "old", rev))["replicas"][0]
     assert before["agrees"], before
     # 500 later changes: labels flipping on both nodes, a cordon, more workloads taking room.
     for i in range(490):
-        await s.label(f"n{1 + i % 2}", {"flip": str(i)}, [])
-    await s.cordon(before["recorded"]["node"])
+        await s.node_api.label(f"n{1 + i % 2}", {"flip": str(i)}, [])
+    await s.node_api.cordon(before["recorded"]["node"])
     for i in range(9):
-        await s.apply(parse_manifests(manifest(f"later{i}", cpu=100))[0])
+        await s.workload_api.apply(parse_manifests(manifest(f"later{i}", cpu=100))[0])
     await until(lambda: s.state.revision >= rev + 500, within=30)
     after = await replay.replay(s.state, s.placement.config, "old", rev)
     assert after["agrees"] and after["replicas"][0]["replayed"] == before["replayed"], after
@@ -105,7 +105,7 @@ async def test_replay_after_500_changes_and_refusals(s: Scheduler) -> None:  # n
     assert isinstance(store, SqliteStore)
     store.history_limit = 20
     for i in range(30):
-        await s.label("n1", {"more": str(i)}, [])
+        await s.node_api.label("n1", {"more": str(i)}, [])
     with pytest.raises(replay.ReplayRefused, match=rf"cannot replay the decision taken at revision {rev}: "
                                                    rf"revision {rev} has been compacted") as gone:
         await replay.replay(s.state, s.placement.config, "old", rev)
@@ -113,8 +113,8 @@ async def test_replay_after_500_changes_and_refusals(s: Scheduler) -> None:  # n
 
 
 async def test_a_decision_by_another_engine_configuration_is_not_replayed(s: Scheduler) -> None:  # noqa: F811
-    await s.register(node("n1"))
-    await s.apply(parse_manifests(manifest("w"))[0])
+    await s.agent_api.register(node("n1"))
+    await s.workload_api.apply(parse_manifests(manifest("w"))[0])
     await until(lambda: s.state.placement_of.get("w"), within=30)
     rev = seen_of(s, "w")["rev"]
     other = type(s.placement.config)(percentage_of_nodes_to_score=100)
@@ -132,7 +132,7 @@ async def test_replay_agrees_over_random_histories(s: Scheduler, seed: int) -> N
 
     rng = random.Random(seed)
     for i in range(4):
-        await s.register(node(f"n{i}", cpu=rng.choice((800, 1500, 3000)), mem=rng.choice((1024, 2048))))
+        await s.agent_api.register(node(f"n{i}", cpu=rng.choice((800, 1500, 3000)), mem=rng.choice((1024, 2048))))
     names: list[str] = []
     for step in range(14):
         roll = rng.random()
@@ -143,15 +143,15 @@ async def test_replay_agrees_over_random_histories(s: Scheduler, seed: int) -> N
                 extra += "  spreadBy: zone\n"
             if rng.random() < 0.2:
                 extra += "  nodeSelector: {zone: a}\n"
-            await s.apply(parse_manifests(manifest(name, cpu=rng.choice((100, 300, 700)),
+            await s.workload_api.apply(parse_manifests(manifest(name, cpu=rng.choice((100, 300, 700)),
                                                    mem=rng.choice((64, 256, 700)), extra=extra))[0])
             names.append(name)
         elif roll < 0.8:
-            await s.label(f"n{rng.randrange(4)}", {"zone": rng.choice("ab")}, [])
+            await s.node_api.label(f"n{rng.randrange(4)}", {"zone": rng.choice("ab")}, [])
         elif roll < 0.9:
-            await s.cordon(f"n{rng.randrange(4)}", rng.random() < 0.5)
+            await s.node_api.cordon(f"n{rng.randrange(4)}", rng.random() < 0.5)
         else:
-            await s.delete(names.pop(rng.randrange(len(names))))
+            await s.workload_api.delete(names.pop(rng.randrange(len(names))))
     await until(lambda: all(s.state.statuses.get(instance_id(w, i)) is not None and
                             s.state.statuses[instance_id(w, i)].value.placement.get("seen")
                             for w in names for i in range(s.state.workloads[w].value.spec.replicas)), within=60)
@@ -177,8 +177,8 @@ async def test_replay_on_etcd_mvcc_then_compacted(tmp_path: Path) -> None:
     try:
         await sched.start()
         for n in ("n1", "n2"):
-            await sched.register(node(n, cpu=1000, mem=2048))
-        await sched.apply(parse_manifests(manifest("web", cpu=300, extra="  replicas: 4\n"))[0])
+            await sched.agent_api.register(node(n, cpu=1000, mem=2048))
+        await sched.workload_api.apply(parse_manifests(manifest("web", cpu=300, extra="  replicas: 4\n"))[0])
         insts = [instance_id("web", i) for i in range(4)]
         await until(lambda: all(sched.state.placement_of.get(i) for i in insts), within=60)
         records = {i: seen_of(sched, i) for i in insts}
@@ -187,7 +187,7 @@ async def test_replay_on_etcd_mvcc_then_compacted(tmp_path: Path) -> None:
             answer = await replay.replay(sched.state, sched.placement.config, "web", rev)
             assert answer["agrees"], differing(answer)
         first = min(r["rev"] for r in records.values())
-        await sched.label("n1", {"after": "compaction"}, [])
+        await sched.node_api.label("n1", {"after": "compaction"}, [])
         etcd.etcdctl("compact", str(await sched.store.current_revision()))
         with pytest.raises(replay.ReplayRefused, match=rf"revision {first} has been compacted") as gone:
             await replay.replay(sched.state, sched.placement.config, "web", first)

@@ -1,4 +1,4 @@
-"""The revision history's pure decisions (persys.scheduler.revisions), table-driven from
+"""The revision history's pure decisions (persys.scheduler.rules.revisions), table-driven from
 tests/scheduler/revision_cases/: pruning, the rollback target, and leaving a record out of a
 write it would push past the store's request limit."""
 
@@ -13,7 +13,8 @@ import pytest
 from persys.model import Workload, parse_manifests
 from persys.model.manifest import ManifestError
 from persys.model.revision import WorkloadRevision
-from persys.scheduler import keys, revisions
+from persys.scheduler.mirror import keys
+from persys.scheduler.rules import revisions
 from persys.store.base import Compare, Delete, Put, txn_bytes
 from tests.cases import load
 

@@ -13,10 +13,10 @@ import pytest
 from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import certificates_pb2 as cpb
 from persys._pb.persys.v1 import policy_pb2 as ppb
-from persys.scheduler.auth_service import AuthService
-from persys.scheduler.authorization import CALLER, Caller
-from persys.scheduler.node_access_service import NodeAccessService
-from persys.scheduler.policy_service import PolicyService
+from persys.scheduler.rpc.authorization import CALLER, Caller
+from persys.scheduler.rpc.client.auth import AuthService
+from persys.scheduler.rpc.client.node_access import NodeAccessService
+from persys.scheduler.rpc.client.policy import PolicyService
 from persys.security.identity import from_subject
 from persys.security.join_tokens import JoinTokenError
 from persys.security.tokens import TokenError

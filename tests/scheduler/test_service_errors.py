@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
-from persys.scheduler.agent_control import AgentControlService
 from persys.scheduler.errors import NotFound
+from persys.scheduler.rpc.agent_control import AgentControlService
 
 
 class Aborted(Exception):
@@ -28,8 +28,6 @@ class Context:
 
 
 class NoBackup:
-    store = None  # the service's policy gate holds it; restore never reads the policy
-
     def local_backup(self) -> dict[str, Any]:
         raise NotFound("local backup (this scheduler has no data directory or has not written one yet)")
 
@@ -37,8 +35,15 @@ class NoBackup:
         raise AssertionError("not reached")
 
 
+class Replica:
+    """The parts of a replica the service takes; a restore calls only the backups."""
+    store = None  # the service's policy gate holds it; restore never reads the policy
+    workload_api = agent_api = node_api = node_volumes = None
+    backups = NoBackup()
+
+
 async def restore_code(request: pb.RestoreRequest) -> tuple[grpc.StatusCode, str]:
-    service = AgentControlService(NoBackup(), require_identity=False)  # type: ignore[arg-type]
+    service = AgentControlService(Replica(), require_identity=False)  # type: ignore[arg-type]
     with pytest.raises(Aborted) as caught:
         await service.Restore(request, Context())  # type: ignore[arg-type]
     return caught.value.code, caught.value.details

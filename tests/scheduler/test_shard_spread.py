@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from persys.scheduler.shards import SpreadCache, owner, spread
+from persys.scheduler.decide.shards import SpreadCache, owner, spread
 
 
 def test_spread_counts_each_members_nodes() -> None:

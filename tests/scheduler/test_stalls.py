@@ -1,4 +1,4 @@
-"""The event-loop stall watchdog (persys.scheduler.stalls)."""
+"""The event-loop stall watchdog (persys.scheduler.replica.stalls)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from persys.scheduler.stalls import StallWatchdog
+from persys.scheduler.replica.stalls import StallWatchdog
 
 
 def hold_the_loop(seconds: float) -> None:
@@ -20,7 +20,7 @@ async def test_a_stall_is_logged_with_its_length_and_what_held_the_loop(caplog: 
     dog.start()
     try:
         await asyncio.sleep(0.05)
-        with caplog.at_level(logging.WARNING, logger="persys.scheduler.stalls"):
+        with caplog.at_level(logging.WARNING, logger="persys.scheduler.replica.stalls"):
             hold_the_loop(0.3)
             await asyncio.sleep(0.05)  # the loop runs again: the stall is reported
     finally:

@@ -11,9 +11,9 @@ import pytest
 
 from persys.model import Node, Phase, Taint, parse_manifests
 from persys.model.workload import Toleration
-from persys.scheduler import taint_eviction
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.reports import WorkloadReport
+from persys.scheduler.mirror.reports import WorkloadReport
+from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.work import taint_eviction
 from tests.cases import load
 from tests.scheduler.test_core import manifest, node
 from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica fixture)
@@ -21,7 +21,7 @@ from tests.scheduler.test_node_ops import s, until  # noqa: F401  (the replica f
 
 async def report(sched: Scheduler, node_id: str, running: list[str]) -> None:
     """The node's agent runs exactly these (a complete report)."""
-    await sched.report(node_id, [WorkloadReport(i, sched.state.workloads[i].value.revision, 1, Phase.RUNNING)
+    await sched.agent_api.report(node_id, [WorkloadReport(i, sched.state.workloads[i].value.revision, 1, Phase.RUNNING)
                                  for i in running], complete=True)
 
 
@@ -46,17 +46,17 @@ def test_toleration_seconds_need_no_execute() -> None:
 
 
 async def test_no_execute_evicts_now_after_toleration_seconds_or_never(s: Scheduler) -> None:  # noqa: F811
-    await s.register(node("n1"))
-    await s.register(node("n2"))
-    await s.cordon("n2")
+    await s.agent_api.register(node("n1"))
+    await s.agent_api.register(node("n2"))
+    await s.node_api.cordon("n2")
     tol = "  tolerations: [{{key: maint, operator: Exists, effect: NoExecute{}}}]\n"
     for name, extra in (("web", ""), ("db", tol.format(", tolerationSeconds: 1")), ("keep", tol.format(""))):
-        await s.apply(parse_manifests(manifest(name, extra=extra))[0])
+        await s.workload_api.apply(parse_manifests(manifest(name, extra=extra))[0])
     await until(lambda: all(s.state.placement_of.get(w) == "n1" for w in ("web", "db", "keep")))
     await report(s, "n1", ["web", "db", "keep"])
-    await s.cordon("n2", on=False)
+    await s.node_api.cordon("n2", on=False)
     tainted = time.time()
-    await s.taint("n1", [Taint(key="maint", value="yes", effect="NoExecute")], [])
+    await s.node_api.taint("n1", [Taint(key="maint", value="yes", effect="NoExecute")], [])
     assert s.state.nodes["n1"].value.admin_taints[0].added_at >= tainted  # when it was added
     await until(lambda: "web" not in s.state.placement_of)  # withdrawn from n1 at once
     assert s.state.placement_of["db"] == "n1", "tolerated for 1 s"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler import keys
-from persys.scheduler.takeover import Probe, should_clear
+from persys.scheduler.ha.takeover import Probe, should_clear
+from persys.scheduler.mirror import keys
 from persys.store.base import KeyValue
 from tests.cases import load
 

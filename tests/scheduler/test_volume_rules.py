@@ -9,10 +9,10 @@ import pytest
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
 from persys.model.workload import Workload, WorkloadSpec
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import Mirror, Versioned
-from persys.scheduler.delivery import resolved_claims
-from persys.scheduler.volume_rules import claim_problems, delete_refusal, reclaim_ops, users_of
+from persys.scheduler.mirror import keys
+from persys.scheduler.rules.volumes import claim_problems, delete_refusal, reclaim_ops, users_of
+from persys.scheduler.work.delivery import resolved_claims
 from persys.store.base import Delete, Put
 from tests.cases import load
 
@@ -86,7 +86,7 @@ def test_a_claimed_clone_carries_its_source_to_the_node() -> None:
 
 def test_a_local_clone_lives_on_its_sources_node() -> None:
     from persys.model.volume import VolumeManifest
-    from persys.scheduler.volume_rules import clone_home, source_problems
+    from persys.scheduler.rules.volumes import clone_home, source_problems
 
     orig = volume("orig").model_copy(update={"node": "n2"})
     never = volume("never")
@@ -105,7 +105,7 @@ def test_a_local_clone_lives_on_its_sources_node() -> None:
 
 def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
     from persys.model import Node, NodeStatus, WorkloadStatus
-    from persys.scheduler.volume_rules import fence_node
+    from persys.scheduler.rules.volumes import fence_node
 
     state = Mirror()  # folded by hand: the mirror is data
     state.workloads["db"] = Versioned(workload("db", [{"name": "d", "driver": "ceph-rbd", "mountPath": "/d"}]), 1)
@@ -125,7 +125,7 @@ def test_a_lost_node_is_named_for_fencing_a_ready_one_never() -> None:
 
 def test_reclaim_delete_is_refused_on_a_standalone_volume() -> None:
     """It did nothing there (nothing removes a standalone Volume but its own deletion)."""
-    from persys.scheduler.volume_rules import standalone_reclaim_problem
+    from persys.scheduler.rules.volumes import standalone_reclaim_problem
 
     delete = VolumeObjectSpec.model_validate({"driver": "local", "sizeMb": 8, "reclaimPolicy": "Delete"})
     retain = VolumeObjectSpec.model_validate({"driver": "local", "sizeMb": 8})

@@ -13,12 +13,12 @@ from collections.abc import Callable
 import pytest
 
 from persys.model import NodeUsage, Phase, parse_manifests
-from persys.scheduler import keys
 from persys.scheduler import placement as pl
+from persys.scheduler.mirror import keys
 from persys.scheduler.placement.framework import Filter, PlacementContext
 from persys.scheduler.placement.snapshot import NodeInfo, WorkloadRequest
 from persys.scheduler.placement.status import Status
-from persys.scheduler.replica import Scheduler
+from persys.scheduler.replica.assembly import Scheduler
 from persys.store.base import StoreUnavailable
 from tests.scheduler import test_core
 from tests.scheduler.test_core import manifest, node, settle
@@ -40,11 +40,11 @@ def stored_doc(name: str, constraints: list[dict[str, object]] | None = None) ->
 
 async def test_a_stored_workload_the_model_refuses_is_marked_and_skipped_and_can_be_deleted(make: Callable) -> None:
     s: Scheduler = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await s.store.put(keys.workload("bad"), stored_doc("bad", [BAD_CONSTRAINT]))
     for name in ("good-a", "good-b"):
         (m,) = parse_manifests(manifest(name))
-        await s.apply(m)
+        await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("good-a") == "n1" and s.state.placement_of.get("good-b") == "n1")
     await settle(s, lambda: s.state.statuses["bad"].value.reason == "InvalidSpec")
     st = s.state.statuses["bad"].value
@@ -57,24 +57,24 @@ async def test_a_stored_workload_the_model_refuses_is_marked_and_skipped_and_can
     assert h["mode"] == "normal" and "refused by the model" in h["detail"] and "bad" in h["detail"]
     assert any(e.kind == "WorkloadInvalid" for e in await s.events.recent(limit=100))
 
-    assert await s.delete("bad") == (True, False)
+    assert await s.workload_api.delete("bad") == (True, False)
     await settle(s, lambda: "bad" not in s.state.refused and "bad" not in s.state.statuses)
     assert await s.store.get(keys.workload("bad")) is None
     assert "refused" not in (await s.health())["detail"]
 
     # The worker still works after all that.
     (m,) = parse_manifests(manifest("good-c"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("good-c") == "n1")
 
 
 async def test_a_refused_stored_workload_is_replaced_by_a_valid_apply(make: Callable) -> None:
     s: Scheduler = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await s.store.put(keys.workload("fixme"), stored_doc("fixme", [BAD_CONSTRAINT]))
     await settle(s, lambda: "fixme" in s.state.refused)
     (m,) = parse_manifests(manifest("fixme"))
-    _, created, _ = await s.apply(m)
+    _, created, _ = await s.workload_api.apply(m)
     assert created
     await settle(s, lambda: s.state.placement_of.get("fixme") == "n1")
     assert "fixme" not in s.state.refused
@@ -82,7 +82,7 @@ async def test_a_refused_stored_workload_is_replaced_by_a_valid_apply(make: Call
 
 async def test_refused_stored_workloads_load_at_start_without_crashing_the_mirror(make: Callable) -> None:
     s: Scheduler = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     await s.store.put(keys.workload("old"), stored_doc("old", [{"key": "zone", "operator": "In"}]))
     await s.store.put(keys.workload("junk"), b"not json at all")
     await s.store.put(keys.workload("other"), stored_doc("elsewhere"))  # its id is not its key's
@@ -93,8 +93,8 @@ async def test_refused_stored_workloads_load_at_start_without_crashing_the_mirro
     assert "(document)" in s2.state.statuses["junk"].value.message or "json" in s2.state.statuses["junk"].value.message
     assert "does not match its key" in s2.state.statuses["other"].value.message
     (m,) = parse_manifests(manifest("fine"))
-    s2.heartbeat("n1", NodeUsage())  # placement uses only nodes heard from since the restart
-    await s2.apply(m)
+    s2.agent_api.heartbeat("n1", NodeUsage())  # placement uses only nodes heard from since the restart
+    await s2.workload_api.apply(m)
     await settle(s2, lambda: s2.state.placement_of.get("fine") == "n1")
 
 
@@ -116,9 +116,9 @@ class Poison(Filter):
 async def test_an_engine_fault_marks_its_workload_and_the_batch_is_placed(make: Callable) -> None:
     s: Scheduler = await make()
     s.placement.config = pl.PlacementConfig(filters=(*pl.DEFAULT_FILTERS, Poison()))
-    await s.register(node("n1", cpu=64_000))
+    await s.agent_api.register(node("n1", cpu=64_000))
     names = ["a1", "poison", "a2", "a3"]
-    await s.apply_many(parse_manifests("\n---\n".join(manifest(n) for n in names)))
+    await s.workload_api.apply_many(parse_manifests("\n---\n".join(manifest(n) for n in names)))
     await settle(s, lambda: all(s.state.placement_of.get(n) == "n1" for n in ("a1", "a2", "a3")))
     await settle(s, lambda: s.state.statuses["poison"].value.reason == "PlacementError")
     st = s.state.statuses["poison"].value
@@ -129,15 +129,15 @@ async def test_an_engine_fault_marks_its_workload_and_the_batch_is_placed(make: 
     assert h["mode"] == "normal"
     # The worker lives on: later workloads are placed, and deleting the failed one completes.
     (m,) = parse_manifests(manifest("later"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.state.placement_of.get("later") == "n1")
-    await s.delete("poison")
+    await s.workload_api.delete("poison")
     await settle(s, lambda: "poison" not in s.state.workloads)
 
 
 async def test_a_dead_worker_is_reported_and_restarted_and_stop_is_prompt(make: Callable) -> None:
     s: Scheduler = await make()
-    await s.register(node("n1"))
+    await s.agent_api.register(node("n1"))
     real = s.placer.place_isolated
     calls = {"n": 0}
 
@@ -149,7 +149,7 @@ async def test_a_dead_worker_is_reported_and_restarted_and_stop_is_prompt(make: 
 
     s.placer.place_isolated = dies_once  # type: ignore[method-assign]
     (m,) = parse_manifests(manifest("first"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: s.worker_watch.failures == 1)
     h = await s.health()
     assert h["mode"] != "normal" and "reconcile worker failed 1 time(s)" in h["detail"] and "worker bug" in h["detail"]
@@ -172,7 +172,7 @@ async def test_a_store_outage_while_marking_pending_requeues_instead_of_failing(
 
     s.state.commit = flaky  # type: ignore[method-assign]
     (m,) = parse_manifests(manifest("w"))
-    await s.apply(m)
+    await s.workload_api.apply(m)
     await settle(s, lambda: "w" in s.state.statuses and s.state.statuses["w"].value.reason == "Unschedulable",
                  within=10)
     assert outages["left"] == 0
@@ -191,7 +191,7 @@ async def test_deposition_logs_an_active_task_that_had_already_failed(
     t = asyncio.create_task(boom(), name="reconcile-worker")
     await asyncio.wait({t})
     s._active_tasks.append(t)  # ended, its done-callback not (yet) run
-    with caplog.at_level(logging.ERROR, logger="persys.scheduler.replica"):
+    with caplog.at_level(logging.ERROR, logger="persys.scheduler.replica.assembly"):
         await s._deposed()
     assert "RuntimeError: worker bug before deposition" in caplog.text
     assert s._active_tasks == []

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from persys.scheduler.secret_service import listing
-from persys.scheduler.token_pepper import NAME, TokenPepper
-from persys.scheduler.token_store import TokenStore
+from persys.scheduler.access.token_pepper import NAME, TokenPepper
+from persys.scheduler.access.tokens import TokenStore
+from persys.scheduler.rpc.secrets import listing
 from persys.secrets.builtin import BuiltinSecretStore
 from persys.secrets.keyfile import load_or_create
 from persys.security.tokens import new_token, verify

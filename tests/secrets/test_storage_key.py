@@ -15,9 +15,9 @@ from persys._pb.persys.v1 import secrets_pb2 as spb
 from persys._pb.persys.v1 import secrets_pb2_grpc as spb_grpc
 from persys.events.memory import MemoryEventBus
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.replica import Scheduler
-from persys.scheduler.secret_service import SecretDeliveryService
-from persys.scheduler.server import storage_keys
+from persys.scheduler.replica.assembly import Scheduler
+from persys.scheduler.rpc.secrets import SecretDeliveryService
+from persys.scheduler.rpc.server import storage_keys
 from persys.secrets.builtin import BuiltinSecretStore
 from persys.secrets.keyfile import load_or_create
 from persys.storage.config import parse_storage_config

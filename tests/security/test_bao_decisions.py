@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persys.scheduler.cert_registry import CertRecord, status
+from persys.scheduler.access.certificates import CertRecord, status
 from persys.security.bao_roles import (
     GROUP_PKI_ROLE,
     SetupError,

@@ -191,7 +191,7 @@ def test_bad_options_are_one_line_errors(args: list[str], message: str) -> None:
 
 
 async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
-    from persys.scheduler.cert_registry import mark_revoked, record_issued
+    from persys.scheduler.access.certificates import mark_revoked, record_issued
     from persys.security.signer import SignedCertificate
     from persys.store import open_store
 
@@ -213,7 +213,7 @@ async def test_status_lists_registered_certificates(tmp_path: Path) -> None:
 async def test_signer_from_options_records_every_signature(tmp_path: Path) -> None:
     from persys.cli.servers.errors import ServerError
     from persys.cli.servers.signer_options import signer_from_options
-    from persys.scheduler.cert_registry import list_records
+    from persys.scheduler.access.certificates import list_records
     from persys.security.pki import ClusterCA
     from persys.store import open_store
 

@@ -21,7 +21,7 @@ from cryptography import x509
 
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.server import RunningGateway, start_gateway
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security import bao_setup, peer_names
 from persys.security.bao_signer import BaoSigner
 from persys.security.cert_requests import identity_request

@@ -9,7 +9,7 @@ import pytest
 
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security import peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.pki import ClusterCA, standard_identities

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from persys.cli.servers.app import app
-from persys.scheduler.backend_probe import open_access_warnings
+from persys.scheduler.replica.backend_probe import open_access_warnings
 from persys.security.pki import ClusterCA
 from tests.fixtures_infra import EtcdServer, RedisServer
 from tests.fixtures_secure_infra import SecureBackends

@@ -14,7 +14,7 @@ from persys._pb.persys.v1 import auth_pb2 as apb
 from persys._pb.persys.v1 import auth_pb2_grpc as apb_grpc
 from persys._pb.persys.v1 import control_pb2 as pb
 from persys._pb.persys.v1 import control_pb2_grpc as pb_grpc
-from persys.scheduler.server import RunningScheduler, start_scheduler
+from persys.scheduler.rpc.server import RunningScheduler, start_scheduler
 from persys.security import forwarding, peer_names
 from persys.security.grpc_tls import secure_channel
 from persys.security.identity import Identity, Kind

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from persys.model.volume import Volume, VolumeObjectSpec, VolumePhase
-from persys.scheduler.state import Versioned
-from persys.scheduler.volume_controller import actions
+from persys.scheduler.mirror.follower import Versioned
+from persys.scheduler.work.volume_controller import actions
 from persys.security.cluster_id import cluster_id_of_file
 from tests.e2e.harness import eventually
 from tests.gateway.cluster import GatewayCluster, start_cluster

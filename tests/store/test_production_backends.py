@@ -24,10 +24,10 @@ from persys.credentials import CredentialRef, Login, Password
 from persys.events import ClusterEvent, open_events
 from persys.events.sample_redis import RedisSampleBus
 from persys.events.samples import WORKLOAD, Sample
-from persys.scheduler import keys
-from persys.scheduler.backends import BackendRefused, open_backends
 from persys.scheduler.config import SchedulerConfig
-from persys.scheduler.server import start_scheduler
+from persys.scheduler.mirror import keys
+from persys.scheduler.replica.backends import BackendRefused, open_backends
+from persys.scheduler.rpc.server import start_scheduler
 from persys.security.pki import ClusterCA, standard_identities
 from persys.store.etcd import EtcdStore
 from persys.store.etcd_auth import StoreAccessDenied
@@ -70,7 +70,7 @@ async def test_apply_placement_and_event_under_least_privilege(secure_backends: 
     admin = b.redis_admin()
     name = f"w-{uuid.uuid4().hex[:8]}"
     try:
-        await running.scheduler.register(node("n1"))
+        await running.scheduler.agent_api.register(node("n1"))
         await client.apply({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
                             "spec": {"type": "process", "resources": {"cpuMillicores": 100, "memoryMb": 64},
                                      "process": {"command": ["sleep", "60"]}}})

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from persys.scheduler import keys
-from persys.scheduler.mode_guard import Mode, ModeGuard
+from persys.scheduler.ha.mode_guard import Mode, ModeGuard
+from persys.scheduler.mirror import keys
 from persys.store.base import Compare, Put, StoreFull
 from persys.store.sqlite import SqliteStore
 from tests.small_disk import fill

@@ -2,7 +2,7 @@
 its own port (`persys gateway --grpc-listen`): the same answers as the REST routes, from the same
 `IntelligenceApi` (one investigation record for both).
 
-Who calls is checked as the scheduler's gRPC API checks it (scheduler/authorization.py): mutual
+Who calls is checked as the scheduler's gRPC API checks it (scheduler/rpc/authorization.py): mutual
 TLS at the handshake (a client certificate of the cluster's CA, or no connection), then a bearer
 token in the `authorization` metadata if there is one (asked of the scheduler, which keeps
 tokens; failed attempts limited per source), else the certificate's identity. The method's rule is

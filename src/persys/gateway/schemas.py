@@ -95,7 +95,7 @@ SCHEDULER_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def answers(model: type[BaseModel], description: str = "Successful Response") -> dict[int | str, dict[str, Any]]:
-    """A 200 answer's schema from a scheduler view model (view_models.py): documentation only,
+    """A 200 answer's schema from a scheduler view model (scheduler/views/models.py): documentation only,
     the JSON the scheduler sends is passed on unchanged."""
     return {200: {"model": model, "description": description}}
 

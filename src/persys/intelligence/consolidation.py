@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from persys.model.workload import Workload, workload_of
 from persys.scheduler import placement as pl
-from persys.scheduler.placement_service import to_request
+from persys.scheduler.placing.engine_adapter import to_request
 
 
 @dataclass(frozen=True)

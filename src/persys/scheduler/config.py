@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from persys.scheduler.liveness import GuardConfig
+from persys.scheduler.decide.liveness import GuardConfig
 
 # Seconds the node guard may take beyond its bound (the node grace) to kill a Stop instance: its
 # poll (0.5 s) and a kill (3 s at most), plus a margin. The agent side is persys.agent.node_guard.
@@ -37,13 +37,13 @@ class SchedulerConfig:
     data_dir: Path | None = None
     # More than this share of a replica's nodes going silent at once suspends NotReady marking
     # (with at least liveness_guard_min_nodes nodes), for at most liveness_suspension_seconds
-    # (None: six grace periods, 60 s by default; 0: never suspend). See liveness.py.
+    # (None: six grace periods, 60 s by default; 0: never suspend). See decide/liveness.py.
     max_lost_fraction: float = 0.5
     liveness_guard_min_nodes: int = 10
     liveness_suspension_seconds: float | None = None
     # How long a node this replica has not heard from since it started or was elected keeps its
     # stored status: it is neither placed on nor relocated from (None: six grace periods, 60 s by
-    # default; never less than the node grace). See liveness.py.
+    # default; never less than the node grace). See decide/liveness.py.
     restart_grace_seconds: float | None = None
     # Seconds after a lost node's last heartbeat before its `onDisconnect: Stop` instances are
     # relocated (None: node grace + heartbeat interval + GUARD_SLACK): the node guard has killed
@@ -57,7 +57,7 @@ class SchedulerConfig:
     # rendezvous hashing; placement stays with the elected leader. Off: one active replica.
     sharded: bool = False
     backup_interval_seconds: float = 60.0
-    # Log what held the event loop whenever it stalls longer than this (0: off; see stalls.py).
+    # Log what held the event loop whenever it stalls longer than this (0: off; see replica/stalls.py).
     stall_log_seconds: float = 0.0
 
     def stop_relocation_delay(self) -> float:
@@ -71,7 +71,7 @@ class SchedulerConfig:
         return max(self.restart_grace_seconds, self.node_grace_seconds)
 
     def liveness_guard(self) -> GuardConfig:
-        """The mass-loss guard's settings (liveness.py)."""
+        """The mass-loss guard's settings (decide/liveness.py)."""
         return GuardConfig(max_lost_fraction=self.max_lost_fraction, min_nodes=self.liveness_guard_min_nodes,
                            max_seconds=self.liveness_suspension_seconds
                            if self.liveness_suspension_seconds is not None else 6 * self.node_grace_seconds)

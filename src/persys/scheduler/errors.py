@@ -1,5 +1,5 @@
 """Why a scheduler replica refuses a call: the errors its API raises and its servers map to
-status codes (agent_control.py, the gateway)."""
+status codes (rpc/agent_control.py, the gateway)."""
 
 from __future__ import annotations
 

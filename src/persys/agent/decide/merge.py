@@ -1,6 +1,6 @@
 """What a desired-state message makes of the desired set the agent holds. Pure.
 
-The scheduler's side of the protocol is `persys.scheduler.delivery.DeltaSender.step`: a stream
+The scheduler's side of the protocol is `persys.scheduler.work.delivery.DeltaSender.step`: a stream
 starts with a full set, sends one again on a mode change or a resync, and otherwise sends what
 changed and what was removed (see AssignmentSet in control.proto). `merge` is the agent's side:
 

@@ -198,9 +198,9 @@ def scheduler(
 
     async def main() -> None:
         from persys.cli.servers.join_setup import scheduler_signer
-        from persys.scheduler.admission import InputLimits
+        from persys.scheduler.access.admission import InputLimits
         from persys.scheduler.config import SchedulerConfig
-        from persys.scheduler.server import start_scheduler
+        from persys.scheduler.rpc.server import start_scheduler
         from persys.security.grpc_reload import reloading_server_credentials
 
         idopt.check_source(identity_from, tls_dir)
@@ -221,7 +221,7 @@ def scheduler(
                                                        redis_password_file))
         signer_for = scheduler_signer(ca_dir, live, join_listen, node_cert_ttl)
         holder = []
-        from persys.scheduler.backend_probe import open_access_warnings
+        from persys.scheduler.replica.backend_probe import open_access_warnings
 
         for warning in await open_access_warnings(store, events, s_access, e_access):  # issue #30: said at start
             log.warning("%s", warning)

@@ -12,7 +12,7 @@ import typer
 from persys.backend_access import BackendAccess, BackendOptions, backend_access
 from persys.cli.servers.errors import ServerError
 from persys.credentials import CredentialError
-from persys.scheduler.backends import BackendRefused
+from persys.scheduler.replica.backends import BackendRefused
 from persys.tlsfiles import TLSFiles
 
 REF = "file:PATH, env:NAME or secret:NAME/KEY"

@@ -42,7 +42,7 @@ from persys.storage.config import LocalConfig, StorageConfig, StorageConfigError
 if TYPE_CHECKING:
     from persys.agent.agent import Agent
     from persys.gateway.server import RunningGateway
-    from persys.scheduler.server import RunningScheduler
+    from persys.scheduler.rpc.server import RunningScheduler
 from persys.tlsfiles import TLSFiles
 
 
@@ -178,7 +178,7 @@ def dev(
         from persys.policy import WorkloadPolicy
         from persys.policy.model import DEFAULT_NODE_PATHS
         from persys.scheduler.config import SchedulerConfig
-        from persys.scheduler.server import start_scheduler
+        from persys.scheduler.rpc.server import start_scheduler
 
         t0 = time.monotonic()
         data.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from persys.cli.servers.errors import ServerError
-from persys.scheduler.cert_registry import record_issued
+from persys.scheduler.access.certificates import record_issued
 from persys.security.bao_roles import APPROLE_MOUNT, PKI_MOUNT
 from persys.security.bao_signer import BaoSigner, SignerUnavailable
 from persys.security.cert_requests import IdentityRequestError, identity_request

@@ -14,7 +14,7 @@ from persys.agent import node_identity
 from persys.agent.join import JoinError, join
 from persys.cli.servers.errors import ServerError
 from persys.cli.servers.signer_options import signer_from_options
-from persys.scheduler.node_certificates import MAX_NODE_CERT_TTL, MIN_NODE_CERT_TTL
+from persys.scheduler.rpc.node.certificates import MAX_NODE_CERT_TTL, MIN_NODE_CERT_TTL
 from persys.security.ca_pin import PinError, check_pin
 from persys.security.live_identity import LiveIdentity
 from persys.security.pki import ClusterCA

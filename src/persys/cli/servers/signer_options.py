@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from persys.cli.servers.errors import ServerError
-from persys.scheduler.cert_registry import RegisteringSigner
+from persys.scheduler.access.certificates import RegisteringSigner
 from persys.security.live_identity import LiveIdentity
 from persys.security.pki import ClusterCA
 from persys.security.signer import BuiltinSigner, CertificateSigner

@@ -20,7 +20,7 @@ from cryptography import x509
 from hvac import exceptions as hvac_errors
 
 from persys.cli.servers.errors import ServerError
-from persys.scheduler.cert_registry import CertRecord, list_records, status
+from persys.scheduler.access.certificates import CertRecord, list_records, status
 from persys.security import bao_setup
 from persys.security.bao_roles import APPROLE_MOUNT, PKI_MOUNT, SetupError, check_host_patterns, check_mount
 from persys.security.identity import Kind, from_certificate

@@ -21,7 +21,7 @@ from typing import Any
 
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.dashboard.figures import NodeSums, Overview, phase_counts, phase_of
-from persys.scheduler.heap import HeapGuard
+from persys.scheduler.replica.heap import HeapGuard
 from persys.security import forwarding
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from persys.client import SchedulerClient, SchedulerError
 from persys.gateway.schemas import SCHEDULER_ERRORS, answers
 from persys.observability.health_checks import readiness
-from persys.scheduler.view_models import Health
+from persys.scheduler.views.models import Health
 
 
 def health_routes(client: SchedulerClient) -> APIRouter:

@@ -11,8 +11,8 @@ from persys.client import SchedulerClient
 from persys.gateway.listing import list_response
 from persys.gateway.routes.common import NodeId
 from persys.gateway.schemas import SCHEDULER_ERRORS, TOO_LARGE, LabelChange, TaintChange, answers
-from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
-from persys.scheduler.view_models import DrainStatus, NodeView
+from persys.scheduler.views.models import DrainStatus, NodeView
+from persys.scheduler.views.pages import MAX_PAGE, TOKEN_MAX_CHARS
 
 
 def node_routes(client: SchedulerClient) -> APIRouter:

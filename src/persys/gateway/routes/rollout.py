@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from persys.client import SchedulerClient
 from persys.gateway.routes.common import WorkloadId
 from persys.gateway.schemas import SCHEDULER_ERRORS, TOO_LARGE, RollbackRequest, answers
-from persys.scheduler.view_models import RevisionList, RollbackView
+from persys.scheduler.views.models import RevisionList, RollbackView
 
 
 def rollout_routes(client: SchedulerClient) -> APIRouter:

@@ -14,7 +14,7 @@ from persys.gateway.routes.common import WorkloadId, bad_body
 from persys.gateway.schemas import SCHEDULER_ERRORS, TOO_LARGE, answers, json_body
 from persys.model.documents import DocumentError, parse_document
 from persys.model.limits import GatewayLimits
-from persys.scheduler.view_models import WhatIfPlanView, WhatIfView
+from persys.scheduler.views.models import WhatIfPlanView, WhatIfView
 
 OPERATION_SCHEMA: dict[str, Any] = {
     "type": "object",

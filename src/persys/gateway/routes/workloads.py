@@ -12,8 +12,8 @@ from persys.gateway import bodies
 from persys.gateway.listing import list_response
 from persys.gateway.routes.common import WorkloadId, bad_body
 from persys.gateway.schemas import BATCH_BODY, MANIFEST_BODY, SCHEDULER_ERRORS, TOO_LARGE, answers
-from persys.scheduler.pages import MAX_PAGE, TOKEN_MAX_CHARS
-from persys.scheduler.view_models import Explanation, WorkloadView
+from persys.scheduler.views.models import Explanation, WorkloadView
+from persys.scheduler.views.pages import MAX_PAGE, TOKEN_MAX_CHARS
 
 
 def workload_routes(client: SchedulerClient, parser: bodies.BodyParser) -> APIRouter:

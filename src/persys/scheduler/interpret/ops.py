@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from persys.model import Node
-from persys.scheduler import keys
 from persys.scheduler.decide.effects import Guard, Intent, Write
-from persys.scheduler.state import put_doc
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.follower import put_doc
 from persys.store.base import Compare, Delete, Put
 
 

@@ -9,9 +9,9 @@ from typing import Protocol
 
 from persys.observability.metrics import LoopHistogram
 from persys.scheduler.decide.effects import Write
-from persys.scheduler.group_commit import GroupCommit, Unit, commit_units
+from persys.scheduler.interpret.group_commit import GroupCommit, Unit, commit_units
 from persys.scheduler.interpret.ops import fenced, store_write
-from persys.scheduler.state import ClusterState
+from persys.scheduler.mirror.follower import ClusterState
 
 
 class Planner(Protocol):

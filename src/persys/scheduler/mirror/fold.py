@@ -15,11 +15,11 @@ from pydantic import BaseModel
 
 from persys.model import Assignment, Node, Workload, WorkloadStatus
 from persys.model.volume import Volume, VolumeAttachment
-from persys.scheduler import keys
 from persys.scheduler.decide.mirror import NO_CHANGE, Change, Mirror
 from persys.scheduler.decide.refused import RefusedWorkload
-from persys.scheduler.quarantine import parse_stored
-from persys.scheduler.shards import decode_members
+from persys.scheduler.decide.shards import decode_members
+from persys.scheduler.mirror import keys
+from persys.scheduler.mirror.quarantine import parse_stored
 from persys.store.base import KeyValue, WatchEvent
 
 log = logging.getLogger(__name__)

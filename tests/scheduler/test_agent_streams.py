@@ -167,7 +167,7 @@ async def test_a_heartbeats_errors_end_the_update_stream_with_their_status(
         raise NotActive("10.0.0.9:7000")
 
     with monkeypatch.context() as m:
-        m.setattr(s, "heartbeat", standby)
+        m.setattr(s.agent_api, "heartbeat", standby)
         err = await stream_error(beat)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert ("persys-leader", "10.0.0.9:7000") in tuple(err.trailing_metadata() or ())
@@ -175,7 +175,7 @@ async def test_a_heartbeats_errors_end_the_update_stream_with_their_status(
     async def report_on_standby(*_: object) -> None:
         raise NotActive("10.0.0.9:7000")
 
-    monkeypatch.setattr(s, "report", report_on_standby)
+    monkeypatch.setattr(s.agent_api, "report", report_on_standby)
     call = stub.StreamUpdates()
     await call.write(pb.AgentUpdate(report=pb.ReportStatusRequest(node_id="n1", complete=True)))
     with pytest.raises(grpc.aio.AioRpcError) as ended:

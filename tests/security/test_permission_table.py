@@ -37,6 +37,7 @@ async def app_routes(tmp_path: Path) -> set[tuple[str, str]]:
     for f in (tls.ca, tls.cert, tls.key):
         f.write_bytes(b"")
     client = SchedulerClient.__new__(SchedulerClient)  # routes only: no channel is opened
+    client.gate = None  # the read gate is off, as by default
     app = create_app(client, tls)
     # The OpenAPI paths are the whole list (routes of included routers too); the top-level routes
     # add those left out of the schema (documentation), which must be public.

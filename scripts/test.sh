@@ -10,6 +10,10 @@
 #                                   PATH; needs only the venv (scripts/install.sh --test once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# pytest caches its rewritten test modules in __pycache__ only when Python may write bytecode: with
+# PYTHONDONTWRITEBYTECODE set (CI images often set it) every run, and every xdist worker, rewrote
+# all ~500 test modules again, half the fast lane's collection (11.2 s of CPU against 5.2 s).
+unset PYTHONDONTWRITEBYTECODE
 
 fast=0
 if [[ "${1:-}" == "--fast" ]]; then

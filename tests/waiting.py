@@ -93,3 +93,9 @@ def ready_then_stopped(argv: list[str], log: Path, ready: str = "scheduler ready
                 proc.kill()
                 proc.wait()
     return log.read_text()
+
+
+# The interval for a condition read by starting a process (persysctl: ~0.35 s of CPU each) that,
+# once true, stays true (a line in a guest's console log): polled at 0.1 s, back to back, such a
+# wait kept one of two cores busy while the TCG guest it waited for needed it to boot.
+PROCESS_POLL = 1.0

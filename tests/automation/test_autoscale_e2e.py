@@ -2,10 +2,10 @@
 agent running Docker containers, the gateway, and `persys automation` as its own process with its
 own operator certificate.
 
-A busybox container burning CPU until a fixed time scales out under the load (its policy: 3 % of
-a core per replica, at most 2 replicas: a burner on 2 cores at load 37 still gets ~5 %) and back
-in after the load stops, no sooner than the
-scale-down window allows; every evaluation is in the decision log with its inputs and evidence;
+A busybox container burning CPU scales out under the load (its policy: 3 % of a core per replica,
+at most 2 replicas: a burner on 2 cores at load 37 still gets ~5 %); once both replicas run, the
+test ends the load (a file the burners look for) and the workload scales back in, no sooner than
+the scale-down window allows; every evaluation is in the decision log with its inputs and evidence;
 the scale was done (and audited) as the automation's identity. A paused policy does nothing but
 record that it was paused; a dry-run policy decides the same action every time (no cooldown
 consumed) and changes nothing."""
@@ -27,15 +27,16 @@ from tests.e2e.harness import Components, Proc, epoch, eventually, persys
 from tests.security.role_certs import issue_user
 
 pytestmark = pytest.mark.e2e
-BURN_SECONDS = 50  # the load, from the burner's start
 DOWN_WINDOW = 30  # the burner policy's scale-down stabilisation window
 INTERVAL = 5
+STOP_FILE = "/tmp/stop-burning"  # inside the burner's containers (busybox: /tmp exists)
 
 
-def burner(name: str, until: int) -> str:
-    # An arithmetic loop (no fork per turn) that looks at the clock every few thousand turns; the
-    # same absolute end for every replica, and for a replica restarted by the scale.
-    loop = f"while [ $(date +%s) -lt {until} ]; do i=0; while [ $i -lt 5000 ]; do i=$((i+1)); done; done; sleep 3600"
+def burner(name: str) -> str:
+    # An arithmetic loop (no fork per turn) that looks for the stop file every few thousand turns.
+    # The load ends when the test has seen the scale-out, not at a fixed time (a 50 s load from
+    # the apply, until 2026-12-06: the scale-in waited for it even when the scale-out came early).
+    loop = f"while [ ! -e {STOP_FILE} ]; do i=0; while [ $i -lt 5000 ]; do i=$((i+1)); done; done; sleep 3600"
     return yaml.safe_dump({"apiVersion": "persys.dev/v1", "kind": "Workload", "metadata": {"name": name},
                            "spec": {"type": "container", "resources": {"cpuMillicores": 300, "memoryMb": 32},
                                     "container": {"image": "persys/busybox:latest",
@@ -97,14 +98,21 @@ def test_scale_out_under_load_and_back_in(cluster: Components, docker_engine: Do
                                                               "cooldown": {"upSeconds": 600}}),
         ]
         c.ctl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies))
-        until = int(time.time()) + BURN_SECONDS
-        c.ctl("apply", "-f", "-", stdin=burner(burn, until))
+        c.ctl("apply", "-f", "-", stdin=burner(burn))
         first, _ = eventually(lambda: (w := c.workload(burn))["phase"] == "Running" and w["instances"][0]["runtimeId"],
                               60, "the burner Running")
         (_, out_after) = eventually(lambda: c.workload(burn)["replicas"] == 2, 120, "the scale-out")
-        (_, in_after) = eventually(lambda: c.workload(burn)["replicas"] == 1, BURN_SECONDS + 150, "the scale-in")
-        print(f"automation e2e: scale-out {out_after:.0f}s after the apply, scale-in {in_after:.0f}s after that")
-        assert time.time() > until  # not before the load stopped
+        # Both replicas burn until told: the second one's container must exist to be told.
+        (both, _) = eventually(lambda: (w := c.workload(burn))["ready"] == "2/2"
+                               and all(i["runtimeId"] for i in w["instances"]) and w["instances"], 120,
+                               "both burners Running")
+        for inst in both:
+            subprocess.run(["docker", "exec", inst["runtimeId"], "touch", STOP_FILE], check=True,
+                           capture_output=True, timeout=60)
+        stopped = time.time()
+        (_, in_after) = eventually(lambda: c.workload(burn)["replicas"] == 1, 200, "the scale-in")
+        print(f"automation e2e: scale-out {out_after:.0f}s after the apply, scale-in {in_after:.0f}s after "
+              "the load stopped")
         # A scale is not a new revision: the first replica ran on, never restarted.
         after = c.workload(burn)["instances"][0]
         assert (after["runtimeId"], after["restarts"]) == (first, 0), after
@@ -113,6 +121,7 @@ def test_scale_out_under_load_and_back_in(cluster: Components, docker_engine: Do
         acted = [d for d in decisions if d["outcome"] == "acted"]
         assert [(d["action"]["from"], d["action"]["to"]) for d in acted] == [(1, 2), (2, 1)], acted
         up, down = acted
+        assert down["ts"] > stopped  # not before the load stopped
         assert up["inputs"]["perReplica"] > 3 and up["rawDesired"] >= 2 and up["actor"] == "user:persys-automation"
         ev = up["evidence"][0]
         assert ev["source"] == "meter" and ev["query"]["value"] == burn and ev["end"] - ev["start"] >= 20
@@ -153,7 +162,7 @@ def test_scale_out_under_load_and_back_in(cluster: Components, docker_engine: Do
         rep = json.loads(c.ctl("policy", "replay", "burn-cpu", "--since", "10m", "--start-replicas", "1",
                                "-o", "json").stdout)
         # (a reversal within a minute is a flap: on a loaded machine the samples come late and the
-        # 50 s load's scale-out and scale-in may fall within one)
+        # load's scale-out and scale-in may fall within one)
         assert rep["actions"] >= 2 and rep["replicas"]["max"] == 2 and rep["flaps"] <= 1, rep
     finally:
         auto.stop()

@@ -20,6 +20,7 @@ import pytest
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Components, eventually
 from tests.vm_fixtures import GUEST_DATA, TestGuest, cleanup_domains, dev_home, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 GRACE = 3  # seconds before a silent node is lost; the default is 10, shortened to keep the test quick
@@ -85,7 +86,8 @@ spec:
   volumes: [{{name: data, claim: {vol}, mountPath: /dev/vdb}}]
 """)
         line = f"{GUEST_DATA} {MARKER.decode()}"
-        eventually(lambda: line in c.ctl("logs", name, check=False).stdout, 120, "the guest reading its volume")
+        eventually(lambda: line in c.ctl("logs", name, check=False).stdout, 120, "the guest reading its volume",
+                   interval=PROCESS_POLL)
         first = c.workload(name)
         lost, kept = first["node"], ({"rbd-a", "rbd-b"} - {first["node"]}).pop()
         cookies, stale_qemu = ceph_cluster.holders(vol)
@@ -101,7 +103,7 @@ spec:
 
         eventually(moved, 90, f"the VM Running on {kept}")
         eventually(lambda: line in c.ctl("logs", name, check=False).stdout, 120,
-                   f"the guest on {kept} reading the volume")
+                   f"the guest on {kept} reading the volume", interval=PROCESS_POLL)
         print(f"node loss -> the VM booted on the other node and read its volume: "
               f"{time.monotonic() - lost_at:.1f}s (grace {GRACE}s)")
         cookies, watchers = ceph_cluster.holders(vol)

@@ -20,6 +20,7 @@ import pytest
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.microvm_fixtures import BOOT_MARKER, GuestImages, microvm_guest  # noqa: F401
 from tests.vm_fixtures import GUEST_READY, TestGuest, linked_into, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 T = TypeVar("T")
@@ -81,14 +82,15 @@ spec:
         rows, took = eventually(usage, 90, "both running with usage reported")
         print(f"VM and microVM running with live usage after {took:.1f}s: "
               + ", ".join(f"{n} cpu {r['cpuPercent']:.1f}% mem {r['memoryBytes'] >> 20} MiB" for n, r in rows.items()))
-        eventually(lambda: GUEST_READY in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout, 60, "VM console")
+        eventually(lambda: GUEST_READY in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout, 60, "VM console",
+                   interval=PROCESS_POLL)
         assert token in ctl("logs", "tiny-vm", "--tail", "200", env=env).stdout  # the guest read its seed
         # persysctl console: keys from a pipe reach the guest's shell, its answer comes back, and
         # with the input at its end persysctl leaves once the output is quiet.
         p = ctl("console", "tiny-vm", "--linger", "3", env=env, stdin=f"echo console-{token}-$((6*7))\n")
         assert f"console-{token}-42" in p.stdout and "connected to the console of tiny-vm" in p.stderr, p
         eventually(lambda: f"{BOOT_MARKER} {token}" in ctl("logs", "tiny-microvm", env=env).stdout, 60,
-                   "microVM console")
+                   "microVM console", interval=PROCESS_POLL)
         # Console output is timed by when the agent saw it appear (logs --since / --timestamps).
         for name, marker in (("tiny-vm", GUEST_READY), ("tiny-microvm", f"{BOOT_MARKER} {token}")):
             stamped = [line.split(" ", 1) for line in

@@ -21,6 +21,7 @@ from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.e2e.test_dev_vms import _placed
 from tests.http_file_server import FileServer
 from tests.vm_fixtures import GUEST_READY, TestGuest, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 
@@ -64,7 +65,7 @@ def test_a_vm_boots_from_an_image_url(test_guest: TestGuest) -> None:  # noqa: F
             ctl("apply", "-f", "-", env=env, stdin=_vm("from-url", url, sha, guest))
             eventually(lambda: _workload("from-url", env)["phase"] == "Running", 120, "the VM Running")
             eventually(lambda: GUEST_READY in ctl("logs", "from-url", "--tail", "200", env=env).stdout, 90,
-                       "the guest booted from the downloaded disk")
+                       "the guest booted from the downloaded disk", interval=PROCESS_POLL)
             (pulled,) = eventually(lambda: _events("from-url", "ImagePulled", env), 30, "ImagePulled")[0]
             assert "sha256 verified" in pulled["message"] and url in pulled["message"]
             assert server.requests == ["/vm/guest.qcow2"]

@@ -6,6 +6,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from persys.scheduler.mirror.reports import WorkloadReport
 from persys.scheduler.replica.assembly import Scheduler
 from persys.store import open_store
 from persys.store.base import Delete, Put
+from tests.waiting import settled
 
 
 def manifest(name: str, type_: str = "process", cpu: int = 100, mem: int = 64, extra: str = "") -> str:
@@ -422,7 +424,11 @@ async def test_pending_says_every_reason_per_node_in_status_event_and_explain(ma
     assert [r["code"] for r in reasons["small"]] == ["insufficient_cpu", "insufficient_memory"]
     assert reasons["small"][1] | {} == {"code": "insufficient_memory", "message": reasons["small"][1]["message"],
                                          "needed": 1024, "available": 256, "shortBy": 768, "unit": "MiB"}
-    events = [e for e in await s.events.recent(50) if e.kind == "WorkloadPending"]
+    async def pending_events() -> list[Any]:
+        return [e for e in await s.events.recent(50) if e.kind == "WorkloadPending"]
+
+    # The event goes out after the status is written: read at once, it was not there yet at load 18.
+    events = await settled(pending_events, 30)
     assert events and "small: insufficient cpu" in events[-1].message and "insufficient memory" in events[-1].message
     replica = s.workload_api.explain("big")["replicas"][0]
     assert replica["decision"]["reasons"] == reasons and "Per node: small:" in replica["explanation"]

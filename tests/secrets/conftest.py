@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import hvac.exceptions
 import pytest
 
 from persys.secrets.base import SecretStore
@@ -15,12 +16,27 @@ from persys.secrets.keyfile import load_or_create
 from persys.secrets.openbao import BaoSettings, OpenBaoSecretStore
 from persys.store import open_store
 from tests.bao_server import BaoServer
+from tests.waiting import eventually
 
 
 def bao_kv_mount(bao: BaoServer) -> str:
     """A fresh KV v2 mount (uuid-named: tests share the session server)."""
     mount = f"kv-{uuid.uuid4().hex[:12]}"
-    bao.client().sys.enable_secrets_engine("kv", path=mount, options={"version": "2"})
+    client = bao.client()
+    client.sys.enable_secrets_engine("kv", path=mount, options={"version": "2"})
+
+    # A new KV v2 mount first upgrades itself in the background and refuses requests meanwhile
+    # ("Upgrading from non-versioned to versioned data"): the fast lane's first write met that
+    # at load 10. Its answer to a read of a missing key (404) says the upgrade is over.
+    def upgraded() -> bool:
+        try:
+            client.secrets.kv.v2.read_secret_version(path="upgrade-probe", mount_point=mount,
+                                                     raise_on_deleted_version=True)
+        except hvac.exceptions.InvalidPath:
+            return True
+        return True
+
+    eventually(upgraded, 60, f"the KV v2 mount {mount} upgraded")
     return mount
 
 

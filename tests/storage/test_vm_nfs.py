@@ -17,6 +17,7 @@ import pytest
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.nfs_server import NfsServer
 from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-NFS-MARKER"
@@ -62,7 +63,7 @@ spec:
 """)
         line = f"{GUEST_DATA} {MARKER.decode()}"
         _, took = eventually(lambda: line in ctl("logs", "nfs-vm", env=env, check=False).stdout, 120,
-                             "the guest printing the marker from its NFS disk")
+                             "the guest printing the marker from its NFS disk", interval=PROCESS_POLL)
         print(f"VM read the host's marker on its NFS volume {took:.1f}s after apply")
         assert (on_server / "nfs-vm-scratch.img").is_file()  # provisioned, attached as vdc
         ctl("delete", "workload", "nfs-vm", env=env)

@@ -19,6 +19,7 @@ from persys.storage.ceph_rbd import image_name
 from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 MARKER = b"PERSYS-RBD-MARKER"
@@ -82,7 +83,7 @@ spec:
 """)
         line = f"{GUEST_DATA} {MARKER.decode()}"
         _, took = eventually(lambda: line in ctl("logs", "rbd-vm", env=env, check=False).stdout, 120,
-                             "the guest printing the marker from its RBD disk")
+                             "the guest printing the marker from its RBD disk", interval=PROCESS_POLL)
         print(f"VM read the host's marker on its RBD volume {took:.1f}s after apply")
         # A container cannot have it here: placement says why.
         ctl("apply", "-f", "-", env=env, stdin=f"""

@@ -23,6 +23,7 @@ from tests.ceph_cluster import CephCluster
 from tests.e2e.harness import Proc, ctl, eventually, persys
 from tests.nfs_server import NfsServer
 from tests.vm_fixtures import GUEST_DATA, TestGuest, dev_cluster_id, dev_home, test_guest, vm_host  # noqa: F401
+from tests.waiting import PROCESS_POLL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vm]
 BEFORE = b"PERSYS-SNAPSHOTTED-DATA"  # in the volume when the snapshot is taken
@@ -74,7 +75,8 @@ spec:
             logs = ctl("logs", f"read-{vol}", env=env, check=False).stdout
             return next((line for line in logs.splitlines() if line.startswith(GUEST_DATA)), None)
 
-        line, took = eventually(printed, 240, f"the guest on {vol} printing its disk's first bytes")
+        line, took = eventually(printed, 240, f"the guest on {vol} printing its disk's first bytes",
+                                 interval=PROCESS_POLL)
         print(f"{driver}: the VM on {vol} read {line!r} {took:.1f}s after apply")
         assert line.split()[1:] == [want.decode()], f"{vol} carries {line!r}, not {want!r}"
     for vol in (restored, cloned):

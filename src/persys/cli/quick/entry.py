@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail, option_value
+from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail, option_value, terminal_width
 from persys.cli.records import record
 
 OUTPUTS = ("table", "text", "wide", "json", "name")
@@ -88,24 +88,12 @@ def parse(argv: list[str]) -> GetCommand | None:
 # --------------------------------------------------------------------------- output
 
 
-def _terminal_width() -> int | None:
-    """The width rich would draw in: the terminal's (or $COLUMNS) on a terminal, 250 when piped
-    (as `cli.ctl.api.out`); None when it is unclear (the full client draws then)."""
-    if not sys.stdout.isatty():
-        return 250
-    try:
-        width = os.get_terminal_size(sys.stdout.fileno()).columns
-    except OSError:
-        return None
-    env = os.environ.get("COLUMNS", "")
-    return min(width, int(env)) if env.isdigit() else width
-
 
 def print_pages(cmd: GetCommand, got: Iterator[list[dict[str, Any]]]) -> None:
     from persys.cli.output import listing_rows, plain_table
 
     write = sys.stdout.write
-    width = _terminal_width()
+    width = terminal_width()
     bold = sys.stdout.isatty() and os.environ.get("TERM", "") not in ("dumb", "unknown")
     wide = cmd.output == "wide"
     count = 0

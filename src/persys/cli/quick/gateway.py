@@ -4,6 +4,7 @@ HTTP/1.1 connection to the gateway with the standard library, and the full clien
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import Any, NoReturn, Protocol
@@ -124,3 +125,16 @@ def fail(message: str) -> NoReturn:
 
     sys.stderr.write(f"error: {printable(message)}\n")
     sys.exit(1)
+
+
+def terminal_width() -> int | None:
+    """The width rich would draw in: the terminal's (or $COLUMNS) on a terminal, 250 when piped
+    (as `cli.ctl.api.out`); None when it is unclear (the full client draws then)."""
+    if not sys.stdout.isatty():
+        return 250
+    try:
+        width = os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return None
+    env = os.environ.get("COLUMNS", "")
+    return min(width, int(env)) if env.isdigit() else width

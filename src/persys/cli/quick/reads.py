@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from persys.cli.output.listing_rows import KINDS
-from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail
+from persys.cli.quick.gateway import GLOBAL, FullClient, Gateway, QuickError, fail, terminal_width
 from persys.cli.records import record
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
@@ -171,23 +171,12 @@ def top_request(cmd: ReadCommand) -> str | None:
 # --------------------------------------------------------------------------- printing
 
 
-def _terminal_width() -> int | None:
-    """The width rich draws in: 250 on a pipe (as `cli.api.out`), the terminal's (or $COLUMNS)."""
-    if not sys.stdout.isatty():
-        return 250
-    try:
-        width = os.get_terminal_size(sys.stdout.fileno()).columns
-    except OSError:
-        return None
-    env = os.environ.get("COLUMNS", "")
-    return min(width, int(env)) if env.isdigit() else width
-
 
 def table_text(header: tuple[str, ...], rows: list[list[str]], right: tuple[bool, ...] = ()) -> str:
     """A table as the full client's console draws it; FullClient when only rich can."""
     from persys.cli.output import plain_table
 
-    width = _terminal_width()
+    width = terminal_width()
     bold = sys.stdout.isatty() and os.environ.get("TERM", "") not in ("dumb", "unknown")
     drawn = plain_table.render(header, rows, show_header=True, width=width or 0, bold=bold, right=right)
     if drawn is None:

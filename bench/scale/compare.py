@@ -35,6 +35,8 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], bool]] = [
     ("durable placements/s", lambda r: r.get("burst", {}).get("placements_per_s"), False),
     ("placements/s / etcd txn/s (interleaved)", lambda r: _ratio(r), False),
     ("scheduler peak RSS MiB", lambda r: _mib(r.get("scheduler_peak_rss_bytes")), True),
+    ("scheduler RSS KiB per workload", lambda r: (rss_per_item(r) or {}).get("workload_kib"), True),
+    ("scheduler RSS KiB per node", lambda r: (rss_per_item(r) or {}).get("node_kib"), True),
     ("idle apply -> agent p99 ms", lambda r: _idle_p99(r), True),
     ("engine p99 ms per decision", lambda r: (r.get("engine_decision_latency") or {}).get("p99_ms"), True),
     ("heartbeat CPU ms each", lambda r: (r.get("heartbeat") or {}).get("cpu_ms_per_heartbeat"), True),
@@ -51,6 +53,16 @@ def _ratio(r: dict[str, Any]) -> float | None:
     rate = r.get("burst", {}).get("placements_per_s")
     base = r.get("baseline_etcd_txn", {}).get(f"concurrency_{r.get('args', {}).get('concurrency')}", {})
     return None if not rate or not base.get("txn_per_s") else rate / base["txn_per_s"]
+
+
+def rss_per_item(res: dict[str, Any]) -> dict[str, float] | None:
+    """Scheduler RSS growth per registered node and per workload placed, in KiB (None if not measured)."""
+    at = res.get("scheduler_rss_bytes") or {}
+    nodes, done = (res.get("registration") or {}).get("nodes"), (res.get("burst") or {}).get("assignments_committed")
+    if not nodes or not done or not {"start", "nodes_registered", "burst_done"} <= set(at):
+        return None
+    return {"node_kib": (at["nodes_registered"] - at["start"]) / nodes / 1024,
+            "workload_kib": (at["burst_done"] - at["nodes_registered"]) / done / 1024}
 
 
 def _mib(v: float | None) -> float | None:

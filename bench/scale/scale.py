@@ -329,13 +329,16 @@ class Bench:
         self._main = asyncio.current_task()
         probe = EtcdProbe(self.etcd_ep)
         try:
+            self._rss_at("start")
             await self._register_phase()
+            self._rss_at("nodes_registered")
             await self.baseline_slice("before the burst")
             if a.hb_before:
                 res["heartbeat_before_workloads"] = await self._heartbeat_window(probe, "before workloads")
                 if a.probe > 0:
                     res["idle_probe_before_workloads"] = await self._idle_probe(probe, a.probe, "pre")
             await self._burst(probe)
+            self._rss_at("burst_done")
             res["engine_decision_latency"] = await self._engine_latency()
             await self.baseline_slice("after the burst")
             if self.placed_complete:
@@ -356,6 +359,12 @@ class Bench:
             res["hollow_final"] = await self.hollow_stats()
         finally:
             await probe.close()
+
+    def _rss_at(self, moment: str) -> None:
+        """The scheduler's resident memory now: per node and per workload figures come from the
+        steps between moments (start -> nodes registered -> burst done)."""
+        if self.sched is not None:
+            self.res.setdefault("scheduler_rss_bytes", {})[moment] = infra.rss_bytes(self.sched.pid)
 
     async def _register_phase(self) -> None:
         n = self.a.nodes
@@ -858,6 +867,11 @@ def _summary_resources(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
         hwm = res.get("scheduler_vmhwm_bytes", 0) / 2**20
         lines.append(f"scheduler peak RSS    {rss / 2**20:.0f} MiB sampled every 0.5 s (kernel VmHWM {hwm:.0f} MiB); "
                      f"etcd {etcd_mib:.0f} MiB, hollow agents {hollow_mib:.0f} MiB")
+    from compare import rss_per_item  # the figures --compare tabulates
+    per = rss_per_item(res)
+    if per:
+        lines.append(f"scheduler RSS         {per['node_kib']:.1f} KiB per node (start -> nodes registered), "
+                     f"{per['workload_kib']:.1f} KiB per workload (-> burst done, placed and running)")
     if e:
         lines.append(f"etcd                  {e['revisions_per_placement']} revisions (txns) per placement, "
                      f"{e['keys_per_placement']} keys per placement, {e['db_bytes_per_placement']} db bytes per "
